@@ -1,0 +1,3 @@
+mod cel;
+mod generated;
+mod helpers;

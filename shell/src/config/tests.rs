@@ -1,0 +1,188 @@
+use std::path::Path;
+
+use super::*;
+
+fn examples() -> &'static Path {
+    Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../examples"))
+}
+
+/// The problems of an invalid example, as `path: message` lines.
+fn problems_of(invalid: &str) -> Vec<String> {
+    let error = ProvidersConfig::load(&examples().join("invalid").join(invalid)).unwrap_err();
+    error
+        .problems
+        .iter()
+        .map(|p| format!("{}: {}", p.path, p.message))
+        .collect()
+}
+
+fn assert_single(invalid: &str, want_path: &str, want_message_part: &str) {
+    let problems = problems_of(invalid);
+    assert_eq!(problems.len(), 1, "{invalid}: {problems:?}");
+    let (path, message) = problems[0].split_once(": ").unwrap();
+    assert_eq!(path, want_path, "{invalid}: {problems:?}");
+    assert!(
+        message.contains(want_message_part),
+        "{invalid}: {message:?} lacks {want_message_part:?}"
+    );
+}
+
+#[test]
+fn the_example_config_is_valid() {
+    let config = ProvidersConfig::load(&examples().join("providers.yaml")).unwrap();
+    assert_eq!(
+        config.summary(),
+        "ok, 3 provider(s): pods (kubernetes), gcp-eu (gcp), lab (kvm)"
+    );
+    let Some(Provider {
+        settings: ProviderSettings::Gcp(gcp),
+        ..
+    }) = config.get("gcp-eu")
+    else {
+        panic!("gcp-eu is not a gcp provider: {config:?}")
+    };
+    assert_eq!(gcp.project, "my-crawl-project");
+}
+
+#[test]
+fn kubernetes_defaults_are_a_pinned_image_and_private_sources() {
+    let config =
+        ProvidersConfig::parse("providers:\n- {name: pods, type: kubernetes, kubernetes: {}}\n")
+            .unwrap();
+    let ProviderSettings::Kubernetes(k) = &config.providers[0].settings else {
+        panic!()
+    };
+    assert_eq!(k.image, DEFAULT_SQUID_IMAGE);
+    assert!(!k.image.ends_with(":latest") && k.image.contains(':'));
+    assert!(!k.allowed_source_cidrs.iter().any(|c| c.ends_with("/0")));
+}
+
+#[test]
+fn unknown_key_is_rejected_with_its_path() {
+    assert_single(
+        "unknown-key.yaml",
+        "providers[0].color",
+        "unknown field `color`",
+    );
+}
+
+#[test]
+fn unknown_nested_key_is_rejected_with_its_path() {
+    assert_single(
+        "unknown-nested-key.yaml",
+        "providers[0].gcp.projekt",
+        "unknown field `projekt`",
+    );
+}
+
+#[test]
+fn unknown_type_is_rejected() {
+    assert_single(
+        "unknown-type.yaml",
+        "providers[0].type",
+        "unknown provider type \"aws\" (known: kubernetes, gcp, kvm)",
+    );
+}
+
+#[test]
+fn duplicate_name_is_rejected() {
+    assert_single(
+        "duplicate-name.yaml",
+        "providers[1].name",
+        "duplicate provider name \"pods\"",
+    );
+}
+
+#[test]
+fn non_dns1123_name_is_rejected() {
+    assert_single(
+        "bad-name.yaml",
+        "providers[0].name",
+        "\"GCP_EU\" is not a DNS-1123 label",
+    );
+}
+
+#[test]
+fn missing_type_block_is_rejected() {
+    assert_single(
+        "missing-block.yaml",
+        "providers[0].kubernetes",
+        "needs a \"kubernetes\" block",
+    );
+}
+
+#[test]
+fn mismatched_type_block_is_rejected() {
+    let problems = problems_of("mismatched-block.yaml");
+    assert_eq!(
+        problems,
+        [
+            "providers[0].gcp: a \"gcp\" block does not belong to a provider of type \"kubernetes\"",
+            "providers[0].kubernetes: a provider of type \"kubernetes\" needs a \"kubernetes\" block (it may be empty: kubernetes: {})",
+        ]
+    );
+}
+
+#[test]
+fn gcp_without_project_is_rejected() {
+    assert_single(
+        "gcp-without-project.yaml",
+        "providers[0].gcp.project",
+        "required",
+    );
+}
+
+#[test]
+fn bad_cidr_is_rejected() {
+    assert_single(
+        "bad-cidr.yaml",
+        "providers[0].kubernetes.allowedSourceCIDRs[0]",
+        "\"10.0.0.0/33\" is not",
+    );
+}
+
+#[test]
+fn duplicate_yaml_keys_and_empty_lists_are_rejected() {
+    let dup = ProvidersConfig::parse("providers: []\nproviders: []\n").unwrap_err();
+    assert!(dup[0].message.contains("not valid YAML"), "{dup:?}");
+    let empty = ProvidersConfig::parse("providers: []\n").unwrap_err();
+    assert_eq!(
+        empty,
+        [Problem {
+            path: "providers".into(),
+            message: "at least one provider is required".into()
+        }]
+    );
+}
+
+#[test]
+fn every_problem_is_reported_at_once() {
+    let text = "providers:\n- {name: A, type: kubernetes, kubernetes: {}}\n- {name: b, type: gcp, gcp: {}}\n";
+    let paths: Vec<String> = ProvidersConfig::parse(text)
+        .unwrap_err()
+        .into_iter()
+        .map(|p| p.path)
+        .collect();
+    assert_eq!(paths, ["providers[0].name", "providers[1].gcp.project"]);
+}
+
+#[test]
+fn a_missing_file_names_the_file() {
+    let error = ProvidersConfig::load(Path::new("/nonexistent/providers.yaml")).unwrap_err();
+    assert!(
+        error
+            .to_string()
+            .starts_with("invalid providers config /nonexistent/providers.yaml:\n  cannot read"),
+        "{error}"
+    );
+}
+
+#[test]
+fn dns1123_labels() {
+    for ok in ["a", "pods", "gcp-eu-1", "0abc", &"a".repeat(63)] {
+        assert!(is_dns1123_label(ok), "{ok}");
+    }
+    for bad in ["", "-a", "a-", "A", "a_b", "a.b", &"a".repeat(64)] {
+        assert!(!is_dns1123_label(bad), "{bad}");
+    }
+}

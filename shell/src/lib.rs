@@ -1,0 +1,4 @@
+//! The effects shell of proxy-operator: everything that does I/O around the pure
+//! `proxy-core`. Each module is one concern; `main.rs` only wires them.
+
+pub mod config;

@@ -1,0 +1,84 @@
+#!/usr/bin/env bash
+# Provisions what the test bed needs, idempotently:
+#   - kube-apiserver and etcd, built from the Go module proxy into a cache keyed by version
+#     (no registry ships these binaries, and there is no Docker engine here);
+#   - squid from Debian's packages, when it is missing.
+# A warm run only checks that the cached binaries answer `--version` and returns in seconds.
+# Prints `export` lines for the binaries' directory, so callers can `eval` it.
+#
+# Environment:
+#   K8S_VERSION       kube-apiserver version to build (default 1.36.3)
+#   PROXY_OPERATOR_CACHE  cache root (default ${XDG_CACHE_HOME:-$HOME/.cache}/proxy-operator)
+#   SKIP_APT=1        do not install Debian packages (for machines without root)
+set -euo pipefail
+
+K8S=${K8S_VERSION:-1.36.3}
+STG=0.${K8S#1.}                     # k8s 1.36.3 -> staging modules v0.36.3
+CACHE=${PROXY_OPERATOR_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/proxy-operator}
+OUT=$CACHE/kbins/v$K8S
+log() { printf 'provision: %s\n' "$*" >&2; }
+
+install_debian_packages() {
+  local missing=()
+  command -v squid >/dev/null 2>&1 || [ -x /usr/sbin/squid ] || missing+=(squid)
+  command -v openssl >/dev/null 2>&1 || missing+=(openssl)
+  command -v kubectl >/dev/null 2>&1 || missing+=(kubernetes-client)
+  [ ${#missing[@]} -eq 0 ] && return 0
+  if [ "${SKIP_APT:-}" = 1 ]; then log "missing ${missing[*]} and SKIP_APT=1"; exit 1; fi
+  log "installing ${missing[*]} from Debian's packages"
+  # The squid package's postinst would start the system service; we start our own instances.
+  printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d && chmod +x /usr/sbin/policy-rc.d
+  DEBIAN_FRONTEND=noninteractive apt-get update -qq >&2
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >&2
+  rm -f /usr/sbin/policy-rc.d
+}
+
+binaries_ok() {
+  [ -x "$OUT/kube-apiserver" ] && [ -x "$OUT/etcd" ] \
+    && "$OUT/kube-apiserver" --version 2>/dev/null | grep -q "v$K8S" \
+    && "$OUT/etcd" --version >/dev/null 2>&1
+}
+
+build_control_plane() {
+  local w; w=$(mktemp -d)
+  trap 'rm -rf "$w"' RETURN
+  export CGO_ENABLED=0 GOFLAGS=-mod=mod GOTOOLCHAIN=local
+  log "building kube-apiserver v$K8S and etcd from the Go module proxy (cold: ~15-25 min)"
+  # 1) The staging list comes from the kubernetes module's own go.mod: every k8s.io/* module
+  #    it requires at v0.0.0 is a staging module replaced by ./staging upstream.
+  local gomod
+  gomod=$(cd "$w" && go mod download -json "k8s.io/kubernetes@v$K8S" | python3 -c 'import json,sys;print(json.load(sys.stdin)["GoMod"])')
+  local staging
+  staging=$(awk '$1 ~ /^k8s\.io\// && $2=="v0.0.0" {print $1}' "$gomod" | sort -u)
+  [ -n "$staging" ] || { log "no staging modules found in $gomod"; exit 1; }
+  # 2) A wrapper module with one replace per staging module.
+  (
+    cd "$w"
+    go mod init example.invalid/kbins >/dev/null 2>&1
+    for m in $staging; do go mod edit -replace="$m=$m@v$STG"; done
+    go mod edit -require="k8s.io/kubernetes@v$K8S"
+    go get -tool "k8s.io/kubernetes/cmd/kube-apiserver@v$K8S" >&2
+    # Pin etcd to the version kube-apiserver itself is built against; a bare `go get`
+    # would move to the newest etcd.
+    etcdv=$(go list -m -f '{{.Version}}' go.etcd.io/etcd/server/v3)
+    go get -tool "go.etcd.io/etcd/server/v3@$etcdv" >&2
+    go mod tidy >&2
+    minor=$(cut -d. -f2 <<<"$K8S")
+    ldf="-s -w -X k8s.io/component-base/version.gitVersion=v$K8S -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$minor"
+    mkdir -p "$OUT.tmp"
+    go build -trimpath -ldflags "$ldf" -o "$OUT.tmp/kube-apiserver" k8s.io/kubernetes/cmd/kube-apiserver >&2
+    go build -trimpath -ldflags "-s -w" -o "$OUT.tmp/etcd" go.etcd.io/etcd/server/v3 >&2
+  )
+  rm -rf "$OUT" && mv "$OUT.tmp" "$OUT"
+}
+
+install_debian_packages
+if binaries_ok; then
+  log "kube-apiserver v$K8S and etcd cached in $OUT"
+else
+  mkdir -p "$CACHE/kbins"
+  build_control_plane
+  binaries_ok || { log "built binaries do not answer --version"; exit 1; }
+  log "built into $OUT"
+fi
+echo "export PROXY_OPERATOR_KBINS=$OUT"
