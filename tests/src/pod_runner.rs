@@ -1,0 +1,213 @@
+//! The kubelet stand-in: Pods become real squid processes.
+//!
+//! A bare API server has no scheduler and no kubelet, so a Pod would stay Pending forever.
+//! The runner does what they would, for the Pods of one namespace: it registers a Node,
+//! binds each unscheduled Pod to it, starts one real squid per Pod on its own loopback
+//! address (the port from the Pod's first container port, else 3128), and only once squid
+//! accepts connections patches the Pod status to Running with `podIP` and Ready conditions.
+//! When a Pod is being deleted it stops squid and removes the Pod (a Pod bound to a node is
+//! deleted gracefully: the API server waits for the kubelet, i.e. for us).
+//!
+//! Tests reach a Pod's squid through [`PodRunner::with_squid`] to hang, resume or kill it.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use kube::runtime::watcher;
+use serde_json::json;
+
+use crate::squid::{Squid, next_loopback_addr};
+
+/// Name of the Node every Pod is bound to.
+pub const NODE_NAME: &str = "bed-node";
+
+type Squids = Arc<Mutex<BTreeMap<String, Squid>>>;
+
+/// A running pod runner for one namespace.
+#[derive(Debug)]
+pub struct PodRunner {
+    squids: Squids,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl PodRunner {
+    /// Starts running the Pods of `namespace`; squid resolves names through `hosts_file`.
+    pub async fn start(
+        client: kube::Client,
+        namespace: &str,
+        hosts_file: PathBuf,
+    ) -> anyhow::Result<Self> {
+        register_node(&client).await?;
+        let squids: Squids = Arc::default();
+        let pods: Api<Pod> = Api::namespaced(client, namespace);
+        let task = tokio::spawn(run(pods, squids.clone(), hosts_file));
+        Ok(Self { squids, task })
+    }
+
+    /// Runs `f` on the squid of `pod`, if it has one (to hang, resume or kill it).
+    pub fn with_squid<T>(&self, pod: &str, f: impl FnOnce(&mut Squid) -> T) -> Option<T> {
+        self.squids.lock().expect("squids").get_mut(pod).map(f)
+    }
+
+    /// The names of the Pods that have a squid right now.
+    pub fn running(&self) -> Vec<String> {
+        self.squids
+            .lock()
+            .expect("squids")
+            .keys()
+            .cloned()
+            .collect()
+    }
+}
+
+impl Drop for PodRunner {
+    fn drop(&mut self) {
+        self.task.abort();
+        let squids = std::mem::take(&mut *self.squids.lock().expect("squids"));
+        for (_, mut squid) in squids {
+            squid.kill();
+        }
+    }
+}
+
+async fn register_node(client: &kube::Client) -> anyhow::Result<()> {
+    // Nodes accept status on create, so one call makes a Ready node.
+    let node: Node = serde_json::from_value(json!({
+        "metadata": {"name": NODE_NAME, "labels": {"kubernetes.io/hostname": NODE_NAME}},
+        "status": {
+            "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady", "message": "pod runner"}],
+            "addresses": [{"type": "InternalIP", "address": "127.0.0.1"}],
+            "capacity": {"cpu": "64", "memory": "256Gi", "pods": "1000"},
+            "allocatable": {"cpu": "64", "memory": "256Gi", "pods": "1000"},
+            "nodeInfo": {
+                "machineID": "bed", "systemUUID": "bed", "bootID": "bed", "kernelVersion": "", "osImage": "",
+                "containerRuntimeVersion": "squid://", "kubeletVersion": "v1.36.3", "kubeProxyVersion": "",
+                "operatingSystem": "linux", "architecture": "amd64"
+            }
+        }
+    }))?;
+    match Api::<Node>::all(client.clone())
+        .create(&PostParams::default(), &node)
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(status)) if status.code == 409 => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}
+
+async fn run(pods: Api<Pod>, squids: Squids, hosts_file: PathBuf) {
+    let mut events = watcher(pods.clone(), watcher::Config::default()).boxed();
+    while let Some(event) = events.next().await {
+        let pod = match event {
+            Ok(watcher::Event::Apply(pod) | watcher::Event::InitApply(pod)) => pod,
+            Ok(watcher::Event::Delete(pod)) => {
+                stop_squid(&squids, &pod_name(&pod)).await;
+                continue;
+            }
+            Ok(watcher::Event::Init | watcher::Event::InitDone) => continue,
+            Err(e) => {
+                eprintln!("pod runner: watch error (retrying): {e}");
+                tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+                continue;
+            }
+        };
+        if let Err(e) = step(&pods, &squids, &hosts_file, &pod).await {
+            eprintln!("pod runner: {}: {e:#}", pod_name(&pod));
+        }
+    }
+}
+
+/// Moves one Pod one step towards what a kubelet would have made of it.
+async fn step(
+    pods: &Api<Pod>,
+    squids: &Squids,
+    hosts_file: &std::path::Path,
+    pod: &Pod,
+) -> anyhow::Result<()> {
+    let name = pod_name(pod);
+    if pod.metadata.deletion_timestamp.is_some() {
+        stop_squid(squids, &name).await;
+        let params = DeleteParams {
+            grace_period_seconds: Some(0),
+            ..DeleteParams::default()
+        };
+        match pods.delete(&name, &params).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(status)) if status.code == 404 => {}
+            Err(e) => return Err(e.into()),
+        }
+        return Ok(());
+    }
+    let spec = pod
+        .spec
+        .as_ref()
+        .ok_or_else(|| anyhow::anyhow!("pod without spec"))?;
+    if spec.node_name.is_none() {
+        let binding = json!({
+            "apiVersion": "v1", "kind": "Binding", "metadata": {"name": name},
+            "target": {"apiVersion": "v1", "kind": "Node", "name": NODE_NAME}
+        });
+        pods.create_subresource::<_, serde_json::Value>(
+            "binding",
+            &name,
+            &PostParams::default(),
+            &binding,
+        )
+        .await?;
+        return Ok(()); // the bind comes back as another event
+    }
+    if squids.lock().expect("squids").contains_key(&name) {
+        return Ok(());
+    }
+    let port = spec
+        .containers
+        .first()
+        .and_then(|c| c.ports.as_ref())
+        .and_then(|ports| ports.first())
+        .map_or(3128, |p| p.container_port);
+    let addr = next_loopback_addr();
+    let squid_name = format!("{}-{name}", pods.namespace().unwrap_or_default());
+    let hosts_file = hosts_file.to_owned();
+    let squid = tokio::task::spawn_blocking(move || {
+        Squid::start(&squid_name, addr, u16::try_from(port)?, &hosts_file)
+    })
+    .await??;
+    squids.lock().expect("squids").insert(name.clone(), squid);
+    let now =
+        k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(k8s_openapi::jiff::Timestamp::now());
+    let ready = |type_: &str| json!({"type": type_, "status": "True", "lastTransitionTime": now});
+    let statuses: Vec<_> = spec
+        .containers
+        .iter()
+        .map(|c| json!({
+            "name": c.name, "image": c.image.clone().unwrap_or_default(), "imageID": "",
+            "ready": true, "started": true, "restartCount": 0, "state": {"running": {"startedAt": now}}
+        }))
+        .collect();
+    let status = json!({"status": {
+        "phase": "Running", "startTime": now, "hostIP": "127.0.0.1", "hostIPs": [{"ip": "127.0.0.1"}],
+        "podIP": addr.to_string(), "podIPs": [{"ip": addr.to_string()}],
+        "conditions": [ready("PodScheduled"), ready("Initialized"), ready("ContainersReady"), ready("Ready")],
+        "containerStatuses": statuses,
+    }});
+    pods.patch_status(&name, &PatchParams::default(), &Patch::Merge(&status))
+        .await?;
+    Ok(())
+}
+
+async fn stop_squid(squids: &Squids, name: &str) {
+    let squid = squids.lock().expect("squids").remove(name);
+    if let Some(squid) = squid {
+        // Stopping waits for squid to exit: keep that off the runtime's threads.
+        let _ = tokio::task::spawn_blocking(move || squid.stop()).await;
+    }
+}
+
+fn pod_name(pod: &Pod) -> String {
+    pod.metadata.name.clone().unwrap_or_default()
+}

@@ -1,0 +1,164 @@
+//! One real squid process on its own loopback address.
+//!
+//! Linux routes all of 127.0.0.0/8 to loopback, so each squid gets an address of its own and
+//! the usual port, like a Pod with its own IP. Facts and pitfalls: `../shared/docs/squid.md`.
+
+use std::net::Ipv4Addr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+use crate::bins::squid;
+use crate::run_dir::subdir;
+
+/// A running squid.
+#[derive(Debug)]
+pub struct Squid {
+    /// The loopback address it listens on.
+    pub addr: Ipv4Addr,
+    /// The port it listens on.
+    pub port: u16,
+    dir: PathBuf,
+    child: Child,
+}
+
+/// A loopback address no other squid of this test process uses. The second octet comes from
+/// the process ID so that two test processes running one after the other never collide with
+/// a squid the reaper is still stopping.
+pub fn next_loopback_addr() -> Ipv4Addr {
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let n = NEXT.fetch_add(1, Ordering::Relaxed);
+    let second = 100 + (std::process::id() % 150) as u8;
+    Ipv4Addr::new(127, second, (n / 250) as u8, (n % 250 + 1) as u8)
+}
+
+impl Squid {
+    /// Starts squid on `addr:port`, resolving names through `hosts_file` only, and returns
+    /// once it accepts connections.
+    pub fn start(name: &str, addr: Ipv4Addr, port: u16, hosts_file: &Path) -> anyhow::Result<Self> {
+        let dir = subdir(&format!("squid/{name}"));
+        let config = format!(
+            "http_port {addr}:{port}\n\
+             pid_filename {dir}/squid.pid\n\
+             cache_log {dir}/cache.log\n\
+             access_log stdio:{dir}/access.log\n\
+             cache_store_log none\n\
+             coredump_dir {dir}\n\
+             cache deny all\n\
+             cache_mem 0 MB\n\
+             pinger_enable off\n\
+             via off\n\
+             forwarded_for delete\n\
+             acl localsrc src 127.0.0.0/8\n\
+             http_access allow localsrc\n\
+             http_access deny all\n\
+             shutdown_lifetime 0 seconds\n\
+             hosts_file {hosts}\n\
+             dns_nameservers 127.0.0.1\n",
+            dir = dir.display(),
+            hosts = hosts_file.display(),
+        );
+        let conf = dir.join("squid.conf");
+        std::fs::write(&conf, config)?;
+        // squid drops root for user `proxy`, which must be able to write its logs.
+        let chown = Command::new("chown")
+            .args(["-R", "proxy:proxy"])
+            .arg(&dir)
+            .status()?;
+        anyhow::ensure!(chown.success(), "chown proxy:proxy {}", dir.display());
+        let log = std::fs::File::create(dir.join("squid.out"))?;
+        let child = {
+            use std::os::unix::process::CommandExt;
+            Command::new(squid())
+                .args([
+                    "-N",
+                    "-n",
+                    &format!("bed{}", name.replace(['/', '.', '-'], "")),
+                ])
+                .arg("-f")
+                .arg(&conf)
+                .stdin(Stdio::null())
+                .stdout(log.try_clone()?)
+                .stderr(log)
+                .process_group(0)
+                .spawn()?
+        };
+        let mut squid = Squid {
+            addr,
+            port,
+            dir,
+            child,
+        };
+        squid.wait_listening(Duration::from_secs(20))?;
+        Ok(squid)
+    }
+
+    fn wait_listening(&mut self, timeout: Duration) -> anyhow::Result<()> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if std::net::TcpStream::connect((self.addr, self.port)).is_ok() {
+                return Ok(());
+            }
+            if let Some(status) = self.child.try_wait()? {
+                let log = std::fs::read_to_string(self.dir.join("squid.out")).unwrap_or_default();
+                anyhow::bail!(
+                    "squid on {}:{} exited with {status}: {log}",
+                    self.addr,
+                    self.port
+                );
+            }
+            anyhow::ensure!(
+                Instant::now() < deadline,
+                "squid on {}:{} not listening after {timeout:?}",
+                self.addr,
+                self.port
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// The squid process's ID.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Freezes squid (SIGSTOP): connections are still accepted by the kernel, nothing answers.
+    pub fn hang(&self) {
+        self.signal("STOP");
+    }
+
+    /// Lets a hung squid run again (SIGCONT).
+    pub fn resume(&self) {
+        self.signal("CONT");
+    }
+
+    /// Kills squid at once (SIGKILL): connections are refused from then on.
+    pub fn kill(&mut self) {
+        self.signal("KILL");
+        let _ = self.child.wait();
+    }
+
+    /// Stops squid the normal way and waits for it (a second or two with
+    /// `shutdown_lifetime 0 seconds`).
+    pub fn stop(mut self) {
+        self.signal("CONT");
+        self.signal("TERM");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while matches!(self.child.try_wait(), Ok(None)) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        self.kill();
+    }
+
+    /// The lines squid logged for each request it handled.
+    pub fn access_log(&self) -> String {
+        std::fs::read_to_string(self.dir.join("access.log")).unwrap_or_default()
+    }
+
+    fn signal(&self, signal: &str) {
+        let _ = Command::new("kill")
+            .args(["-s", signal, &self.pid().to_string()])
+            .status();
+    }
+}
