@@ -54,6 +54,8 @@ pub const DEFAULT_SUCCESS_THRESHOLD: i32 = 1;
 pub const DEFAULT_EXPECTED_STATUS_CODES: [i32; 2] = [200, 204];
 
 /// Desired state of one HTTP forward proxy.
+// Clippy reads the repeated `type_ = "string"` of the printer columns as duplicated attributes.
+#[allow(clippy::duplicated_attributes)]
 #[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[kube(
     group = "crawl.example.com",

@@ -12,15 +12,22 @@ pub fn run_dir() -> &'static Path {
         let dir = std::env::temp_dir().join(format!("proxy-operator-bed.{}", std::process::id()));
         std::fs::create_dir_all(&dir).expect("create the run directory");
         let reaper = crate::bins::repo_root().join("tests/bed/reap.sh");
-        Command::new("setsid")
+        // `setsid --fork` returns at once and leaves the reaper in a session of its own, so
+        // that it outlives this process and a Ctrl-C to the test's process group.
+        let started = Command::new("setsid")
+            .arg("--fork")
             .arg(reaper)
             .arg(std::process::id().to_string())
             .arg(&dir)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
-            .spawn()
+            .status()
             .expect("start tests/bed/reap.sh (needs setsid and pkill)");
+        assert!(
+            started.success(),
+            "tests/bed/reap.sh did not start: {started}"
+        );
         dir
     })
 }

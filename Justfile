@@ -1,0 +1,47 @@
+# proxy-operator developer recipes. `just` alone lists them.
+# (The README's two commands need no `just`: they are the scripts these recipes call.)
+
+# List the recipes.
+default:
+    @just --list
+
+# The demo: build the operator and show what it does.
+demo:
+    tests/bed/demo.sh
+
+# Every test: provisions the test bed, then unit, property, CEL and end-to-end tests.
+test *ARGS:
+    tests/bed/run-tests.sh {{ARGS}}
+
+# The fast loop: the pure core and the API types only (no control plane needed).
+test-core:
+    cargo test -p proxy-core -p proxy-crd
+
+# Build (or find cached) kube-apiserver, etcd and kubectl; install squid when missing.
+provision:
+    tests/bed/provision.sh
+
+# Format every crate.
+fmt:
+    cargo fmt --all
+
+# Lint as CI does.
+lint:
+    cargo fmt --all -- --check
+    cargo clippy --workspace --all-targets -- -D warnings
+
+# Regenerate the CRD YAML in deploy/crds/ from the Rust types.
+generate:
+    cargo run -q -p proxy-operator -- crd > deploy/crds/proxies.crawl.example.com.yaml
+
+# Fail when a generated file differs from what the code generates.
+check-generated:
+    cargo run -q -p proxy-operator -- crd | diff -u deploy/crds/proxies.crawl.example.com.yaml -
+
+# Repeated code in the tree.
+duplicates:
+    duplicates .
+
+# What CI runs.
+ci:
+    .ci/run

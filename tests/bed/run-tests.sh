@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# The whole test suite, on a fresh machine or a warm one: provisions the test bed (cached
+# kube-apiserver, etcd, kubectl; Debian's squid), then runs every test of the workspace —
+# unit, property, CEL, and the end-to-end tests against the real control plane and squid.
+# Extra arguments go to `cargo test` (e.g. `-- --nocapture`).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+eval "$(tests/bed/provision.sh)"
+export PROXY_OPERATOR_KBINS
+exec cargo test --workspace --no-fail-fast "$@"
