@@ -14,8 +14,8 @@ const FORBIDDEN: [&str; 6] = [
 
 #[test]
 fn core_dependency_tree_has_no_io_runtime() {
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let output = Command::new(cargo)
+    // The cargo that builds this test, as cargo tells rustc (read at compile time).
+    let output = Command::new(env!("CARGO"))
         .args([
             "tree",
             "--package",

@@ -1,0 +1,813 @@
+//! [`decide`]: the reconcile action table.
+//!
+//! The table is written as exhaustive matches over small derived values (is deletion
+//! requested, which mode, is the finalizer there, does the hash annotation match, what did
+//! the provider report), one function per group of rows. Each branch states only the
+//! provisioning facts ([`Provisioning`]) and the actions; [`status::complete`] derives the
+//! rest of the status and the events, so no branch can forget a condition or the phase.
+
+use proxy_crd::{FINALIZER, Mode, ProxySpec, ProxyStatus};
+
+use crate::action::{Action, CreateRequest, Decision, Event, EventType, Requeue};
+use crate::conditions::{self, PROVISIONED, ProvisionedReason};
+use crate::error::{ErrorClass, ProviderError};
+use crate::naming::instance_name;
+use crate::observed::{CloudInitView, InstanceView, Observed, Outcome, ProviderCall};
+use crate::spec_hash::{HashInput, spec_hash};
+use crate::status::{self, Provisioning};
+
+/// Decide what to do about one `Proxy`, given its spec, its status and what the shell
+/// observed. Pure: the same arguments always give the same [`Decision`].
+///
+/// # Inputs
+///
+/// - `spec` and `status`: the object as read at the start of the reconcile (the status as
+///   returned by the first decision on the second call, see below);
+/// - `observed`: everything else ([`Observed`]): the metadata that matters, the resolved
+///   cloud-init, whether the provider is configured, the provider's `get(status.providerID)`
+///   (the shell calls it whenever status has a providerID and the provider is configured),
+///   the health verdict, the timing policy, and `now`. The core has no clock: `now` is the
+///   only time it knows, and every `lastTransitionTime` it writes is `now`.
+///
+/// # Outputs
+///
+/// A [`Decision`]: [`actions`](Decision::actions) to execute in order,
+/// the desired [`status`](Decision::status), and a [`requeue`](Decision::requeue).
+///
+/// # Driving contract
+///
+/// One reconcile of one object is:
+///
+/// 1. **Observe.** Gather an [`Observed`] with `outcome: None`. Read `now` once.
+/// 2. **Decide.** `let first = decide(spec, status, &observed);` Every call's arguments and
+///    result are what the shell records: replaying them gives the same decision.
+/// 3. **Execute metadata writes first**: [`Action::AddFinalizer`], [`Action::RemoveFinalizer`],
+///    [`Action::SetSpecHash`], in order.
+/// 4. **Then at most one provider call**: [`Action::Create`] or [`Action::Delete`], always
+///    the last action that is neither a status write nor an event
+///    ([`Decision::provider_call`] finds it). If there is one, execute it and call `decide`
+///    **again**, with the same `spec` and `observed` except `observed.outcome = Some(..)`,
+///    and with `first.status()` as `status`: the status the first decision wanted, **not** a
+///    status re-read from the API server. A metadata write returns the whole object,
+///    including a status that does not hold this reconcile's changes yet; feeding that back
+///    in would lose them (seed 001's "update clobbers staged status" bug). Execute the second
+///    decision's metadata writes. The second decision never asks for a provider call.
+/// 5. **Write status at most once**, after all metadata writes and provider calls: the last
+///    [`Action::PatchStatus`] of the reconcile wins. Each decision emits one only when its
+///    status differs from the status it was given, so when the second decision has none,
+///    the first decision's is the one to write (the second wanted the same status).
+///    [`Action::RemoveFinalizer`] never comes with a status write: the object may be gone.
+/// 6. **Emit the events** of both decisions, in order. There is one per change of the
+///    `Provisioned` condition's status or reason, one per health verdict turning `Healthy`
+///    `True` or `False`, one per failed provider call that changes neither, and one for each
+///    adoption and finalizer removal.
+/// 7. **Requeue** as the last decision says ([`Requeue::Backoff`]: let the controller's
+///    error backoff apply).
+///
+/// Nothing else may happen in between: in particular, the shell must not make provider calls
+/// of its own beyond the `get` it observes with.
+///
+/// # Guarantees
+///
+/// - Finalizer first: a Managed proxy gets [`Action::AddFinalizer`] and nothing else until
+///   the finalizer is there, so no instance can exist without the finalizer guarding it.
+/// - A create never runs while an instance may exist under the same name: a replacement
+///   deletes the old instance and creates only after `get` answers
+///   [`InstanceView::NotFound`].
+/// - The finalizer is removed only when there is no instance: no providerID, or `get`
+///   answered [`InstanceView::NotFound`].
+/// - `status.ip` is set only while `Provisioned` is `True`, that is when `get` last answered
+///   [`InstanceView::Running`] with a non-empty address (a failed lookup keeps the last known
+///   answer, since it says nothing new), or for External proxies, from `spec.endpoint.host`.
+/// - External proxies never get a provider call and never get the finalizer.
+/// - A permanent provider error latches: while the `Provisioned` condition says
+///   `PermanentError` for the current generation, no provider call is made. Deletion never
+///   latches.
+pub fn decide(spec: &ProxySpec, status: &ProxyStatus, observed: &Observed) -> Decision {
+    let step = match &observed.outcome {
+        None => plan(spec, status, observed),
+        Some(outcome) => after_call(spec, status, observed, outcome),
+    };
+    step.into_decision(status, observed)
+}
+
+/// What one branch of the table decided, before the status is completed.
+#[derive(Debug)]
+struct Step {
+    metadata: Vec<Action>,
+    call: Option<Action>,
+    status: NextStatus,
+    events: Vec<Event>,
+    requeue: Requeue,
+}
+
+/// What happens to the status.
+#[derive(Debug)]
+enum NextStatus {
+    /// Nothing: the step only adds or removes the finalizer, and the object may be gone
+    /// right after.
+    Untouched,
+    /// The status follows from these facts.
+    Set(Provisioning),
+}
+
+impl Step {
+    fn untouched(requeue: Requeue) -> Self {
+        Self {
+            metadata: Vec::new(),
+            call: None,
+            status: NextStatus::Untouched,
+            events: Vec::new(),
+            requeue,
+        }
+    }
+
+    fn set(facts: Provisioning, requeue: Requeue) -> Self {
+        Self {
+            status: NextStatus::Set(facts),
+            ..Self::untouched(requeue)
+        }
+    }
+
+    fn with_metadata(mut self, action: Action) -> Self {
+        self.metadata.push(action);
+        self
+    }
+
+    fn with_call(mut self, action: Action) -> Self {
+        self.call = Some(action);
+        self
+    }
+
+    fn with_event(mut self, type_: EventType, reason: &str, message: String) -> Self {
+        self.events.push(Event {
+            type_,
+            reason: reason.to_owned(),
+            message,
+        });
+        self
+    }
+
+    fn into_decision(self, input: &ProxyStatus, observed: &Observed) -> Decision {
+        let Self {
+            metadata,
+            call,
+            status,
+            mut events,
+            requeue,
+        } = self;
+        let desired = match status {
+            NextStatus::Untouched => input.clone(),
+            NextStatus::Set(facts) => {
+                let (desired, changes) = status::complete(input, observed, facts);
+                events.extend(changes);
+                desired
+            }
+        };
+        let patch = (desired != *input).then(|| desired.clone());
+        Decision::new(metadata, call, patch, events, desired, requeue)
+    }
+}
+
+/// The first call of a reconcile: route by deletion, mode and finalizer.
+fn plan(spec: &ProxySpec, status: &ProxyStatus, observed: &Observed) -> Step {
+    let object = &observed.object;
+    match (object.deletion_requested, spec.mode, object.has_finalizer) {
+        // Nothing holds the object back: the API server removes it on its own.
+        (true, _, false) => Step::untouched(Requeue::AwaitChange),
+        (true, Mode::External, true) => {
+            finalizer_removed("an External proxy has no instance to delete".to_owned())
+        }
+        (true, Mode::Managed, true) => deletion(spec, status, observed),
+        (false, Mode::External, _) => external(spec, observed),
+        // The write triggers the next reconcile, which finds the finalizer in place.
+        (false, Mode::Managed, false) => {
+            Step::untouched(Requeue::AwaitChange).with_metadata(Action::AddFinalizer)
+        }
+        (false, Mode::Managed, true) => managed(spec, status, observed),
+    }
+}
+
+/// Deletion rows: delete the instance, and remove the finalizer once it is gone.
+fn deletion(spec: &ProxySpec, status: &ProxyStatus, observed: &Observed) -> Step {
+    let Some(provider_id) = status.provider_id.as_deref() else {
+        // Any instance a crashed create left behind carries our labels: orphan GC reaps it.
+        return finalizer_removed("no instance was created".to_owned());
+    };
+    let provider = match configured_provider(spec, observed) {
+        Ok(provider) => provider,
+        // Blocking the deletion is the visible choice: removing the finalizer would leak an
+        // instance no garbage collector can see (GC runs per configured provider).
+        Err(problem) => {
+            let message = format!(
+                "cannot delete instance {provider_id}: {problem}; configure the provider, or \
+                 remove the finalizer {FINALIZER} by hand to abandon the instance"
+            );
+            return Step::set(
+                facts(
+                    Some(provider_id),
+                    ProvisionedReason::ProviderNotConfigured,
+                    message,
+                ),
+                Requeue::AwaitChange,
+            );
+        }
+    };
+    match &observed.instance {
+        InstanceView::NotFound => finalizer_removed(format!("instance {provider_id} is gone")),
+        // Even a failed lookup deletes (seed 004: a permanent `get` error still calls
+        // `delete`): `delete` needs no state, and the finalizer waits for a NotFound anyway.
+        InstanceView::NotLookedUp
+        | InstanceView::Provisioning
+        | InstanceView::Running { .. }
+        | InstanceView::Stopped
+        | InstanceView::Terminated
+        | InstanceView::Error(_) => Step::set(
+            facts(
+                Some(provider_id),
+                ProvisionedReason::Deleting,
+                format!("deleting instance {provider_id}"),
+            ),
+            Requeue::After(observed.timing.deletion_poll),
+        )
+        .with_call(delete(provider, provider_id)),
+    }
+}
+
+fn finalizer_removed(why: String) -> Step {
+    Step::untouched(Requeue::AwaitChange)
+        .with_metadata(Action::RemoveFinalizer)
+        .with_event(
+            EventType::Normal,
+            "FinalizerRemoved",
+            format!("{why}: removed the finalizer"),
+        )
+}
+
+/// External rows: no instance, no provider, no finalizer; the endpoint is the address.
+fn external(spec: &ProxySpec, observed: &Observed) -> Step {
+    let facts = match spec.effective_host(None).filter(|host| !host.is_empty()) {
+        Some(host) => Provisioning {
+            provider_id: None,
+            ip: Some(host.to_owned()),
+            reason: ProvisionedReason::ExternalEndpoint,
+            message: format!("external proxy at {host}:{}", spec.effective_port()),
+        },
+        None => facts(
+            None,
+            ProvisionedReason::EndpointMissing,
+            "spec.endpoint is not set, and an External proxy needs one".to_owned(),
+        ),
+    };
+    let step = Step::set(facts, Requeue::AwaitChange);
+    if observed.object.has_finalizer {
+        // Put there by hand or by mistake: on an External proxy it would only block deletion.
+        step.with_metadata(Action::RemoveFinalizer)
+    } else {
+        step
+    }
+}
+
+/// Managed rows, with the finalizer in place and no deletion requested.
+fn managed(spec: &ProxySpec, status: &ProxyStatus, observed: &Observed) -> Step {
+    let provider = match configured_provider(spec, observed) {
+        Ok(provider) => provider,
+        // Not latched: a fixed providers config (which restarts the operator) retries.
+        Err(problem) => {
+            return Step::set(
+                facts(
+                    status.provider_id.as_deref(),
+                    ProvisionedReason::ProviderNotConfigured,
+                    problem,
+                ),
+                Requeue::AwaitChange,
+            );
+        }
+    };
+    if let Some(message) = latched(status, observed.object.generation) {
+        return Step::set(
+            facts(
+                status.provider_id.as_deref(),
+                ProvisionedReason::PermanentError,
+                message.to_owned(),
+            ),
+            Requeue::AwaitChange,
+        );
+    }
+    let machine = match Machine::of(spec, &observed.cloud_init) {
+        Ok(machine) => machine,
+        Err(problem) => {
+            let message = format!("{problem}; nothing is created or replaced until it is");
+            return Step::set(
+                facts(
+                    status.provider_id.as_deref(),
+                    ProvisionedReason::CloudInitUnavailable,
+                    message,
+                ),
+                Requeue::After(observed.timing.drift_poll),
+            );
+        }
+    };
+    let Some(provider_id) = status.provider_id.as_deref() else {
+        return create(spec, observed, provider, &machine);
+    };
+    match HashState::of(&observed.object.spec_hash_annotation, &machine.hash) {
+        HashState::Differs => replace(observed, provider, provider_id),
+        // Instances created before the annotation existed (or whose annotation was removed)
+        // are adopted: otherwise the first release that adds a field to the hash input
+        // would replace the whole fleet.
+        HashState::Missing => observe(status, observed, provider, provider_id)
+            .with_metadata(Action::SetSpecHash { hash: machine.hash })
+            .with_event(
+                EventType::Normal,
+                "Adopted",
+                format!(
+                    "instance {provider_id} had no spec hash annotation: recorded the current \
+                     spec hash and kept the instance"
+                ),
+            ),
+        HashState::Matches => observe(status, observed, provider, provider_id),
+    }
+}
+
+/// No providerID: create the instance under its deterministic name. Crash-safe: if a
+/// previous create succeeded but its providerID was never recorded, the provider finds the
+/// instance by name and returns it.
+fn create(spec: &ProxySpec, observed: &Observed, provider: &str, machine: &Machine<'_>) -> Step {
+    let object = &observed.object;
+    let name = instance_name(&object.uid);
+    let request = CreateRequest {
+        provider: provider.to_owned(),
+        instance_name: name.clone(),
+        namespace: object.namespace.clone(),
+        name: object.name.clone(),
+        uid: object.uid.clone(),
+        placement: spec.placement.clone(),
+        cloud_init: machine.cloud_init.map(str::to_owned),
+        port: spec.effective_port(),
+    };
+    Step::set(
+        facts(
+            None,
+            ProvisionedReason::Creating,
+            format!("creating instance {name} with provider {provider}"),
+        ),
+        Requeue::After(observed.timing.provisioning_poll),
+    )
+    .with_call(Action::Create(request))
+}
+
+/// The hash annotation names another spec: delete the instance, and once `get` answers
+/// NotFound, clear the providerID so that the next pass creates the replacement. The
+/// replacement reuses the name, so creating it earlier would collide with the old instance.
+fn replace(observed: &Observed, provider: &str, provider_id: &str) -> Step {
+    match &observed.instance {
+        InstanceView::NotFound => Step::set(
+            facts(
+                None,
+                ProvisionedReason::Replacing,
+                format!("the old instance {provider_id} is gone: creating its replacement"),
+            ),
+            Requeue::After(observed.timing.requeue_soon),
+        ),
+        InstanceView::NotLookedUp
+        | InstanceView::Provisioning
+        | InstanceView::Running { .. }
+        | InstanceView::Stopped
+        | InstanceView::Terminated
+        | InstanceView::Error(_) => Step::set(
+            facts(
+                Some(provider_id),
+                ProvisionedReason::Replacing,
+                format!(
+                    "the spec changed: deleting instance {provider_id} to replace it; the \
+                     replacement reuses its name, so it is created once the old one is gone"
+                ),
+            ),
+            Requeue::After(observed.timing.deletion_poll),
+        )
+        .with_call(delete(provider, provider_id)),
+    }
+}
+
+/// The instance matches the spec: follow what `get` answered.
+fn observe(status: &ProxyStatus, observed: &Observed, provider: &str, provider_id: &str) -> Step {
+    let timing = &observed.timing;
+    match &observed.instance {
+        InstanceView::Running { ip } if !ip.is_empty() => Step::set(
+            Provisioning {
+                provider_id: Some(provider_id.to_owned()),
+                ip: Some(ip.clone()),
+                reason: ProvisionedReason::Created,
+                message: format!("instance {provider_id} is running at {ip}"),
+            },
+            Requeue::After(timing.drift_poll),
+        ),
+        // Running without an address is still starting: never publish an empty IP.
+        InstanceView::Provisioning | InstanceView::Running { .. } => Step::set(
+            facts(
+                Some(provider_id),
+                ProvisionedReason::Provisioning,
+                format!("instance {provider_id} is starting"),
+            ),
+            Requeue::After(timing.provisioning_poll),
+        ),
+        // Cattle, not pets: a stopped or terminated instance is deleted and created afresh.
+        InstanceView::Stopped => recreate(
+            observed,
+            provider,
+            provider_id,
+            ProvisionedReason::InstanceStopped,
+            "stopped",
+        ),
+        InstanceView::Terminated => recreate(
+            observed,
+            provider,
+            provider_id,
+            ProvisionedReason::InstanceTerminated,
+            "was terminated",
+        ),
+        InstanceView::NotFound => gone(status, observed, provider_id),
+        InstanceView::Error(error) => lookup_failed(status, observed, provider_id, error),
+        InstanceView::NotLookedUp => {
+            let error = ProviderError::transient(
+                "the instance was not looked up although status.providerID is set",
+            );
+            lookup_failed(status, observed, provider_id, &error)
+        }
+    }
+}
+
+fn recreate(
+    observed: &Observed,
+    provider: &str,
+    provider_id: &str,
+    reason: ProvisionedReason,
+    what_happened: &str,
+) -> Step {
+    Step::set(
+        facts(
+            Some(provider_id),
+            reason,
+            format!("instance {provider_id} {what_happened}: deleting it to create a fresh one"),
+        ),
+        Requeue::After(observed.timing.deletion_poll),
+    )
+    .with_call(delete(provider, provider_id))
+}
+
+/// `get` answered NotFound: forget the instance, so that the next pass creates one. When we
+/// deleted it ourselves, the reason for that delete still explains what happens next.
+fn gone(status: &ProxyStatus, observed: &Observed, provider_id: &str) -> Step {
+    let previous = provisioned_reason(status);
+    let (reason, message) = match previous.filter(|reason| awaits_deletion(*reason)) {
+        Some(reason) => (
+            reason,
+            format!("instance {provider_id} is gone: creating a new one"),
+        ),
+        None => (
+            ProvisionedReason::InstanceGone,
+            format!("instance {provider_id} no longer exists: creating a new one"),
+        ),
+    };
+    Step::set(
+        facts(None, reason, message),
+        Requeue::After(observed.timing.requeue_soon),
+    )
+}
+
+/// `get` failed, so the instance's state is unknown. A permanent failure latches; any other
+/// keeps the last known state (a running proxy stays leasable through a provider API hiccup)
+/// and retries.
+fn lookup_failed(
+    status: &ProxyStatus,
+    observed: &Observed,
+    provider_id: &str,
+    error: &ProviderError,
+) -> Step {
+    let what = format!("looking up instance {provider_id}");
+    match error.class {
+        ErrorClass::Permanent => latch(Some(provider_id), &what, error),
+        ErrorClass::Transient | ErrorClass::Quota => {
+            let fallback = facts(
+                Some(provider_id),
+                ProvisionedReason::Provisioning,
+                format!("instance {provider_id} is starting"),
+            );
+            retry_unchanged(status, observed, fallback, &what, error)
+        }
+    }
+}
+
+/// The second call of a reconcile: apply the outcome of the provider call the first one
+/// asked for, on top of the status the first one wanted. Never asks for another call.
+fn after_call(
+    spec: &ProxySpec,
+    status: &ProxyStatus,
+    observed: &Observed,
+    outcome: &Outcome,
+) -> Step {
+    match outcome {
+        Outcome::Created { provider_id } => {
+            let step = Step::set(
+                facts(
+                    Some(provider_id),
+                    ProvisionedReason::Provisioning,
+                    format!("created instance {provider_id}: waiting for it to run"),
+                ),
+                Requeue::After(observed.timing.provisioning_poll),
+            );
+            // Machine::of fails only if the shell changed the cloud-init between the two
+            // calls; the next reconcile then waits for it before replacing anything.
+            match Machine::of(spec, &observed.cloud_init) {
+                Ok(machine) => {
+                    match HashState::of(&observed.object.spec_hash_annotation, &machine.hash) {
+                        HashState::Matches => step,
+                        HashState::Missing | HashState::Differs => {
+                            step.with_metadata(Action::SetSpecHash { hash: machine.hash })
+                        }
+                    }
+                }
+                Err(_) => step,
+            }
+        }
+        Outcome::Deleted => {
+            // Nothing changes until `get` answers NotFound: the first decision already says
+            // why the instance is being deleted.
+            let fallback = deletion_fallback(status, observed);
+            Step::set(
+                kept(status, fallback),
+                Requeue::After(observed.timing.deletion_poll),
+            )
+        }
+        Outcome::Failed { call, error } => call_failed(status, observed, *call, error),
+    }
+}
+
+fn call_failed(
+    status: &ProxyStatus,
+    observed: &Observed,
+    call: ProviderCall,
+    error: &ProviderError,
+) -> Step {
+    let provider_id = status.provider_id.as_deref();
+    let (what, fallback) = match call {
+        ProviderCall::Create => {
+            let name = instance_name(&observed.object.uid);
+            (
+                format!("creating instance {name}"),
+                facts(
+                    provider_id,
+                    ProvisionedReason::Creating,
+                    format!("creating instance {name}"),
+                ),
+            )
+        }
+        ProviderCall::Delete => (
+            format!("deleting instance {}", provider_id.unwrap_or("(unknown)")),
+            deletion_fallback(status, observed),
+        ),
+    };
+    match (observed.object.deletion_requested, error.class) {
+        // Deletion never latches: a permanent error there would wedge the object in
+        // Terminating for good, so it keeps retrying, visibly.
+        (true, ErrorClass::Transient | ErrorClass::Quota | ErrorClass::Permanent)
+        | (false, ErrorClass::Transient) => {
+            retry_unchanged(status, observed, fallback, &what, error)
+        }
+        (false, ErrorClass::Quota) => {
+            let retry = observed.timing.quota_retry;
+            Step::set(
+                facts(
+                    provider_id,
+                    ProvisionedReason::QuotaExceeded,
+                    format!(
+                        "{what} failed, the provider's quota is used up; retrying in {}: {}",
+                        friendly(retry),
+                        error.message
+                    ),
+                ),
+                Requeue::After(retry),
+            )
+        }
+        (false, ErrorClass::Permanent) => latch(provider_id, &what, error),
+    }
+}
+
+/// A permanent failure: `Failed` until the generation changes (see [`latched`]).
+fn latch(provider_id: Option<&str>, what: &str, error: &ProviderError) -> Step {
+    Step::set(
+        facts(
+            provider_id,
+            ProvisionedReason::PermanentError,
+            format!(
+                "{what} failed permanently: {}; nothing is retried until the spec changes",
+                error.message
+            ),
+        ),
+        Requeue::AwaitChange,
+    )
+}
+
+/// A failure that changes nothing about the instance: keep what the status says, tell what
+/// failed in the message and in a Warning event, and retry.
+fn retry_unchanged(
+    status: &ProxyStatus,
+    observed: &Observed,
+    fallback: Provisioning,
+    what: &str,
+    error: &ProviderError,
+) -> Step {
+    let (requeue, when) = match error.class {
+        ErrorClass::Quota => {
+            let retry = observed.timing.quota_retry;
+            (Requeue::After(retry), format!("in {}", friendly(retry)))
+        }
+        ErrorClass::Transient | ErrorClass::Permanent => {
+            (Requeue::Backoff, "with backoff".to_owned())
+        }
+    };
+    let message = format!("{what} failed, retrying {when}: {}", error.message);
+    let facts = Provisioning {
+        message: message.clone(),
+        ..kept(status, fallback)
+    };
+    Step::set(facts, requeue).with_event(EventType::Warning, error.class.reason(), message)
+}
+
+/// The provisioning facts `status` already states, for a step that changes nothing about
+/// the instance; `fallback` when the status states none that still holds.
+fn kept(status: &ProxyStatus, fallback: Provisioning) -> Provisioning {
+    let condition = conditions::find(status, PROVISIONED);
+    let reason = condition
+        .and_then(|c| ProvisionedReason::parse(&c.reason))
+        .filter(|reason| describes_the_instance(*reason))
+        // A provisioned reason without an address would make `Provisioned` lie.
+        .filter(|reason| !reason.is_provisioned() || status.ip.is_some());
+    match (reason, condition) {
+        (Some(reason), Some(condition)) => Provisioning {
+            provider_id: status.provider_id.clone(),
+            ip: status.ip.clone().filter(|_| reason.is_provisioned()),
+            reason,
+            message: condition.message.clone(),
+        },
+        (None, _) | (_, None) => fallback,
+    }
+}
+
+/// Whether a reason describes the instance, so that a step that changes nothing about the
+/// instance (a failed call, a delete still in progress) keeps it. Blockers that this very
+/// attempt shows are gone (quota, cloud-init, provider configuration) are not kept, and
+/// neither is a permanent error: keeping it would re-latch it for the new generation.
+fn describes_the_instance(reason: ProvisionedReason) -> bool {
+    match reason {
+        ProvisionedReason::Creating
+        | ProvisionedReason::Provisioning
+        | ProvisionedReason::Created
+        | ProvisionedReason::Replacing
+        | ProvisionedReason::InstanceStopped
+        | ProvisionedReason::InstanceTerminated
+        | ProvisionedReason::InstanceGone
+        | ProvisionedReason::Deleting => true,
+        ProvisionedReason::QuotaExceeded
+        | ProvisionedReason::CloudInitUnavailable
+        | ProvisionedReason::PermanentError
+        | ProvisionedReason::ProviderNotConfigured
+        | ProvisionedReason::ExternalEndpoint
+        | ProvisionedReason::EndpointMissing => false,
+    }
+}
+
+/// Whether we deleted the instance ourselves, so that NotFound is the expected end of it.
+fn awaits_deletion(reason: ProvisionedReason) -> bool {
+    match reason {
+        ProvisionedReason::Replacing
+        | ProvisionedReason::InstanceStopped
+        | ProvisionedReason::InstanceTerminated => true,
+        ProvisionedReason::Creating
+        | ProvisionedReason::Provisioning
+        | ProvisionedReason::Created
+        | ProvisionedReason::InstanceGone
+        | ProvisionedReason::QuotaExceeded
+        | ProvisionedReason::CloudInitUnavailable
+        | ProvisionedReason::PermanentError
+        | ProvisionedReason::ProviderNotConfigured
+        | ProvisionedReason::Deleting
+        | ProvisionedReason::ExternalEndpoint
+        | ProvisionedReason::EndpointMissing => false,
+    }
+}
+
+/// What a delete was for, when the status does not say (only if the shell broke the contract).
+fn deletion_fallback(status: &ProxyStatus, observed: &Observed) -> Provisioning {
+    let provider_id = status.provider_id.as_deref();
+    let instance = provider_id.unwrap_or("(unknown)");
+    if observed.object.deletion_requested {
+        facts(
+            provider_id,
+            ProvisionedReason::Deleting,
+            format!("deleting instance {instance}"),
+        )
+    } else {
+        facts(
+            provider_id,
+            ProvisionedReason::Replacing,
+            format!("deleting instance {instance} to replace it"),
+        )
+    }
+}
+
+/// The message of the permanent error latched for the current generation, if one is: no
+/// provider call until the spec changes. The latch is the `Provisioned` condition itself, so
+/// it survives restarts and needs no annotation to clear.
+fn latched(status: &ProxyStatus, generation: i64) -> Option<&str> {
+    conditions::find(status, PROVISIONED)
+        .filter(|condition| {
+            condition.reason == ProvisionedReason::PermanentError.as_str()
+                && condition.observed_generation == Some(generation)
+        })
+        .map(|condition| condition.message.as_str())
+}
+
+fn provisioned_reason(status: &ProxyStatus) -> Option<ProvisionedReason> {
+    conditions::find(status, PROVISIONED).and_then(|c| ProvisionedReason::parse(&c.reason))
+}
+
+/// Facts without an address: every reason but `Created` and `ExternalEndpoint`.
+fn facts(provider_id: Option<&str>, reason: ProvisionedReason, message: String) -> Provisioning {
+    Provisioning {
+        provider_id: provider_id.map(str::to_owned),
+        ip: None,
+        reason,
+        message,
+    }
+}
+
+fn delete(provider: &str, provider_id: &str) -> Action {
+    Action::Delete {
+        provider: provider.to_owned(),
+        provider_id: provider_id.to_owned(),
+    }
+}
+
+fn configured_provider<'a>(spec: &'a ProxySpec, observed: &Observed) -> Result<&'a str, String> {
+    match (spec.provider.as_deref(), observed.provider_configured) {
+        (Some(provider), true) => Ok(provider),
+        (Some(provider), false) => Err(format!(
+            "provider {provider:?} is not in the operator's providers config"
+        )),
+        (None, _) => Err("spec.provider is not set".to_owned()),
+    }
+}
+
+/// What the instance is made from: the spec hash, and the cloud-init content to create with.
+#[derive(Debug)]
+struct Machine<'a> {
+    hash: String,
+    cloud_init: Option<&'a str>,
+}
+
+impl<'a> Machine<'a> {
+    /// `Err` with a message when the cloud-init cannot be resolved: without its content
+    /// there is neither a hash to compare nor user data to create with.
+    fn of(spec: &'a ProxySpec, cloud_init: &'a CloudInitView) -> Result<Self, String> {
+        let cloud_init = match cloud_init {
+            CloudInitView::NotSet => None,
+            CloudInitView::Resolved { content } => Some(content.as_str()),
+            CloudInitView::Unavailable { message } => {
+                return Err(format!("cloud-init is unavailable: {message}"));
+            }
+        };
+        let hash = spec_hash(&HashInput {
+            placement: spec.placement.as_ref(),
+            cloud_init,
+            port: spec.effective_port(),
+        });
+        Ok(Self { hash, cloud_init })
+    }
+}
+
+/// The hash annotation compared with the hash of the current spec.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum HashState {
+    Matches,
+    /// Absent or empty: adopt the instance.
+    Missing,
+    /// Another spec: replace the instance.
+    Differs,
+}
+
+impl HashState {
+    fn of(annotation: &Option<String>, hash: &str) -> Self {
+        match annotation.as_deref() {
+            None | Some("") => Self::Missing,
+            Some(annotation) if annotation == hash => Self::Matches,
+            Some(_) => Self::Differs,
+        }
+    }
+}
+
+/// A duration for messages: `5m`, `30s`.
+fn friendly(duration: std::time::Duration) -> String {
+    jiff::fmt::friendly::SpanPrinter::new().unsigned_duration_to_string(&duration)
+}

@@ -1,0 +1,162 @@
+//! Completing the desired status from what one branch of the action table decided.
+//!
+//! A branch of [`decide`](fn@crate::decide) only states the provisioning facts ([`Provisioning`]):
+//! the providerID, the address, and why the `Provisioned` condition says what it says.
+//! Everything else in the status follows from those facts, the health verdict and the
+//! metadata, in one place: the `Healthy` and `Ready` conditions, every `lastTransitionTime`,
+//! `observedGeneration`, the phase, and the events announcing what changed.
+
+use proxy_crd::ProxyStatus;
+
+use crate::action::{Event, EventType};
+use crate::conditions::{
+    self, HEALTHY, HealthyReason, PROVISIONED, ProvisionedReason, READY, ReadyReason,
+};
+use crate::observed::Observed;
+use crate::phase::compute_phase;
+
+/// What a branch of the action table decided about provisioning.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Provisioning {
+    /// `status.providerID`.
+    pub(crate) provider_id: Option<String>,
+    /// `status.ip`: set only with a reason that [`is_provisioned`](ProvisionedReason::is_provisioned).
+    pub(crate) ip: Option<String>,
+    /// The `Provisioned` condition's reason, which also decides its status.
+    pub(crate) reason: ProvisionedReason,
+    /// The `Provisioned` condition's message.
+    pub(crate) message: String,
+}
+
+/// The complete desired status, and the events announcing how it differs from `previous`.
+///
+/// Events follow changes of state, not of wording: one when the `Provisioned` condition's
+/// status or reason changes, and one when `Healthy` turns `True` or `False`.
+pub(crate) fn complete(
+    previous: &ProxyStatus,
+    observed: &Observed,
+    facts: Provisioning,
+) -> (ProxyStatus, Vec<Event>) {
+    let Provisioning {
+        provider_id,
+        ip,
+        reason,
+        message,
+    } = facts;
+    let generation = observed.object.generation;
+    let now = observed.now;
+
+    // A verdict about another address (the machine this one replaced, an old endpoint) says
+    // nothing about this one.
+    let verdict = observed
+        .health
+        .as_ref()
+        .filter(|verdict| ip.as_deref() == Some(verdict.host.as_str()));
+    let healthy = match (&ip, verdict) {
+        (None, _) => HealthyReason::NoAddress,
+        (Some(_), None) => HealthyReason::AwaitingProbe,
+        (Some(_), Some(verdict)) if verdict.healthy => HealthyReason::ProbeSucceeded,
+        (Some(_), Some(_)) => HealthyReason::ProbeFailed,
+    };
+    let ready = match (reason.is_provisioned(), healthy) {
+        (false, _) => ReadyReason::NotProvisioned,
+        (true, HealthyReason::ProbeSucceeded) => ReadyReason::Ready,
+        (true, HealthyReason::ProbeFailed) => ReadyReason::ProbeFailed,
+        (true, HealthyReason::AwaitingProbe | HealthyReason::NoAddress) => {
+            ReadyReason::AwaitingProbe
+        }
+    };
+
+    let provisioned_status = if reason.is_provisioned() {
+        conditions::TRUE
+    } else {
+        conditions::FALSE
+    };
+    let provisioned_condition = conditions::condition(
+        previous,
+        PROVISIONED,
+        provisioned_status,
+        reason.as_str(),
+        message,
+        generation,
+        now,
+    );
+    let healthy_condition = conditions::condition(
+        previous,
+        HEALTHY,
+        healthy.status(),
+        healthy.as_str(),
+        healthy_message(healthy).to_owned(),
+        generation,
+        now,
+    );
+    let ready_condition = conditions::condition(
+        previous,
+        READY,
+        ready.status(),
+        ready.as_str(),
+        ready_message(ready, reason),
+        generation,
+        now,
+    );
+
+    let mut events = Vec::new();
+    let provisioned_changed = conditions::find(previous, PROVISIONED).is_none_or(|before| {
+        before.status != provisioned_condition.status || before.reason != reason.as_str()
+    });
+    if provisioned_changed {
+        events.push(Event {
+            type_: reason.event_type(),
+            reason: reason.as_str().to_owned(),
+            message: provisioned_condition.message.clone(),
+        });
+    }
+    let healthy_changed = conditions::find(previous, HEALTHY)
+        .is_none_or(|before| before.status != healthy_condition.status);
+    let health_event_type = match healthy {
+        HealthyReason::ProbeSucceeded => Some(EventType::Normal),
+        HealthyReason::ProbeFailed => Some(EventType::Warning),
+        HealthyReason::AwaitingProbe | HealthyReason::NoAddress => None,
+    };
+    if let (true, Some(type_)) = (healthy_changed, health_event_type) {
+        events.push(Event {
+            type_,
+            reason: healthy.as_str().to_owned(),
+            message: healthy_condition.message.clone(),
+        });
+    }
+
+    let phase = compute_phase(
+        observed.object.deletion_requested,
+        reason.progress(provider_id.is_some()),
+        verdict.map(|verdict| verdict.healthy),
+    );
+    let status = ProxyStatus {
+        phase: Some(phase),
+        provider_id,
+        ip,
+        observed_generation: Some(generation),
+        last_probe_latency_ms: verdict.map(|verdict| i64::from(verdict.latency_ms)),
+        last_health_check_time: verdict.map(|verdict| conditions::format_time(verdict.probed_at)),
+        conditions: vec![provisioned_condition, healthy_condition, ready_condition],
+    };
+    (status, events)
+}
+
+fn healthy_message(reason: HealthyReason) -> &'static str {
+    match reason {
+        HealthyReason::ProbeSucceeded => "probes through the proxy succeed",
+        HealthyReason::ProbeFailed => "probes through the proxy fail",
+        HealthyReason::AwaitingProbe => "waiting for the first probe through the proxy",
+        HealthyReason::NoAddress => "nothing to probe until the proxy has an address",
+    }
+}
+
+fn ready_message(reason: ReadyReason, provisioned: ProvisionedReason) -> String {
+    match reason {
+        ReadyReason::Ready => "provisioned and healthy: it can be leased".to_owned(),
+        ReadyReason::NotProvisioned => format!("not provisioned ({})", provisioned.as_str()),
+        ReadyReason::AwaitingProbe => "provisioned, waiting for its first probe".to_owned(),
+        ReadyReason::ProbeFailed => "provisioned, but failing its probes".to_owned(),
+    }
+}

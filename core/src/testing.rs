@@ -1,0 +1,228 @@
+//! Fixture builders for tests of the core and of the shell (feature `testing`).
+//!
+//! `Observed::test()` is a Managed proxy in its steady state before anything was created:
+//! finalizer in place, no hash annotation, cloud-init resolved, provider configured, nothing
+//! looked up. Chain the builder methods to get the row under test:
+//!
+//! ```
+//! use proxy_core::{InstanceView, Observed, testing};
+//!
+//! let observed = Observed::test()
+//!     .annotated(testing::hash())
+//!     .instance(InstanceView::Running { ip: "10.0.0.7".into() });
+//! assert!(observed.object.has_finalizer);
+//! ```
+
+use std::collections::BTreeMap;
+
+use jiff::Timestamp;
+use proxy_crd::{CloudInit, Condition, Endpoint, Mode, Phase, Placement, ProxySpec, ProxyStatus};
+
+use crate::observed::{
+    CloudInitView, HealthVerdict, InstanceView, Metadata, Observed, Outcome, Timing,
+};
+use crate::spec_hash::{HashInput, spec_hash};
+
+/// UID of the fixture object.
+pub const UID: &str = "6b1f3c1e-0d2a-4c8e-9a57-1b0f2f3e4d5c";
+/// Instance name for [`UID`] (pinned in `naming`'s tests).
+pub const INSTANCE: &str = "proxy-kbqzhquppopaia3n";
+/// Namespace of the fixture object.
+pub const NAMESPACE: &str = "crawl";
+/// Name of the fixture object.
+pub const NAME: &str = "px-1";
+/// The provider the fixture spec names.
+pub const PROVIDER: &str = "pods";
+/// The cloud-init content the fixture observation resolved.
+pub const CLOUD_INIT: &str = "#cloud-config\npackages: [squid]\n";
+/// The time of the fixture observation.
+pub const T0: &str = "2026-01-01T00:00:00Z";
+/// The host of the fixture External proxy.
+pub const EXTERNAL_HOST: &str = "proxy.example.net";
+
+/// `time` (RFC 3339) as a timestamp; panics on a malformed literal.
+pub fn at(time: &str) -> Timestamp {
+    time.parse().expect("an RFC 3339 timestamp")
+}
+
+/// A Managed spec: provider [`PROVIDER`], a placement, inline cloud-init [`CLOUD_INIT`].
+pub fn managed_spec() -> ProxySpec {
+    ProxySpec {
+        mode: Mode::Managed,
+        provider: Some(PROVIDER.to_owned()),
+        placement: Some(Placement {
+            zone: Some("europe-west1-b".to_owned()),
+            machine_type: None,
+            image: Some("ubuntu/squid:latest".to_owned()),
+            host: None,
+            parameters: BTreeMap::new(),
+        }),
+        cloud_init: Some(CloudInit {
+            inline: Some(CLOUD_INIT.to_owned()),
+            secret_ref: None,
+        }),
+        endpoint: None,
+        port: proxy_crd::DEFAULT_PORT,
+        max_leases: None,
+        health_check: None,
+    }
+}
+
+/// An External spec: endpoint [`EXTERNAL_HOST`]`:8080`.
+pub fn external_spec() -> ProxySpec {
+    ProxySpec {
+        mode: Mode::External,
+        provider: None,
+        placement: None,
+        cloud_init: None,
+        endpoint: Some(Endpoint {
+            host: EXTERNAL_HOST.to_owned(),
+            port: 8080,
+        }),
+        port: proxy_crd::DEFAULT_PORT,
+        max_leases: None,
+        health_check: None,
+    }
+}
+
+/// The spec hash of [`managed_spec`] with [`CLOUD_INIT`].
+pub fn hash() -> String {
+    hash_of(&managed_spec(), Some(CLOUD_INIT))
+}
+
+/// The spec hash of `spec` with the given resolved cloud-init.
+pub fn hash_of(spec: &ProxySpec, cloud_init: Option<&str>) -> String {
+    spec_hash(&HashInput {
+        placement: spec.placement.as_ref(),
+        cloud_init,
+        port: spec.effective_port(),
+    })
+}
+
+impl Observed {
+    /// The fixture observation of a Managed proxy at [`T0`], generation 1, with its finalizer,
+    /// no hash annotation, [`CLOUD_INIT`] resolved, the provider configured, and nothing
+    /// looked up.
+    pub fn test() -> Self {
+        Self {
+            now: at(T0),
+            object: Metadata {
+                namespace: NAMESPACE.to_owned(),
+                name: NAME.to_owned(),
+                uid: UID.to_owned(),
+                generation: 1,
+                deletion_requested: false,
+                has_finalizer: true,
+                spec_hash_annotation: None,
+            },
+            cloud_init: CloudInitView::Resolved {
+                content: CLOUD_INIT.to_owned(),
+            },
+            provider_configured: true,
+            instance: InstanceView::NotLookedUp,
+            outcome: None,
+            health: None,
+            timing: Timing::default(),
+        }
+    }
+
+    /// Observed at `now` (RFC 3339).
+    pub fn at(mut self, now: &str) -> Self {
+        self.now = at(now);
+        self
+    }
+
+    /// With `metadata.generation` = `generation`.
+    pub fn generation(mut self, generation: i64) -> Self {
+        self.object.generation = generation;
+        self
+    }
+
+    /// Without our finalizer.
+    pub fn without_finalizer(mut self) -> Self {
+        self.object.has_finalizer = false;
+        self
+    }
+
+    /// With `metadata.deletionTimestamp` set.
+    pub fn deleting(mut self) -> Self {
+        self.object.deletion_requested = true;
+        self
+    }
+
+    /// With the spec hash annotation set to `hash`.
+    pub fn annotated(mut self, hash: impl Into<String>) -> Self {
+        self.object.spec_hash_annotation = Some(hash.into());
+        self
+    }
+
+    /// With the cloud-init resolved as `view`.
+    pub fn cloud_init(mut self, view: CloudInitView) -> Self {
+        self.cloud_init = view;
+        self
+    }
+
+    /// With `spec.provider` missing from the providers config.
+    pub fn provider_unconfigured(mut self) -> Self {
+        self.provider_configured = false;
+        self
+    }
+
+    /// With the provider's `get` answering `view`.
+    pub fn instance(mut self, view: InstanceView) -> Self {
+        self.instance = view;
+        self
+    }
+
+    /// As the second call of a reconcile, after a provider call ended in `outcome`.
+    pub fn outcome(mut self, outcome: Outcome) -> Self {
+        self.outcome = Some(outcome);
+        self
+    }
+
+    /// With the health engine's verdict on `host` (probed at [`T0`], 42 ms).
+    pub fn health(mut self, host: &str, healthy: bool) -> Self {
+        self.health = Some(HealthVerdict {
+            host: host.to_owned(),
+            healthy,
+            latency_ms: 42,
+            probed_at: at(T0),
+        });
+        self
+    }
+}
+
+/// One condition as `(status, reason, message, lastTransitionTime)`.
+pub type Cond<'a> = (&'a str, &'a str, &'a str, &'a str);
+
+/// A status as `decide` writes it: the `Provisioned`, `Healthy` and `Ready` conditions (in
+/// that order) all computed for `generation`, and no health data.
+pub fn status_of(
+    phase: Phase,
+    provider_id: Option<&str>,
+    ip: Option<&str>,
+    generation: i64,
+    [provisioned, healthy, ready]: [Cond<'_>; 3],
+) -> ProxyStatus {
+    let condition = |type_: &str, (status, reason, message, time): Cond<'_>| Condition {
+        type_: type_.to_owned(),
+        status: status.to_owned(),
+        reason: reason.to_owned(),
+        message: message.to_owned(),
+        observed_generation: Some(generation),
+        last_transition_time: time.to_owned(),
+    };
+    ProxyStatus {
+        phase: Some(phase),
+        provider_id: provider_id.map(str::to_owned),
+        ip: ip.map(str::to_owned),
+        observed_generation: Some(generation),
+        last_probe_latency_ms: None,
+        last_health_check_time: None,
+        conditions: vec![
+            condition("Provisioned", provisioned),
+            condition("Healthy", healthy),
+            condition("Ready", ready),
+        ],
+    }
+}

@@ -1,0 +1,438 @@
+//! Provider error classes, the permanent latch, and the blockers (unconfigured provider,
+//! missing cloud-init). Each test asserts the whole decision where practical.
+
+mod support;
+
+use std::time::Duration;
+
+use proxy_core::testing::{self, T0, managed_spec, status_of};
+use proxy_core::{
+    Action, CloudInitView, EventType, InstanceView, Observed, Outcome, ProviderCall, ProviderError,
+    Requeue, decide,
+};
+use proxy_crd::{Phase, ProxyStatus};
+use support::{
+    DELETION_POLL, ID, IP, PROVISIONING_POLL, T1, creating_status, delete, deleting_status, event,
+    no_address, not_provisioned, replacing_status, running_status,
+};
+
+const QUOTA_RETRY: Requeue = Requeue::After(Duration::from_secs(300));
+
+fn create_failed(error: ProviderError) -> Outcome {
+    Outcome::Failed {
+        call: ProviderCall::Create,
+        error,
+    }
+}
+
+fn delete_failed(error: ProviderError) -> Outcome {
+    Outcome::Failed {
+        call: ProviderCall::Delete,
+        error,
+    }
+}
+
+/// `status` with the `Provisioned` condition's message replaced.
+fn with_message(mut status: ProxyStatus, message: &str) -> ProxyStatus {
+    status.conditions[0].message = message.to_owned();
+    status
+}
+
+/// The status a permanent create error latches at `generation`.
+fn latched_status(generation: i64) -> ProxyStatus {
+    status_of(
+        Phase::Failed,
+        None,
+        None,
+        generation,
+        [
+            (
+                "False",
+                "PermanentError",
+                "creating instance proxy-kbqzhquppopaia3n failed permanently: zone mars-1 does \
+                 not exist (spec.placement.zone); nothing is retried until the spec changes",
+                T0,
+            ),
+            no_address(T0),
+            not_provisioned("not provisioned (PermanentError)", T0),
+        ],
+    )
+}
+
+// ---- Transient ----------------------------------------------------------------------------
+
+#[test]
+fn transient_create_error_backs_off_and_shows_the_error() {
+    let observed =
+        Observed::test().outcome(create_failed(ProviderError::transient("connection reset")));
+    let decision = decide(&managed_spec(), &creating_status(), &observed);
+    let message =
+        "creating instance proxy-kbqzhquppopaia3n failed, retrying with backoff: connection reset";
+    assert_eq!(
+        decision.actions(),
+        [
+            Action::PatchStatus(with_message(creating_status(), message)),
+            event(EventType::Warning, "TransientError", message),
+        ]
+    );
+    assert_eq!(decision.requeue(), Requeue::Backoff);
+}
+
+#[test]
+fn transient_lookup_error_keeps_the_running_proxy() {
+    // A provider API hiccup says nothing new about the instance: it stays leasable.
+    let observed = Observed::test()
+        .annotated(testing::hash())
+        .instance(InstanceView::Error(ProviderError::transient("timeout")))
+        .health(IP, true);
+    let decision = decide(&managed_spec(), &running_status(), &observed);
+    let message = "looking up instance crawl/proxy-kbqzhquppopaia3n failed, retrying with \
+                   backoff: timeout";
+    assert_eq!(
+        decision.actions(),
+        [
+            Action::PatchStatus(with_message(running_status(), message)),
+            event(EventType::Warning, "TransientError", message),
+        ]
+    );
+    assert_eq!(decision.requeue(), Requeue::Backoff);
+}
+
+#[test]
+fn transient_delete_error_during_replacement_keeps_replacing() {
+    let observed = Observed::test()
+        .annotated("an-older-hash")
+        .instance(InstanceView::Running { ip: IP.to_owned() })
+        .outcome(delete_failed(ProviderError::transient(
+            "503 Service Unavailable",
+        )));
+    let decision = decide(&managed_spec(), &replacing_status(), &observed);
+    let message = "deleting instance crawl/proxy-kbqzhquppopaia3n failed, retrying with \
+                   backoff: 503 Service Unavailable";
+    assert_eq!(
+        decision.actions(),
+        [
+            Action::PatchStatus(with_message(replacing_status(), message)),
+            event(EventType::Warning, "TransientError", message),
+        ]
+    );
+    assert_eq!(decision.requeue(), Requeue::Backoff);
+}
+
+// ---- Quota --------------------------------------------------------------------------------
+
+#[test]
+fn quota_on_create_is_a_condition_not_an_error() {
+    let observed = Observed::test().outcome(create_failed(ProviderError::quota(
+        "CPUS quota exceeded in europe-west1",
+    )));
+    let decision = decide(&managed_spec(), &creating_status(), &observed);
+    let message = "creating instance proxy-kbqzhquppopaia3n failed, the provider's quota is \
+                   used up; retrying in 5m: CPUS quota exceeded in europe-west1";
+    let waiting = status_of(
+        // Nothing exists yet: Pending, not Failed.
+        Phase::Pending,
+        None,
+        None,
+        1,
+        [
+            ("False", "QuotaExceeded", message, T0),
+            no_address(T0),
+            not_provisioned("not provisioned (QuotaExceeded)", T0),
+        ],
+    );
+    assert_eq!(
+        decision.actions(),
+        [
+            Action::PatchStatus(waiting),
+            event(EventType::Warning, "QuotaExceeded", message),
+        ]
+    );
+    assert_eq!(decision.requeue(), QUOTA_RETRY);
+}
+
+#[test]
+fn quota_exceeded_creates_again_on_the_next_pass() {
+    let observed =
+        Observed::test().outcome(create_failed(ProviderError::quota("CPUS quota exceeded")));
+    let waiting = decide(&managed_spec(), &creating_status(), &observed);
+    let retry = decide(&managed_spec(), waiting.status(), &Observed::test().at(T1));
+    assert!(matches!(retry.provider_call(), Some(Action::Create(_))));
+    assert_eq!(retry.requeue(), PROVISIONING_POLL);
+}
+
+#[test]
+fn quota_on_lookup_keeps_the_running_proxy_and_waits() {
+    let observed = Observed::test()
+        .annotated(testing::hash())
+        .instance(InstanceView::Error(ProviderError::quota(
+            "read requests per minute",
+        )))
+        .health(IP, true);
+    let decision = decide(&managed_spec(), &running_status(), &observed);
+    let message = "looking up instance crawl/proxy-kbqzhquppopaia3n failed, retrying in 5m: \
+                   read requests per minute";
+    assert_eq!(
+        decision.actions(),
+        [
+            Action::PatchStatus(with_message(running_status(), message)),
+            event(EventType::Warning, "QuotaExceeded", message),
+        ]
+    );
+    assert_eq!(decision.requeue(), QUOTA_RETRY);
+}
+
+#[test]
+fn quota_on_delete_during_replacement_waits_with_the_instance_known() {
+    let observed = Observed::test()
+        .annotated("an-older-hash")
+        .instance(InstanceView::Running { ip: IP.to_owned() })
+        .outcome(delete_failed(ProviderError::quota("operations per minute")));
+    let decision = decide(&managed_spec(), &replacing_status(), &observed);
+    let status = decision.status();
+    assert_eq!(status.provider_id.as_deref(), Some(ID));
+    assert_eq!(status.conditions[0].reason, "QuotaExceeded");
+    // Something exists, so it is not Pending.
+    assert_eq!(status.phase, Some(Phase::Provisioning));
+    assert_eq!(decision.requeue(), QUOTA_RETRY);
+}
+
+// ---- Permanent and the latch ---------------------------------------------------------------
+
+#[test]
+fn permanent_create_error_fails_and_latches() {
+    let observed = Observed::test().outcome(create_failed(ProviderError::permanent(
+        "zone mars-1 does not exist (spec.placement.zone)",
+    )));
+    let decision = decide(&managed_spec(), &creating_status(), &observed);
+    assert_eq!(
+        decision.actions(),
+        [
+            Action::PatchStatus(latched_status(1)),
+            event(
+                EventType::Warning,
+                "PermanentError",
+                "creating instance proxy-kbqzhquppopaia3n failed permanently: zone mars-1 does \
+                 not exist (spec.placement.zone); nothing is retried until the spec changes",
+            ),
+        ]
+    );
+    assert_eq!(decision.requeue(), Requeue::AwaitChange);
+}
+
+#[test]
+fn permanent_latch_makes_no_provider_call() {
+    let decision = decide(
+        &managed_spec(),
+        &latched_status(1),
+        &Observed::test().at(T1),
+    );
+    assert_eq!(decision.actions(), []);
+    assert_eq!(decision.requeue(), Requeue::AwaitChange);
+}
+
+#[test]
+fn permanent_latch_holds_with_an_instance_too() {
+    // Latched by a failed lookup: the instance is still there, and is left alone.
+    let observed = Observed::test()
+        .annotated("an-older-hash")
+        .instance(InstanceView::Stopped);
+    let latched = ProxyStatus {
+        provider_id: Some(ID.to_owned()),
+        phase: Some(Phase::Failed),
+        ..latched_status(1)
+    };
+    let decision = decide(&managed_spec(), &latched, &observed);
+    assert_eq!(decision.actions(), []);
+    assert_eq!(decision.requeue(), Requeue::AwaitChange);
+}
+
+#[test]
+fn new_generation_releases_the_latch() {
+    let observed = Observed::test().generation(2).at(T1);
+    let decision = decide(&managed_spec(), &latched_status(1), &observed);
+    let creating = status_of(
+        Phase::Provisioning,
+        None,
+        None,
+        2,
+        [
+            (
+                "False",
+                "Creating",
+                "creating instance proxy-kbqzhquppopaia3n with provider pods",
+                // Provisioned stays False: its transition time stays.
+                T0,
+            ),
+            no_address(T0),
+            not_provisioned("not provisioned (Creating)", T0),
+        ],
+    );
+    assert!(matches!(
+        decision.actions(),
+        [Action::Create(_), Action::PatchStatus(status), Action::Event(_)] if *status == creating
+    ));
+    assert_eq!(decision.requeue(), PROVISIONING_POLL);
+}
+
+#[test]
+fn permanent_lookup_error_latches() {
+    let observed = Observed::test()
+        .annotated(testing::hash())
+        .instance(InstanceView::Error(ProviderError::permanent(
+            "malformed providerID",
+        )))
+        .health(IP, true)
+        .at(T1);
+    let decision = decide(&managed_spec(), &running_status(), &observed);
+    let message = "looking up instance crawl/proxy-kbqzhquppopaia3n failed permanently: \
+                   malformed providerID; nothing is retried until the spec changes";
+    let failed = status_of(
+        Phase::Failed,
+        Some(ID),
+        None,
+        1,
+        [
+            ("False", "PermanentError", message, T1),
+            no_address(T1),
+            not_provisioned("not provisioned (PermanentError)", T1),
+        ],
+    );
+    assert_eq!(
+        decision.actions(),
+        [
+            Action::PatchStatus(failed),
+            event(EventType::Warning, "PermanentError", message),
+        ]
+    );
+    assert_eq!(decision.requeue(), Requeue::AwaitChange);
+}
+
+#[test]
+fn permanent_delete_error_during_deletion_never_latches() {
+    let observed = Observed::test()
+        .deleting()
+        .instance(InstanceView::Running { ip: IP.to_owned() })
+        .outcome(delete_failed(ProviderError::permanent("permission denied")));
+    let decision = decide(&managed_spec(), &deleting_status(), &observed);
+    let message = "deleting instance crawl/proxy-kbqzhquppopaia3n failed, retrying with \
+                   backoff: permission denied";
+    assert_eq!(
+        decision.actions(),
+        [
+            Action::PatchStatus(with_message(deleting_status(), message)),
+            event(EventType::Warning, "PermanentError", message),
+        ]
+    );
+    assert_eq!(decision.requeue(), Requeue::Backoff);
+
+    // The next pass deletes again.
+    let observed = Observed::test()
+        .deleting()
+        .instance(InstanceView::Running { ip: IP.to_owned() });
+    let retry = decide(&managed_spec(), decision.status(), &observed);
+    assert_eq!(retry.provider_call(), Some(&delete()));
+    assert_eq!(retry.requeue(), DELETION_POLL);
+}
+
+// ---- Blockers -----------------------------------------------------------------------------
+
+#[test]
+fn unconfigured_provider_fails_without_provider_calls() {
+    let observed = Observed::test().provider_unconfigured();
+    let decision = decide(&managed_spec(), &ProxyStatus::default(), &observed);
+    let message = "provider \"pods\" is not in the operator's providers config";
+    let failed = status_of(
+        Phase::Failed,
+        None,
+        None,
+        1,
+        [
+            ("False", "ProviderNotConfigured", message, T0),
+            no_address(T0),
+            not_provisioned("not provisioned (ProviderNotConfigured)", T0),
+        ],
+    );
+    assert_eq!(
+        decision.actions(),
+        [
+            Action::PatchStatus(failed),
+            event(EventType::Warning, "ProviderNotConfigured", message),
+        ]
+    );
+    assert_eq!(decision.requeue(), Requeue::AwaitChange);
+}
+
+#[test]
+fn unconfigured_provider_blocks_deletion_instead_of_leaking_the_instance() {
+    let observed = Observed::test().deleting().provider_unconfigured();
+    let decision = decide(&managed_spec(), &running_status(), &observed);
+    let message = "cannot delete instance crawl/proxy-kbqzhquppopaia3n: provider \"pods\" is \
+                   not in the operator's providers config; configure the provider, or remove \
+                   the finalizer crawl.example.com/instance by hand to abandon the instance";
+    let blocked = status_of(
+        Phase::Deleting,
+        Some(ID),
+        None,
+        1,
+        [
+            ("False", "ProviderNotConfigured", message, T0),
+            no_address(T0),
+            not_provisioned("not provisioned (ProviderNotConfigured)", T0),
+        ],
+    );
+    assert_eq!(
+        decision.actions(),
+        [
+            Action::PatchStatus(blocked),
+            event(EventType::Warning, "ProviderNotConfigured", message),
+        ]
+    );
+    assert_eq!(decision.requeue(), Requeue::AwaitChange);
+}
+
+#[test]
+fn unavailable_cloud_init_blocks_create() {
+    let observed = Observed::test().cloud_init(CloudInitView::Unavailable {
+        message: "Secret crawl/squid-init has no key user-data".to_owned(),
+    });
+    let decision = decide(&managed_spec(), &ProxyStatus::default(), &observed);
+    let message = "cloud-init is unavailable: Secret crawl/squid-init has no key user-data; \
+                   nothing is created or replaced until it is";
+    let waiting = status_of(
+        Phase::Pending,
+        None,
+        None,
+        1,
+        [
+            ("False", "CloudInitUnavailable", message, T0),
+            no_address(T0),
+            not_provisioned("not provisioned (CloudInitUnavailable)", T0),
+        ],
+    );
+    assert_eq!(
+        decision.actions(),
+        [
+            Action::PatchStatus(waiting),
+            event(EventType::Warning, "CloudInitUnavailable", message),
+        ]
+    );
+    assert_eq!(decision.requeue(), Requeue::After(Duration::from_secs(60)));
+}
+
+#[test]
+fn unavailable_cloud_init_blocks_replacement() {
+    let observed = Observed::test()
+        .annotated("an-older-hash")
+        .instance(InstanceView::Running { ip: IP.to_owned() })
+        .cloud_init(CloudInitView::Unavailable {
+            message: "Secret crawl/squid-init not found".to_owned(),
+        });
+    let decision = decide(&managed_spec(), &running_status(), &observed);
+    assert_eq!(decision.provider_call(), None);
+    let status = decision.status();
+    assert_eq!(status.conditions[0].reason, "CloudInitUnavailable");
+    assert_eq!(status.provider_id.as_deref(), Some(ID));
+    assert_eq!(status.ip, None);
+    assert_eq!(status.phase, Some(Phase::Provisioning));
+}

@@ -1,0 +1,774 @@
+//! State-machine properties of `decide`, against a reference model of its world.
+//!
+//! The model holds one `Proxy` (spec, generation, finalizer, hash annotation, status), its
+//! cloud-init Secret, a simulated provider (instances by name, which the model advances),
+//! and the health engine's verdict. Proptest generates sequences of [`Transition`]s: the
+//! world changes (spec edits, Secret rotation, instances stopping or vanishing, provider
+//! faults, deletion, a stripped annotation, probes, time) and the operator reconciles. A
+//! reconcile drives `decide` exactly as the shell must (see the contract on `decide`),
+//! applies its actions to the model, and checks the invariants after every step. At the end,
+//! faults stop and the model settles: the proxy must converge (or be latched by a permanent
+//! error, which is by design).
+//!
+//! Failing cases are saved under `core/proptest-regressions/props.txt`: commit that file.
+//! `PROPTEST_CASES` raises the number of cases (256 by default).
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use jiff::Timestamp;
+use proptest::collection::vec;
+use proptest::prelude::*;
+use proptest::test_runner::FileFailurePersistence;
+use proxy_core::conditions::{self, HEALTHY, PROVISIONED, READY};
+use proxy_core::naming::instance_name;
+use proxy_core::testing::{self, UID, external_spec, managed_spec};
+use proxy_core::{
+    Action, CloudInitView, Decision, ErrorClass, HealthVerdict, InstanceView, Observed, Outcome,
+    ProviderCall, ProviderError, Requeue, decide,
+};
+use proxy_crd::{CloudInit, Mode, Phase, ProxySpec, ProxyStatus, SecretKeyRef};
+
+/// Something that happens to the world, or a reconcile.
+#[derive(Clone, Debug)]
+enum Transition {
+    /// The controller reconciles the proxy.
+    Reconcile,
+    /// Time passes: instances being deleted get closer to gone.
+    Tick,
+    /// `spec.placement.zone` becomes the zone with this index (a new generation if it changed).
+    SpecChanged(u8),
+    /// The cloud-init Secret's content changes (same generation).
+    CloudInitRotated,
+    /// The cloud-init Secret is deleted (`true`) or restored (`false`).
+    CloudInitMissing(bool),
+    /// Booting instances come up with an address.
+    ProviderReportsRunning,
+    /// Instances stop.
+    ProviderStops,
+    /// Instances are terminated.
+    ProviderTerminates,
+    /// Instances vanish (deleted in the cloud console).
+    ProviderLoses,
+    /// The next provider call fails with this class.
+    ProviderErrors(ErrorClass),
+    /// `kubectl delete px`.
+    DeleteRequested,
+    /// Someone removes the spec hash annotation.
+    HashAnnotationStripped,
+    /// The health engine reaches a verdict on the published address.
+    Probe(bool),
+}
+
+fn transition() -> impl Strategy<Value = Transition> {
+    let class = prop_oneof![
+        Just(ErrorClass::Transient),
+        Just(ErrorClass::Quota),
+        Just(ErrorClass::Permanent),
+    ];
+    prop_oneof![
+        12 => Just(Transition::Reconcile),
+        6 => Just(Transition::Tick),
+        4 => (0..ZONES.len() as u8).prop_map(Transition::SpecChanged),
+        2 => Just(Transition::CloudInitRotated),
+        2 => any::<bool>().prop_map(Transition::CloudInitMissing),
+        4 => Just(Transition::ProviderReportsRunning),
+        2 => Just(Transition::ProviderStops),
+        1 => Just(Transition::ProviderTerminates),
+        1 => Just(Transition::ProviderLoses),
+        3 => class.prop_map(Transition::ProviderErrors),
+        1 => Just(Transition::DeleteRequested),
+        2 => Just(Transition::HashAnnotationStripped),
+        4 => any::<bool>().prop_map(Transition::Probe),
+    ]
+}
+
+const ZONES: [&str; 3] = ["europe-west1-b", "europe-west1-c", "us-east1-b"];
+const SECRET_MISSING: &str = "Secret crawl/squid-init not found";
+/// Ticks a deleted instance keeps reporting `Terminated` before it is gone.
+const DELETION_TICKS: u8 = 2;
+
+#[derive(Clone, Debug)]
+struct SimInstance {
+    id: String,
+    /// The address it gets once it runs.
+    ip: String,
+    state: SimState,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum SimState {
+    Provisioning,
+    Running,
+    Stopped,
+    Terminated,
+    /// Being deleted: gone after this many more ticks.
+    Deleting(u8),
+}
+
+/// The reference model: the world `decide` reasons about, and what the shell has seen of it.
+#[derive(Debug)]
+struct World {
+    mode: Mode,
+    // The Proxy object.
+    exists: bool,
+    spec: ProxySpec,
+    generation: i64,
+    has_finalizer: bool,
+    annotation: Option<String>,
+    deletion_requested: bool,
+    status: ProxyStatus,
+    // The cloud-init Secret.
+    secret_version: u32,
+    secret_present: bool,
+    // The provider.
+    instances: BTreeMap<String, SimInstance>,
+    creates: u32,
+    unique_ids: bool,
+    fault: Option<ErrorClass>,
+    /// The generation in which the provider last answered with a permanent error: the only
+    /// generation the proxy may be latched `Failed` in.
+    permanent_error_generation: Option<i64>,
+    // The health engine.
+    verdict: Option<HealthVerdict>,
+    now: Timestamp,
+    // What the shell has seen, and what triggers the controller.
+    last_lookup: Option<InstanceView>,
+    awaiting_not_found: bool,
+    last_requeue: Requeue,
+    dirty: bool,
+}
+
+impl World {
+    fn new(mode: Mode, unique_ids: bool, stray_finalizer: bool) -> Self {
+        let spec = match mode {
+            Mode::Managed => ProxySpec {
+                cloud_init: Some(CloudInit {
+                    inline: None,
+                    secret_ref: Some(SecretKeyRef {
+                        name: "squid-init".to_owned(),
+                        key: "user-data".to_owned(),
+                    }),
+                }),
+                ..managed_spec()
+            },
+            Mode::External => external_spec(),
+        };
+        Self {
+            mode,
+            exists: true,
+            spec,
+            generation: 1,
+            has_finalizer: mode == Mode::External && stray_finalizer,
+            annotation: None,
+            deletion_requested: false,
+            status: ProxyStatus::default(),
+            secret_version: 0,
+            secret_present: true,
+            instances: BTreeMap::new(),
+            creates: 0,
+            unique_ids,
+            fault: None,
+            permanent_error_generation: None,
+            verdict: None,
+            now: testing::at(testing::T0),
+            last_lookup: None,
+            awaiting_not_found: false,
+            last_requeue: Requeue::AwaitChange,
+            dirty: true,
+        }
+    }
+
+    fn name() -> String {
+        instance_name(UID)
+    }
+
+    fn secret_content(&self) -> Option<String> {
+        self.secret_present
+            .then(|| format!("#cloud-config\n# version {}\n", self.secret_version))
+    }
+
+    /// The spec hash of the current spec and Secret, if the Secret exists.
+    fn current_hash(&self) -> Option<String> {
+        let content = self.secret_content()?;
+        Some(testing::hash_of(&self.spec, Some(&content)))
+    }
+
+    fn apply(&mut self, transition: &Transition) -> Result<(), TestCaseError> {
+        match transition {
+            Transition::Reconcile => return self.reconcile(),
+            Transition::Tick => self.tick(),
+            Transition::SpecChanged(zone) => {
+                let zone = ZONES[usize::from(*zone)].to_owned();
+                if let Some(placement) = self.spec.placement.as_mut()
+                    && placement.zone.as_deref() != Some(&zone)
+                {
+                    placement.zone = Some(zone);
+                    self.generation += 1;
+                    self.dirty = true;
+                }
+            }
+            Transition::CloudInitRotated => {
+                self.secret_version += 1;
+                self.dirty = true;
+            }
+            Transition::CloudInitMissing(missing) => {
+                self.secret_present = !missing;
+                self.dirty = true;
+            }
+            Transition::ProviderReportsRunning => self.boot(),
+            Transition::ProviderStops => self.each_live_instance(SimState::Stopped),
+            Transition::ProviderTerminates => self.each_live_instance(SimState::Terminated),
+            Transition::ProviderLoses => self.instances.clear(),
+            Transition::ProviderErrors(class) => self.fault = Some(*class),
+            Transition::DeleteRequested => {
+                if self.exists && self.has_finalizer {
+                    self.deletion_requested = true;
+                    self.dirty = true;
+                } else if self.exists {
+                    prop_assert!(
+                        self.instances.is_empty(),
+                        "Proxy deleted without a finalizer while its instance exists: {:?}",
+                        self.instances
+                    );
+                    self.exists = false;
+                }
+            }
+            Transition::HashAnnotationStripped => {
+                self.annotation = None;
+                self.dirty = true;
+            }
+            Transition::Probe(healthy) => {
+                if let Some(ip) = &self.status.ip {
+                    self.verdict = Some(HealthVerdict {
+                        host: ip.clone(),
+                        healthy: *healthy,
+                        latency_ms: 20,
+                        probed_at: self.now,
+                    });
+                    self.dirty = true;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The injected fault, if one is pending: the next provider call fails with it.
+    fn take_fault(&mut self) -> Option<ProviderError> {
+        let class = self.fault.take()?;
+        if class == ErrorClass::Permanent {
+            self.permanent_error_generation = Some(self.generation);
+        }
+        Some(ProviderError {
+            class,
+            message: format!("injected {class:?} fault"),
+        })
+    }
+
+    fn tick(&mut self) {
+        self.now += Duration::from_secs(5);
+        self.instances.retain(|_, instance| match instance.state {
+            SimState::Deleting(0 | 1) => false,
+            SimState::Deleting(left) => {
+                instance.state = SimState::Deleting(left - 1);
+                true
+            }
+            SimState::Provisioning
+            | SimState::Running
+            | SimState::Stopped
+            | SimState::Terminated => true,
+        });
+    }
+
+    fn boot(&mut self) {
+        for instance in self.instances.values_mut() {
+            if instance.state == SimState::Provisioning {
+                instance.state = SimState::Running;
+            }
+        }
+    }
+
+    fn each_live_instance(&mut self, state: SimState) {
+        for instance in self.instances.values_mut() {
+            match instance.state {
+                SimState::Provisioning | SimState::Running => instance.state = state,
+                SimState::Stopped | SimState::Terminated | SimState::Deleting(_) => {}
+            }
+        }
+    }
+
+    /// The provider's `get`.
+    fn get(&mut self, provider_id: &str) -> InstanceView {
+        if let Some(error) = self.take_fault() {
+            return InstanceView::Error(error);
+        }
+        let found = self.instances.values().find(|i| i.id == provider_id);
+        let view = match found {
+            None => InstanceView::NotFound,
+            Some(instance) => match instance.state {
+                SimState::Provisioning => InstanceView::Provisioning,
+                SimState::Running => InstanceView::Running {
+                    ip: instance.ip.clone(),
+                },
+                SimState::Stopped => InstanceView::Stopped,
+                SimState::Terminated | SimState::Deleting(_) => InstanceView::Terminated,
+            },
+        };
+        if view == InstanceView::NotFound {
+            self.awaiting_not_found = false;
+        }
+        self.last_lookup = Some(view.clone());
+        view
+    }
+
+    /// What the shell observes: `get` only when status has a providerID and the provider is
+    /// configured (External proxies have no provider).
+    fn observe(&mut self) -> Observed {
+        let provider_configured = self.mode == Mode::Managed;
+        let instance = match (&self.status.provider_id, provider_configured) {
+            (Some(id), true) => self.get(&id.clone()),
+            (Some(_), false) | (None, _) => InstanceView::NotLookedUp,
+        };
+        let cloud_init = match self.secret_content() {
+            Some(content) => CloudInitView::Resolved { content },
+            None => CloudInitView::Unavailable {
+                message: SECRET_MISSING.to_owned(),
+            },
+        };
+        let mut observed = Observed::test()
+            .generation(self.generation)
+            .cloud_init(cloud_init)
+            .instance(instance);
+        observed.now = self.now;
+        observed.provider_configured = provider_configured;
+        observed.object.has_finalizer = self.has_finalizer;
+        observed.object.deletion_requested = self.deletion_requested;
+        observed.object.spec_hash_annotation = self.annotation.clone();
+        observed.health = self.verdict.clone();
+        observed
+    }
+
+    /// One reconcile, driven exactly as the contract on `decide` says.
+    fn reconcile(&mut self) -> Result<(), TestCaseError> {
+        if !self.exists {
+            return Ok(());
+        }
+        let spec = self.spec.clone();
+        let status = self.status.clone();
+        let observed = self.observe();
+
+        let first = decide_twice(&spec, &status, &observed)?;
+        check_shape(&first, false)?;
+        check_story(&status, &first)?;
+        self.execute_metadata(&first)?;
+        let mut decisions = vec![first];
+        if let Some(call) = decisions[0].provider_call().cloned() {
+            let outcome = self.call(&call, &observed)?;
+            let observed = Observed {
+                outcome: Some(outcome),
+                ..observed
+            };
+            let second = decide_twice(&spec, decisions[0].status(), &observed)?;
+            check_shape(&second, true)?;
+            check_story(decisions[0].status(), &second)?;
+            self.execute_metadata(&second)?;
+            decisions.push(second);
+        }
+        // Status is written once: the last PatchStatus of the reconcile wins.
+        let patch = decisions
+            .iter()
+            .flat_map(|decision| decision.actions())
+            .rev()
+            .find_map(|action| match action {
+                Action::PatchStatus(status) => Some(status),
+                Action::AddFinalizer
+                | Action::RemoveFinalizer
+                | Action::SetSpecHash { .. }
+                | Action::Create(_)
+                | Action::Delete { .. }
+                | Action::Event(_) => None,
+            });
+        if let Some(status) = patch {
+            prop_assert!(self.exists, "status written after the object was removed");
+            self.status = status.clone();
+            self.dirty = true;
+        }
+        let last = decisions.last().expect("one decision at least");
+        if self.exists {
+            prop_assert_eq!(
+                &self.status,
+                last.status(),
+                "the status written is not the one the last decision wanted"
+            );
+        }
+        self.last_requeue = last.requeue();
+        self.check_status()
+    }
+
+    fn execute_metadata(&mut self, decision: &Decision) -> Result<(), TestCaseError> {
+        for action in decision.actions() {
+            match action {
+                Action::AddFinalizer => {
+                    prop_assert_eq!(self.mode, Mode::Managed, "finalizer on an External proxy");
+                    prop_assert!(!self.deletion_requested, "finalizer added during deletion");
+                    self.has_finalizer = true;
+                    self.dirty = true;
+                }
+                Action::RemoveFinalizer => {
+                    prop_assert!(
+                        self.instances.is_empty(),
+                        "finalizer removed while an instance may exist: {:?}",
+                        self.instances
+                    );
+                    self.has_finalizer = false;
+                    self.dirty = true;
+                    if self.deletion_requested {
+                        self.exists = false;
+                    }
+                }
+                Action::SetSpecHash { hash } => {
+                    prop_assert_eq!(self.mode, Mode::Managed);
+                    prop_assert!(!hash.is_empty());
+                    self.annotation = Some(hash.clone());
+                    self.dirty = true;
+                }
+                Action::Create(_)
+                | Action::Delete { .. }
+                | Action::PatchStatus(_)
+                | Action::Event(_) => {}
+            }
+        }
+        Ok(())
+    }
+
+    /// The provider call, with the invariants that guard it.
+    fn call(&mut self, call: &Action, observed: &Observed) -> Result<Outcome, TestCaseError> {
+        prop_assert_eq!(
+            self.mode,
+            Mode::Managed,
+            "provider call for an External proxy"
+        );
+        match call {
+            Action::Create(request) => {
+                let name = &request.instance_name;
+                prop_assert_eq!(name, &Self::name());
+                prop_assert!(
+                    !self.instances.contains_key(name),
+                    "create while an instance exists under the name {}: {:?}",
+                    name,
+                    self.instances
+                );
+                prop_assert!(
+                    !self.awaiting_not_found,
+                    "create before the deleted instance was observed NotFound"
+                );
+                prop_assert!(!self.deletion_requested, "create during deletion");
+                prop_assert_eq!(request.cloud_init.clone(), self.secret_content());
+                if let Some(error) = self.take_fault() {
+                    return Ok(Outcome::Failed {
+                        call: ProviderCall::Create,
+                        error,
+                    });
+                }
+                self.creates += 1;
+                let id = if self.unique_ids {
+                    format!("zones/z/instances/{name}-{}", self.creates)
+                } else {
+                    format!("crawl/{name}")
+                };
+                self.instances.insert(
+                    name.clone(),
+                    SimInstance {
+                        id: id.clone(),
+                        ip: format!("10.0.{}.{}", self.creates / 200, self.creates % 200 + 1),
+                        state: SimState::Provisioning,
+                    },
+                );
+                self.last_lookup = None;
+                Ok(Outcome::Created { provider_id: id })
+            }
+            Action::Delete { provider_id, .. } => {
+                if !self.deletion_requested {
+                    match &observed.instance {
+                        InstanceView::Stopped | InstanceView::Terminated => {}
+                        InstanceView::NotLookedUp
+                        | InstanceView::Provisioning
+                        | InstanceView::Running { .. }
+                        | InstanceView::NotFound
+                        | InstanceView::Error(_) => {
+                            // A replacement: only when the annotation names another spec.
+                            let annotation = observed.object.spec_hash_annotation.as_deref();
+                            let current = self.current_hash();
+                            prop_assert!(
+                                annotation.is_some_and(|a| !a.is_empty())
+                                    && annotation != current.as_deref(),
+                                "replaced although the hash is unchanged: annotation {:?}, \
+                                 hash {:?}",
+                                annotation,
+                                current
+                            );
+                        }
+                    }
+                }
+                self.awaiting_not_found = true;
+                if let Some(error) = self.take_fault() {
+                    return Ok(Outcome::Failed {
+                        call: ProviderCall::Delete,
+                        error,
+                    });
+                }
+                for instance in self.instances.values_mut() {
+                    if &instance.id == provider_id {
+                        match instance.state {
+                            SimState::Deleting(_) => {}
+                            SimState::Provisioning
+                            | SimState::Running
+                            | SimState::Stopped
+                            | SimState::Terminated => {
+                                instance.state = SimState::Deleting(DELETION_TICKS);
+                            }
+                        }
+                    }
+                }
+                Ok(Outcome::Deleted)
+            }
+            Action::AddFinalizer
+            | Action::RemoveFinalizer
+            | Action::SetSpecHash { .. }
+            | Action::PatchStatus(_)
+            | Action::Event(_) => Err(TestCaseError::fail(format!(
+                "not a provider call: {call:?}"
+            ))),
+        }
+    }
+
+    /// Invariants of the status, after every reconcile.
+    fn check_status(&self) -> Result<(), TestCaseError> {
+        if !self.exists || self.status == ProxyStatus::default() {
+            return Ok(());
+        }
+        let status = &self.status;
+        let condition = |type_| conditions::find(status, type_).map(|c| c.status.as_str());
+        prop_assert!(status.ip.as_deref() != Some(""), "empty IP published");
+        match self.mode {
+            Mode::Managed => {
+                if let Some(ip) = &status.ip {
+                    prop_assert_eq!(
+                        self.last_lookup.clone(),
+                        Some(InstanceView::Running { ip: ip.clone() }),
+                        "IP published although the last lookup did not say Running there"
+                    );
+                }
+            }
+            Mode::External => {
+                prop_assert_eq!(status.ip.as_deref(), Some(testing::EXTERNAL_HOST));
+                prop_assert_eq!(&status.provider_id, &None);
+            }
+        }
+        prop_assert_eq!(
+            status.ip.is_some(),
+            condition(PROVISIONED) == Some(conditions::TRUE),
+            "an address without Provisioned=True, or the reverse"
+        );
+        if condition(READY) == Some(conditions::TRUE) {
+            prop_assert_eq!(condition(PROVISIONED), Some(conditions::TRUE));
+            prop_assert_eq!(condition(HEALTHY), Some(conditions::TRUE));
+        }
+        if condition(HEALTHY) != Some(conditions::UNKNOWN) {
+            let host = self.verdict.as_ref().map(|v| v.host.as_str());
+            prop_assert_eq!(
+                host,
+                status.ip.as_deref(),
+                "a verdict about another address"
+            );
+        }
+        for c in &status.conditions {
+            prop_assert_eq!(c.observed_generation, status.observed_generation);
+        }
+        if self.deletion_requested {
+            prop_assert_eq!(status.phase, Some(Phase::Deleting));
+        }
+        if self.latched() {
+            prop_assert_eq!(
+                self.permanent_error_generation,
+                Some(self.generation),
+                "latched without a permanent error in this generation"
+            );
+        }
+        Ok(())
+    }
+
+    /// Whether a permanent error latched the proxy for the current generation.
+    fn latched(&self) -> bool {
+        conditions::find(&self.status, PROVISIONED).is_some_and(|c| {
+            c.reason == "PermanentError" && c.observed_generation == Some(self.generation)
+        })
+    }
+
+    /// Faults stop, the Secret comes back, the provider and the health engine do their part,
+    /// and the controller reconciles whenever a watch or a requeue would make it: the proxy
+    /// must converge.
+    fn settle(&mut self) -> Result<(), TestCaseError> {
+        self.fault = None;
+        if !self.secret_present {
+            self.secret_present = true;
+            self.dirty = true;
+        }
+        for _ in 0..40 {
+            let requeued = match self.last_requeue {
+                Requeue::After(_) | Requeue::Backoff => true,
+                Requeue::AwaitChange => false,
+            };
+            if self.dirty || requeued {
+                self.dirty = false;
+                self.reconcile()?;
+            }
+            self.boot();
+            self.tick();
+            let probed = self.status.ip.clone().filter(|ip| {
+                self.verdict
+                    .as_ref()
+                    .is_none_or(|v| &v.host != ip || !v.healthy)
+            });
+            if probed.is_some() {
+                self.apply(&Transition::Probe(true))?;
+            }
+        }
+
+        if !self.exists {
+            prop_assert!(self.instances.is_empty(), "instance left behind");
+            return Ok(());
+        }
+        prop_assert!(!self.deletion_requested, "deletion did not complete");
+        if self.mode == Mode::Managed {
+            if self.latched() {
+                return Ok(());
+            }
+            let instance = self.instances.get(&Self::name());
+            prop_assert!(instance.is_some(), "no instance: {:?}", self.status);
+            let instance = instance.expect("checked above");
+            prop_assert_eq!(instance.state, SimState::Running);
+            prop_assert_eq!(
+                self.status.provider_id.as_deref(),
+                Some(instance.id.as_str())
+            );
+            prop_assert_eq!(self.status.ip.as_deref(), Some(instance.ip.as_str()));
+            prop_assert_eq!(self.annotation.clone(), self.current_hash());
+        }
+        prop_assert_eq!(self.status.phase, Some(Phase::Ready), "{:?}", self.status);
+        Ok(())
+    }
+}
+
+/// `decide`, called twice: the same input must give the same output.
+fn decide_twice(
+    spec: &ProxySpec,
+    status: &ProxyStatus,
+    observed: &Observed,
+) -> Result<Decision, TestCaseError> {
+    let decision = decide(spec, status, observed);
+    prop_assert_eq!(
+        &decision,
+        &decide(spec, status, observed),
+        "not deterministic"
+    );
+    Ok(decision)
+}
+
+/// The order the contract promises: metadata writes, at most one provider call (none in a
+/// second decision), at most one status write (carrying the decision's status), events. That
+/// no status is written after the finalizer of a deleted object is gone is checked by the
+/// model, which removes the object.
+fn check_shape(decision: &Decision, second: bool) -> Result<(), TestCaseError> {
+    let rank = |action: &Action| match action {
+        Action::AddFinalizer | Action::RemoveFinalizer | Action::SetSpecHash { .. } => 0,
+        Action::Create(_) | Action::Delete { .. } => 1,
+        Action::PatchStatus(_) => 2,
+        Action::Event(_) => 3,
+    };
+    let actions = decision.actions();
+    prop_assert!(
+        actions.windows(2).all(|w| rank(&w[0]) <= rank(&w[1])),
+        "out of order: {:?}",
+        actions
+    );
+    let count = |r| actions.iter().filter(|a| rank(a) == r).count();
+    prop_assert!(
+        count(1) <= usize::from(!second),
+        "provider calls: {:?}",
+        actions
+    );
+    prop_assert!(count(2) <= 1);
+    for action in actions {
+        if let Action::PatchStatus(status) = action {
+            prop_assert_eq!(status, decision.status());
+        }
+    }
+    Ok(())
+}
+
+/// `kubectl describe px` tells the story: every change of the `Provisioned` condition's
+/// status or reason comes with an event carrying the new reason.
+fn check_story(input: &ProxyStatus, decision: &Decision) -> Result<(), TestCaseError> {
+    let state = |status: &ProxyStatus| {
+        conditions::find(status, PROVISIONED).map(|c| (c.status.clone(), c.reason.clone()))
+    };
+    let Some((_, reason)) = state(decision.status()) else {
+        return Ok(());
+    };
+    if state(input) != state(decision.status()) {
+        prop_assert!(
+            decision
+                .actions()
+                .iter()
+                .any(|action| matches!(action, Action::Event(event) if event.reason == reason)),
+            "no event for the change to {}: {:?}",
+            reason,
+            decision.actions()
+        );
+    }
+    Ok(())
+}
+
+fn run(
+    mode: Mode,
+    unique_ids: bool,
+    stray_finalizer: bool,
+    transitions: &[Transition],
+) -> Result<(), TestCaseError> {
+    let mut world = World::new(mode, unique_ids, stray_finalizer);
+    for transition in transitions {
+        world.apply(transition)?;
+    }
+    world.settle()
+}
+
+fn config() -> ProptestConfig {
+    ProptestConfig {
+        failure_persistence: Some(Box::new(FileFailurePersistence::Direct(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/proptest-regressions/props.txt"
+        )))),
+        ..ProptestConfig::default()
+    }
+}
+
+proptest! {
+    #![proptest_config(config())]
+
+    #[test]
+    fn managed_proxy_keeps_every_invariant(
+        transitions in vec(transition(), 1..60),
+        unique_ids in any::<bool>(),
+    ) {
+        run(Mode::Managed, unique_ids, false, &transitions)?;
+    }
+
+    #[test]
+    fn external_proxy_never_touches_a_provider(
+        transitions in vec(transition(), 1..60),
+        stray_finalizer in any::<bool>(),
+    ) {
+        run(Mode::External, false, stray_finalizer, &transitions)?;
+    }
+}

@@ -1,0 +1,335 @@
+//! How `decide` writes status: `lastTransitionTime`, `observedGeneration`, health and
+//! readiness, when it writes nothing, and the phase truth table.
+
+mod support;
+
+use proxy_core::phase::{Progress, compute_phase};
+use proxy_core::testing::{self, EXTERNAL_HOST, T0, external_spec, managed_spec, status_of};
+use proxy_core::{
+    Action, CloudInitView, EventType, InstanceView, Observed, Outcome, ProviderError, decide,
+};
+use proxy_crd::{Phase, ProxyStatus};
+use support::{
+    ID, IP, T1, creating_status, event, no_address, not_provisioned, probe_succeeded,
+    provisioning_status, ready, running_status,
+};
+
+/// `(status, reason, lastTransitionTime)` of each condition, in order.
+fn transitions(status: &ProxyStatus) -> Vec<(&str, &str, &str)> {
+    status
+        .conditions
+        .iter()
+        .map(|c| {
+            (
+                c.status.as_str(),
+                c.reason.as_str(),
+                c.last_transition_time.as_str(),
+            )
+        })
+        .collect()
+}
+
+fn running(ip: &str) -> Observed {
+    Observed::test()
+        .annotated(testing::hash())
+        .instance(InstanceView::Running { ip: ip.to_owned() })
+}
+
+// ---- lastTransitionTime and observedGeneration --------------------------------------------
+
+#[test]
+fn transition_time_is_kept_when_only_the_reason_changes() {
+    let observed = Observed::test().at(T1).outcome(Outcome::Created {
+        provider_id: ID.to_owned(),
+    });
+    let decision = decide(&managed_spec(), &creating_status(), &observed);
+    assert_eq!(
+        transitions(decision.status()),
+        [
+            ("False", "Provisioning", T0),
+            ("Unknown", "NoAddress", T0),
+            ("False", "NotProvisioned", T0),
+        ]
+    );
+}
+
+#[test]
+fn transition_time_is_now_when_the_status_changes() {
+    let decision = decide(&managed_spec(), &provisioning_status(), &running(IP).at(T1));
+    assert_eq!(
+        transitions(decision.status()),
+        [
+            ("True", "Created", T1),
+            // Still Unknown, now for another reason: no transition.
+            ("Unknown", "AwaitingProbe", T0),
+            ("False", "AwaitingProbe", T0),
+        ]
+    );
+}
+
+#[test]
+fn every_condition_carries_the_current_generation() {
+    let observed = running(IP).health(IP, true).generation(3).at(T1);
+    let decision = decide(&managed_spec(), &running_status(), &observed);
+    let status = decision.status();
+    assert_eq!(status.observed_generation, Some(3));
+    for condition in &status.conditions {
+        assert_eq!(condition.observed_generation, Some(3), "{condition:?}");
+        assert_eq!(condition.last_transition_time, T0, "{condition:?}");
+    }
+    // Only the generations changed, and that is worth one write.
+    assert!(matches!(decision.actions(), [Action::PatchStatus(_)]));
+}
+
+// ---- When nothing is written --------------------------------------------------------------
+
+#[test]
+fn deciding_again_from_its_own_status_writes_nothing() {
+    let scenarios = [
+        ("starting", provisioning_status(), running("")),
+        ("running", running_status(), running(IP).health(IP, true)),
+        (
+            "lookup failed",
+            running_status(),
+            Observed::test()
+                .annotated(testing::hash())
+                .instance(InstanceView::Error(ProviderError::transient("timeout"))),
+        ),
+        (
+            "cloud-init missing",
+            ProxyStatus::default(),
+            Observed::test().cloud_init(CloudInitView::Unavailable {
+                message: "no Secret".to_owned(),
+            }),
+        ),
+        (
+            "provider unconfigured",
+            ProxyStatus::default(),
+            Observed::test().provider_unconfigured(),
+        ),
+    ];
+    for (name, status, observed) in scenarios {
+        let first = decide(&managed_spec(), &status, &observed);
+        assert_eq!(first.provider_call(), None, "{name}");
+        let again = decide(&managed_spec(), first.status(), &observed.at(T1));
+        assert_eq!(again.status(), first.status(), "{name}");
+        assert!(
+            !again
+                .actions()
+                .iter()
+                .any(|action| matches!(action, Action::PatchStatus(_))),
+            "{name}: {:?}",
+            again.actions()
+        );
+    }
+    let external = Observed::test()
+        .without_finalizer()
+        .health(EXTERNAL_HOST, true);
+    let first = decide(&external_spec(), &ProxyStatus::default(), &external);
+    let again = decide(&external_spec(), first.status(), &external.at(T1));
+    assert_eq!(again.actions(), []);
+}
+
+// ---- Health and readiness -----------------------------------------------------------------
+
+#[test]
+fn healthy_verdict_on_the_published_address_makes_it_ready() {
+    let before = decide(&managed_spec(), &provisioning_status(), &running(IP));
+    let observed = running(IP).health(IP, true).at(T1);
+    let decision = decide(&managed_spec(), before.status(), &observed);
+    let expected = ProxyStatus {
+        last_probe_latency_ms: Some(42),
+        last_health_check_time: Some(T0.to_owned()),
+        ..status_of(
+            Phase::Ready,
+            Some(ID),
+            Some(IP),
+            1,
+            [
+                (
+                    "True",
+                    "Created",
+                    "instance crawl/proxy-kbqzhquppopaia3n is running at 10.0.0.7",
+                    T0,
+                ),
+                probe_succeeded(T1),
+                ready(T1),
+            ],
+        )
+    };
+    assert_eq!(
+        decision.actions(),
+        [
+            Action::PatchStatus(expected),
+            event(
+                EventType::Normal,
+                "ProbeSucceeded",
+                "probes through the proxy succeed",
+            ),
+        ]
+    );
+}
+
+#[test]
+fn unhealthy_verdict_makes_it_unhealthy() {
+    let observed = running(IP).health(IP, false).at(T1);
+    let decision = decide(&managed_spec(), &running_status(), &observed);
+    let expected = ProxyStatus {
+        last_probe_latency_ms: Some(42),
+        last_health_check_time: Some(T0.to_owned()),
+        ..status_of(
+            Phase::Unhealthy,
+            Some(ID),
+            Some(IP),
+            1,
+            [
+                (
+                    "True",
+                    "Created",
+                    "instance crawl/proxy-kbqzhquppopaia3n is running at 10.0.0.7",
+                    T0,
+                ),
+                ("False", "ProbeFailed", "probes through the proxy fail", T1),
+                (
+                    "False",
+                    "ProbeFailed",
+                    "provisioned, but failing its probes",
+                    T1,
+                ),
+            ],
+        )
+    };
+    assert_eq!(
+        decision.actions(),
+        [
+            Action::PatchStatus(expected),
+            event(
+                EventType::Warning,
+                "ProbeFailed",
+                "probes through the proxy fail",
+            ),
+        ]
+    );
+}
+
+#[test]
+fn verdict_about_another_address_is_ignored() {
+    // The replacement runs at a new address; the engine's verdict is about the old one.
+    let observed = running("10.0.0.8").health(IP, true).at(T1);
+    let decision = decide(&managed_spec(), &running_status(), &observed);
+    let status = decision.status();
+    assert_eq!(status.ip.as_deref(), Some("10.0.0.8"));
+    assert_eq!(
+        transitions(status)[1..],
+        [
+            ("Unknown", "AwaitingProbe", T1),
+            ("False", "AwaitingProbe", T1)
+        ]
+    );
+    assert_eq!(status.phase, Some(Phase::Provisioning));
+    assert_eq!(status.last_probe_latency_ms, None);
+    assert_eq!(status.last_health_check_time, None);
+}
+
+#[test]
+fn losing_the_address_drops_the_verdict() {
+    let observed = Observed::test()
+        .annotated(testing::hash())
+        .instance(InstanceView::Provisioning)
+        .health(IP, true)
+        .at(T1);
+    let decision = decide(&managed_spec(), &running_status(), &observed);
+    let expected = status_of(
+        Phase::Provisioning,
+        Some(ID),
+        None,
+        1,
+        [
+            (
+                "False",
+                "Provisioning",
+                "instance crawl/proxy-kbqzhquppopaia3n is starting",
+                T1,
+            ),
+            no_address(T1),
+            not_provisioned("not provisioned (Provisioning)", T1),
+        ],
+    );
+    assert_eq!(decision.status(), &expected);
+}
+
+#[test]
+fn external_endpoint_is_the_address_probed() {
+    let observed = Observed::test().without_finalizer();
+    let decision = decide(&external_spec(), &ProxyStatus::default(), &observed);
+    assert_eq!(
+        transitions(decision.status())[1],
+        ("Unknown", "AwaitingProbe", T0)
+    );
+    let observed = observed.health(EXTERNAL_HOST, false);
+    let decision = decide(&external_spec(), decision.status(), &observed);
+    assert_eq!(decision.status().phase, Some(Phase::Unhealthy));
+}
+
+// ---- Phase ----------------------------------------------------------------------------------
+
+#[test]
+fn phase_truth_table() {
+    use Phase::*;
+    use Progress::*;
+    #[rustfmt::skip]
+    let table = [
+        // deleting, progress,     verdict,      phase
+        (true,  NotStarted,  None,        Deleting),
+        (true,  NotStarted,  Some(true),  Deleting),
+        (true,  NotStarted,  Some(false), Deleting),
+        (true,  InProgress,  None,        Deleting),
+        (true,  InProgress,  Some(true),  Deleting),
+        (true,  InProgress,  Some(false), Deleting),
+        (true,  Provisioned, None,        Deleting),
+        (true,  Provisioned, Some(true),  Deleting),
+        (true,  Provisioned, Some(false), Deleting),
+        // Deletion never shows Failed.
+        (true,  Progress::Failed, None,        Deleting),
+        (true,  Progress::Failed, Some(true),  Deleting),
+        (true,  Progress::Failed, Some(false), Deleting),
+        (false, NotStarted,  None,        Pending),
+        (false, NotStarted,  Some(true),  Pending),
+        (false, NotStarted,  Some(false), Pending),
+        (false, InProgress,  None,        Provisioning),
+        (false, InProgress,  Some(true),  Provisioning),
+        (false, InProgress,  Some(false), Provisioning),
+        // Provisioned but never probed: not Ready.
+        (false, Provisioned, None,        Provisioning),
+        (false, Provisioned, Some(true),  Ready),
+        (false, Provisioned, Some(false), Unhealthy),
+        (false, Progress::Failed, None,        Phase::Failed),
+        (false, Progress::Failed, Some(true),  Phase::Failed),
+        (false, Progress::Failed, Some(false), Phase::Failed),
+    ];
+    for (deleting, progress, verdict, phase) in table {
+        assert_eq!(
+            compute_phase(deleting, progress, verdict),
+            phase,
+            "deleting={deleting} progress={progress:?} verdict={verdict:?}"
+        );
+    }
+}
+
+#[test]
+fn deletion_of_a_failed_proxy_shows_deleting() {
+    let failed = decide(
+        &managed_spec(),
+        &running_status(),
+        &Observed::test()
+            .annotated(testing::hash())
+            .instance(InstanceView::Error(ProviderError::permanent("gone wrong"))),
+    );
+    assert_eq!(failed.status().phase, Some(Phase::Failed));
+    let observed = Observed::test()
+        .deleting()
+        .instance(InstanceView::Running { ip: IP.to_owned() });
+    let deleting = decide(&managed_spec(), failed.status(), &observed);
+    assert!(deleting.provider_call().is_some());
+    assert_eq!(deleting.status().phase, Some(Phase::Deleting));
+}

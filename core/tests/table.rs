@@ -1,0 +1,739 @@
+//! The reconcile action table, one test per row: Managed (seed 000, Step 4), deletion and
+//! External. Each test feeds `decide` one situation and asserts the whole decision: every
+//! action in order, and the requeue.
+
+mod support;
+
+use proxy_core::testing::{
+    self, CLOUD_INIT, EXTERNAL_HOST, INSTANCE, NAME, NAMESPACE, PROVIDER, T0, UID, external_spec,
+    managed_spec, status_of,
+};
+use proxy_core::{
+    Action, CreateRequest, EventType, InstanceView, Observed, Outcome, ProviderError, Requeue,
+    decide,
+};
+use proxy_crd::{Phase, ProxyStatus};
+use support::{
+    DELETION_POLL, DRIFT_POLL, ID, IP, PROVISIONING_POLL, SOON, awaiting_probe, creating_status,
+    delete, deleting_status, event, no_address, not_provisioned, probe_succeeded,
+    provisioning_status, ready, replacing_status, running_status,
+};
+
+fn create_request() -> CreateRequest {
+    CreateRequest {
+        provider: PROVIDER.to_owned(),
+        instance_name: INSTANCE.to_owned(),
+        namespace: NAMESPACE.to_owned(),
+        name: NAME.to_owned(),
+        uid: UID.to_owned(),
+        placement: managed_spec().placement,
+        cloud_init: Some(CLOUD_INIT.to_owned()),
+        port: 3128,
+    }
+}
+
+/// What the first call writes when a stopped or terminated instance is deleted.
+fn recreating_status(reason: &str, message: &str) -> ProxyStatus {
+    let ready_message = format!("not provisioned ({reason})");
+    status_of(
+        Phase::Provisioning,
+        Some(ID),
+        None,
+        1,
+        [
+            ("False", reason, message, T0),
+            no_address(T0),
+            not_provisioned(&ready_message, T0),
+        ],
+    )
+}
+
+// ---- Managed ------------------------------------------------------------------------------
+
+#[test]
+fn managed_without_finalizer_adds_it_and_nothing_else() {
+    let observed = Observed::test().without_finalizer();
+    let decision = decide(&managed_spec(), &ProxyStatus::default(), &observed);
+    assert_eq!(decision.actions(), [Action::AddFinalizer]);
+    assert_eq!(decision.requeue(), Requeue::AwaitChange);
+    assert_eq!(decision.status(), &ProxyStatus::default());
+}
+
+#[test]
+fn no_provider_id_creates_with_the_deterministic_name() {
+    let decision = decide(&managed_spec(), &ProxyStatus::default(), &Observed::test());
+    assert_eq!(
+        decision.actions(),
+        [
+            Action::Create(create_request()),
+            Action::PatchStatus(creating_status()),
+            event(
+                EventType::Normal,
+                "Creating",
+                "creating instance proxy-kbqzhquppopaia3n with provider pods",
+            ),
+        ]
+    );
+    assert_eq!(decision.requeue(), PROVISIONING_POLL);
+    assert!(decision.provider_call().is_some());
+}
+
+#[test]
+fn no_provider_id_creates_whatever_the_annotation_says() {
+    // Status lost, or a replacement whose old instance is gone: the annotation names an older
+    // spec, and the create path ignores it (the create outcome rewrites it).
+    let observed = Observed::test().annotated("an-older-hash");
+    let decision = decide(&managed_spec(), &ProxyStatus::default(), &observed);
+    assert_eq!(
+        decision.provider_call(),
+        Some(&Action::Create(create_request()))
+    );
+}
+
+#[test]
+fn create_outcome_sets_provider_id_and_hash_annotation() {
+    let observed = Observed::test().outcome(Outcome::Created {
+        provider_id: ID.to_owned(),
+    });
+    let decision = decide(&managed_spec(), &creating_status(), &observed);
+    let provisioning = status_of(
+        Phase::Provisioning,
+        Some(ID),
+        None,
+        1,
+        [
+            (
+                "False",
+                "Provisioning",
+                "created instance crawl/proxy-kbqzhquppopaia3n: waiting for it to run",
+                T0,
+            ),
+            no_address(T0),
+            not_provisioned("not provisioned (Provisioning)", T0),
+        ],
+    );
+    assert_eq!(
+        decision.actions(),
+        [
+            Action::SetSpecHash {
+                hash: testing::hash()
+            },
+            Action::PatchStatus(provisioning),
+            event(
+                EventType::Normal,
+                "Provisioning",
+                "created instance crawl/proxy-kbqzhquppopaia3n: waiting for it to run",
+            ),
+        ]
+    );
+    assert_eq!(decision.requeue(), PROVISIONING_POLL);
+}
+
+#[test]
+fn create_outcome_with_a_matching_annotation_leaves_it_alone() {
+    // A recreate after a stop: the annotation already names this spec.
+    let observed = Observed::test()
+        .annotated(testing::hash())
+        .outcome(Outcome::Created {
+            provider_id: ID.to_owned(),
+        });
+    let decision = decide(&managed_spec(), &creating_status(), &observed);
+    assert!(
+        !decision
+            .actions()
+            .iter()
+            .any(|action| matches!(action, Action::SetSpecHash { .. })),
+        "{:?}",
+        decision.actions()
+    );
+}
+
+#[test]
+fn provisioning_clears_ip_and_reports_provisioning() {
+    let observed = Observed::test()
+        .annotated(testing::hash())
+        .instance(InstanceView::Provisioning);
+    let decision = decide(&managed_spec(), &running_status(), &observed);
+    assert_eq!(
+        decision.actions(),
+        [
+            Action::PatchStatus(provisioning_status()),
+            event(
+                EventType::Normal,
+                "Provisioning",
+                "instance crawl/proxy-kbqzhquppopaia3n is starting",
+            ),
+        ]
+    );
+    assert_eq!(decision.requeue(), PROVISIONING_POLL);
+}
+
+#[test]
+fn running_without_an_address_is_still_provisioning() {
+    let observed = Observed::test()
+        .annotated(testing::hash())
+        .instance(InstanceView::Running { ip: String::new() });
+    let decision = decide(&managed_spec(), &provisioning_status(), &observed);
+    // Nothing changed, so nothing is written.
+    assert_eq!(decision.actions(), []);
+    assert_eq!(decision.requeue(), PROVISIONING_POLL);
+    assert_eq!(decision.status().ip, None);
+}
+
+#[test]
+fn running_sets_ip_and_provisioned_true() {
+    let observed = Observed::test()
+        .annotated(testing::hash())
+        .instance(InstanceView::Running { ip: IP.to_owned() });
+    let decision = decide(&managed_spec(), &provisioning_status(), &observed);
+    let running = status_of(
+        // Provisioned, but nobody probed it yet: not Ready.
+        Phase::Provisioning,
+        Some(ID),
+        Some(IP),
+        1,
+        [
+            (
+                "True",
+                "Created",
+                "instance crawl/proxy-kbqzhquppopaia3n is running at 10.0.0.7",
+                T0,
+            ),
+            awaiting_probe(T0),
+            (
+                "False",
+                "AwaitingProbe",
+                "provisioned, waiting for its first probe",
+                T0,
+            ),
+        ],
+    );
+    assert_eq!(
+        decision.actions(),
+        [
+            Action::PatchStatus(running),
+            event(
+                EventType::Normal,
+                "Created",
+                "instance crawl/proxy-kbqzhquppopaia3n is running at 10.0.0.7",
+            ),
+        ]
+    );
+    assert_eq!(decision.requeue(), DRIFT_POLL);
+}
+
+#[test]
+fn running_and_unchanged_writes_nothing() {
+    let observed = Observed::test()
+        .annotated(testing::hash())
+        .instance(InstanceView::Running { ip: IP.to_owned() })
+        .health(IP, true);
+    let decision = decide(&managed_spec(), &running_status(), &observed);
+    assert_eq!(decision.actions(), []);
+    assert_eq!(decision.requeue(), DRIFT_POLL);
+    assert_eq!(decision.status(), &running_status());
+}
+
+#[test]
+fn stopped_instance_is_deleted_to_be_recreated() {
+    let observed = Observed::test()
+        .annotated(testing::hash())
+        .instance(InstanceView::Stopped);
+    let decision = decide(&managed_spec(), &running_status(), &observed);
+    let message =
+        "instance crawl/proxy-kbqzhquppopaia3n stopped: deleting it to create a fresh one";
+    assert_eq!(
+        decision.actions(),
+        [
+            delete(),
+            Action::PatchStatus(recreating_status("InstanceStopped", message)),
+            event(EventType::Warning, "InstanceStopped", message),
+        ]
+    );
+    assert_eq!(decision.requeue(), DELETION_POLL);
+}
+
+#[test]
+fn terminated_instance_is_deleted_to_be_recreated() {
+    let observed = Observed::test()
+        .annotated(testing::hash())
+        .instance(InstanceView::Terminated);
+    let decision = decide(&managed_spec(), &running_status(), &observed);
+    let message =
+        "instance crawl/proxy-kbqzhquppopaia3n was terminated: deleting it to create a fresh one";
+    assert_eq!(
+        decision.actions(),
+        [
+            delete(),
+            Action::PatchStatus(recreating_status("InstanceTerminated", message)),
+            event(EventType::Warning, "InstanceTerminated", message),
+        ]
+    );
+    assert_eq!(decision.requeue(), DELETION_POLL);
+}
+
+#[test]
+fn delete_outcome_keeps_the_status_and_polls_until_gone() {
+    let message =
+        "instance crawl/proxy-kbqzhquppopaia3n stopped: deleting it to create a fresh one";
+    let stopped = recreating_status("InstanceStopped", message);
+    let observed = Observed::test()
+        .annotated(testing::hash())
+        .instance(InstanceView::Stopped)
+        .outcome(Outcome::Deleted);
+    let decision = decide(&managed_spec(), &stopped, &observed);
+    assert_eq!(decision.actions(), []);
+    assert_eq!(decision.status(), &stopped);
+    assert_eq!(decision.requeue(), DELETION_POLL);
+}
+
+#[test]
+fn instance_gone_clears_provider_id_and_ip() {
+    let observed = Observed::test()
+        .annotated(testing::hash())
+        .instance(InstanceView::NotFound);
+    let decision = decide(&managed_spec(), &running_status(), &observed);
+    let message = "instance crawl/proxy-kbqzhquppopaia3n no longer exists: creating a new one";
+    let gone = status_of(
+        Phase::Provisioning,
+        None,
+        None,
+        1,
+        [
+            ("False", "InstanceGone", message, T0),
+            no_address(T0),
+            not_provisioned("not provisioned (InstanceGone)", T0),
+        ],
+    );
+    assert_eq!(
+        decision.actions(),
+        [
+            Action::PatchStatus(gone),
+            event(EventType::Warning, "InstanceGone", message),
+        ]
+    );
+    assert_eq!(decision.requeue(), SOON);
+}
+
+#[test]
+fn stopped_instance_gone_keeps_the_reason_for_its_deletion() {
+    let stopped = recreating_status(
+        "InstanceStopped",
+        "instance crawl/proxy-kbqzhquppopaia3n stopped: deleting it to create a fresh one",
+    );
+    let observed = Observed::test()
+        .annotated(testing::hash())
+        .instance(InstanceView::NotFound);
+    let decision = decide(&managed_spec(), &stopped, &observed);
+    let gone = status_of(
+        Phase::Provisioning,
+        None,
+        None,
+        1,
+        [
+            (
+                "False",
+                "InstanceStopped",
+                "instance crawl/proxy-kbqzhquppopaia3n is gone: creating a new one",
+                T0,
+            ),
+            no_address(T0),
+            not_provisioned("not provisioned (InstanceStopped)", T0),
+        ],
+    );
+    // Expected, so no Warning: the reason did not change.
+    assert_eq!(decision.actions(), [Action::PatchStatus(gone)]);
+    assert_eq!(decision.requeue(), SOON);
+}
+
+#[test]
+fn drift_with_hash_annotation_replaces() {
+    let observed = Observed::test()
+        .annotated("an-older-hash")
+        .instance(InstanceView::Running { ip: IP.to_owned() })
+        .health(IP, true);
+    let decision = decide(&managed_spec(), &running_status(), &observed);
+    assert_eq!(
+        decision.actions(),
+        [
+            delete(),
+            Action::PatchStatus(replacing_status()),
+            event(
+                EventType::Normal,
+                "Replacing",
+                "the spec changed: deleting instance crawl/proxy-kbqzhquppopaia3n to replace \
+                 it; the replacement reuses its name, so it is created once the old one is gone",
+            ),
+        ]
+    );
+    assert_eq!(decision.requeue(), DELETION_POLL);
+}
+
+#[test]
+fn replacement_keeps_deleting_while_the_old_instance_exists() {
+    // The old instance is still shutting down: delete again (idempotent), never create.
+    let observed = Observed::test()
+        .annotated("an-older-hash")
+        .instance(InstanceView::Terminated);
+    let decision = decide(&managed_spec(), &replacing_status(), &observed);
+    assert_eq!(decision.actions(), [delete()]);
+    assert_eq!(decision.requeue(), DELETION_POLL);
+}
+
+#[test]
+fn replacement_clears_provider_id_once_the_old_instance_is_gone() {
+    let observed = Observed::test()
+        .annotated("an-older-hash")
+        .instance(InstanceView::NotFound);
+    let decision = decide(&managed_spec(), &replacing_status(), &observed);
+    let cleared = status_of(
+        Phase::Provisioning,
+        None,
+        None,
+        1,
+        [
+            (
+                "False",
+                "Replacing",
+                "the old instance crawl/proxy-kbqzhquppopaia3n is gone: creating its replacement",
+                T0,
+            ),
+            no_address(T0),
+            not_provisioned("not provisioned (Replacing)", T0),
+        ],
+    );
+    // No create in this pass: the next one creates, and its outcome sets the annotation.
+    assert_eq!(decision.actions(), [Action::PatchStatus(cleared)]);
+    assert_eq!(decision.requeue(), SOON);
+}
+
+#[test]
+fn replacement_creates_on_the_next_pass() {
+    let cleared = ProxyStatus {
+        provider_id: None,
+        ..replacing_status()
+    };
+    let observed = Observed::test().annotated("an-older-hash");
+    let decision = decide(&managed_spec(), &cleared, &observed);
+    assert_eq!(
+        decision.provider_call(),
+        Some(&Action::Create(create_request()))
+    );
+    let observed = observed.outcome(Outcome::Created {
+        provider_id: ID.to_owned(),
+    });
+    let second = decide(&managed_spec(), decision.status(), &observed);
+    assert_eq!(
+        second.actions()[0],
+        Action::SetSpecHash {
+            hash: testing::hash()
+        }
+    );
+    assert_eq!(second.provider_call(), None);
+}
+
+#[test]
+fn empty_annotation_adopts_without_replacing() {
+    let observed = Observed::test()
+        .annotated("")
+        .instance(InstanceView::Running { ip: IP.to_owned() })
+        .health(IP, true);
+    let decision = decide(&managed_spec(), &running_status(), &observed);
+    assert_eq!(
+        decision.actions(),
+        [
+            Action::SetSpecHash {
+                hash: testing::hash()
+            },
+            event(
+                EventType::Normal,
+                "Adopted",
+                "instance crawl/proxy-kbqzhquppopaia3n had no spec hash annotation: recorded \
+                 the current spec hash and kept the instance",
+            ),
+        ]
+    );
+    assert_eq!(decision.requeue(), DRIFT_POLL);
+}
+
+#[test]
+fn absent_annotation_adopts_without_replacing() {
+    let observed = Observed::test()
+        .instance(InstanceView::Running { ip: IP.to_owned() })
+        .health(IP, true);
+    let decision = decide(&managed_spec(), &running_status(), &observed);
+    assert_eq!(
+        decision.actions()[0],
+        Action::SetSpecHash {
+            hash: testing::hash()
+        }
+    );
+    assert_eq!(decision.provider_call(), None);
+    assert_eq!(decision.status(), &running_status());
+}
+
+#[test]
+fn adopting_a_gone_instance_records_the_hash_and_clears_it() {
+    let observed = Observed::test().instance(InstanceView::NotFound);
+    let decision = decide(&managed_spec(), &running_status(), &observed);
+    let kinds: Vec<_> = decision
+        .actions()
+        .iter()
+        .map(|action| match action {
+            Action::SetSpecHash { .. } => "SetSpecHash",
+            Action::PatchStatus(_) => "PatchStatus",
+            Action::Event(event) => event.reason.as_str(),
+            other => panic!("unexpected {other:?}"),
+        })
+        .collect();
+    assert_eq!(
+        kinds,
+        ["SetSpecHash", "PatchStatus", "Adopted", "InstanceGone"]
+    );
+    assert_eq!(decision.status().provider_id, None);
+    assert_eq!(decision.requeue(), SOON);
+}
+
+// ---- Deletion -----------------------------------------------------------------------------
+
+#[test]
+fn deletion_without_provider_id_removes_finalizer() {
+    let observed = Observed::test().deleting();
+    let decision = decide(&managed_spec(), &creating_status(), &observed);
+    assert_eq!(
+        decision.actions(),
+        [
+            Action::RemoveFinalizer,
+            event(
+                EventType::Normal,
+                "FinalizerRemoved",
+                "no instance was created: removed the finalizer",
+            ),
+        ]
+    );
+    assert_eq!(decision.requeue(), Requeue::AwaitChange);
+}
+
+#[test]
+fn deletion_with_instance_gone_removes_finalizer() {
+    let observed = Observed::test()
+        .deleting()
+        .annotated(testing::hash())
+        .instance(InstanceView::NotFound);
+    let decision = decide(&managed_spec(), &deleting_status(), &observed);
+    // No status write: the object may be gone as soon as the finalizer is.
+    assert_eq!(
+        decision.actions(),
+        [
+            Action::RemoveFinalizer,
+            event(
+                EventType::Normal,
+                "FinalizerRemoved",
+                "instance crawl/proxy-kbqzhquppopaia3n is gone: removed the finalizer",
+            ),
+        ]
+    );
+    assert_eq!(decision.requeue(), Requeue::AwaitChange);
+}
+
+#[test]
+fn deletion_with_instance_present_deletes_it() {
+    let observed = Observed::test()
+        .deleting()
+        .annotated(testing::hash())
+        .instance(InstanceView::Running { ip: IP.to_owned() })
+        .health(IP, true);
+    let decision = decide(&managed_spec(), &running_status(), &observed);
+    assert_eq!(
+        decision.actions(),
+        [
+            delete(),
+            Action::PatchStatus(deleting_status()),
+            event(
+                EventType::Normal,
+                "Deleting",
+                "deleting instance crawl/proxy-kbqzhquppopaia3n",
+            ),
+        ]
+    );
+    assert_eq!(decision.requeue(), DELETION_POLL);
+}
+
+#[test]
+fn deletion_keeps_deleting_until_the_instance_is_gone() {
+    let observed = Observed::test()
+        .deleting()
+        .instance(InstanceView::Terminated);
+    let decision = decide(&managed_spec(), &deleting_status(), &observed);
+    assert_eq!(decision.actions(), [delete()]);
+    let observed = observed.outcome(Outcome::Deleted);
+    let second = decide(&managed_spec(), decision.status(), &observed);
+    assert_eq!(second.actions(), []);
+    assert_eq!(second.requeue(), DELETION_POLL);
+}
+
+#[test]
+fn deletion_with_permanent_get_error_still_deletes() {
+    let observed =
+        Observed::test()
+            .deleting()
+            .instance(InstanceView::Error(ProviderError::permanent(
+                "permission denied",
+            )));
+    let decision = decide(&managed_spec(), &running_status(), &observed);
+    assert_eq!(decision.provider_call(), Some(&delete()));
+    assert_eq!(decision.status().phase, Some(Phase::Deleting));
+}
+
+#[test]
+fn deletion_without_finalizer_does_nothing() {
+    let observed = Observed::test().deleting().without_finalizer();
+    let decision = decide(&managed_spec(), &running_status(), &observed);
+    assert_eq!(decision.actions(), []);
+    assert_eq!(decision.requeue(), Requeue::AwaitChange);
+}
+
+#[test]
+fn deletion_ignores_drift() {
+    // A spec change during deletion does not start a replacement.
+    let observed = Observed::test()
+        .deleting()
+        .annotated("an-older-hash")
+        .instance(InstanceView::Running { ip: IP.to_owned() });
+    let decision = decide(&managed_spec(), &running_status(), &observed);
+    assert_eq!(decision.provider_call(), Some(&delete()));
+    assert_eq!(decision.status().phase, Some(Phase::Deleting));
+}
+
+// ---- External -----------------------------------------------------------------------------
+
+fn external_status(phase: Phase) -> ProxyStatus {
+    status_of(
+        phase,
+        None,
+        Some(EXTERNAL_HOST),
+        1,
+        [
+            (
+                "True",
+                "ExternalEndpoint",
+                "external proxy at proxy.example.net:8080",
+                T0,
+            ),
+            awaiting_probe(T0),
+            (
+                "False",
+                "AwaitingProbe",
+                "provisioned, waiting for its first probe",
+                T0,
+            ),
+        ],
+    )
+}
+
+#[test]
+fn external_publishes_its_endpoint_without_provider_calls() {
+    let observed = Observed::test().without_finalizer();
+    let decision = decide(&external_spec(), &ProxyStatus::default(), &observed);
+    assert_eq!(
+        decision.actions(),
+        [
+            Action::PatchStatus(external_status(Phase::Provisioning)),
+            event(
+                EventType::Normal,
+                "ExternalEndpoint",
+                "external proxy at proxy.example.net:8080",
+            ),
+        ]
+    );
+    assert_eq!(decision.requeue(), Requeue::AwaitChange);
+}
+
+#[test]
+fn external_with_a_healthy_verdict_is_ready() {
+    let observed = Observed::test()
+        .without_finalizer()
+        .health(EXTERNAL_HOST, true);
+    let decision = decide(
+        &external_spec(),
+        &external_status(Phase::Provisioning),
+        &observed,
+    );
+    let healthy = ProxyStatus {
+        last_probe_latency_ms: Some(42),
+        last_health_check_time: Some(T0.to_owned()),
+        ..status_of(
+            Phase::Ready,
+            None,
+            Some(EXTERNAL_HOST),
+            1,
+            [
+                (
+                    "True",
+                    "ExternalEndpoint",
+                    "external proxy at proxy.example.net:8080",
+                    T0,
+                ),
+                probe_succeeded(T0),
+                ready(T0),
+            ],
+        )
+    };
+    assert_eq!(
+        decision.actions(),
+        [
+            Action::PatchStatus(healthy),
+            event(
+                EventType::Normal,
+                "ProbeSucceeded",
+                "probes through the proxy succeed",
+            ),
+        ]
+    );
+    assert_eq!(decision.requeue(), Requeue::AwaitChange);
+}
+
+#[test]
+fn external_with_our_finalizer_removes_it() {
+    let observed = Observed::test();
+    let decision = decide(
+        &external_spec(),
+        &external_status(Phase::Provisioning),
+        &observed,
+    );
+    assert_eq!(decision.actions(), [Action::RemoveFinalizer]);
+}
+
+#[test]
+fn external_being_deleted_removes_a_stray_finalizer() {
+    let observed = Observed::test().deleting();
+    let decision = decide(
+        &external_spec(),
+        &external_status(Phase::Provisioning),
+        &observed,
+    );
+    assert_eq!(
+        decision.actions(),
+        [
+            Action::RemoveFinalizer,
+            event(
+                EventType::Normal,
+                "FinalizerRemoved",
+                "an External proxy has no instance to delete: removed the finalizer",
+            ),
+        ]
+    );
+}
+
+#[test]
+fn external_ignores_provider_observations() {
+    // Even a (buggy) observation of an instance never makes an External proxy call a provider.
+    let observed = Observed::test()
+        .without_finalizer()
+        .annotated("an-older-hash")
+        .instance(InstanceView::Stopped);
+    let decision = decide(&external_spec(), &running_status(), &observed);
+    assert_eq!(decision.provider_call(), None);
+    assert_eq!(decision.status().provider_id, None);
+    assert_eq!(decision.status().ip.as_deref(), Some(EXTERNAL_HOST));
+}
