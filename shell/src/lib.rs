@@ -2,3 +2,5 @@
 //! `proxy-core`. Each module is one concern; `main.rs` only wires them.
 
 pub mod config;
+pub mod controller;
+pub mod providers;

@@ -2,10 +2,14 @@
 
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
 
-use clap::{Parser, Subcommand};
+use clap::{Args, Parser, Subcommand};
 
 use proxy_operator::config::ProvidersConfig;
+use proxy_operator::controller::{self, Context};
+use proxy_operator::providers::registry::Registry;
 
 /// Runs fleets of HTTP forward proxies for web crawlers on Kubernetes.
 #[derive(Debug, Parser)]
@@ -17,6 +21,8 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// Run the operator: reconcile Proxy objects against the configured providers.
+    Run(RunArgs),
     /// Validate a providers config file and print a one-line summary. Exits 1 with every
     /// problem (each naming the path of the offending entry) when it is invalid.
     CheckConfig {
@@ -27,9 +33,29 @@ enum Command {
     Crd,
 }
 
+#[derive(Debug, Args)]
+struct RunArgs {
+    /// The providers config (YAML); the operator refuses to start when it is invalid.
+    #[arg(long, env = "PROVIDERS_CONFIG")]
+    providers_config: PathBuf,
+    /// Watch only this namespace (default: all namespaces).
+    #[arg(long, env = "WATCH_NAMESPACE")]
+    namespace: Option<String>,
+    /// Seconds between checks of a machine that is being created.
+    #[arg(long, default_value_t = 10.0)]
+    provisioning_poll_seconds: f64,
+    /// Seconds between checks of a running machine (how soon a vanished machine is noticed).
+    #[arg(long, default_value_t = 60.0)]
+    drift_poll_seconds: f64,
+    /// Seconds between checks of a machine that is being deleted.
+    #[arg(long, default_value_t = 10.0)]
+    deletion_poll_seconds: f64,
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
+        Command::Run(args) => run(args),
         Command::CheckConfig { file } => match ProvidersConfig::load(&file) {
             Ok(config) => {
                 println!("{}: {}", file.display(), config.summary());
@@ -45,4 +71,45 @@ fn main() -> ExitCode {
             ExitCode::SUCCESS
         }
     }
+}
+
+fn run(args: RunArgs) -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info,kube=warn".into()),
+        )
+        .init();
+    // A bad config stops the operator here, with the offending path, before it touches anything.
+    let config = match ProvidersConfig::load(&args.providers_config) {
+        Ok(config) => config,
+        Err(error) => {
+            eprintln!("{error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let runtime = tokio::runtime::Runtime::new().expect("start the tokio runtime");
+    match runtime.block_on(serve(args, config)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("proxy-operator: {error:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn serve(args: RunArgs, config: ProvidersConfig) -> anyhow::Result<()> {
+    let client = kube::Client::try_default().await?;
+    let providers = Registry::build(&config, &client)?;
+    let seconds = |s: f64| Duration::from_secs_f64(s.max(0.01));
+    let timing = proxy_core::Timing {
+        provisioning_poll: seconds(args.provisioning_poll_seconds),
+        drift_poll: seconds(args.drift_poll_seconds),
+        deletion_poll: seconds(args.deletion_poll_seconds),
+        ..proxy_core::Timing::default()
+    };
+    tracing::info!(providers = %config.summary(), namespace = ?args.namespace, "proxy-operator starting");
+    let ctx = Arc::new(Context::new(client, providers, timing));
+    controller::run(ctx, args.namespace).await;
+    tracing::info!("stopped");
+    Ok(())
 }

@@ -1,0 +1,310 @@
+//! The Proxy controller: observe → decide (core) → execute, once per reconcile.
+//!
+//! Every decision is `proxy_core::decide`'s; this module only gathers the observation
+//! (client required), executes the actions in the order the core's contract gives (client
+//! and provider required), and maps the core's requeue onto kube-runtime's.
+//!
+//! Writes: metadata (finalizer, hash annotation) by merge patches on the object, status by
+//! server-side apply under [`FIELD_MANAGER`] on the status subresource, at most once per
+//! reconcile and only when the core says it changed.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::{Api, Patch, PatchParams};
+use kube::runtime::controller::{self, Controller};
+use kube::runtime::events::{Event as KubeEvent, EventType as KubeEventType, Recorder, Reporter};
+use kube::runtime::reflector::ObjectRef;
+use kube::runtime::watcher;
+use kube::{Resource, ResourceExt};
+use proxy_core::{
+    Action, CloudInitView, Decision, EventType, InstanceView, Metadata, Observed, Outcome, ProviderCall, Requeue,
+    Timing, decide,
+};
+use proxy_crd::{CLOUD_INIT_SECRET_LABEL, FINALIZER, Proxy, SPEC_HASH_ANNOTATION};
+use serde_json::json;
+
+use crate::providers::registry::Registry;
+
+/// The field manager of every write this operator makes.
+pub const FIELD_MANAGER: &str = "proxy-operator";
+
+/// What every reconcile shares.
+pub struct Context {
+    /// The API client.
+    pub client: kube::Client,
+    /// The configured providers.
+    pub providers: Registry,
+    /// The requeue intervals handed to the core.
+    pub timing: Timing,
+    recorder: Recorder,
+    // Consecutive transient failures per object, for the exponential backoff.
+    failures: Mutex<BTreeMap<String, u32>>,
+}
+
+/// Why a reconcile did not finish; the controller retries with backoff.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The API server refused or failed a write or read.
+    #[error("kubernetes API: {0}")]
+    Kube(#[from] kube::Error),
+    /// The core asked for a retry with backoff (a transient provider error).
+    #[error("transient failure, retrying with backoff")]
+    Transient,
+}
+
+impl std::fmt::Debug for Context {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Context").field("providers", &self.providers).field("timing", &self.timing).finish_non_exhaustive()
+    }
+}
+
+impl Context {
+    /// A context for the controller.
+    pub fn new(client: kube::Client, providers: Registry, timing: Timing) -> Self {
+        let reporter = Reporter { controller: FIELD_MANAGER.into(), instance: std::env::var("POD_NAME").ok() };
+        let recorder = Recorder::new(client.clone(), reporter);
+        Self { client, providers, timing, recorder, failures: Mutex::default() }
+    }
+}
+
+/// Runs the controller until SIGTERM or SIGINT, then lets running reconciles finish.
+/// `namespace` restricts it to one namespace.
+pub async fn run(ctx: Arc<Context>, namespace: Option<String>) {
+    let (proxies, secrets): (Api<Proxy>, Api<Secret>) = match &namespace {
+        Some(ns) => (Api::namespaced(ctx.client.clone(), ns), Api::namespaced(ctx.client.clone(), ns)),
+        None => (Api::all(ctx.client.clone()), Api::all(ctx.client.clone())),
+    };
+    let controller = Controller::new(proxies, watcher::Config::default());
+    let store = controller.store();
+    // Rotating a cloud-init Secret must replace the machines built from it; only labelled
+    // Secrets are watched (and read), so the operator never caches unrelated secrets.
+    let secret_watch = watcher::Config::default().labels(&format!("{CLOUD_INIT_SECRET_LABEL}=true"));
+    controller
+        .watches(secrets, secret_watch, move |secret: Secret| {
+            let (ns, name) = (secret.namespace(), secret.name_any());
+            store
+                .state()
+                .into_iter()
+                .filter(|p| p.namespace() == ns)
+                .filter(|p| p.spec.cloud_init.as_ref().and_then(|c| c.secret_ref.as_ref()).is_some_and(|r| r.name == name))
+                .map(|p| ObjectRef::from_obj(&*p))
+                .collect::<Vec<_>>()
+        })
+        .shutdown_on_signal()
+        .run(reconcile, error_policy, ctx)
+        .for_each(|result| async move {
+            if let Err(error) = result {
+                tracing::debug!(%error, "reconcile failed");
+            }
+        })
+        .await;
+}
+
+fn key(proxy: &Proxy) -> String {
+    format!("{}/{}", proxy.namespace().unwrap_or_default(), proxy.name_any())
+}
+
+fn error_policy(proxy: Arc<Proxy>, error: &Error, ctx: Arc<Context>) -> controller::Action {
+    let attempts = {
+        let mut failures = ctx.failures.lock().expect("failures");
+        let n = failures.entry(key(&proxy)).or_insert(0);
+        *n += 1;
+        *n
+    };
+    let delay = Duration::from_millis(500u64.saturating_mul(1 << attempts.min(10))).min(Duration::from_secs(300));
+    tracing::warn!(proxy = %key(&proxy), %error, attempts, ?delay, "reconcile failed, retrying");
+    controller::Action::requeue(delay)
+}
+
+/// One reconcile: observe, decide, execute, per the driving contract of `proxy_core::decide`.
+#[tracing::instrument(skip_all, fields(proxy = %key(&proxy)))]
+async fn reconcile(proxy: Arc<Proxy>, ctx: Arc<Context>) -> Result<controller::Action, Error> {
+    let status = proxy.status.clone().unwrap_or_default();
+    let mut observed = observe(&proxy, &status, &ctx).await?;
+    let first = decide(&proxy.spec, &status, &observed);
+    let mut decisions = vec![first.clone()];
+    let mut executed = Executor { proxy: &proxy, ctx: &ctx, status_write: None };
+    executed.metadata(&first).await?;
+    if let Some(call) = first.provider_call() {
+        observed.outcome = Some(executed.provider_call(call).await);
+        let second = decide(&proxy.spec, first.status(), &observed);
+        executed.metadata(&second).await?;
+        decisions.push(second);
+    }
+    for decision in &decisions {
+        if let Some(status) = decision.actions().iter().find_map(|a| match a {
+            Action::PatchStatus(status) => Some(status.clone()),
+            _ => None,
+        }) {
+            executed.status_write = Some(status);
+        }
+    }
+    if let Some(status) = executed.status_write.take() {
+        executed.write_status(&status).await?;
+    }
+    for decision in &decisions {
+        executed.events(decision).await;
+    }
+    let last = decisions.last().expect("at least one decision");
+    match last.requeue() {
+        Requeue::Backoff => Err(Error::Transient),
+        requeue => {
+            ctx.failures.lock().expect("failures").remove(&key(&proxy));
+            Ok(match requeue {
+                Requeue::After(delay) => controller::Action::requeue(delay),
+                Requeue::AwaitChange | Requeue::Backoff => controller::Action::await_change(),
+            })
+        }
+    }
+}
+
+/// Gathers everything `decide` needs (client and provider required).
+async fn observe(proxy: &Proxy, status: &proxy_crd::ProxyStatus, ctx: &Context) -> Result<Observed, Error> {
+    let provider = proxy.spec.provider.as_deref().and_then(|name| ctx.providers.get(name));
+    let instance = match (provider, status.provider_id.as_deref()) {
+        (Some(provider), Some(id)) if !id.is_empty() => match provider.get(id).await {
+            Ok(state) => InstanceView::from(state),
+            Err(error) => InstanceView::Error(error),
+        },
+        _ => InstanceView::NotLookedUp,
+    };
+    Ok(Observed {
+        now: jiff::Timestamp::now(),
+        object: Metadata {
+            namespace: proxy.namespace().unwrap_or_default(),
+            name: proxy.name_any(),
+            uid: proxy.uid().unwrap_or_default(),
+            generation: proxy.metadata.generation.unwrap_or_default(),
+            deletion_requested: proxy.metadata.deletion_timestamp.is_some(),
+            has_finalizer: proxy.finalizers().iter().any(|f| f == FINALIZER),
+            spec_hash_annotation: proxy.annotations().get(SPEC_HASH_ANNOTATION).cloned(),
+        },
+        cloud_init: resolve_cloud_init(proxy, &ctx.client).await?,
+        provider_configured: provider.is_some(),
+        instance,
+        outcome: None,
+        health: None,
+        timing: ctx.timing,
+    })
+}
+
+/// The cloud-init content: inline, or from a labelled Secret in the Proxy's namespace.
+async fn resolve_cloud_init(proxy: &Proxy, client: &kube::Client) -> Result<CloudInitView, Error> {
+    let Some(cloud_init) = &proxy.spec.cloud_init else { return Ok(CloudInitView::NotSet) };
+    if let Some(inline) = &cloud_init.inline {
+        return Ok(CloudInitView::Resolved { content: inline.clone() });
+    }
+    let Some(reference) = &cloud_init.secret_ref else { return Ok(CloudInitView::NotSet) };
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), &proxy.namespace().unwrap_or_default());
+    let unavailable = |message: String| Ok(CloudInitView::Unavailable { message });
+    let Some(secret) = secrets.get_opt(&reference.name).await? else {
+        return unavailable(format!("Secret {:?} not found", reference.name));
+    };
+    if secret.labels().get(CLOUD_INIT_SECRET_LABEL).map(String::as_str) != Some("true") {
+        return unavailable(format!("Secret {:?} lacks the label {CLOUD_INIT_SECRET_LABEL}=true", reference.name));
+    }
+    match secret.data.as_ref().and_then(|d| d.get(&reference.key)) {
+        Some(bytes) => Ok(CloudInitView::Resolved { content: String::from_utf8_lossy(&bytes.0).into_owned() }),
+        None => unavailable(format!("Secret {:?} has no key {:?}", reference.name, reference.key)),
+    }
+}
+
+/// Executes one reconcile's actions (client and provider required).
+struct Executor<'a> {
+    proxy: &'a Proxy,
+    ctx: &'a Context,
+    status_write: Option<proxy_crd::ProxyStatus>,
+}
+
+impl Executor<'_> {
+    fn api(&self) -> Api<Proxy> {
+        Api::namespaced(self.ctx.client.clone(), &self.proxy.namespace().unwrap_or_default())
+    }
+
+    async fn metadata(&self, decision: &Decision) -> Result<(), Error> {
+        for action in decision.actions() {
+            let patch = match action {
+                Action::AddFinalizer | Action::RemoveFinalizer => {
+                    let mut finalizers: Vec<String> =
+                        self.proxy.finalizers().iter().filter(|f| *f != FINALIZER).cloned().collect();
+                    if matches!(action, Action::AddFinalizer) {
+                        finalizers.push(FINALIZER.to_owned());
+                    }
+                    // The resourceVersion makes this a compare-and-swap: a concurrent change
+                    // of the list fails with a conflict and the reconcile retries.
+                    json!({"metadata": {"finalizers": finalizers, "resourceVersion": self.proxy.resource_version()}})
+                }
+                Action::SetSpecHash { hash } => json!({"metadata": {"annotations": {SPEC_HASH_ANNOTATION: hash}}}),
+                Action::Create(_) | Action::Delete { .. } | Action::PatchStatus(_) | Action::Event(_) => continue,
+            };
+            match self.api().patch(&self.proxy.name_any(), &PatchParams::default(), &Patch::Merge(&patch)).await {
+                Ok(_) => {}
+                // Removing the finalizer of an object that is already gone is done.
+                Err(kube::Error::Api(status)) if status.code == 404 && matches!(action, Action::RemoveFinalizer) => {}
+                Err(error) => return Err(error.into()),
+            }
+        }
+        Ok(())
+    }
+
+    async fn provider_call(&self, call: &Action) -> Outcome {
+        let provider = |name: &str| {
+            self.ctx.providers.get(name).cloned().ok_or_else(|| {
+                proxy_core::ProviderError::permanent(format!("provider {name:?} is not configured"))
+            })
+        };
+        match call {
+            Action::Create(request) => match provider(&request.provider) {
+                Ok(p) => p.create(request).await.map(|provider_id| Outcome::Created { provider_id }),
+                Err(error) => Err(error),
+            }
+            .unwrap_or_else(|error| Outcome::Failed { call: ProviderCall::Create, error }),
+            Action::Delete { provider: name, provider_id } => match provider(name) {
+                Ok(p) => p.delete(provider_id).await.map(|()| Outcome::Deleted),
+                Err(error) => Err(error),
+            }
+            .unwrap_or_else(|error| Outcome::Failed { call: ProviderCall::Delete, error }),
+            Action::AddFinalizer
+            | Action::RemoveFinalizer
+            | Action::SetSpecHash { .. }
+            | Action::PatchStatus(_)
+            | Action::Event(_) => unreachable!("Decision::provider_call only returns Create or Delete"),
+        }
+    }
+
+    async fn write_status(&self, status: &proxy_crd::ProxyStatus) -> Result<(), Error> {
+        let body = json!({"apiVersion": "crawl.example.com/v1alpha1", "kind": "Proxy", "status": status});
+        let params = PatchParams::apply(FIELD_MANAGER).force();
+        match self.api().patch_status(&self.proxy.name_any(), &params, &Patch::Apply(&body)).await {
+            Ok(_) => Ok(()),
+            Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+            Err(error) => Err(error.into()),
+        }
+    }
+
+    async fn events(&self, decision: &Decision) {
+        let reference = self.proxy.object_ref(&());
+        for action in decision.actions() {
+            let Action::Event(event) = action else { continue };
+            let type_ = match event.type_ {
+                EventType::Normal => KubeEventType::Normal,
+                EventType::Warning => KubeEventType::Warning,
+            };
+            let published = KubeEvent {
+                type_,
+                reason: event.reason.clone(),
+                note: Some(event.message.clone()),
+                action: "Reconcile".into(),
+                secondary: None,
+            };
+            // An event that cannot be recorded must not fail the reconcile that caused it.
+            if let Err(error) = self.ctx.recorder.publish(&published, &reference).await {
+                tracing::warn!(%error, reason = %event.reason, "could not record an event");
+            }
+        }
+    }
+}

@@ -1,0 +1,262 @@
+//! The `kubernetes` provider: one Pod running squid per Proxy, in the Proxy's namespace.
+//!
+//! The squid config is generated here and handed to the container in an environment
+//! variable, so each proxy is exactly one Kubernetes object to create, watch and delete.
+//! Provider IDs are `<namespace>/<pod>`, so `get` and `delete` need nothing else.
+
+use async_trait::async_trait;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, DeleteParams, ListParams, PostParams};
+use proxy_core::{CreateRequest, ProviderError};
+use serde_json::json;
+
+use super::{Instance, InstanceState, Provider, labels};
+use crate::config::KubernetesSettings;
+
+/// Creates squid Pods through the Kubernetes API.
+#[derive(Clone)]
+pub struct KubernetesProvider {
+    client: kube::Client,
+    settings: KubernetesSettings,
+}
+
+impl std::fmt::Debug for KubernetesProvider {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KubernetesProvider").field("settings", &self.settings).finish_non_exhaustive()
+    }
+}
+
+impl KubernetesProvider {
+    /// A provider using `client` with these settings.
+    pub fn new(client: kube::Client, settings: KubernetesSettings) -> Self {
+        Self { client, settings }
+    }
+}
+
+/// The squid config of one proxy: listens on `port`, serves only clients from
+/// `allowed_cidrs` (never an open relay), caches nothing and adds no headers that would
+/// reveal the client.
+pub fn squid_config(port: i32, allowed_cidrs: &[String]) -> String {
+    let mut config = format!("http_port {port}\n");
+    for cidr in allowed_cidrs {
+        config.push_str(&format!("acl clients src {cidr}\n"));
+    }
+    config.push_str(
+        "http_access allow clients\n\
+         http_access deny all\n\
+         cache deny all\n\
+         cache_mem 0 MB\n\
+         via off\n\
+         forwarded_for delete\n\
+         pinger_enable off\n\
+         shutdown_lifetime 0 seconds\n\
+         access_log stdio:/dev/stdout\n\
+         cache_log stdio:/dev/stderr\n",
+    );
+    config
+}
+
+/// The Pod for one proxy.
+pub fn pod(request: &CreateRequest, settings: &KubernetesSettings) -> Pod {
+    let image = request.placement.as_ref().and_then(|p| p.image.clone()).unwrap_or_else(|| settings.image.clone());
+    let config = squid_config(request.port, &settings.allowed_source_cidrs);
+    serde_json::from_value(json!({
+        "metadata": {
+            "name": request.instance_name,
+            "namespace": request.namespace,
+            "labels": {
+                labels::MANAGED: "true",
+                labels::PROXY_UID: request.uid,
+                labels::PROXY_NAME: request.name,
+            },
+        },
+        "spec": {
+            "restartPolicy": "Always",
+            "containers": [{
+                "name": "squid",
+                "image": image,
+                "command": ["sh", "-c", "printf '%s' \"$SQUID_CONFIG\" > /etc/squid/squid.conf && exec squid -N -f /etc/squid/squid.conf"],
+                "env": [{"name": "SQUID_CONFIG", "value": config}],
+                "ports": [{"name": "proxy", "containerPort": request.port, "protocol": "TCP"}],
+                "readinessProbe": {"tcpSocket": {"port": request.port}, "periodSeconds": 5},
+            }],
+        },
+    }))
+    .expect("the Pod template is a valid Pod")
+}
+
+/// The instance state a Pod stands for. A Pod that is running but has no IP yet is still
+/// provisioning: an empty address is never published.
+pub fn state_of(pod: &Pod) -> InstanceState {
+    if pod.metadata.deletion_timestamp.is_some() {
+        return InstanceState::Terminated;
+    }
+    let status = pod.status.as_ref();
+    let ip = status.and_then(|s| s.pod_ip.clone()).filter(|ip| !ip.is_empty());
+    match (status.and_then(|s| s.phase.as_deref()), ip) {
+        (Some("Running"), Some(ip)) => InstanceState::Running(ip),
+        (Some("Running") | Some("Pending") | None, _) => InstanceState::Provisioning,
+        (Some(_), _) => InstanceState::Terminated,
+    }
+}
+
+/// Maps an API error to the core's classes: refusals that a retry cannot fix are
+/// permanent, quota refusals are quota, everything else is transient.
+pub fn classify(error: kube::Error) -> ProviderError {
+    match &error {
+        kube::Error::Api(status) if status.code == 403 && status.message.contains("exceeded quota") => {
+            ProviderError::quota(status.message.clone())
+        }
+        kube::Error::Api(status) if matches!(status.code, 400 | 401 | 403 | 422) => {
+            ProviderError::permanent(format!("{} ({})", status.message, status.reason))
+        }
+        _ => ProviderError::transient(error.to_string()),
+    }
+}
+
+fn split_id(provider_id: &str) -> Result<(&str, &str), ProviderError> {
+    provider_id
+        .split_once('/')
+        .ok_or_else(|| ProviderError::permanent(format!("provider ID {provider_id:?} is not <namespace>/<pod>")))
+}
+
+#[async_trait]
+impl Provider for KubernetesProvider {
+    async fn create(&self, request: &CreateRequest) -> Result<String, ProviderError> {
+        let pods: Api<Pod> = Api::namespaced(self.client.clone(), &request.namespace);
+        match pods.create(&PostParams::default(), &pod(request, &self.settings)).await {
+            // An existing Pod of that name is the one an earlier attempt made.
+            Ok(_) => {}
+            Err(kube::Error::Api(status)) if status.code == 409 => {}
+            Err(error) => return Err(classify(error)),
+        }
+        Ok(format!("{}/{}", request.namespace, request.instance_name))
+    }
+
+    async fn get(&self, provider_id: &str) -> Result<InstanceState, ProviderError> {
+        let (namespace, name) = split_id(provider_id)?;
+        let pods: Api<Pod> = Api::namespaced(self.client.clone(), namespace);
+        match pods.get_opt(name).await {
+            Ok(Some(pod)) => Ok(state_of(&pod)),
+            Ok(None) => Ok(InstanceState::NotFound),
+            Err(error) => Err(classify(error)),
+        }
+    }
+
+    async fn delete(&self, provider_id: &str) -> Result<(), ProviderError> {
+        let (namespace, name) = split_id(provider_id)?;
+        let pods: Api<Pod> = Api::namespaced(self.client.clone(), namespace);
+        match pods.delete(name, &DeleteParams::default()).await {
+            Ok(_) => Ok(()),
+            Err(kube::Error::Api(status)) if status.code == 404 => Ok(()),
+            Err(error) => Err(classify(error)),
+        }
+    }
+
+    async fn list_by_tag(&self) -> Result<Vec<Instance>, ProviderError> {
+        let pods: Api<Pod> = Api::all(self.client.clone());
+        let list = pods.list(&ListParams::default().labels(&format!("{}=true", labels::MANAGED))).await.map_err(classify)?;
+        Ok(list
+            .items
+            .into_iter()
+            .map(|pod| Instance {
+                provider_id: format!(
+                    "{}/{}",
+                    pod.metadata.namespace.clone().unwrap_or_default(),
+                    pod.metadata.name.clone().unwrap_or_default()
+                ),
+                uid: pod.metadata.labels.as_ref().and_then(|l| l.get(labels::PROXY_UID)).cloned().unwrap_or_default(),
+                created_at: pod.metadata.creation_timestamp.as_ref().and_then(|t| t.0.to_string().parse().ok()),
+            })
+            .collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn request() -> CreateRequest {
+        CreateRequest {
+            provider: "pods".into(),
+            instance_name: "proxy-abcdefghijklmnop".into(),
+            namespace: "crawl".into(),
+            name: "p1".into(),
+            uid: "uid-1".into(),
+            placement: None,
+            cloud_init: None,
+            port: 3130,
+        }
+    }
+
+    fn settings() -> KubernetesSettings {
+        KubernetesSettings { image: "ubuntu/squid:5.2-22.04_beta".into(), allowed_source_cidrs: vec!["10.0.0.0/8".into()] }
+    }
+
+    #[test]
+    fn squid_config_is_not_an_open_relay() {
+        let config = squid_config(3130, &["10.0.0.0/8".into(), "192.168.0.0/16".into()]);
+        let access: Vec<&str> = config.lines().filter(|l| l.starts_with("http_access") || l.starts_with("acl")).collect();
+        assert_eq!(
+            access,
+            [
+                "acl clients src 10.0.0.0/8",
+                "acl clients src 192.168.0.0/16",
+                "http_access allow clients",
+                "http_access deny all"
+            ]
+        );
+        assert!(config.starts_with("http_port 3130\n"));
+        assert!(!config.contains("0.0.0.0/0") && !config.contains("allow all"));
+    }
+
+    #[test]
+    fn pod_carries_labels_port_image_and_config() {
+        let pod = pod(&request(), &settings());
+        let labels = pod.metadata.labels.unwrap();
+        assert_eq!(labels[labels::MANAGED], "true");
+        assert_eq!(labels[labels::PROXY_UID], "uid-1");
+        let container = &pod.spec.unwrap().containers[0];
+        assert_eq!(container.image.as_deref(), Some("ubuntu/squid:5.2-22.04_beta"));
+        assert_eq!(container.ports.as_ref().unwrap()[0].container_port, 3130);
+        let env = &container.env.as_ref().unwrap()[0];
+        assert_eq!(env.value.as_deref(), Some(squid_config(3130, &["10.0.0.0/8".into()]).as_str()));
+    }
+
+    #[test]
+    fn pod_state_mapping() {
+        let with = |phase: Option<&str>, ip: Option<&str>| -> Pod {
+            serde_json::from_value(json!({"metadata": {"name": "p"}, "status": {"phase": phase, "podIP": ip}})).unwrap()
+        };
+        let cases = [
+            (with(Some("Pending"), None), InstanceState::Provisioning),
+            (with(Some("Running"), None), InstanceState::Provisioning),
+            (with(Some("Running"), Some("")), InstanceState::Provisioning),
+            (with(Some("Running"), Some("10.1.2.3")), InstanceState::Running("10.1.2.3".into())),
+            (with(Some("Succeeded"), Some("10.1.2.3")), InstanceState::Terminated),
+            (with(Some("Failed"), None), InstanceState::Terminated),
+            (with(Some("Unknown"), None), InstanceState::Terminated),
+            (with(None, None), InstanceState::Provisioning),
+        ];
+        for (pod, want) in cases {
+            assert_eq!(state_of(&pod), want, "{:?}", pod.status);
+        }
+        let mut deleting = with(Some("Running"), Some("10.1.2.3"));
+        deleting.metadata.deletion_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH));
+        assert_eq!(state_of(&deleting), InstanceState::Terminated);
+    }
+
+    #[test]
+    fn errors_are_classified() {
+        let api = |code: u16, message: &str| {
+            kube::Error::Api(kube::core::Status { code, message: message.into(), reason: "R".into(), ..Default::default() }.into())
+        };
+        assert_eq!(classify(api(403, "forbidden: nope")).class, ErrorClass::Permanent);
+        assert_eq!(classify(api(403, "pods \"x\" is forbidden: exceeded quota: q")).class, ErrorClass::Quota);
+        assert_eq!(classify(api(422, "invalid")).class, ErrorClass::Permanent);
+        assert_eq!(classify(api(500, "etcd")).class, ErrorClass::Transient);
+        assert_eq!(classify(api(429, "slow down")).class, ErrorClass::Transient);
+    }
+
+    use super::super::ErrorClass;
+}

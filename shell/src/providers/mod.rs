@@ -1,0 +1,81 @@
+//! Providers: what creates, finds and deletes the machine behind a Proxy.
+//!
+//! The contract every provider keeps (the reconciler and GC rely on it):
+//! - `create` is idempotent by name: when an instance with the requested name exists, it
+//!   returns that instance's ID instead of creating a second one;
+//! - `get` answers [`InstanceState::NotFound`] for a missing instance, never an error;
+//! - `delete` of a missing instance succeeds;
+//! - every instance carries the labels of [`labels`], set at creation, so that orphan GC can
+//!   find it;
+//! - errors are classified ([`ErrorClass`]): unclassified failures are transient, because
+//!   retrying is always safer than latching a Proxy as Failed;
+//! - all methods are safe to call concurrently.
+
+pub mod kubernetes;
+pub mod registry;
+
+use async_trait::async_trait;
+use proxy_core::{CreateRequest, InstanceView, ProviderError};
+
+pub use proxy_core::ErrorClass;
+
+/// The labels every instance carries.
+pub mod labels {
+    /// Marks an instance as made by proxy-operator.
+    pub const MANAGED: &str = "crawl.example.com/managed";
+    /// The UID of the Proxy the instance belongs to.
+    pub const PROXY_UID: &str = "crawl.example.com/proxy-uid";
+    /// The name of the Proxy, for humans.
+    pub const PROXY_NAME: &str = "crawl.example.com/proxy-name";
+}
+
+/// What a provider reports about one instance.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum InstanceState {
+    /// Exists but does not serve yet.
+    Provisioning,
+    /// Runs and serves at this address.
+    Running(String),
+    /// Exists but is stopped.
+    Stopped,
+    /// Terminated, failed, or being deleted.
+    Terminated,
+    /// Does not exist.
+    NotFound,
+}
+
+impl From<InstanceState> for InstanceView {
+    fn from(state: InstanceState) -> Self {
+        match state {
+            InstanceState::Provisioning => Self::Provisioning,
+            InstanceState::Running(ip) => Self::Running { ip },
+            InstanceState::Stopped => Self::Stopped,
+            InstanceState::Terminated => Self::Terminated,
+            InstanceState::NotFound => Self::NotFound,
+        }
+    }
+}
+
+/// An instance found by [`Provider::list_by_tag`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Instance {
+    /// The provider's ID of the instance.
+    pub provider_id: String,
+    /// The Proxy UID from its label.
+    pub uid: String,
+    /// When it was created, if the provider knows.
+    pub created_at: Option<jiff::Timestamp>,
+}
+
+/// A provider of proxy machines.
+#[async_trait]
+pub trait Provider: Send + Sync + std::fmt::Debug {
+    /// Creates the instance (or finds the one with the same name) and returns its ID.
+    async fn create(&self, request: &CreateRequest) -> Result<String, ProviderError>;
+    /// The state of the instance with this ID.
+    async fn get(&self, provider_id: &str) -> Result<InstanceState, ProviderError>;
+    /// Deletes the instance with this ID; succeeds when it is already gone.
+    async fn delete(&self, provider_id: &str) -> Result<(), ProviderError>;
+    /// Every instance carrying the managed label.
+    async fn list_by_tag(&self) -> Result<Vec<Instance>, ProviderError>;
+}

@@ -1,0 +1,45 @@
+//! The providers of a providers config, by name.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use super::Provider;
+use super::kubernetes::KubernetesProvider;
+use crate::config::{ProviderSettings, ProvidersConfig};
+
+/// The configured providers, by name.
+#[derive(Debug, Clone, Default)]
+pub struct Registry {
+    providers: BTreeMap<String, Arc<dyn Provider>>,
+}
+
+/// Why a provider could not be built.
+#[derive(Debug, thiserror::Error)]
+#[error("provider {name:?} (type {type_name}) is not available in this build yet")]
+pub struct Unsupported {
+    name: String,
+    type_name: &'static str,
+}
+
+impl Registry {
+    /// Builds every provider of `config`. A provider type this build cannot serve is an error
+    /// at start, never a Proxy stuck later.
+    pub fn build(config: &ProvidersConfig, client: &kube::Client) -> Result<Self, Unsupported> {
+        let mut providers: BTreeMap<String, Arc<dyn Provider>> = BTreeMap::new();
+        for entry in &config.providers {
+            let provider: Arc<dyn Provider> = match &entry.settings {
+                ProviderSettings::Kubernetes(settings) => Arc::new(KubernetesProvider::new(client.clone(), settings.clone())),
+                other @ (ProviderSettings::Gcp(_) | ProviderSettings::Kvm(_)) => {
+                    return Err(Unsupported { name: entry.name.clone(), type_name: other.type_name() });
+                }
+            };
+            providers.insert(entry.name.clone(), provider);
+        }
+        Ok(Self { providers })
+    }
+
+    /// The provider named `name`.
+    pub fn get(&self, name: &str) -> Option<&Arc<dyn Provider>> {
+        self.providers.get(name)
+    }
+}
