@@ -21,8 +21,8 @@ use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
 use kube::{Resource, ResourceExt};
 use proxy_core::{
-    Action, CloudInitView, Decision, EventType, InstanceView, Metadata, Observed, Outcome, ProviderCall, Requeue,
-    Timing, decide,
+    Action, CloudInitView, Decision, EventType, InstanceView, Metadata, Observed, Outcome,
+    ProviderCall, Requeue, Timing, decide,
 };
 use proxy_crd::{CLOUD_INIT_SECRET_LABEL, FINALIZER, Proxy, SPEC_HASH_ANNOTATION};
 use serde_json::json;
@@ -58,16 +58,28 @@ pub enum Error {
 
 impl std::fmt::Debug for Context {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Context").field("providers", &self.providers).field("timing", &self.timing).finish_non_exhaustive()
+        f.debug_struct("Context")
+            .field("providers", &self.providers)
+            .field("timing", &self.timing)
+            .finish_non_exhaustive()
     }
 }
 
 impl Context {
     /// A context for the controller.
     pub fn new(client: kube::Client, providers: Registry, timing: Timing) -> Self {
-        let reporter = Reporter { controller: FIELD_MANAGER.into(), instance: std::env::var("POD_NAME").ok() };
+        let reporter = Reporter {
+            controller: FIELD_MANAGER.into(),
+            instance: std::env::var("POD_NAME").ok(),
+        };
         let recorder = Recorder::new(client.clone(), reporter);
-        Self { client, providers, timing, recorder, failures: Mutex::default() }
+        Self {
+            client,
+            providers,
+            timing,
+            recorder,
+            failures: Mutex::default(),
+        }
     }
 }
 
@@ -75,14 +87,18 @@ impl Context {
 /// `namespace` restricts it to one namespace.
 pub async fn run(ctx: Arc<Context>, namespace: Option<String>) {
     let (proxies, secrets): (Api<Proxy>, Api<Secret>) = match &namespace {
-        Some(ns) => (Api::namespaced(ctx.client.clone(), ns), Api::namespaced(ctx.client.clone(), ns)),
+        Some(ns) => (
+            Api::namespaced(ctx.client.clone(), ns),
+            Api::namespaced(ctx.client.clone(), ns),
+        ),
         None => (Api::all(ctx.client.clone()), Api::all(ctx.client.clone())),
     };
     let controller = Controller::new(proxies, watcher::Config::default());
     let store = controller.store();
     // Rotating a cloud-init Secret must replace the machines built from it; only labelled
     // Secrets are watched (and read), so the operator never caches unrelated secrets.
-    let secret_watch = watcher::Config::default().labels(&format!("{CLOUD_INIT_SECRET_LABEL}=true"));
+    let secret_watch =
+        watcher::Config::default().labels(&format!("{CLOUD_INIT_SECRET_LABEL}=true"));
     controller
         .watches(secrets, secret_watch, move |secret: Secret| {
             let (ns, name) = (secret.namespace(), secret.name_any());
@@ -90,7 +106,13 @@ pub async fn run(ctx: Arc<Context>, namespace: Option<String>) {
                 .state()
                 .into_iter()
                 .filter(|p| p.namespace() == ns)
-                .filter(|p| p.spec.cloud_init.as_ref().and_then(|c| c.secret_ref.as_ref()).is_some_and(|r| r.name == name))
+                .filter(|p| {
+                    p.spec
+                        .cloud_init
+                        .as_ref()
+                        .and_then(|c| c.secret_ref.as_ref())
+                        .is_some_and(|r| r.name == name)
+                })
                 .map(|p| ObjectRef::from_obj(&*p))
                 .collect::<Vec<_>>()
         })
@@ -105,7 +127,11 @@ pub async fn run(ctx: Arc<Context>, namespace: Option<String>) {
 }
 
 fn key(proxy: &Proxy) -> String {
-    format!("{}/{}", proxy.namespace().unwrap_or_default(), proxy.name_any())
+    format!(
+        "{}/{}",
+        proxy.namespace().unwrap_or_default(),
+        proxy.name_any()
+    )
 }
 
 fn error_policy(proxy: Arc<Proxy>, error: &Error, ctx: Arc<Context>) -> controller::Action {
@@ -115,7 +141,8 @@ fn error_policy(proxy: Arc<Proxy>, error: &Error, ctx: Arc<Context>) -> controll
         *n += 1;
         *n
     };
-    let delay = Duration::from_millis(500u64.saturating_mul(1 << attempts.min(10))).min(Duration::from_secs(300));
+    let delay = Duration::from_millis(500u64.saturating_mul(1 << attempts.min(10)))
+        .min(Duration::from_secs(300));
     tracing::warn!(proxy = %key(&proxy), %error, attempts, ?delay, "reconcile failed, retrying");
     controller::Action::requeue(delay)
 }
@@ -127,7 +154,11 @@ async fn reconcile(proxy: Arc<Proxy>, ctx: Arc<Context>) -> Result<controller::A
     let mut observed = observe(&proxy, &status, &ctx).await?;
     let first = decide(&proxy.spec, &status, &observed);
     let mut decisions = vec![first.clone()];
-    let mut executed = Executor { proxy: &proxy, ctx: &ctx, status_write: None };
+    let mut executed = Executor {
+        proxy: &proxy,
+        ctx: &ctx,
+        status_write: None,
+    };
     executed.metadata(&first).await?;
     if let Some(call) = first.provider_call() {
         observed.outcome = Some(executed.provider_call(call).await);
@@ -163,8 +194,16 @@ async fn reconcile(proxy: Arc<Proxy>, ctx: Arc<Context>) -> Result<controller::A
 }
 
 /// Gathers everything `decide` needs (client and provider required).
-async fn observe(proxy: &Proxy, status: &proxy_crd::ProxyStatus, ctx: &Context) -> Result<Observed, Error> {
-    let provider = proxy.spec.provider.as_deref().and_then(|name| ctx.providers.get(name));
+async fn observe(
+    proxy: &Proxy,
+    status: &proxy_crd::ProxyStatus,
+    ctx: &Context,
+) -> Result<Observed, Error> {
+    let provider = proxy
+        .spec
+        .provider
+        .as_deref()
+        .and_then(|name| ctx.providers.get(name));
     let instance = match (provider, status.provider_id.as_deref()) {
         (Some(provider), Some(id)) if !id.is_empty() => match provider.get(id).await {
             Ok(state) => InstanceView::from(state),
@@ -194,22 +233,42 @@ async fn observe(proxy: &Proxy, status: &proxy_crd::ProxyStatus, ctx: &Context) 
 
 /// The cloud-init content: inline, or from a labelled Secret in the Proxy's namespace.
 async fn resolve_cloud_init(proxy: &Proxy, client: &kube::Client) -> Result<CloudInitView, Error> {
-    let Some(cloud_init) = &proxy.spec.cloud_init else { return Ok(CloudInitView::NotSet) };
+    let Some(cloud_init) = &proxy.spec.cloud_init else {
+        return Ok(CloudInitView::NotSet);
+    };
     if let Some(inline) = &cloud_init.inline {
-        return Ok(CloudInitView::Resolved { content: inline.clone() });
+        return Ok(CloudInitView::Resolved {
+            content: inline.clone(),
+        });
     }
-    let Some(reference) = &cloud_init.secret_ref else { return Ok(CloudInitView::NotSet) };
-    let secrets: Api<Secret> = Api::namespaced(client.clone(), &proxy.namespace().unwrap_or_default());
+    let Some(reference) = &cloud_init.secret_ref else {
+        return Ok(CloudInitView::NotSet);
+    };
+    let secrets: Api<Secret> =
+        Api::namespaced(client.clone(), &proxy.namespace().unwrap_or_default());
     let unavailable = |message: String| Ok(CloudInitView::Unavailable { message });
     let Some(secret) = secrets.get_opt(&reference.name).await? else {
         return unavailable(format!("Secret {:?} not found", reference.name));
     };
-    if secret.labels().get(CLOUD_INIT_SECRET_LABEL).map(String::as_str) != Some("true") {
-        return unavailable(format!("Secret {:?} lacks the label {CLOUD_INIT_SECRET_LABEL}=true", reference.name));
+    if secret
+        .labels()
+        .get(CLOUD_INIT_SECRET_LABEL)
+        .map(String::as_str)
+        != Some("true")
+    {
+        return unavailable(format!(
+            "Secret {:?} lacks the label {CLOUD_INIT_SECRET_LABEL}=true",
+            reference.name
+        ));
     }
     match secret.data.as_ref().and_then(|d| d.get(&reference.key)) {
-        Some(bytes) => Ok(CloudInitView::Resolved { content: String::from_utf8_lossy(&bytes.0).into_owned() }),
-        None => unavailable(format!("Secret {:?} has no key {:?}", reference.name, reference.key)),
+        Some(bytes) => Ok(CloudInitView::Resolved {
+            content: String::from_utf8_lossy(&bytes.0).into_owned(),
+        }),
+        None => unavailable(format!(
+            "Secret {:?} has no key {:?}",
+            reference.name, reference.key
+        )),
     }
 }
 
@@ -222,15 +281,23 @@ struct Executor<'a> {
 
 impl Executor<'_> {
     fn api(&self) -> Api<Proxy> {
-        Api::namespaced(self.ctx.client.clone(), &self.proxy.namespace().unwrap_or_default())
+        Api::namespaced(
+            self.ctx.client.clone(),
+            &self.proxy.namespace().unwrap_or_default(),
+        )
     }
 
     async fn metadata(&self, decision: &Decision) -> Result<(), Error> {
         for action in decision.actions() {
             let patch = match action {
                 Action::AddFinalizer | Action::RemoveFinalizer => {
-                    let mut finalizers: Vec<String> =
-                        self.proxy.finalizers().iter().filter(|f| *f != FINALIZER).cloned().collect();
+                    let mut finalizers: Vec<String> = self
+                        .proxy
+                        .finalizers()
+                        .iter()
+                        .filter(|f| *f != FINALIZER)
+                        .cloned()
+                        .collect();
                     if matches!(action, Action::AddFinalizer) {
                         finalizers.push(FINALIZER.to_owned());
                     }
@@ -238,13 +305,27 @@ impl Executor<'_> {
                     // of the list fails with a conflict and the reconcile retries.
                     json!({"metadata": {"finalizers": finalizers, "resourceVersion": self.proxy.resource_version()}})
                 }
-                Action::SetSpecHash { hash } => json!({"metadata": {"annotations": {SPEC_HASH_ANNOTATION: hash}}}),
-                Action::Create(_) | Action::Delete { .. } | Action::PatchStatus(_) | Action::Event(_) => continue,
+                Action::SetSpecHash { hash } => {
+                    json!({"metadata": {"annotations": {SPEC_HASH_ANNOTATION: hash}}})
+                }
+                Action::Create(_)
+                | Action::Delete { .. }
+                | Action::PatchStatus(_)
+                | Action::Event(_) => continue,
             };
-            match self.api().patch(&self.proxy.name_any(), &PatchParams::default(), &Patch::Merge(&patch)).await {
+            match self
+                .api()
+                .patch(
+                    &self.proxy.name_any(),
+                    &PatchParams::default(),
+                    &Patch::Merge(&patch),
+                )
+                .await
+            {
                 Ok(_) => {}
                 // Removing the finalizer of an object that is already gone is done.
-                Err(kube::Error::Api(status)) if status.code == 404 && matches!(action, Action::RemoveFinalizer) => {}
+                Err(kube::Error::Api(status))
+                    if status.code == 404 && matches!(action, Action::RemoveFinalizer) => {}
                 Err(error) => return Err(error.into()),
             }
         }
@@ -259,27 +340,46 @@ impl Executor<'_> {
         };
         match call {
             Action::Create(request) => match provider(&request.provider) {
-                Ok(p) => p.create(request).await.map(|provider_id| Outcome::Created { provider_id }),
+                Ok(p) => p
+                    .create(request)
+                    .await
+                    .map(|provider_id| Outcome::Created { provider_id }),
                 Err(error) => Err(error),
             }
-            .unwrap_or_else(|error| Outcome::Failed { call: ProviderCall::Create, error }),
-            Action::Delete { provider: name, provider_id } => match provider(name) {
+            .unwrap_or_else(|error| Outcome::Failed {
+                call: ProviderCall::Create,
+                error,
+            }),
+            Action::Delete {
+                provider: name,
+                provider_id,
+            } => match provider(name) {
                 Ok(p) => p.delete(provider_id).await.map(|()| Outcome::Deleted),
                 Err(error) => Err(error),
             }
-            .unwrap_or_else(|error| Outcome::Failed { call: ProviderCall::Delete, error }),
+            .unwrap_or_else(|error| Outcome::Failed {
+                call: ProviderCall::Delete,
+                error,
+            }),
             Action::AddFinalizer
             | Action::RemoveFinalizer
             | Action::SetSpecHash { .. }
             | Action::PatchStatus(_)
-            | Action::Event(_) => unreachable!("Decision::provider_call only returns Create or Delete"),
+            | Action::Event(_) => {
+                unreachable!("Decision::provider_call only returns Create or Delete")
+            }
         }
     }
 
     async fn write_status(&self, status: &proxy_crd::ProxyStatus) -> Result<(), Error> {
-        let body = json!({"apiVersion": "crawl.example.com/v1alpha1", "kind": "Proxy", "status": status});
+        let body =
+            json!({"apiVersion": "crawl.example.com/v1alpha1", "kind": "Proxy", "status": status});
         let params = PatchParams::apply(FIELD_MANAGER).force();
-        match self.api().patch_status(&self.proxy.name_any(), &params, &Patch::Apply(&body)).await {
+        match self
+            .api()
+            .patch_status(&self.proxy.name_any(), &params, &Patch::Apply(&body))
+            .await
+        {
             Ok(_) => Ok(()),
             Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
             Err(error) => Err(error.into()),
@@ -289,7 +389,9 @@ impl Executor<'_> {
     async fn events(&self, decision: &Decision) {
         let reference = self.proxy.object_ref(&());
         for action in decision.actions() {
-            let Action::Event(event) = action else { continue };
+            let Action::Event(event) = action else {
+                continue;
+            };
             let type_ = match event.type_ {
                 EventType::Normal => KubeEventType::Normal,
                 EventType::Warning => KubeEventType::Warning,

@@ -76,7 +76,8 @@ fn main() -> ExitCode {
 fn run(args: RunArgs) -> ExitCode {
     tracing_subscriber::fmt()
         .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info,kube=warn".into()),
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| "info,kube=warn".into()),
         )
         .init();
     // A bad config stops the operator here, with the offending path, before it touches anything.

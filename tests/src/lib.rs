@@ -14,6 +14,7 @@
 pub mod bins;
 pub mod certs;
 pub mod control_plane;
+pub mod operator;
 pub mod pod_runner;
 pub mod probe_origin;
 pub mod run_dir;

@@ -71,10 +71,12 @@ impl Squid {
         let child = {
             use std::os::unix::process::CommandExt;
             Command::new(squid())
+                // -n names the shared-memory segments: unique per instance, alphanumeric,
+                // at most 32 characters. The address is unique, so it makes the name.
                 .args([
                     "-N",
                     "-n",
-                    &format!("bed{}", name.replace(['/', '.', '-'], "")),
+                    &format!("bed{}", addr.to_string().replace('.', "x")),
                 ])
                 .arg("-f")
                 .arg(&conf)

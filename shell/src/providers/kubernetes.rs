@@ -22,7 +22,9 @@ pub struct KubernetesProvider {
 
 impl std::fmt::Debug for KubernetesProvider {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("KubernetesProvider").field("settings", &self.settings).finish_non_exhaustive()
+        f.debug_struct("KubernetesProvider")
+            .field("settings", &self.settings)
+            .finish_non_exhaustive()
     }
 }
 
@@ -58,7 +60,11 @@ pub fn squid_config(port: i32, allowed_cidrs: &[String]) -> String {
 
 /// The Pod for one proxy.
 pub fn pod(request: &CreateRequest, settings: &KubernetesSettings) -> Pod {
-    let image = request.placement.as_ref().and_then(|p| p.image.clone()).unwrap_or_else(|| settings.image.clone());
+    let image = request
+        .placement
+        .as_ref()
+        .and_then(|p| p.image.clone())
+        .unwrap_or_else(|| settings.image.clone());
     let config = squid_config(request.port, &settings.allowed_source_cidrs);
     serde_json::from_value(json!({
         "metadata": {
@@ -92,7 +98,9 @@ pub fn state_of(pod: &Pod) -> InstanceState {
         return InstanceState::Terminated;
     }
     let status = pod.status.as_ref();
-    let ip = status.and_then(|s| s.pod_ip.clone()).filter(|ip| !ip.is_empty());
+    let ip = status
+        .and_then(|s| s.pod_ip.clone())
+        .filter(|ip| !ip.is_empty());
     match (status.and_then(|s| s.phase.as_deref()), ip) {
         (Some("Running"), Some(ip)) => InstanceState::Running(ip),
         (Some("Running") | Some("Pending") | None, _) => InstanceState::Provisioning,
@@ -104,7 +112,9 @@ pub fn state_of(pod: &Pod) -> InstanceState {
 /// permanent, quota refusals are quota, everything else is transient.
 pub fn classify(error: kube::Error) -> ProviderError {
     match &error {
-        kube::Error::Api(status) if status.code == 403 && status.message.contains("exceeded quota") => {
+        kube::Error::Api(status)
+            if status.code == 403 && status.message.contains("exceeded quota") =>
+        {
             ProviderError::quota(status.message.clone())
         }
         kube::Error::Api(status) if matches!(status.code, 400 | 401 | 403 | 422) => {
@@ -115,16 +125,21 @@ pub fn classify(error: kube::Error) -> ProviderError {
 }
 
 fn split_id(provider_id: &str) -> Result<(&str, &str), ProviderError> {
-    provider_id
-        .split_once('/')
-        .ok_or_else(|| ProviderError::permanent(format!("provider ID {provider_id:?} is not <namespace>/<pod>")))
+    provider_id.split_once('/').ok_or_else(|| {
+        ProviderError::permanent(format!(
+            "provider ID {provider_id:?} is not <namespace>/<pod>"
+        ))
+    })
 }
 
 #[async_trait]
 impl Provider for KubernetesProvider {
     async fn create(&self, request: &CreateRequest) -> Result<String, ProviderError> {
         let pods: Api<Pod> = Api::namespaced(self.client.clone(), &request.namespace);
-        match pods.create(&PostParams::default(), &pod(request, &self.settings)).await {
+        match pods
+            .create(&PostParams::default(), &pod(request, &self.settings))
+            .await
+        {
             // An existing Pod of that name is the one an earlier attempt made.
             Ok(_) => {}
             Err(kube::Error::Api(status)) if status.code == 409 => {}
@@ -155,7 +170,10 @@ impl Provider for KubernetesProvider {
 
     async fn list_by_tag(&self) -> Result<Vec<Instance>, ProviderError> {
         let pods: Api<Pod> = Api::all(self.client.clone());
-        let list = pods.list(&ListParams::default().labels(&format!("{}=true", labels::MANAGED))).await.map_err(classify)?;
+        let list = pods
+            .list(&ListParams::default().labels(&format!("{}=true", labels::MANAGED)))
+            .await
+            .map_err(classify)?;
         Ok(list
             .items
             .into_iter()
@@ -165,8 +183,18 @@ impl Provider for KubernetesProvider {
                     pod.metadata.namespace.clone().unwrap_or_default(),
                     pod.metadata.name.clone().unwrap_or_default()
                 ),
-                uid: pod.metadata.labels.as_ref().and_then(|l| l.get(labels::PROXY_UID)).cloned().unwrap_or_default(),
-                created_at: pod.metadata.creation_timestamp.as_ref().and_then(|t| t.0.to_string().parse().ok()),
+                uid: pod
+                    .metadata
+                    .labels
+                    .as_ref()
+                    .and_then(|l| l.get(labels::PROXY_UID))
+                    .cloned()
+                    .unwrap_or_default(),
+                created_at: pod
+                    .metadata
+                    .creation_timestamp
+                    .as_ref()
+                    .and_then(|t| t.0.to_string().parse().ok()),
             })
             .collect())
     }
@@ -190,13 +218,19 @@ mod tests {
     }
 
     fn settings() -> KubernetesSettings {
-        KubernetesSettings { image: "ubuntu/squid:5.2-22.04_beta".into(), allowed_source_cidrs: vec!["10.0.0.0/8".into()] }
+        KubernetesSettings {
+            image: "ubuntu/squid:5.2-22.04_beta".into(),
+            allowed_source_cidrs: vec!["10.0.0.0/8".into()],
+        }
     }
 
     #[test]
     fn squid_config_is_not_an_open_relay() {
         let config = squid_config(3130, &["10.0.0.0/8".into(), "192.168.0.0/16".into()]);
-        let access: Vec<&str> = config.lines().filter(|l| l.starts_with("http_access") || l.starts_with("acl")).collect();
+        let access: Vec<&str> = config
+            .lines()
+            .filter(|l| l.starts_with("http_access") || l.starts_with("acl"))
+            .collect();
         assert_eq!(
             access,
             [
@@ -217,23 +251,38 @@ mod tests {
         assert_eq!(labels[labels::MANAGED], "true");
         assert_eq!(labels[labels::PROXY_UID], "uid-1");
         let container = &pod.spec.unwrap().containers[0];
-        assert_eq!(container.image.as_deref(), Some("ubuntu/squid:5.2-22.04_beta"));
+        assert_eq!(
+            container.image.as_deref(),
+            Some("ubuntu/squid:5.2-22.04_beta")
+        );
         assert_eq!(container.ports.as_ref().unwrap()[0].container_port, 3130);
         let env = &container.env.as_ref().unwrap()[0];
-        assert_eq!(env.value.as_deref(), Some(squid_config(3130, &["10.0.0.0/8".into()]).as_str()));
+        assert_eq!(
+            env.value.as_deref(),
+            Some(squid_config(3130, &["10.0.0.0/8".into()]).as_str())
+        );
     }
 
     #[test]
     fn pod_state_mapping() {
         let with = |phase: Option<&str>, ip: Option<&str>| -> Pod {
-            serde_json::from_value(json!({"metadata": {"name": "p"}, "status": {"phase": phase, "podIP": ip}})).unwrap()
+            serde_json::from_value(
+                json!({"metadata": {"name": "p"}, "status": {"phase": phase, "podIP": ip}}),
+            )
+            .unwrap()
         };
         let cases = [
             (with(Some("Pending"), None), InstanceState::Provisioning),
             (with(Some("Running"), None), InstanceState::Provisioning),
             (with(Some("Running"), Some("")), InstanceState::Provisioning),
-            (with(Some("Running"), Some("10.1.2.3")), InstanceState::Running("10.1.2.3".into())),
-            (with(Some("Succeeded"), Some("10.1.2.3")), InstanceState::Terminated),
+            (
+                with(Some("Running"), Some("10.1.2.3")),
+                InstanceState::Running("10.1.2.3".into()),
+            ),
+            (
+                with(Some("Succeeded"), Some("10.1.2.3")),
+                InstanceState::Terminated,
+            ),
             (with(Some("Failed"), None), InstanceState::Terminated),
             (with(Some("Unknown"), None), InstanceState::Terminated),
             (with(None, None), InstanceState::Provisioning),
@@ -242,17 +291,34 @@ mod tests {
             assert_eq!(state_of(&pod), want, "{:?}", pod.status);
         }
         let mut deleting = with(Some("Running"), Some("10.1.2.3"));
-        deleting.metadata.deletion_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH));
+        deleting.metadata.deletion_timestamp =
+            Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
+            ));
         assert_eq!(state_of(&deleting), InstanceState::Terminated);
     }
 
     #[test]
     fn errors_are_classified() {
         let api = |code: u16, message: &str| {
-            kube::Error::Api(kube::core::Status { code, message: message.into(), reason: "R".into(), ..Default::default() }.into())
+            kube::Error::Api(
+                kube::core::Status {
+                    code,
+                    message: message.into(),
+                    reason: "R".into(),
+                    ..Default::default()
+                }
+                .into(),
+            )
         };
-        assert_eq!(classify(api(403, "forbidden: nope")).class, ErrorClass::Permanent);
-        assert_eq!(classify(api(403, "pods \"x\" is forbidden: exceeded quota: q")).class, ErrorClass::Quota);
+        assert_eq!(
+            classify(api(403, "forbidden: nope")).class,
+            ErrorClass::Permanent
+        );
+        assert_eq!(
+            classify(api(403, "pods \"x\" is forbidden: exceeded quota: q")).class,
+            ErrorClass::Quota
+        );
         assert_eq!(classify(api(422, "invalid")).class, ErrorClass::Permanent);
         assert_eq!(classify(api(500, "etcd")).class, ErrorClass::Transient);
         assert_eq!(classify(api(429, "slow down")).class, ErrorClass::Transient);

@@ -28,9 +28,14 @@ impl Registry {
         let mut providers: BTreeMap<String, Arc<dyn Provider>> = BTreeMap::new();
         for entry in &config.providers {
             let provider: Arc<dyn Provider> = match &entry.settings {
-                ProviderSettings::Kubernetes(settings) => Arc::new(KubernetesProvider::new(client.clone(), settings.clone())),
+                ProviderSettings::Kubernetes(settings) => {
+                    Arc::new(KubernetesProvider::new(client.clone(), settings.clone()))
+                }
                 other @ (ProviderSettings::Gcp(_) | ProviderSettings::Kvm(_)) => {
-                    return Err(Unsupported { name: entry.name.clone(), type_name: other.type_name() });
+                    return Err(Unsupported {
+                        name: entry.name.clone(),
+                        type_name: other.type_name(),
+                    });
                 }
             };
             providers.insert(entry.name.clone(), provider);

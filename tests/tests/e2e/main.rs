@@ -3,3 +3,4 @@
 
 mod crd;
 mod pods;
+mod reconcile;

@@ -1,0 +1,201 @@
+//! The operator end to end: the real binary against the real API server, with the pod
+//! runner turning its Pods into real squid processes.
+
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use kube::runtime::wait::{await_condition, conditions};
+use proxy_crd::{FINALIZER, Proxy};
+use proxy_tests::control_plane::ControlPlane;
+use proxy_tests::operator::Operator;
+use proxy_tests::pod_runner::PodRunner;
+use proxy_tests::probe_origin::ProbeOrigin;
+use serde_json::json;
+
+struct Bed {
+    proxies: Api<Proxy>,
+    pods: Api<Pod>,
+    operator: Operator,
+    _runner: PodRunner,
+    _origin: ProbeOrigin,
+}
+
+impl Bed {
+    async fn new(prefix: &str) -> Self {
+        let plane = ControlPlane::shared();
+        let client = plane.client().await;
+        let ns = plane.namespace(&client, prefix).await;
+        let origin = ProbeOrigin::start().await.unwrap();
+        let runner = PodRunner::start(client.clone(), &ns, origin.hosts_file.clone())
+            .await
+            .unwrap();
+        let operator = Operator::start(plane, &ns);
+        Self {
+            proxies: Api::namespaced(client.clone(), &ns),
+            pods: Api::namespaced(client, &ns),
+            operator,
+            _runner: runner,
+            _origin: origin,
+        }
+    }
+
+    async fn create(&self, name: &str, spec: serde_json::Value) -> Proxy {
+        let proxy: Proxy = serde_json::from_value(json!({
+            "apiVersion": "crawl.example.com/v1alpha1", "kind": "Proxy", "metadata": {"name": name}, "spec": spec
+        }))
+        .unwrap();
+        self.proxies
+            .create(&PostParams::default(), &proxy)
+            .await
+            .unwrap()
+    }
+
+    /// Waits until `check` holds for the Proxy, and returns it; fails with the operator's log.
+    async fn wait_for(&mut self, name: &str, what: &str, check: impl Fn(&Proxy) -> bool) -> Proxy {
+        for _ in 0..300 {
+            if let Some(proxy) = self.proxies.get_opt(name).await.unwrap()
+                && check(&proxy)
+            {
+                return proxy;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let running = self.operator.is_running();
+        panic!(
+            "{name}: not {what} within 30 s (operator running: {running}); operator log:\n{}",
+            self.operator.log()
+        );
+    }
+}
+
+fn condition(proxy: &Proxy, type_: &str) -> Option<(String, String)> {
+    let status = proxy.status.as_ref()?;
+    let c = status.conditions.iter().find(|c| c.type_ == type_)?;
+    Some((c.status.clone(), c.reason.clone()))
+}
+
+fn provisioned(proxy: &Proxy) -> bool {
+    condition(proxy, "Provisioned").is_some_and(|(s, _)| s == "True")
+        && proxy.status.as_ref().is_some_and(|s| s.ip.is_some())
+}
+
+#[tokio::test]
+async fn a_managed_proxy_gets_a_pod_then_its_ip_and_deletion_removes_both() {
+    let mut bed = Bed::new("op-managed").await;
+    let created = bed
+        .create("p1", json!({"mode": "Managed", "provider": "pods"}))
+        .await;
+    let proxy = bed
+        .wait_for("p1", "Provisioned with an IP", provisioned)
+        .await;
+
+    let uid = created.metadata.uid.clone().unwrap();
+    let pod_name = proxy_core::naming::instance_name(&uid);
+    let pod = bed.pods.get(&pod_name).await.unwrap();
+    let pod_ip = pod.status.and_then(|s| s.pod_ip).unwrap();
+    let status = proxy.status.clone().unwrap();
+    assert_eq!(
+        status.ip.as_deref(),
+        Some(pod_ip.as_str()),
+        "status.ip is the Pod's IP"
+    );
+    assert_eq!(
+        status.provider_id,
+        Some(format!("{}/{pod_name}", bed.pods.namespace().unwrap()))
+    );
+    assert!(
+        proxy
+            .metadata
+            .finalizers
+            .unwrap_or_default()
+            .contains(&FINALIZER.to_owned())
+    );
+    let labels = pod.metadata.labels.unwrap();
+    assert_eq!(labels["crawl.example.com/proxy-uid"], uid);
+    assert_eq!(labels["crawl.example.com/managed"], "true");
+
+    bed.proxies
+        .delete("p1", &DeleteParams::default())
+        .await
+        .unwrap();
+    let gone = await_condition(bed.proxies.clone(), "p1", conditions::is_deleted(&uid));
+    if tokio::time::timeout(Duration::from_secs(30), gone)
+        .await
+        .is_err()
+    {
+        panic!(
+            "the Proxy was not removed within 30 s; operator log:\n{}",
+            bed.operator.log()
+        );
+    }
+    assert!(
+        bed.pods.get_opt(&pod_name).await.unwrap().is_none(),
+        "the finalizer removed the Pod first"
+    );
+}
+
+#[tokio::test]
+async fn an_external_proxy_gets_its_endpoint_as_ip_and_no_finalizer() {
+    let mut bed = Bed::new("op-external").await;
+    bed.create(
+        "ext",
+        json!({"mode": "External", "endpoint": {"host": "203.0.113.10", "port": 8080}}),
+    )
+    .await;
+    let proxy = bed.wait_for("ext", "Provisioned", provisioned).await;
+    assert_eq!(
+        proxy.status.as_ref().unwrap().ip.as_deref(),
+        Some("203.0.113.10")
+    );
+    assert_eq!(
+        condition(&proxy, "Provisioned").unwrap(),
+        ("True".into(), "ExternalEndpoint".into())
+    );
+    assert!(proxy.metadata.finalizers.unwrap_or_default().is_empty());
+    assert!(
+        bed.pods
+            .list(&Default::default())
+            .await
+            .unwrap()
+            .items
+            .is_empty(),
+        "no provider call for External"
+    );
+}
+
+#[tokio::test]
+async fn a_port_change_replaces_the_pod_under_the_same_name_after_the_old_one_is_gone() {
+    let mut bed = Bed::new("op-replace").await;
+    let created = bed
+        .create("r1", json!({"mode": "Managed", "provider": "pods"}))
+        .await;
+    let before = bed
+        .wait_for("r1", "Provisioned with an IP", provisioned)
+        .await;
+    let old_ip = before.status.unwrap().ip.unwrap();
+    let pod_name = proxy_core::naming::instance_name(&created.metadata.uid.unwrap());
+    let old_pod_uid = bed.pods.get(&pod_name).await.unwrap().metadata.uid.unwrap();
+
+    let patch = json!({"spec": {"port": 3129}});
+    bed.proxies
+        .patch("r1", &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap();
+    let after = bed
+        .wait_for("r1", "replaced", |p| {
+            provisioned(p) && p.status.as_ref().unwrap().ip.as_deref() != Some(old_ip.as_str())
+        })
+        .await;
+    let new_pod = bed.pods.get(&pod_name).await.unwrap();
+    assert_ne!(
+        new_pod.metadata.uid.unwrap(),
+        old_pod_uid,
+        "a new Pod under the same name"
+    );
+    assert_eq!(
+        new_pod.spec.unwrap().containers[0].ports.as_ref().unwrap()[0].container_port,
+        3129
+    );
+    assert_eq!(after.status.unwrap().ip, new_pod.status.unwrap().pod_ip);
+}
