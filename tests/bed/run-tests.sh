@@ -7,4 +7,6 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 eval "$(tests/bed/provision.sh)"
 export PROXY_OPERATOR_KBINS
+# The end-to-end tests start the real operator binary; build it first so they do not.
+cargo build --package proxy-operator --bin proxy-operator
 exec cargo test --workspace --no-fail-fast "$@"

@@ -20,11 +20,23 @@ fn squid_pod(name: &str) -> Pod {
     .unwrap()
 }
 
+/// The status of `/generate_204` fetched through the client's proxy.
+async fn probe(
+    http: &reqwest::Client,
+    origin: &ProbeOrigin,
+) -> reqwest::Result<reqwest::StatusCode> {
+    Ok(http.get(origin.url("/generate_204")).send().await?.status())
+}
+
 fn client_through(proxy: &str, origin: &ProbeOrigin) -> reqwest::Client {
+    client_with_timeout(proxy, origin, Duration::from_secs(5))
+}
+
+fn client_with_timeout(proxy: &str, origin: &ProbeOrigin, timeout: Duration) -> reqwest::Client {
     reqwest::Client::builder()
         .proxy(reqwest::Proxy::all(proxy).unwrap())
         .tls_certs_only([reqwest::Certificate::from_pem(origin.ca_pem.as_bytes()).unwrap()])
-        .timeout(Duration::from_secs(5))
+        .timeout(timeout)
         .build()
         .unwrap()
 }
@@ -42,21 +54,43 @@ async fn running_pod_ip(pods: &Api<Pod>, name: &str) -> String {
         .expect("a Running Pod has a podIP")
 }
 
-#[tokio::test]
-async fn a_pod_becomes_a_real_squid_that_proxies_https_to_the_origin() {
+/// One test's bed: a namespace with a pod runner, a probe origin, and one squid Pod running.
+struct Running {
+    runner: PodRunner,
+    origin: ProbeOrigin,
+    pods: Api<Pod>,
+    ip: String,
+}
+
+async fn one_running_pod(prefix: &str, name: &str) -> Running {
     let plane = ControlPlane::shared();
     let client = plane.client().await;
-    let ns = plane.namespace(&client, "pods-squid").await;
+    let ns = plane.namespace(&client, prefix).await;
     let origin = ProbeOrigin::start().await.unwrap();
     let runner = PodRunner::start(client.clone(), &ns, origin.hosts_file.clone())
         .await
         .unwrap();
     let pods: Api<Pod> = Api::namespaced(client, &ns);
-
-    pods.create(&PostParams::default(), &squid_pod("squid-1"))
+    pods.create(&PostParams::default(), &squid_pod(name))
         .await
         .unwrap();
-    let ip = running_pod_ip(&pods, "squid-1").await;
+    let ip = running_pod_ip(&pods, name).await;
+    Running {
+        runner,
+        origin,
+        pods,
+        ip,
+    }
+}
+
+#[tokio::test]
+async fn a_pod_becomes_a_real_squid_that_proxies_https_to_the_origin() {
+    let Running {
+        runner,
+        origin,
+        pods,
+        ip,
+    } = one_running_pod("pods-squid", "squid-1").await;
     assert!(
         ip.starts_with("127."),
         "podIP {ip} is a loopback address of its own"
@@ -120,57 +154,25 @@ async fn a_pod_becomes_a_real_squid_that_proxies_https_to_the_origin() {
 
 #[tokio::test]
 async fn a_hung_squid_times_out_and_answers_again_when_resumed_and_a_killed_one_refuses() {
-    let plane = ControlPlane::shared();
-    let client = plane.client().await;
-    let ns = plane.namespace(&client, "pods-faults").await;
-    let origin = ProbeOrigin::start().await.unwrap();
-    let runner = PodRunner::start(client.clone(), &ns, origin.hosts_file.clone())
-        .await
-        .unwrap();
-    let pods: Api<Pod> = Api::namespaced(client, &ns);
-    pods.create(&PostParams::default(), &squid_pod("squid-f"))
-        .await
-        .unwrap();
-    let ip = running_pod_ip(&pods, "squid-f").await;
-    let http = reqwest::Client::builder()
-        .proxy(reqwest::Proxy::all(format!("http://{ip}:3128")).unwrap())
-        .tls_certs_only([reqwest::Certificate::from_pem(origin.ca_pem.as_bytes()).unwrap()])
-        .timeout(Duration::from_millis(1500))
-        .build()
-        .unwrap();
-    assert_eq!(
-        http.get(origin.url("/generate_204"))
-            .send()
-            .await
-            .unwrap()
-            .status(),
-        204
+    let Running {
+        runner, origin, ip, ..
+    } = one_running_pod("pods-faults", "squid-f").await;
+    let http = client_with_timeout(
+        &format!("http://{ip}:3128"),
+        &origin,
+        Duration::from_millis(1500),
     );
+    assert_eq!(probe(&http, &origin).await.unwrap(), 204);
 
     runner.with_squid("squid-f", |s| s.hang()).unwrap();
-    let hung = http
-        .get(origin.url("/generate_204"))
-        .send()
-        .await
-        .unwrap_err();
+    let hung = probe(&http, &origin).await.unwrap_err();
     assert!(hung.is_timeout(), "a hung squid times out: {hung}");
 
     runner.with_squid("squid-f", |s| s.resume()).unwrap();
-    assert_eq!(
-        http.get(origin.url("/generate_204"))
-            .send()
-            .await
-            .unwrap()
-            .status(),
-        204
-    );
+    assert_eq!(probe(&http, &origin).await.unwrap(), 204);
 
     runner.with_squid("squid-f", |s| s.kill()).unwrap();
-    let refused = http
-        .get(origin.url("/generate_204"))
-        .send()
-        .await
-        .unwrap_err();
+    let refused = probe(&http, &origin).await.unwrap_err();
     assert!(
         refused.is_connect(),
         "a killed squid refuses connections: {refused}"
@@ -179,18 +181,13 @@ async fn a_hung_squid_times_out_and_answers_again_when_resumed_and_a_killed_one_
 
 #[tokio::test]
 async fn the_origin_answers_the_status_it_is_asked_for() {
-    let plane = ControlPlane::shared();
-    let client = plane.client().await;
-    let ns = plane.namespace(&client, "pods-origin").await;
-    let origin = ProbeOrigin::start().await.unwrap();
-    let _runner = PodRunner::start(client.clone(), &ns, origin.hosts_file.clone())
-        .await
-        .unwrap();
-    let pods: Api<Pod> = Api::namespaced(client, &ns);
-    pods.create(&PostParams::default(), &squid_pod("squid-s"))
-        .await
-        .unwrap();
-    let ip = running_pod_ip(&pods, "squid-s").await;
+    // The runner must live to the end of the test: dropping it stops its squids.
+    let Running {
+        origin,
+        ip,
+        runner: _runner,
+        ..
+    } = one_running_pod("pods-origin", "squid-s").await;
     let http = client_through(&format!("http://{ip}:3128"), &origin);
     assert_eq!(
         http.get(origin.url("/status/500"))
