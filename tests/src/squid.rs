@@ -159,8 +159,10 @@ impl Squid {
     }
 
     fn signal(&self, signal: &str) {
+        // Signalling a squid that already exited is fine: say nothing about it.
         let _ = Command::new("kill")
             .args(["-s", signal, &self.pid().to_string()])
+            .stderr(Stdio::null())
             .status();
     }
 }

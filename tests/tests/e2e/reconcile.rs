@@ -199,3 +199,84 @@ async fn a_port_change_replaces_the_pod_under_the_same_name_after_the_old_one_is
     );
     assert_eq!(after.status.unwrap().ip, new_pod.status.unwrap().pod_ip);
 }
+
+#[tokio::test]
+async fn stripping_the_hash_annotation_adopts_without_replacing() {
+    let mut bed = Bed::new("op-adopt").await;
+    let created = bed
+        .create("a1", json!({"mode": "Managed", "provider": "pods"}))
+        .await;
+    let before = bed
+        .wait_for("a1", "Provisioned with an IP", provisioned)
+        .await;
+    let hash = before.metadata.annotations.unwrap()[proxy_crd::SPEC_HASH_ANNOTATION].clone();
+    let pod_name = proxy_core::naming::instance_name(&created.metadata.uid.unwrap());
+    let pod_uid = bed.pods.get(&pod_name).await.unwrap().metadata.uid;
+
+    let strip = json!({"metadata": {"annotations": {proxy_crd::SPEC_HASH_ANNOTATION: null}}});
+    bed.proxies
+        .patch("a1", &PatchParams::default(), &Patch::Merge(&strip))
+        .await
+        .unwrap();
+    let after = bed
+        .wait_for("a1", "adopted (annotation written back)", |p| {
+            p.metadata
+                .annotations
+                .as_ref()
+                .is_some_and(|a| a.get(proxy_crd::SPEC_HASH_ANNOTATION) == Some(&hash))
+        })
+        .await;
+    assert_eq!(
+        bed.pods.get(&pod_name).await.unwrap().metadata.uid,
+        pod_uid,
+        "the Pod was not replaced"
+    );
+    assert_eq!(after.status.unwrap().ip, before.status.unwrap().ip);
+}
+
+#[tokio::test]
+async fn rotating_the_cloud_init_secret_replaces_the_pod() {
+    use k8s_openapi::api::core::v1::Secret;
+    let mut bed = Bed::new("op-rotate").await;
+    let secrets: Api<Secret> = Api::namespaced(
+        bed.proxies.clone().into_client(),
+        &bed.pods.namespace().unwrap(),
+    );
+    let secret = |content: &str| -> Secret {
+        serde_json::from_value(json!({
+            "metadata": {"name": "ci", "labels": {proxy_crd::CLOUD_INIT_SECRET_LABEL: "true"}},
+            "stringData": {"user-data": content}
+        }))
+        .unwrap()
+    };
+    secrets
+        .create(&PostParams::default(), &secret("#cloud-config\n# v1\n"))
+        .await
+        .unwrap();
+    let spec = json!({"mode": "Managed", "provider": "pods", "cloudInit": {"secretRef": {"name": "ci", "key": "user-data"}}});
+    let created = bed.create("s1", spec).await;
+    let before = bed
+        .wait_for("s1", "Provisioned with an IP", provisioned)
+        .await;
+    let old_ip = before.status.unwrap().ip.unwrap();
+    let pod_name = proxy_core::naming::instance_name(&created.metadata.uid.unwrap());
+    let old_pod_uid = bed.pods.get(&pod_name).await.unwrap().metadata.uid;
+
+    secrets
+        .replace(
+            "ci",
+            &PostParams::default(),
+            &secret("#cloud-config\n# v2\n"),
+        )
+        .await
+        .unwrap();
+    bed.wait_for("s1", "replaced after the Secret rotated", |p| {
+        provisioned(p) && p.status.as_ref().unwrap().ip.as_deref() != Some(old_ip.as_str())
+    })
+    .await;
+    assert_ne!(
+        bed.pods.get(&pod_name).await.unwrap().metadata.uid,
+        old_pod_uid,
+        "a new Pod"
+    );
+}
