@@ -240,7 +240,7 @@ async fn rotating_the_cloud_init_secret_replaces_the_pod() {
     let mut bed = Bed::new("op-rotate").await;
     let secrets: Api<Secret> = Api::namespaced(
         bed.proxies.clone().into_client(),
-        &bed.pods.namespace().unwrap(),
+        bed.pods.namespace().unwrap(),
     );
     let secret = |content: &str| -> Secret {
         serde_json::from_value(json!({
