@@ -40,7 +40,7 @@ check-generated:
 
 # Repeated code in the tree.
 duplicates:
-    duplicates .
+    duplicates --most 20
 
 # What CI runs.
 ci:

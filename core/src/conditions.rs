@@ -115,21 +115,8 @@ impl ProvisionedReason {
 
     /// Whether the condition is `True`: the proxy has an address to serve from.
     pub fn is_provisioned(self) -> bool {
-        match self {
-            Self::Created | Self::ExternalEndpoint => true,
-            Self::Creating
-            | Self::Provisioning
-            | Self::Replacing
-            | Self::InstanceStopped
-            | Self::InstanceTerminated
-            | Self::InstanceGone
-            | Self::QuotaExceeded
-            | Self::CloudInitUnavailable
-            | Self::PermanentError
-            | Self::ProviderNotConfigured
-            | Self::Deleting
-            | Self::EndpointMissing => false,
-        }
+        // Whether an instance exists does not change whether these reasons are provisioned.
+        self.progress(false) == Progress::Provisioned
     }
 
     /// `Warning` for what went wrong or needs a human, `Normal` for expected progress.

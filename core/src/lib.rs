@@ -43,6 +43,7 @@
 #![warn(missing_docs)]
 
 pub mod action;
+pub mod backoff;
 pub mod conditions;
 mod decide;
 pub mod error;

@@ -10,7 +10,7 @@ use proxy_core::{
 };
 use proxy_crd::{Phase, ProxyStatus};
 use support::{
-    ID, IP, T1, creating_status, event, no_address, not_provisioned, probe_succeeded,
+    ID, IP, T1, created, creating_status, event, no_address, not_provisioned, probe_succeeded,
     provisioning_status, ready, running_status,
 };
 
@@ -145,16 +145,7 @@ fn healthy_verdict_on_the_published_address_makes_it_ready() {
             Some(ID),
             Some(IP),
             1,
-            [
-                (
-                    "True",
-                    "Created",
-                    "instance crawl/proxy-kbqzhquppopaia3n is running at 10.0.0.7",
-                    T0,
-                ),
-                probe_succeeded(T1),
-                ready(T1),
-            ],
+            [created(T0), probe_succeeded(T1), ready(T1)],
         )
     };
     assert_eq!(
@@ -183,12 +174,7 @@ fn unhealthy_verdict_makes_it_unhealthy() {
             Some(IP),
             1,
             [
-                (
-                    "True",
-                    "Created",
-                    "instance crawl/proxy-kbqzhquppopaia3n is running at 10.0.0.7",
-                    T0,
-                ),
+                created(T0),
                 ("False", "ProbeFailed", "probes through the proxy fail", T1),
                 (
                     "False",

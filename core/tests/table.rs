@@ -14,8 +14,8 @@ use proxy_core::{
 };
 use proxy_crd::{Phase, ProxyStatus};
 use support::{
-    DELETION_POLL, DRIFT_POLL, ID, IP, PROVISIONING_POLL, SOON, awaiting_probe, creating_status,
-    delete, deleting_status, event, no_address, not_provisioned, probe_succeeded,
+    DELETION_POLL, DRIFT_POLL, ID, IP, PROVISIONING_POLL, SOON, awaiting_probe, created,
+    creating_status, delete, deleting_status, event, no_address, not_provisioned, probe_succeeded,
     provisioning_status, ready, replacing_status, running_status,
 };
 
@@ -193,12 +193,7 @@ fn running_sets_ip_and_provisioned_true() {
         Some(IP),
         1,
         [
-            (
-                "True",
-                "Created",
-                "instance crawl/proxy-kbqzhquppopaia3n is running at 10.0.0.7",
-                T0,
-            ),
+            created(T0),
             awaiting_probe(T0),
             (
                 "False",

@@ -63,6 +63,16 @@ pub fn awaiting_probe(time: &str) -> Cond<'_> {
     )
 }
 
+/// `Provisioned=True/Created`: the instance runs at [`IP`].
+pub fn created(time: &str) -> Cond<'_> {
+    (
+        "True",
+        "Created",
+        "instance crawl/proxy-kbqzhquppopaia3n is running at 10.0.0.7",
+        time,
+    )
+}
+
 /// `Healthy=True/ProbeSucceeded`.
 pub fn probe_succeeded(time: &str) -> Cond<'_> {
     (
@@ -119,16 +129,7 @@ pub fn running_status() -> ProxyStatus {
             Some(ID),
             Some(IP),
             1,
-            [
-                (
-                    "True",
-                    "Created",
-                    "instance crawl/proxy-kbqzhquppopaia3n is running at 10.0.0.7",
-                    T0,
-                ),
-                probe_succeeded(T0),
-                ready(T0),
-            ],
+            [created(T0), probe_succeeded(T0), ready(T0)],
         )
     }
 }
