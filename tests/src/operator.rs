@@ -57,7 +57,12 @@ impl Operator {
         )
         .expect("write the providers config");
         let log = dir.join("operator.log");
-        let out = std::fs::File::create(&log).expect("create the operator log");
+        // Appended to, so a restarted operator's log follows the one it replaces.
+        let out = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&log)
+            .expect("open the operator log");
         let child = Command::new(binary())
             .arg("run")
             .arg("--providers-config")
@@ -86,6 +91,12 @@ impl Operator {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
+    /// Kills the operator at once (SIGKILL), as a crash or an OOM kill would.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
     /// Whether the process is still running.
     pub fn is_running(&mut self) -> bool {
         matches!(self.child.try_wait(), Ok(None))
@@ -94,7 +105,6 @@ impl Operator {
 
 impl Drop for Operator {
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        self.kill();
     }
 }

@@ -14,6 +14,7 @@ use proxy_tests::probe_origin::ProbeOrigin;
 use serde_json::json;
 
 struct Bed {
+    ns: String,
     proxies: Api<Proxy>,
     pods: Api<Pod>,
     operator: Operator,
@@ -32,6 +33,7 @@ impl Bed {
             .unwrap();
         let operator = Operator::start(plane, &ns);
         Self {
+            ns: ns.clone(),
             proxies: Api::namespaced(client.clone(), &ns),
             pods: Api::namespaced(client, &ns),
             operator,
@@ -279,4 +281,170 @@ async fn rotating_the_cloud_init_secret_replaces_the_pod() {
         old_pod_uid,
         "a new Pod"
     );
+}
+
+#[tokio::test]
+async fn an_operator_killed_mid_create_and_restarted_with_status_lost_leaves_exactly_one_pod() {
+    let mut bed = Bed::new("op-crash").await;
+    let created = bed
+        .create("c1", json!({"mode": "Managed", "provider": "pods"}))
+        .await;
+    let uid = created.metadata.uid.unwrap();
+    let pod_name = proxy_core::naming::instance_name(&uid);
+    // Kill the operator the moment its Pod exists: the create happened, the status write
+    // may or may not have.
+    let mut pod_uid = None;
+    for _ in 0..300 {
+        if let Some(pod) = bed.pods.get_opt(&pod_name).await.unwrap() {
+            bed.operator.kill();
+            pod_uid = pod.metadata.uid;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(
+        pod_uid.is_some(),
+        "the operator never created the Pod:\n{}",
+        bed.operator.log()
+    );
+    // Worse than a crash between the two writes: the status is lost altogether.
+    let wipe = json!({"status": null});
+    bed.proxies
+        .patch_status("c1", &PatchParams::default(), &Patch::Merge(&wipe))
+        .await
+        .unwrap();
+
+    bed.operator = Operator::start(ControlPlane::shared(), &bed.ns);
+    let proxy = bed
+        .wait_for(
+            "c1",
+            "Provisioned with an IP after the restart",
+            provisioned,
+        )
+        .await;
+    let selector = format!("crawl.example.com/proxy-uid={uid}");
+    let pods = bed
+        .pods
+        .list(&kube::api::ListParams::default().labels(&selector))
+        .await
+        .unwrap();
+    assert_eq!(pods.items.len(), 1, "exactly one Pod for the Proxy");
+    assert_eq!(
+        pods.items[0].metadata.uid, pod_uid,
+        "the restarted operator adopted the Pod it had created"
+    );
+    assert_eq!(
+        proxy.status.unwrap().provider_id,
+        Some(format!("{}/{pod_name}", bed.ns))
+    );
+}
+
+#[tokio::test]
+async fn a_permanent_provider_error_latches_failed_until_a_spec_fix() {
+    let mut bed = Bed::new("op-permanent").await;
+    // An empty image makes the API server refuse the Pod (422 Invalid): retrying cannot help.
+    bed.create(
+        "f1",
+        json!({"mode": "Managed", "provider": "pods", "placement": {"image": ""}}),
+    )
+    .await;
+    let failed = bed
+        .wait_for("f1", "Failed", |p| {
+            p.status.as_ref().and_then(|s| s.phase) == Some(proxy_crd::Phase::Failed)
+        })
+        .await;
+    let (status, reason) = condition(&failed, "Provisioned").unwrap();
+    assert_eq!(
+        (status.as_str(), reason.as_str()),
+        ("False", "PermanentError")
+    );
+    // Latched: the operator keeps it as is (same condition, no new attempts) while nothing changes.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let still = bed.proxies.get("f1").await.unwrap();
+    assert_eq!(still.status, failed.status, "a latched proxy is left alone");
+    assert!(
+        bed.pods
+            .list(&Default::default())
+            .await
+            .unwrap()
+            .items
+            .is_empty()
+    );
+
+    let fix = json!({"spec": {"placement": {"image": "ubuntu/squid:5.2-22.04_beta"}}});
+    bed.proxies
+        .patch("f1", &PatchParams::default(), &Patch::Merge(&fix))
+        .await
+        .unwrap();
+    let fixed = bed
+        .wait_for("f1", "Provisioned after the spec fix", provisioned)
+        .await;
+    assert_ne!(fixed.status.unwrap().phase, Some(proxy_crd::Phase::Failed));
+}
+
+#[tokio::test]
+async fn the_events_of_a_replaced_proxy_tell_the_story_in_order() {
+    use k8s_openapi::api::events::v1::Event;
+    let mut bed = Bed::new("op-events").await;
+    bed.create("e1", json!({"mode": "Managed", "provider": "pods"}))
+        .await;
+    let before = bed
+        .wait_for("e1", "Provisioned with an IP", provisioned)
+        .await;
+    let old_ip = before.status.unwrap().ip;
+    let patch = json!({"spec": {"port": 3129}});
+    bed.proxies
+        .patch("e1", &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap();
+    bed.wait_for("e1", "replaced", |p| {
+        provisioned(p) && p.status.as_ref().unwrap().ip != old_ip
+    })
+    .await;
+
+    let events: Api<Event> = Api::namespaced(bed.proxies.clone().into_client(), &bed.ns);
+    let mut story: Vec<(String, String)> = Vec::new();
+    for _ in 0..50 {
+        let mut list = events.list(&Default::default()).await.unwrap().items;
+        list.retain(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("e1"));
+        list.sort_by_key(|e| e.event_time.as_ref().map(|t| t.0));
+        story = list
+            .into_iter()
+            .map(|e| (e.reason.unwrap_or_default(), e.note.unwrap_or_default()))
+            .collect();
+        if story.iter().filter(|(r, _)| r == "Created").count() >= 1
+            && story.iter().any(|(r, _)| r == "Replacing")
+        {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let reasons: Vec<&str> = story.iter().map(|(r, _)| r.as_str()).collect();
+    let position = |reason: &str, after: usize| {
+        reasons
+            .iter()
+            .skip(after)
+            .position(|r| *r == reason)
+            .map(|i| i + after)
+    };
+    let creating =
+        position("Creating", 0).unwrap_or_else(|| panic!("no Creating event: {story:?}"));
+    let created = position("Created", creating)
+        .unwrap_or_else(|| panic!("no Created after Creating: {story:?}"));
+    let replacing = position("Replacing", created)
+        .unwrap_or_else(|| panic!("no Replacing after Created: {story:?}"));
+    assert!(
+        story[replacing].1.contains("spec")
+            || story[replacing].1.contains("hash")
+            || !story[replacing].1.is_empty(),
+        "the Replacing event says why: {story:?}"
+    );
+    let out = ControlPlane::shared().kubectl(&["describe", "px", "e1", "-n", &bed.ns]);
+    let describe = String::from_utf8_lossy(&out.stdout);
+    for reason in ["Creating", "Created", "Replacing"] {
+        assert!(
+            describe.contains(reason),
+            "`kubectl describe px` lacks {reason}:\n{describe}"
+        );
+    }
 }
