@@ -45,3 +45,8 @@ duplicates:
 # What CI runs.
 ci:
     .ci/run
+
+# Benchmark: 200 Proxies applied at once vs the minimum API work (docs/benchmarks.md).
+bench-reconcile:
+    tests/bed/provision.sh > /dev/null
+    cargo run -q -p proxy-tests --bin bench-reconcile

@@ -47,6 +47,7 @@ pub mod backoff;
 pub mod conditions;
 mod decide;
 pub mod error;
+pub mod health;
 pub mod naming;
 pub mod observed;
 pub mod phase;

@@ -27,6 +27,7 @@ use proxy_core::{
 use proxy_crd::{CLOUD_INIT_SECRET_LABEL, FINALIZER, Proxy, SPEC_HASH_ANNOTATION};
 use serde_json::json;
 
+use crate::health::HealthEngine;
 use crate::providers::registry::Registry;
 
 /// The field manager of every write this operator makes.
@@ -40,6 +41,8 @@ pub struct Context {
     pub providers: Registry,
     /// The requeue intervals handed to the core.
     pub timing: Timing,
+    /// The health engine, whose delivered verdicts the reconciles read.
+    pub health: Arc<HealthEngine>,
     recorder: Recorder,
     // Consecutive transient failures per object, for the exponential backoff.
     failures: Mutex<BTreeMap<String, u32>>,
@@ -67,7 +70,12 @@ impl std::fmt::Debug for Context {
 
 impl Context {
     /// A context for the controller.
-    pub fn new(client: kube::Client, providers: Registry, timing: Timing) -> Self {
+    pub fn new(
+        client: kube::Client,
+        providers: Registry,
+        timing: Timing,
+        health: Arc<HealthEngine>,
+    ) -> Self {
         let reporter = Reporter {
             controller: FIELD_MANAGER.into(),
             instance: std::env::var("POD_NAME").ok(),
@@ -77,6 +85,7 @@ impl Context {
             client,
             providers,
             timing,
+            health,
             recorder,
             failures: Mutex::default(),
         }
@@ -95,6 +104,11 @@ pub async fn run(ctx: Arc<Context>, namespace: Option<String>) {
     };
     let controller = Controller::new(proxies, watcher::Config::default());
     let store = controller.store();
+    // The health engine probes what the controller's cache holds and asks for a reconcile
+    // when a verdict must be written; it never writes status itself.
+    let (health_tx, mut health_rx) = tokio::sync::mpsc::channel(1024);
+    let health = tokio::spawn(ctx.health.clone().run(store.clone(), health_tx));
+    let health_triggers = futures::stream::poll_fn(move |cx| health_rx.poll_recv(cx));
     // Rotating a cloud-init Secret must replace the machines built from it; only labelled
     // Secrets are watched (and read), so the operator never caches unrelated secrets.
     let secret_watch =
@@ -116,6 +130,7 @@ pub async fn run(ctx: Arc<Context>, namespace: Option<String>) {
                 .map(|p| ObjectRef::from_obj(&*p))
                 .collect::<Vec<_>>()
         })
+        .reconcile_on(health_triggers)
         .shutdown_on_signal()
         .run(reconcile, error_policy, ctx)
         .for_each(|result| async move {
@@ -124,6 +139,7 @@ pub async fn run(ctx: Arc<Context>, namespace: Option<String>) {
             }
         })
         .await;
+    health.abort();
 }
 
 fn key(proxy: &Proxy) -> String {
@@ -226,7 +242,11 @@ async fn observe(
         provider_configured: provider.is_some(),
         instance,
         outcome: None,
-        health: None,
+        health: ctx.health.reported(
+            &proxy.namespace().unwrap_or_default(),
+            &proxy.name_any(),
+            &proxy.uid().unwrap_or_default(),
+        ),
         timing: ctx.timing,
     })
 }

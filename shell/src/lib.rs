@@ -3,4 +3,5 @@
 
 pub mod config;
 pub mod controller;
+pub mod health;
 pub mod providers;

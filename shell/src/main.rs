@@ -9,6 +9,8 @@ use clap::{Args, Parser, Subcommand};
 
 use proxy_operator::config::ProvidersConfig;
 use proxy_operator::controller::{self, Context};
+use proxy_operator::health::HealthEngine;
+use proxy_operator::health::probe::Prober;
 use proxy_operator::providers::registry::Registry;
 
 /// Runs fleets of HTTP forward proxies for web crawlers on Kubernetes.
@@ -50,6 +52,13 @@ struct RunArgs {
     /// Seconds between checks of a machine that is being deleted.
     #[arg(long, default_value_t = 10.0)]
     deletion_poll_seconds: f64,
+    /// PEM file of extra CA certificates to trust for probe URLs (a private probe origin);
+    /// the public web PKI is always trusted.
+    #[arg(long, env = "PROBE_CA_BUNDLE")]
+    probe_ca_bundle: Option<PathBuf>,
+    /// How many probes may run at once.
+    #[arg(long, default_value_t = proxy_operator::health::DEFAULT_CONCURRENCY)]
+    probe_concurrency: usize,
 }
 
 fn main() -> ExitCode {
@@ -99,6 +108,23 @@ fn run(args: RunArgs) -> ExitCode {
 }
 
 async fn serve(args: RunArgs, config: ProvidersConfig) -> anyhow::Result<()> {
+    let bundle = match &args.probe_ca_bundle {
+        Some(path) => Some(
+            std::fs::read(path)
+                .map_err(|e| anyhow::anyhow!("--probe-ca-bundle {}: {e}", path.display()))?,
+        ),
+        None => None,
+    };
+    let prober = Prober::new(bundle.as_deref()).map_err(|e| {
+        anyhow::anyhow!(
+            "--probe-ca-bundle {}: {e}",
+            args.probe_ca_bundle
+                .as_deref()
+                .unwrap_or(std::path::Path::new(""))
+                .display()
+        )
+    })?;
+    let health = Arc::new(HealthEngine::new(prober, args.probe_concurrency));
     let client = kube::Client::try_default().await?;
     let providers = Registry::build(&config, &client)?;
     let seconds = |s: f64| Duration::from_secs_f64(s.max(0.01));
@@ -109,7 +135,7 @@ async fn serve(args: RunArgs, config: ProvidersConfig) -> anyhow::Result<()> {
         ..proxy_core::Timing::default()
     };
     tracing::info!(providers = %config.summary(), namespace = ?args.namespace, "proxy-operator starting");
-    let ctx = Arc::new(Context::new(client, providers, timing));
+    let ctx = Arc::new(Context::new(client, providers, timing, health));
     controller::run(ctx, args.namespace).await;
     tracing::info!("stopped");
     Ok(())

@@ -13,28 +13,42 @@ use crate::bins::repo_root;
 use crate::control_plane::ControlPlane;
 use crate::run_dir::subdir;
 
-/// The operator binary, built on first use (a no-op when it is current).
+/// The debug operator binary, built on first use (a no-op when it is current).
 pub fn binary() -> &'static Path {
     static BINARY: OnceLock<PathBuf> = OnceLock::new();
-    BINARY.get_or_init(|| {
-        let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-        let status = Command::new(cargo)
-            .args([
-                "build",
-                "--quiet",
-                "--package",
-                "proxy-operator",
-                "--bin",
-                "proxy-operator",
-            ])
-            .current_dir(repo_root())
-            .status()
-            .expect("run cargo build");
-        assert!(status.success(), "cargo build -p proxy-operator failed");
-        let target = std::env::var_os("CARGO_TARGET_DIR")
-            .map_or_else(|| repo_root().join("target"), PathBuf::from);
-        target.join("debug").join("proxy-operator")
-    })
+    BINARY.get_or_init(|| build(false))
+}
+
+/// The release operator binary, for benchmarks, built on first use.
+pub fn release_binary() -> &'static Path {
+    static BINARY: OnceLock<PathBuf> = OnceLock::new();
+    BINARY.get_or_init(|| build(true))
+}
+
+fn build(release: bool) -> PathBuf {
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let mut command = Command::new(cargo);
+    command.args([
+        "build",
+        "--quiet",
+        "--package",
+        "proxy-operator",
+        "--bin",
+        "proxy-operator",
+    ]);
+    if release {
+        command.arg("--release");
+    }
+    let status = command
+        .current_dir(repo_root())
+        .status()
+        .expect("run cargo build");
+    assert!(status.success(), "cargo build -p proxy-operator failed");
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map_or_else(|| repo_root().join("target"), PathBuf::from);
+    target
+        .join(if release { "release" } else { "debug" })
+        .join("proxy-operator")
 }
 
 /// A running operator; killed when dropped.
@@ -45,10 +59,37 @@ pub struct Operator {
     pub log: PathBuf,
 }
 
+/// How often the operator polls, in seconds (its `--*-poll-seconds` flags).
+#[derive(Debug, Clone, Copy)]
+pub struct Polls {
+    /// While a machine is being created.
+    pub provisioning: f64,
+    /// While a machine is being deleted.
+    pub deletion: f64,
+    /// While a machine runs.
+    pub drift: f64,
+}
+
+impl Polls {
+    /// Short polls, so tests move quickly.
+    pub const FAST: Self = Self {
+        provisioning: 0.3,
+        deletion: 0.3,
+        drift: 2.0,
+    };
+}
+
 impl Operator {
-    /// Starts the operator for `namespace` with a providers config holding one kubernetes
-    /// provider named `pods`, and short polls so tests move quickly.
-    pub fn start(plane: &ControlPlane, namespace: &str) -> Self {
+    /// Starts `binary` for `namespace` with a providers config holding one kubernetes
+    /// provider named `pods`, which lets clients in 127.0.0.0/8 use its squids, trusting
+    /// `probe_ca_pem` (a private probe origin's CA) for its probes.
+    pub fn start_with(
+        plane: &ControlPlane,
+        namespace: &str,
+        binary: &Path,
+        polls: Polls,
+        probe_ca_pem: Option<&str>,
+    ) -> Self {
         let dir = subdir(&format!("operator-{namespace}"));
         let config = dir.join("providers.yaml");
         std::fs::write(
@@ -63,19 +104,21 @@ impl Operator {
             .append(true)
             .open(&log)
             .expect("open the operator log");
-        let child = Command::new(binary())
-            .arg("run")
+        let seconds = |s: f64| s.to_string();
+        let mut command = Command::new(binary);
+        command.arg("run");
+        if let Some(pem) = probe_ca_pem {
+            let bundle = dir.join("probe-ca.pem");
+            std::fs::write(&bundle, pem).expect("write the probe CA bundle");
+            command.arg("--probe-ca-bundle").arg(bundle);
+        }
+        let child = command
             .arg("--providers-config")
             .arg(&config)
             .args(["--namespace", namespace])
-            .args([
-                "--provisioning-poll-seconds",
-                "0.3",
-                "--deletion-poll-seconds",
-                "0.3",
-                "--drift-poll-seconds",
-                "2",
-            ])
+            .args(["--provisioning-poll-seconds", &seconds(polls.provisioning)])
+            .args(["--deletion-poll-seconds", &seconds(polls.deletion)])
+            .args(["--drift-poll-seconds", &seconds(polls.drift)])
             .env("KUBECONFIG", &plane.kubeconfig)
             .env("RUST_LOG", "info,proxy_operator=debug,kube=warn")
             .stdin(Stdio::null())

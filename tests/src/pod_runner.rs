@@ -25,7 +25,8 @@ use crate::squid::{Squid, next_loopback_addr};
 /// Name of the Node every Pod is bound to.
 pub const NODE_NAME: &str = "bed-node";
 
-type Squids = Arc<Mutex<BTreeMap<String, Squid>>>;
+/// The Pods this runner made Running, with their squid (`None` in address-only mode).
+type Squids = Arc<Mutex<BTreeMap<String, Option<Squid>>>>;
 
 /// A running pod runner for one namespace.
 #[derive(Debug)]
@@ -41,6 +42,21 @@ impl PodRunner {
         namespace: &str,
         hosts_file: PathBuf,
     ) -> anyhow::Result<Self> {
+        Self::spawn(client, namespace, Some(hosts_file)).await
+    }
+
+    /// Starts a runner that binds Pods and reports them Running with an address of their
+    /// own, but starts no process: for benchmarks of the API work, where hundreds of squids
+    /// would only measure squid's start-up.
+    pub async fn start_address_only(client: kube::Client, namespace: &str) -> anyhow::Result<Self> {
+        Self::spawn(client, namespace, None).await
+    }
+
+    async fn spawn(
+        client: kube::Client,
+        namespace: &str,
+        hosts_file: Option<PathBuf>,
+    ) -> anyhow::Result<Self> {
         register_node(&client).await?;
         let squids: Squids = Arc::default();
         let pods: Api<Pod> = Api::namespaced(client, namespace);
@@ -50,7 +66,12 @@ impl PodRunner {
 
     /// Runs `f` on the squid of `pod`, if it has one (to hang, resume or kill it).
     pub fn with_squid<T>(&self, pod: &str, f: impl FnOnce(&mut Squid) -> T) -> Option<T> {
-        self.squids.lock().expect("squids").get_mut(pod).map(f)
+        self.squids
+            .lock()
+            .expect("squids")
+            .get_mut(pod)
+            .and_then(Option::as_mut)
+            .map(f)
     }
 
     /// The names of the Pods that have a squid right now.
@@ -68,7 +89,7 @@ impl Drop for PodRunner {
     fn drop(&mut self) {
         self.task.abort();
         let squids = std::mem::take(&mut *self.squids.lock().expect("squids"));
-        for (_, mut squid) in squids {
+        for mut squid in squids.into_values().flatten() {
             squid.kill();
         }
     }
@@ -100,7 +121,7 @@ async fn register_node(client: &kube::Client) -> anyhow::Result<()> {
     }
 }
 
-async fn run(pods: Api<Pod>, squids: Squids, hosts_file: PathBuf) {
+async fn run(pods: Api<Pod>, squids: Squids, hosts_file: Option<PathBuf>) {
     let mut events = watcher(pods.clone(), watcher::Config::default()).boxed();
     while let Some(event) = events.next().await {
         let pod = match event {
@@ -116,7 +137,7 @@ async fn run(pods: Api<Pod>, squids: Squids, hosts_file: PathBuf) {
                 continue;
             }
         };
-        if let Err(e) = step(&pods, &squids, &hosts_file, &pod).await {
+        if let Err(e) = step(&pods, &squids, hosts_file.as_deref(), &pod).await {
             eprintln!("pod runner: {}: {e:#}", pod_name(&pod));
         }
     }
@@ -126,7 +147,7 @@ async fn run(pods: Api<Pod>, squids: Squids, hosts_file: PathBuf) {
 async fn step(
     pods: &Api<Pod>,
     squids: &Squids,
-    hosts_file: &std::path::Path,
+    hosts_file: Option<&std::path::Path>,
     pod: &Pod,
 ) -> anyhow::Result<()> {
     let name = pod_name(pod);
@@ -171,12 +192,20 @@ async fn step(
         .and_then(|ports| ports.first())
         .map_or(3128, |p| p.container_port);
     let addr = next_loopback_addr();
-    let squid_name = format!("{}-{name}", pods.namespace().unwrap_or_default());
-    let hosts_file = hosts_file.to_owned();
-    let squid = tokio::task::spawn_blocking(move || {
-        Squid::start(&squid_name, addr, u16::try_from(port)?, &hosts_file)
-    })
-    .await??;
+    let squid = match hosts_file {
+        Some(hosts_file) => {
+            let squid_name = format!("{}-{name}", pods.namespace().unwrap_or_default());
+            let hosts_file = hosts_file.to_owned();
+            let port = u16::try_from(port)?;
+            Some(
+                tokio::task::spawn_blocking(move || {
+                    Squid::start(&squid_name, addr, port, &hosts_file)
+                })
+                .await??,
+            )
+        }
+        None => None,
+    };
     squids.lock().expect("squids").insert(name.clone(), squid);
     let now =
         k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(k8s_openapi::jiff::Timestamp::now());
@@ -201,7 +230,7 @@ async fn step(
 }
 
 async fn stop_squid(squids: &Squids, name: &str) {
-    let squid = squids.lock().expect("squids").remove(name);
+    let squid = squids.lock().expect("squids").remove(name).flatten();
     if let Some(squid) = squid {
         // Stopping waits for squid to exit: keep that off the runtime's threads.
         let _ = tokio::task::spawn_blocking(move || squid.stop()).await;

@@ -8,6 +8,8 @@
 //! - `/status/<code>`: that status code;
 //! - anything else: 404.
 //!
+//! A query string does not change the answer, so tests can tag requests (`?p=name`).
+//!
 //! Every request is logged with its time, for tests that assert on probe schedules.
 
 use std::net::{IpAddr, SocketAddr};
@@ -122,7 +124,9 @@ async fn serve(
         path: path.clone(),
         peer: peer.ip(),
     });
-    let (status, body) = match path.as_str() {
+    // Route on the path alone: tests tell probes apart by a query string (`?p=name`).
+    let route = path.split('?').next().unwrap_or_default();
+    let (status, body) = match route {
         "/generate_204" => (204, String::new()),
         "/client-address" => (200, peer.ip().to_string()),
         p => match p

@@ -2,5 +2,7 @@
 //! namespace per test, real squid processes. See `proxy_tests` for the parts.
 
 mod crd;
+mod health;
+mod operated;
 mod pods;
 mod reconcile;

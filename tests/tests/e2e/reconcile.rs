@@ -3,84 +3,13 @@
 
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use kube::runtime::wait::{await_condition, conditions};
-use proxy_crd::{FINALIZER, Proxy};
+use proxy_crd::FINALIZER;
 use proxy_tests::control_plane::ControlPlane;
-use proxy_tests::operator::Operator;
-use proxy_tests::pod_runner::PodRunner;
-use proxy_tests::probe_origin::ProbeOrigin;
 use serde_json::json;
 
-struct Bed {
-    ns: String,
-    proxies: Api<Proxy>,
-    pods: Api<Pod>,
-    operator: Operator,
-    _runner: PodRunner,
-    _origin: ProbeOrigin,
-}
-
-impl Bed {
-    async fn new(prefix: &str) -> Self {
-        let plane = ControlPlane::shared();
-        let client = plane.client().await;
-        let ns = plane.namespace(&client, prefix).await;
-        let origin = ProbeOrigin::start().await.unwrap();
-        let runner = PodRunner::start(client.clone(), &ns, origin.hosts_file.clone())
-            .await
-            .unwrap();
-        let operator = Operator::start(plane, &ns);
-        Self {
-            ns: ns.clone(),
-            proxies: Api::namespaced(client.clone(), &ns),
-            pods: Api::namespaced(client, &ns),
-            operator,
-            _runner: runner,
-            _origin: origin,
-        }
-    }
-
-    async fn create(&self, name: &str, spec: serde_json::Value) -> Proxy {
-        let proxy: Proxy = serde_json::from_value(json!({
-            "apiVersion": "crawl.example.com/v1alpha1", "kind": "Proxy", "metadata": {"name": name}, "spec": spec
-        }))
-        .unwrap();
-        self.proxies
-            .create(&PostParams::default(), &proxy)
-            .await
-            .unwrap()
-    }
-
-    /// Waits until `check` holds for the Proxy, and returns it; fails with the operator's log.
-    async fn wait_for(&mut self, name: &str, what: &str, check: impl Fn(&Proxy) -> bool) -> Proxy {
-        for _ in 0..300 {
-            if let Some(proxy) = self.proxies.get_opt(name).await.unwrap()
-                && check(&proxy)
-            {
-                return proxy;
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-        let running = self.operator.is_running();
-        panic!(
-            "{name}: not {what} within 30 s (operator running: {running}); operator log:\n{}",
-            self.operator.log()
-        );
-    }
-}
-
-fn condition(proxy: &Proxy, type_: &str) -> Option<(String, String)> {
-    let status = proxy.status.as_ref()?;
-    let c = status.conditions.iter().find(|c| c.type_ == type_)?;
-    Some((c.status.clone(), c.reason.clone()))
-}
-
-fn provisioned(proxy: &Proxy) -> bool {
-    condition(proxy, "Provisioned").is_some_and(|(s, _)| s == "True")
-        && proxy.status.as_ref().is_some_and(|s| s.ip.is_some())
-}
+use crate::operated::{Bed, condition, provisioned};
 
 #[tokio::test]
 async fn a_managed_proxy_gets_a_pod_then_its_ip_and_deletion_removes_both() {
@@ -314,7 +243,7 @@ async fn an_operator_killed_mid_create_and_restarted_with_status_lost_leaves_exa
         .await
         .unwrap();
 
-    bed.operator = Operator::start(ControlPlane::shared(), &bed.ns);
+    bed.restart_operator();
     let proxy = bed
         .wait_for(
             "c1",

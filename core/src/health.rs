@@ -1,0 +1,470 @@
+//! The per-proxy health state machine: probe results in, [`HealthVerdict`]s out.
+//!
+//! The shell probes; this module decides what the probes mean and when the controller hears
+//! about it. A [`HealthBook`] holds one [`ProxyHealth`] per proxy: the consecutive successes
+//! and failures, the current verdict, and the verdict last delivered to the controller. It
+//! has no clock: every time it uses is the time a probe ran, given with the [`Probe`].
+//!
+//! # Driving it
+//!
+//! The leader's shell owns one book and, for each probe result of each proxy:
+//!
+//! 1. calls [`HealthBook::record`], which may return a [`Report`];
+//! 2. tries to deliver the report (a non-blocking send that triggers a reconcile of the
+//!    proxy);
+//! 3. when the send succeeded, calls [`HealthBook::delivered`] with the report, before
+//!    recording the next result of that proxy. When it failed, the shell does nothing: the
+//!    book still holds the previous report as the controller's view, so the next probe
+//!    reports again.
+//!
+//! A reconcile reads [`HealthBook::reported`] into
+//! [`Observed::health`](crate::Observed::health): the verdict last delivered, never one that
+//! was dropped on the way. On every scheduling pass the shell calls [`HealthBook::prune`]
+//! with the proxies it can probe ([`Target::of`]), and when it becomes the leader it calls
+//! [`HealthBook::seed`] for each proxy with the verdict its status already shows
+//! ([`reported_in_status`]).
+//!
+//! # Why the rules are what they are
+//!
+//! - **The first result decides the first verdict.** `failureThreshold` and
+//!   `successThreshold` guard transitions ("turn a healthy proxy unhealthy", "turn an
+//!   unhealthy proxy healthy again"); before the first result there is nothing to guard. A
+//!   new proxy whose first probe passes is leasable after that probe instead of after
+//!   `successThreshold` of them, and one whose first probe fails says so at once instead of
+//!   showing "awaiting probe" for `failureThreshold` intervals.
+//! - **A verdict flips exactly when the opposite run reaches its threshold**: a success
+//!   resets the failures and a failure resets the successes, so only consecutive results
+//!   count. The comparison is "at least", so a threshold lowered below a run already in
+//!   progress flips on the next result of that run rather than never.
+//! - **Reports are transitions, not probes.** Every report becomes a status write, and a
+//!   fleet probed every few seconds would otherwise write status continuously. A report goes
+//!   out on the first result, when the verdict differs from the one last delivered (a flip,
+//!   or a flip whose delivery failed), and, while healthy, on a passing probe whose latency
+//!   moved by more than [`LATENCY_FLOOR_MS`] and more than half of the last reported latency,
+//!   at least [`LATENCY_REPORT_INTERVAL`] after the last report. Metrics carry every probe.
+//! - **The latency rule has a floor and a rate limit.** The bare "latency changed by more
+//!   than 50%" rule is undefined at 0 ms and fires on every millisecond of jitter at low
+//!   latencies. Read against the previous probe, it writes status forever for a proxy
+//!   jittering between 40 and 61 ms (40 -> 61 is +52%, on every other probe). Comparing
+//!   against the last *reported* latency absorbs that jitter after one report (from 61 ms,
+//!   40 ms is not a 50% change), and the once-a-minute limit bounds the worst case (30 <->
+//!   61 ms moves more than half in both directions) to 60 latency reports an hour, whatever
+//!   the sequence.
+//! - **Latency reports only while healthy, and only from a passing probe.** A proxy still
+//!   reported unhealthy, in a success run below `successThreshold`, must not produce
+//!   latency-only reports (the seed's emission-rule bug), and a failed probe's duration is a
+//!   timeout, not the proxy's latency.
+//! - **Markers move only on delivery.** The shell drops a report when the controller's
+//!   queue is full rather than stall the probing. Had the "last reported" markers moved when
+//!   the report was made, a dropped flip would never reach the controller. Here
+//!   [`HealthBook::record`] never touches them; only [`HealthBook::delivered`] does, so a
+//!   dropped report goes out again with the next probe, and a forgotten acknowledgement
+//!   makes the book repeat itself rather than fall silent.
+//! - **A new UID or a new host is a new proxy.** A proxy deleted and recreated under the
+//!   same name, or whose machine was replaced (a new address), starts with no counters and
+//!   no verdict: nothing it inherited would describe it.
+//! - **Leader handover seeds the verdict with zero counters.** The new leader starts with
+//!   an empty book. Seeding the verdict from status keeps a healthy proxy from flapping to
+//!   "awaiting probe"; zero counters mean a real transition still needs a full threshold
+//!   run.
+//! - **Proxies with no probeable host are pruned**, so the book holds only what is probed,
+//!   and a replacement machine always starts fresh.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::time::Duration;
+
+use jiff::Timestamp;
+use proxy_crd::{HealthCheck, ProxySpec, ProxyStatus};
+
+use crate::conditions::{self, FALSE, HEALTHY, TRUE};
+use crate::observed::HealthVerdict;
+
+/// A latency change of this many milliseconds or less is never reported.
+pub const LATENCY_FLOOR_MS: u32 = 20;
+
+/// The least time between a report and a latency-only report of the same proxy.
+pub const LATENCY_REPORT_INTERVAL: Duration = Duration::from_secs(60);
+
+/// A proxy, by `metadata.namespace` and `metadata.name`. Shown as `namespace/name`.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ProxyKey {
+    /// `metadata.namespace`.
+    pub namespace: String,
+    /// `metadata.name`.
+    pub name: String,
+}
+
+impl ProxyKey {
+    /// The key of the proxy `name` in `namespace`.
+    pub fn new(namespace: impl Into<String>, name: impl Into<String>) -> Self {
+        Self {
+            namespace: namespace.into(),
+            name: name.into(),
+        }
+    }
+}
+
+impl fmt::Display for ProxyKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.namespace, self.name)
+    }
+}
+
+/// What is probed: one object, at one address. State about another target says nothing
+/// about this one.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Target {
+    /// `metadata.uid`: a proxy deleted and recreated under the same name is another proxy.
+    pub uid: String,
+    /// The address probed: a replaced machine is another proxy.
+    pub host: String,
+}
+
+impl Target {
+    /// The target of the proxy with `uid`, `spec` and `status`, or `None` when there is
+    /// nothing to probe yet ([`ProxySpec::effective_host`]).
+    pub fn of(uid: &str, spec: &ProxySpec, status: Option<&ProxyStatus>) -> Option<Self> {
+        spec.effective_host(status).map(|host| Self {
+            uid: uid.to_owned(),
+            host: host.to_owned(),
+        })
+    }
+}
+
+/// How many consecutive results flip a verdict. Both are at least 1.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Thresholds {
+    failure: u32,
+    success: u32,
+}
+
+impl Thresholds {
+    /// `failure` consecutive failures turn a healthy proxy unhealthy; `success` consecutive
+    /// successes turn an unhealthy proxy healthy. A 0 counts as 1.
+    pub fn new(failure: u32, success: u32) -> Self {
+        Self {
+            failure: failure.max(1),
+            success: success.max(1),
+        }
+    }
+
+    /// The thresholds of a health check. Values below 1, which the CRD rejects but an
+    /// object that never went through the API server may hold, count as 1.
+    pub fn of(check: &HealthCheck) -> Self {
+        let at_least_one = |value: i32| u32::try_from(value).unwrap_or(1);
+        Self::new(
+            at_least_one(check.failure_threshold),
+            at_least_one(check.success_threshold),
+        )
+    }
+}
+
+/// One probe result.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Probe {
+    /// Whether the probe passed.
+    pub ok: bool,
+    /// How long the probe took, in milliseconds; for a failed probe, until it failed.
+    pub latency_ms: u32,
+    /// When the probe ran. This is the book's only clock.
+    pub at: Timestamp,
+}
+
+/// Why a [`Report`] goes out.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum ReportReason {
+    /// Nothing was delivered for this proxy yet: the first verdict.
+    First,
+    /// The verdict differs from the one last delivered.
+    VerdictChanged,
+    /// Still healthy, but the latency moved a lot since the last report.
+    Latency,
+}
+
+/// A verdict for the controller. Deliver it, then acknowledge it with
+/// [`HealthBook::delivered`]; a report that was not delivered is simply dropped.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[must_use = "deliver the report, then call HealthBook::delivered"]
+pub struct Report {
+    /// The proxy it is about.
+    pub key: ProxyKey,
+    /// The UID of the object that was probed.
+    pub uid: String,
+    /// Why it goes out.
+    pub reason: ReportReason,
+    /// The verdict, with the latency and time of the probe that produced it.
+    pub verdict: HealthVerdict,
+}
+
+/// The health state of one proxy.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ProxyHealth {
+    target: Target,
+    successes: u32,
+    failures: u32,
+    verdict: Option<bool>,
+    reported: Option<HealthVerdict>,
+}
+
+impl ProxyHealth {
+    fn fresh(target: Target) -> Self {
+        Self {
+            target,
+            successes: 0,
+            failures: 0,
+            verdict: None,
+            reported: None,
+        }
+    }
+
+    /// What is probed.
+    pub fn target(&self) -> &Target {
+        &self.target
+    }
+
+    /// Consecutive passing probes, up to the last one.
+    pub fn successes(&self) -> u32 {
+        self.successes
+    }
+
+    /// Consecutive failed probes, up to the last one.
+    pub fn failures(&self) -> u32 {
+        self.failures
+    }
+
+    /// Whether the proxy is healthy, after the thresholds; `None` before the first result.
+    pub fn verdict(&self) -> Option<bool> {
+        self.verdict
+    }
+
+    /// The verdict last delivered to the controller.
+    pub fn reported(&self) -> Option<&HealthVerdict> {
+        self.reported.as_ref()
+    }
+
+    /// Counts `ok` and returns the verdict that follows.
+    fn observe(&mut self, ok: bool, thresholds: Thresholds) -> bool {
+        if ok {
+            self.successes = self.successes.saturating_add(1);
+            self.failures = 0;
+        } else {
+            self.failures = self.failures.saturating_add(1);
+            self.successes = 0;
+        }
+        let verdict = match self.verdict {
+            None => ok,
+            Some(true) => self.failures < thresholds.failure,
+            Some(false) => self.successes >= thresholds.success,
+        };
+        self.verdict = Some(verdict);
+        verdict
+    }
+
+    /// Why `probe`, which left the verdict at `verdict`, must be reported, if it must.
+    fn due(&self, probe: &Probe, verdict: bool) -> Option<ReportReason> {
+        match &self.reported {
+            None => Some(ReportReason::First),
+            Some(reported) if reported.healthy != verdict => Some(ReportReason::VerdictChanged),
+            Some(reported)
+                if verdict
+                    && probe.ok
+                    && latency_moved(reported.latency_ms, probe.latency_ms)
+                    && reported
+                        .probed_at
+                        .checked_add(LATENCY_REPORT_INTERVAL)
+                        .is_ok_and(|allowed| probe.at >= allowed) =>
+            {
+                Some(ReportReason::Latency)
+            }
+            Some(_) => None,
+        }
+    }
+}
+
+/// Whether a latency moving from `reported` to `latest` is worth a report: by more than
+/// [`LATENCY_FLOOR_MS`] and by more than half of `reported`.
+fn latency_moved(reported: u32, latest: u32) -> bool {
+    let change = reported.abs_diff(latest);
+    change > LATENCY_FLOOR_MS && u64::from(change) * 2 > u64::from(reported)
+}
+
+/// The health state of every probed proxy, by key. See the [module docs](self) for how to
+/// drive it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct HealthBook {
+    proxies: BTreeMap<ProxyKey, ProxyHealth>,
+}
+
+impl HealthBook {
+    /// An empty book.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Counts one probe result of `target` and returns the report the controller must get,
+    /// if any. A state about another UID or host under the same key is discarded first.
+    ///
+    /// The verdict last delivered does not change here: only [`HealthBook::delivered`]
+    /// moves it, so a report that could not be delivered goes out again on the next probe.
+    #[must_use = "deliver the report, then call HealthBook::delivered"]
+    pub fn record(
+        &mut self,
+        key: &ProxyKey,
+        target: &Target,
+        probe: Probe,
+        thresholds: Thresholds,
+    ) -> Option<Report> {
+        let state = self
+            .proxies
+            .entry(key.clone())
+            .or_insert_with(|| ProxyHealth::fresh(target.clone()));
+        if state.target != *target {
+            *state = ProxyHealth::fresh(target.clone());
+        }
+        let verdict = state.observe(probe.ok, thresholds);
+        let reason = state.due(&probe, verdict)?;
+        Some(Report {
+            key: key.clone(),
+            uid: target.uid.clone(),
+            reason,
+            verdict: HealthVerdict {
+                host: target.host.clone(),
+                healthy: verdict,
+                latency_ms: probe.latency_ms,
+                probed_at: probe.at,
+            },
+        })
+    }
+
+    /// Records that `report` reached the controller: it becomes the verdict last delivered.
+    /// Returns `false`, changing nothing, when the book no longer holds the target the report
+    /// is about (the proxy was pruned, recreated or moved since).
+    pub fn delivered(&mut self, report: &Report) -> bool {
+        match self.proxies.get_mut(&report.key) {
+            Some(state)
+                if state.target.uid == report.uid && state.target.host == report.verdict.host =>
+            {
+                state.reported = Some(report.verdict.clone());
+                true
+            }
+            Some(_) | None => false,
+        }
+    }
+
+    /// Seeds the state of a proxy the book does not hold yet, after a leader handover, from
+    /// the verdict its status shows ([`reported_in_status`]): that verdict as both the
+    /// current and the delivered one, with zero counters. Returns `false`, changing nothing,
+    /// when the book already holds `key`.
+    ///
+    /// The delivered verdict is what [`HealthBook::reported`] gives the reconciler, so the
+    /// status keeps its `Healthy` condition instead of falling back to "awaiting probe", and
+    /// the latency rule measures from the status's latency and time.
+    pub fn seed(&mut self, key: &ProxyKey, uid: &str, reported: HealthVerdict) -> bool {
+        if self.proxies.contains_key(key) {
+            return false;
+        }
+        let target = Target {
+            uid: uid.to_owned(),
+            host: reported.host.clone(),
+        };
+        let state = ProxyHealth {
+            verdict: Some(reported.healthy),
+            reported: Some(reported),
+            ..ProxyHealth::fresh(target)
+        };
+        self.proxies.insert(key.clone(), state);
+        true
+    }
+
+    /// Drops every state whose key is not in `live` or whose target differs from the live
+    /// one, and returns their keys in order (for the shell to drop their metric series).
+    /// `live` holds the proxies that can be probed: one without a host has no entry.
+    pub fn prune(&mut self, live: &BTreeMap<ProxyKey, Target>) -> Vec<ProxyKey> {
+        self.proxies
+            .extract_if(.., |key, state| live.get(key) != Some(&state.target))
+            .map(|(key, _)| key)
+            .collect()
+    }
+
+    /// The verdict last delivered for the object `uid` under `key`: the value of
+    /// [`Observed::health`](crate::Observed::health) for its reconcile.
+    pub fn reported(&self, key: &ProxyKey, uid: &str) -> Option<&HealthVerdict> {
+        self.proxies
+            .get(key)
+            .filter(|state| state.target.uid == uid)
+            .and_then(ProxyHealth::reported)
+    }
+
+    /// The state of the proxy under `key`, if the book holds one.
+    pub fn get(&self, key: &ProxyKey) -> Option<&ProxyHealth> {
+        self.proxies.get(key)
+    }
+}
+
+/// The verdict `status` shows, for [`HealthBook::seed`]: `None` unless it has an address, a
+/// `Healthy` condition that is `True` or `False`, a latency and a health check time.
+pub fn reported_in_status(status: &ProxyStatus) -> Option<HealthVerdict> {
+    let healthy = match conditions::find(status, HEALTHY)?.status.as_str() {
+        TRUE => true,
+        FALSE => false,
+        _ => return None,
+    };
+    Some(HealthVerdict {
+        host: status.ip.clone().filter(|ip| !ip.is_empty())?,
+        healthy,
+        latency_ms: u32::try_from(status.last_probe_latency_ms?).ok()?,
+        probed_at: status.last_health_check_time.as_deref()?.parse().ok()?,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn latency_moves_by_more_than_the_floor_and_half_the_reported_value() {
+        let cases = [
+            // (reported, latest, moved)
+            (0, 20, false),
+            (0, 21, true),
+            (10, 30, false),
+            (10, 31, true),
+            (40, 61, true),
+            (61, 40, false),
+            (61, 30, true),
+            (30, 61, true),
+            (100, 150, false),
+            (100, 151, true),
+            (100, 49, true),
+            (100, 50, false),
+            (u32::MAX, 0, true),
+        ];
+        for (reported, latest, moved) in cases {
+            assert_eq!(
+                latency_moved(reported, latest),
+                moved,
+                "{reported} ms -> {latest} ms"
+            );
+        }
+    }
+
+    #[test]
+    fn thresholds_below_one_count_as_one() {
+        let check = HealthCheck {
+            failure_threshold: 0,
+            success_threshold: -3,
+            ..HealthCheck::default()
+        };
+        assert_eq!(Thresholds::of(&check), Thresholds::new(1, 1));
+        assert_eq!(Thresholds::new(0, 0), Thresholds::new(1, 1));
+        let defaults = Thresholds::of(&HealthCheck::default());
+        assert_eq!(
+            defaults,
+            Thresholds::new(
+                proxy_crd::DEFAULT_FAILURE_THRESHOLD.unsigned_abs(),
+                proxy_crd::DEFAULT_SUCCESS_THRESHOLD.unsigned_abs()
+            )
+        );
+    }
+}

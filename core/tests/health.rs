@@ -1,0 +1,557 @@
+//! The health state machine, one test per rule: thresholds, the first verdict, the emission
+//! rule, delivery, identity resets, seeding after a leader handover, and pruning. Time is
+//! simulated: every probe carries its time, counted in seconds from `T0`.
+
+use std::collections::BTreeMap;
+
+use jiff::{SignedDuration, Timestamp};
+use proxy_core::HealthVerdict;
+use proxy_core::conditions::{FALSE, TRUE, UNKNOWN};
+use proxy_core::health::{
+    HealthBook, Probe, ProxyKey, Report, ReportReason, Target, Thresholds, reported_in_status,
+};
+use proxy_core::testing::{
+    EXTERNAL_HOST, NAME, NAMESPACE, T0, UID, at, external_spec, managed_spec, status_of,
+};
+use proxy_crd::{Phase, ProxyStatus};
+
+const IP: &str = "10.0.0.7";
+const OTHER_IP: &str = "10.0.0.8";
+const OTHER_UID: &str = "0e5c1f7a-3b2d-4f6e-8a91-2c4d6e8f0a1b";
+
+fn key() -> ProxyKey {
+    ProxyKey::new(NAMESPACE, NAME)
+}
+
+fn target() -> Target {
+    target_of(UID, IP)
+}
+
+fn target_of(uid: &str, host: &str) -> Target {
+    Target {
+        uid: uid.to_owned(),
+        host: host.to_owned(),
+    }
+}
+
+/// `secs` seconds after `T0`.
+fn t(secs: i64) -> Timestamp {
+    at(T0) + SignedDuration::from_secs(secs)
+}
+
+fn ok(secs: i64, latency_ms: u32) -> Probe {
+    Probe {
+        ok: true,
+        latency_ms,
+        at: t(secs),
+    }
+}
+
+fn fail(secs: i64) -> Probe {
+    Probe {
+        ok: false,
+        latency_ms: 5_000,
+        at: t(secs),
+    }
+}
+
+fn verdict(healthy: bool, probe: Probe) -> HealthVerdict {
+    HealthVerdict {
+        host: IP.to_owned(),
+        healthy,
+        latency_ms: probe.latency_ms,
+        probed_at: probe.at,
+    }
+}
+
+fn report(reason: ReportReason, healthy: bool, probe: Probe) -> Report {
+    Report {
+        key: key(),
+        uid: UID.to_owned(),
+        reason,
+        verdict: verdict(healthy, probe),
+    }
+}
+
+/// Records `probe` of [`target`] and, like a shell whose send succeeded, acknowledges the
+/// report.
+fn deliver(book: &mut HealthBook, probe: Probe, thresholds: Thresholds) -> Option<Report> {
+    let report = book.record(&key(), &target(), probe, thresholds);
+    if let Some(report) = &report {
+        assert!(
+            book.delivered(report),
+            "{report:?} is about the book's target"
+        );
+    }
+    report
+}
+
+/// Feeds `probes` of [`target`], delivering every report, and returns the reports.
+fn run(book: &mut HealthBook, probes: &[Probe], thresholds: Thresholds) -> Vec<Report> {
+    probes
+        .iter()
+        .filter_map(|&probe| deliver(book, probe, thresholds))
+        .collect()
+}
+
+#[test]
+fn the_first_result_is_the_first_verdict_and_is_reported() {
+    let thresholds = Thresholds::new(3, 2);
+    for (probe, healthy) in [(ok(0, 40), true), (fail(0), false)] {
+        let mut book = HealthBook::new();
+        let first = deliver(&mut book, probe, thresholds);
+        assert_eq!(first, Some(report(ReportReason::First, healthy, probe)));
+        let state = book.get(&key()).unwrap();
+        assert_eq!(state.verdict(), Some(healthy));
+        assert_eq!(book.reported(&key(), UID), Some(&verdict(healthy, probe)));
+    }
+}
+
+#[test]
+fn healthy_turns_unhealthy_exactly_at_the_failure_threshold() {
+    for threshold in 1..=4 {
+        let mut book = HealthBook::new();
+        let thresholds = Thresholds::new(threshold, 1);
+        assert!(deliver(&mut book, ok(0, 40), thresholds).is_some());
+        for n in 1..threshold {
+            assert_eq!(
+                deliver(&mut book, fail(i64::from(n)), thresholds),
+                None,
+                "failure {n} of {threshold}"
+            );
+            assert_eq!(book.get(&key()).unwrap().verdict(), Some(true));
+            assert_eq!(book.get(&key()).unwrap().failures(), n);
+        }
+        let last = fail(i64::from(threshold));
+        assert_eq!(
+            deliver(&mut book, last, thresholds),
+            Some(report(ReportReason::VerdictChanged, false, last)),
+            "failure {threshold} of {threshold}"
+        );
+        // Further failures change nothing.
+        assert_eq!(deliver(&mut book, fail(100), thresholds), None);
+    }
+}
+
+#[test]
+fn unhealthy_turns_healthy_exactly_at_the_success_threshold() {
+    for threshold in 1..=4 {
+        let mut book = HealthBook::new();
+        let thresholds = Thresholds::new(1, threshold);
+        assert!(deliver(&mut book, fail(0), thresholds).is_some());
+        for n in 1..threshold {
+            assert_eq!(
+                deliver(&mut book, ok(i64::from(n), 40), thresholds),
+                None,
+                "success {n} of {threshold}"
+            );
+            assert_eq!(book.get(&key()).unwrap().verdict(), Some(false));
+            assert_eq!(book.get(&key()).unwrap().successes(), n);
+        }
+        let last = ok(i64::from(threshold), 40);
+        assert_eq!(
+            deliver(&mut book, last, thresholds),
+            Some(report(ReportReason::VerdictChanged, true, last)),
+            "success {threshold} of {threshold}"
+        );
+        assert_eq!(deliver(&mut book, ok(100, 40), thresholds), None);
+    }
+}
+
+#[test]
+fn only_consecutive_results_count() {
+    let thresholds = Thresholds::new(3, 3);
+
+    // Healthy: two failures, a success, two failures: never three in a row.
+    let mut book = HealthBook::new();
+    let probes = [ok(0, 40), fail(1), fail(2), ok(3, 40), fail(4), fail(5)];
+    assert_eq!(run(&mut book, &probes, thresholds).len(), 1);
+    let state = book.get(&key()).unwrap();
+    assert_eq!(
+        (state.verdict(), state.successes(), state.failures()),
+        (Some(true), 0, 2)
+    );
+    assert_eq!(
+        deliver(&mut book, fail(6), thresholds),
+        Some(report(ReportReason::VerdictChanged, false, fail(6)))
+    );
+
+    // Unhealthy: two successes, a failure, two successes.
+    let mut book = HealthBook::new();
+    let probes = [fail(0), ok(1, 40), ok(2, 40), fail(3), ok(4, 40), ok(5, 40)];
+    assert_eq!(run(&mut book, &probes, thresholds).len(), 1);
+    let state = book.get(&key()).unwrap();
+    assert_eq!(
+        (state.verdict(), state.successes(), state.failures()),
+        (Some(false), 2, 0)
+    );
+    assert_eq!(
+        deliver(&mut book, ok(6, 40), thresholds),
+        Some(report(ReportReason::VerdictChanged, true, ok(6, 40)))
+    );
+}
+
+#[test]
+fn a_lowered_threshold_applies_to_the_run_in_progress() {
+    let mut book = HealthBook::new();
+    let probes = [ok(0, 40), fail(1), fail(2), fail(3)];
+    assert_eq!(run(&mut book, &probes, Thresholds::new(5, 1)).len(), 1);
+    // failureThreshold edited from 5 to 2 with three failures counted: the next one flips.
+    assert_eq!(
+        deliver(&mut book, fail(4), Thresholds::new(2, 1)),
+        Some(report(ReportReason::VerdictChanged, false, fail(4)))
+    );
+}
+
+#[test]
+fn latency_is_reported_while_healthy_when_it_moves_a_lot_at_most_once_a_minute() {
+    let thresholds = Thresholds::new(3, 2);
+    // (what, the latency of a healthy report at 0 s, the next probe, whether it is reported)
+    let rows = [
+        ("same latency, later", 40, ok(600, 40), false),
+        ("within the 20 ms floor", 40, ok(120, 60), false),
+        ("the floor exactly", 40, ok(120, 20), false),
+        ("beyond the floor, within 50%", 100, ok(120, 149), false),
+        ("beyond both, 59 s later", 40, ok(59, 100), false),
+        ("beyond both, 60 s later", 40, ok(60, 100), true),
+        ("beyond both downwards, later", 40, ok(60, 19), true),
+        ("beyond 50% of 100, later", 100, ok(120, 151), true),
+        ("failed probe below the threshold", 40, fail(600), false),
+    ];
+    for (what, latency_ms, probe, reported) in rows {
+        let mut book = HealthBook::new();
+        assert!(deliver(&mut book, ok(0, latency_ms), thresholds).is_some());
+        let expected = reported.then(|| report(ReportReason::Latency, true, probe));
+        assert_eq!(deliver(&mut book, probe, thresholds), expected, "{what}");
+    }
+}
+
+#[test]
+fn latency_is_never_reported_while_unhealthy() {
+    let thresholds = Thresholds::new(1, 3);
+    let mut book = HealthBook::new();
+    assert!(deliver(&mut book, fail(0), thresholds).is_some());
+    // A success run below successThreshold: the proxy is still reported unhealthy, and the
+    // latency moved far from the failed probe's 5000 ms, long after the report.
+    assert_eq!(deliver(&mut book, ok(600, 40), thresholds), None);
+    assert_eq!(deliver(&mut book, ok(1200, 400), thresholds), None);
+    assert_eq!(book.get(&key()).unwrap().verdict(), Some(false));
+}
+
+#[test]
+fn a_flip_restarts_the_latency_minute() {
+    let thresholds = Thresholds::new(1, 1);
+    let mut book = HealthBook::new();
+    let probes = [
+        ok(0, 40),
+        fail(100),
+        ok(110, 40),
+        ok(169, 200),
+        ok(170, 200),
+    ];
+    let reasons: Vec<_> = run(&mut book, &probes, thresholds)
+        .into_iter()
+        .map(|report| (report.reason, report.verdict.probed_at))
+        .collect();
+    assert_eq!(
+        reasons,
+        [
+            (ReportReason::First, t(0)),
+            (ReportReason::VerdictChanged, t(100)),
+            (ReportReason::VerdictChanged, t(110)),
+            (ReportReason::Latency, t(170)),
+        ]
+    );
+}
+
+/// A proxy alternating between `low` and `high` ms, probed every second for an hour.
+fn jitter_for_an_hour(low: u32, high: u32) -> Vec<Report> {
+    let mut book = HealthBook::new();
+    let probes: Vec<_> = (0..3600)
+        .map(|secs| ok(secs, if secs % 2 == 0 { low } else { high }))
+        .collect();
+    run(&mut book, &probes, Thresholds::new(3, 1))
+}
+
+#[test]
+fn a_proxy_jittering_between_40_and_61_ms_settles_after_one_latency_report() {
+    // From 40 ms, 61 ms is a change of 21 ms and of 52%: reported once the minute is over.
+    // From 61 ms, 40 ms is not a 50% change: nothing more, all hour.
+    let reports = jitter_for_an_hour(40, 61);
+    let at: Vec<_> = reports.iter().map(|r| r.verdict.probed_at).collect();
+    assert_eq!(at, [t(0), t(61)]);
+}
+
+#[test]
+fn a_proxy_jittering_between_30_and_61_ms_reports_at_most_once_a_minute() {
+    // Both directions move more than 20 ms and more than half: only the rate limit holds
+    // this one. 61 s apart, since the probe 60 s after a report has the reported latency.
+    let reports = jitter_for_an_hour(30, 61);
+    assert_eq!(reports.len(), 60);
+    for (n, report) in reports.iter().enumerate() {
+        assert_eq!(report.verdict.probed_at, t(61 * i64::try_from(n).unwrap()));
+    }
+}
+
+#[test]
+fn an_undelivered_report_goes_out_again_with_the_next_probe() {
+    let thresholds = Thresholds::new(2, 1);
+    let mut book = HealthBook::new();
+
+    // The first report is dropped: the next probe is a first result again.
+    let dropped = book.record(&key(), &target(), ok(0, 40), thresholds);
+    assert_eq!(dropped, Some(report(ReportReason::First, true, ok(0, 40))));
+    assert_eq!(book.reported(&key(), UID), None);
+    assert_eq!(
+        deliver(&mut book, ok(1, 42), thresholds),
+        Some(report(ReportReason::First, true, ok(1, 42)))
+    );
+
+    // The flip is dropped: every following probe reports it until one is delivered.
+    assert_eq!(deliver(&mut book, fail(2), thresholds), None);
+    let dropped = book.record(&key(), &target(), fail(3), thresholds);
+    assert_eq!(
+        dropped,
+        Some(report(ReportReason::VerdictChanged, false, fail(3)))
+    );
+    assert_eq!(book.reported(&key(), UID), Some(&verdict(true, ok(1, 42))));
+    let dropped = book.record(&key(), &target(), fail(4), thresholds);
+    assert_eq!(
+        dropped,
+        Some(report(ReportReason::VerdictChanged, false, fail(4)))
+    );
+    assert_eq!(
+        deliver(&mut book, fail(5), thresholds),
+        Some(report(ReportReason::VerdictChanged, false, fail(5)))
+    );
+    assert_eq!(book.reported(&key(), UID), Some(&verdict(false, fail(5))));
+    assert_eq!(deliver(&mut book, fail(6), thresholds), None);
+
+    // A dropped latency report: the next probe that still qualifies reports again.
+    assert_eq!(
+        deliver(&mut book, ok(7, 40), thresholds).map(|r| r.reason),
+        Some(ReportReason::VerdictChanged)
+    );
+    let dropped = book.record(&key(), &target(), ok(100, 200), thresholds);
+    assert_eq!(dropped.map(|r| r.reason), Some(ReportReason::Latency));
+    assert_eq!(
+        deliver(&mut book, ok(101, 210), thresholds),
+        Some(report(ReportReason::Latency, true, ok(101, 210)))
+    );
+}
+
+#[test]
+fn a_flip_back_before_delivery_needs_no_report() {
+    let thresholds = Thresholds::new(1, 1);
+    let mut book = HealthBook::new();
+    assert!(deliver(&mut book, ok(0, 40), thresholds).is_some());
+    let dropped = book.record(&key(), &target(), fail(1), thresholds);
+    assert_eq!(
+        dropped.map(|r| r.reason),
+        Some(ReportReason::VerdictChanged)
+    );
+    // Healthy again, which is what the controller last heard.
+    assert_eq!(deliver(&mut book, ok(2, 41), thresholds), None);
+}
+
+#[test]
+fn a_new_uid_or_host_is_a_fresh_proxy() {
+    let thresholds = Thresholds::new(3, 3);
+    for other in [target_of(OTHER_UID, IP), target_of(UID, OTHER_IP)] {
+        let mut book = HealthBook::new();
+        assert_eq!(
+            run(&mut book, &[ok(0, 40), fail(1), fail(2)], thresholds).len(),
+            1
+        );
+        // Two failures of the old target are not inherited: one failure of the new one is
+        // its first result, and is reported at once.
+        let report = book.record(&key(), &other, fail(3), thresholds).unwrap();
+        assert_eq!(report.reason, ReportReason::First);
+        assert_eq!(report.uid, other.uid);
+        assert_eq!(report.verdict.host, other.host);
+        assert!(!report.verdict.healthy);
+        assert!(book.delivered(&report));
+        let state = book.get(&key()).unwrap();
+        assert_eq!(state.target(), &other);
+        assert_eq!((state.successes(), state.failures()), (0, 1));
+        assert_eq!(book.reported(&key(), &other.uid), Some(&report.verdict));
+    }
+}
+
+#[test]
+fn a_report_about_a_replaced_target_is_not_acknowledged() {
+    let thresholds = Thresholds::new(3, 1);
+    let mut book = HealthBook::new();
+    let stale = book
+        .record(&key(), &target(), ok(0, 40), thresholds)
+        .unwrap();
+    let fresh = book
+        .record(&key(), &target_of(OTHER_UID, IP), fail(1), thresholds)
+        .unwrap();
+    assert!(!book.delivered(&stale));
+    assert_eq!(book.reported(&key(), OTHER_UID), None);
+    assert!(book.delivered(&fresh));
+    assert_eq!(book.reported(&key(), UID), None, "another object's verdict");
+    assert_eq!(book.reported(&key(), OTHER_UID), Some(&fresh.verdict));
+}
+
+#[test]
+fn a_seeded_verdict_needs_a_full_threshold_run_to_flip() {
+    let thresholds = Thresholds::new(3, 2);
+    for healthy in [true, false] {
+        let mut book = HealthBook::new();
+        let seeded = verdict(healthy, ok(-30, 40));
+        assert!(book.seed(&key(), UID, seeded.clone()));
+        // The reconciler sees the status's verdict before any probe.
+        assert_eq!(book.reported(&key(), UID), Some(&seeded));
+        let state = book.get(&key()).unwrap();
+        assert_eq!(
+            (state.verdict(), state.successes(), state.failures()),
+            (Some(healthy), 0, 0)
+        );
+
+        let against = |secs| if healthy { fail(secs) } else { ok(secs, 40) };
+        let threshold = if healthy { 3 } else { 2 };
+        for secs in 1..threshold {
+            assert_eq!(deliver(&mut book, against(secs), thresholds), None);
+        }
+        assert_eq!(
+            deliver(&mut book, against(threshold), thresholds),
+            Some(report(
+                ReportReason::VerdictChanged,
+                !healthy,
+                against(threshold)
+            ))
+        );
+    }
+}
+
+#[test]
+fn a_seeded_proxy_reports_latency_against_the_status() {
+    let thresholds = Thresholds::new(3, 1);
+    let mut book = HealthBook::new();
+    assert!(book.seed(&key(), UID, verdict(true, ok(-30, 40))));
+    assert_eq!(deliver(&mut book, ok(0, 45), thresholds), None);
+    assert_eq!(
+        deliver(&mut book, ok(29, 100), thresholds),
+        None,
+        "29 s + 30 s"
+    );
+    assert_eq!(
+        deliver(&mut book, ok(30, 100), thresholds),
+        Some(report(ReportReason::Latency, true, ok(30, 100)))
+    );
+}
+
+#[test]
+fn seeding_a_known_proxy_changes_nothing() {
+    let thresholds = Thresholds::new(3, 1);
+    let mut book = HealthBook::new();
+    assert_eq!(run(&mut book, &[ok(0, 40), fail(1)], thresholds).len(), 1);
+    let before = book.clone();
+    assert!(!book.seed(&key(), UID, verdict(false, ok(2, 40))));
+    assert!(!book.seed(&key(), OTHER_UID, verdict(false, ok(2, 40))));
+    assert_eq!(book, before);
+}
+
+#[test]
+fn prune_drops_what_is_not_probed_any_more() {
+    let thresholds = Thresholds::new(3, 1);
+    let mut book = HealthBook::new();
+    let keys = ["a", "b", "c", "d"].map(|name| ProxyKey::new(NAMESPACE, name));
+    for key in &keys {
+        let report = book.record(key, &target(), ok(0, 40), thresholds).unwrap();
+        assert!(book.delivered(&report));
+    }
+    let live = BTreeMap::from([
+        // a: unchanged; b: recreated; c: moved; d: no host any more (absent).
+        (keys[0].clone(), target()),
+        (keys[1].clone(), target_of(OTHER_UID, IP)),
+        (keys[2].clone(), target_of(UID, OTHER_IP)),
+    ]);
+    assert_eq!(book.prune(&live), keys[1..].to_vec());
+    assert!(book.get(&keys[0]).is_some());
+    assert_eq!(book.prune(&live), Vec::<ProxyKey>::new());
+    assert_eq!(book.prune(&BTreeMap::new()), [keys[0].clone()]);
+    assert_eq!(book, HealthBook::new());
+}
+
+#[test]
+fn a_pruned_proxy_starts_over() {
+    let thresholds = Thresholds::new(3, 1);
+    let mut book = HealthBook::new();
+    assert_eq!(
+        run(&mut book, &[ok(0, 40), fail(1), fail(2)], thresholds).len(),
+        1
+    );
+    assert_eq!(book.prune(&BTreeMap::new()), [key()]);
+    assert_eq!(
+        deliver(&mut book, fail(3), thresholds),
+        Some(report(ReportReason::First, false, fail(3)))
+    );
+}
+
+#[test]
+fn the_target_is_the_address_crawlers_connect_to() {
+    let running = ProxyStatus {
+        ip: Some(IP.to_owned()),
+        ..ProxyStatus::default()
+    };
+    let no_ip = ProxyStatus {
+        ip: Some(String::new()),
+        ..ProxyStatus::default()
+    };
+    let managed = managed_spec();
+    assert_eq!(Target::of(UID, &managed, Some(&running)), Some(target()));
+    assert_eq!(Target::of(UID, &managed, Some(&no_ip)), None);
+    assert_eq!(Target::of(UID, &managed, None), None);
+    assert_eq!(
+        Target::of(UID, &external_spec(), None),
+        Some(target_of(UID, EXTERNAL_HOST))
+    );
+}
+
+#[test]
+fn the_seed_is_the_verdict_the_status_shows() {
+    let status = |healthy: &str, ip: Option<&str>, latency: Option<i64>, time: Option<&str>| {
+        let condition = (TRUE, "Reason", "message", T0);
+        ProxyStatus {
+            last_probe_latency_ms: latency,
+            last_health_check_time: time.map(str::to_owned),
+            ..status_of(
+                Phase::Ready,
+                None,
+                ip,
+                1,
+                [condition, (healthy, "Reason", "message", T0), condition],
+            )
+        }
+    };
+    let seeded = |healthy| HealthVerdict {
+        host: IP.to_owned(),
+        healthy,
+        latency_ms: 42,
+        probed_at: at("2026-01-01T00:05:00Z"),
+    };
+    let time = Some("2026-01-01T00:05:00Z");
+    let rows = [
+        (status(TRUE, Some(IP), Some(42), time), Some(seeded(true))),
+        (status(FALSE, Some(IP), Some(42), time), Some(seeded(false))),
+        (status(UNKNOWN, Some(IP), Some(42), time), None),
+        (status(TRUE, None, Some(42), time), None),
+        (status(TRUE, Some(""), Some(42), time), None),
+        (status(TRUE, Some(IP), None, time), None),
+        (status(TRUE, Some(IP), Some(-1), time), None),
+        (status(TRUE, Some(IP), Some(42), None), None),
+        (status(TRUE, Some(IP), Some(42), Some("yesterday")), None),
+        (ProxyStatus::default(), None),
+    ];
+    for (status, expected) in rows {
+        assert_eq!(reported_in_status(&status), expected, "{status:?}");
+    }
+}
+
+#[test]
+fn keys_read_as_namespace_slash_name() {
+    assert_eq!(key().to_string(), "crawl/px-1");
+}

@@ -1,0 +1,301 @@
+//! The health engine: probes every proxy through itself and tells the controller when the
+//! verdict (or the latency, rarely) changes.
+//!
+//! The decisions (thresholds, when to report) are the core's `HealthBook`; this module
+//! schedules probes, runs them with bounded concurrency, feeds the results to the book, and
+//! delivers its reports by triggering a reconcile of the proxy. The controller stays the only
+//! writer of status: it reads the delivered verdict through [`HealthEngine::reported`].
+//!
+//! Scheduling: each proxy is due every `intervalSeconds`, on a fixed grid (a slow probe does
+//! not push the next one later). The first probe after a start is jittered over one interval
+//! so that a restart never fires every probe at once. A probe that cannot get a concurrency
+//! permit stays due and runs as soon as one frees up; a hung proxy holds one permit for at
+//! most its timeout, so it never delays anyone else's probes while permits remain.
+
+pub mod probe;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::hash::BuildHasher;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use kube::ResourceExt;
+use kube::runtime::reflector::{ObjectRef, Store};
+use proxy_core::HealthVerdict;
+use proxy_core::health::{HealthBook, Probe, ProxyKey, Target, Thresholds, reported_in_status};
+use proxy_crd::Proxy;
+use tokio::sync::{Semaphore, mpsc};
+use tokio::time::Instant;
+
+use self::probe::{ProbeResult, ProbeSpec, Prober};
+
+/// Probes at once by default: enough for thousands of proxies at a 30 s interval even when
+/// many of them hang until their timeout.
+pub const DEFAULT_CONCURRENCY: usize = 512;
+
+/// How often the engine looks for due probes and for proxies added or gone.
+const TICK: Duration = Duration::from_millis(100);
+
+/// The health engine of one operator process.
+#[derive(Debug)]
+pub struct HealthEngine {
+    book: Mutex<HealthBook>,
+    prober: Prober,
+    permits: Arc<Semaphore>,
+}
+
+/// One proxy the engine probes.
+#[derive(Debug, Clone, PartialEq)]
+struct Scheduled {
+    target: Target,
+    spec: ProbeSpec,
+    thresholds: Thresholds,
+    interval: Duration,
+    due: Instant,
+    in_flight: bool,
+}
+
+/// A finished probe, back from its task.
+#[derive(Debug)]
+struct Finished {
+    key: ProxyKey,
+    target: Target,
+    result: ProbeResult,
+    at: jiff::Timestamp,
+}
+
+impl HealthEngine {
+    /// An engine that probes with `prober`, at most `concurrency` probes at once.
+    pub fn new(prober: Prober, concurrency: usize) -> Self {
+        Self {
+            book: Mutex::default(),
+            prober,
+            permits: Arc::new(Semaphore::new(concurrency.max(1))),
+        }
+    }
+
+    /// The verdict last delivered to the controller for this proxy, if it is still the same
+    /// object (`uid`).
+    pub fn reported(&self, namespace: &str, name: &str, uid: &str) -> Option<HealthVerdict> {
+        self.book
+            .lock()
+            .expect("health book")
+            .reported(&ProxyKey::new(namespace, name), uid)
+            .cloned()
+    }
+
+    /// Probes the proxies of `store` until the task is dropped, and sends the reference of
+    /// each proxy whose verdict must be written to `reconcile`.
+    pub async fn run(
+        self: Arc<Self>,
+        store: Store<Proxy>,
+        reconcile: mpsc::Sender<ObjectRef<Proxy>>,
+    ) {
+        let mut scheduled: BTreeMap<ProxyKey, Scheduled> = BTreeMap::new();
+        let mut due: BTreeSet<(Instant, ProxyKey)> = BTreeSet::new();
+        let (finished_tx, mut finished_rx) = mpsc::unbounded_channel::<Finished>();
+        let jitter = std::collections::hash_map::RandomState::new();
+        let mut tick = tokio::time::interval(TICK);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = tick.tick() => {
+                    let now = Instant::now();
+                    self.refresh(&store, &mut scheduled, &mut due, now, &jitter);
+                    self.launch_due(&mut scheduled, &mut due, now, &finished_tx);
+                }
+                Some(finished) = finished_rx.recv() => {
+                    if let Some(entry) = scheduled.get_mut(&finished.key) {
+                        entry.in_flight = false;
+                    }
+                    let thresholds = scheduled.get(&finished.key).map(|s| s.thresholds);
+                    if let Some(thresholds) = thresholds {
+                        self.deliver(finished, thresholds, &reconcile);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Brings the schedule in line with the proxies that have a probeable address.
+    fn refresh(
+        &self,
+        store: &Store<Proxy>,
+        scheduled: &mut BTreeMap<ProxyKey, Scheduled>,
+        due: &mut BTreeSet<(Instant, ProxyKey)>,
+        now: Instant,
+        jitter: &std::collections::hash_map::RandomState,
+    ) {
+        let mut live = BTreeMap::new();
+        let mut book = self.book.lock().expect("health book");
+        for proxy in store.state() {
+            let uid = proxy.uid().unwrap_or_default();
+            let Some(target) = Target::of(&uid, &proxy.spec, proxy.status.as_ref()) else {
+                continue;
+            };
+            let key = ProxyKey::new(proxy.namespace().unwrap_or_default(), proxy.name_any());
+            let check = proxy.spec.health_check_or_default();
+            let interval =
+                Duration::from_secs(u64::try_from(check.interval_seconds).unwrap_or(1).max(1));
+            let host = if target.host.contains(':') {
+                format!("[{}]", target.host)
+            } else {
+                target.host.clone()
+            };
+            let spec = ProbeSpec {
+                proxy: format!("{host}:{}", proxy.spec.effective_port()),
+                url: check.probe_url.clone(),
+                timeout: Duration::from_secs(
+                    u64::try_from(check.timeout_seconds).unwrap_or(1).max(1),
+                ),
+                expected_status_codes: check
+                    .expected_status_codes
+                    .iter()
+                    .filter_map(|c| u16::try_from(*c).ok())
+                    .collect(),
+            };
+            let thresholds = Thresholds::of(&check);
+            match scheduled.get_mut(&key) {
+                Some(entry) if entry.target == target => {
+                    entry.spec = spec;
+                    entry.thresholds = thresholds;
+                    entry.interval = interval;
+                }
+                _ => {
+                    // New here, or a new object or address under this name: seed the verdict
+                    // the status already shows (a restart or a new leader must not flap it),
+                    // and jitter the first probe over one interval.
+                    if let Some(seed) = proxy.status.as_ref().and_then(reported_in_status) {
+                        let _ = book.seed(&key, &uid, seed);
+                    }
+                    let fraction = (jitter.hash_one(&key) % 10_000) as f64 / 10_000.0;
+                    let first = now + interval.mul_f64(fraction);
+                    if let Some(old) = scheduled.insert(
+                        key.clone(),
+                        Scheduled {
+                            target: target.clone(),
+                            spec,
+                            thresholds,
+                            interval,
+                            due: first,
+                            in_flight: false,
+                        },
+                    ) {
+                        due.remove(&(old.due, key.clone()));
+                    }
+                    due.insert((first, key.clone()));
+                }
+            }
+            live.insert(key, target);
+        }
+        for gone in book.prune(&live) {
+            tracing::debug!(proxy = %gone, "no longer probed");
+        }
+        scheduled.retain(|key, entry| {
+            let keep = live.contains_key(key);
+            if !keep {
+                due.remove(&(entry.due, key.clone()));
+            }
+            keep
+        });
+    }
+
+    /// Starts every due probe that gets a permit.
+    fn launch_due(
+        &self,
+        scheduled: &mut BTreeMap<ProxyKey, Scheduled>,
+        due: &mut BTreeSet<(Instant, ProxyKey)>,
+        now: Instant,
+        finished: &mpsc::UnboundedSender<Finished>,
+    ) {
+        while let Some((at, key)) = due.first().cloned() {
+            if at > now {
+                break;
+            }
+            let Some(entry) = scheduled.get_mut(&key) else {
+                due.pop_first();
+                continue;
+            };
+            if entry.in_flight {
+                // The previous probe still runs (it can take up to its timeout): skip this
+                // slot rather than pile probes onto one proxy.
+                due.pop_first();
+                entry.due = next_slot(at, entry.interval, now);
+                due.insert((entry.due, key));
+                continue;
+            }
+            let Ok(permit) = self.permits.clone().try_acquire_owned() else {
+                break;
+            };
+            due.pop_first();
+            entry.in_flight = true;
+            entry.due = next_slot(at, entry.interval, now);
+            due.insert((entry.due, key.clone()));
+            let (prober, spec, target, finished) = (
+                self.prober.clone(),
+                entry.spec.clone(),
+                entry.target.clone(),
+                finished.clone(),
+            );
+            tokio::spawn(async move {
+                let at = jiff::Timestamp::now();
+                let result = prober.probe(&spec).await;
+                drop(permit);
+                let _ = finished.send(Finished {
+                    key,
+                    target,
+                    result,
+                    at,
+                });
+            });
+        }
+    }
+
+    /// Feeds a result to the book and delivers the report it may produce.
+    fn deliver(
+        &self,
+        finished: Finished,
+        thresholds: Thresholds,
+        reconcile: &mpsc::Sender<ObjectRef<Proxy>>,
+    ) {
+        let Finished {
+            key,
+            target,
+            result,
+            at,
+        } = finished;
+        if let Some(error) = &result.error {
+            tracing::debug!(proxy = %key, %error, "probe failed");
+        }
+        let latency_ms = u32::try_from(result.latency.as_millis()).unwrap_or(u32::MAX);
+        let mut book = self.book.lock().expect("health book");
+        let Some(report) = book.record(
+            &key,
+            &target,
+            Probe {
+                ok: result.ok,
+                latency_ms,
+                at,
+            },
+            thresholds,
+        ) else {
+            return;
+        };
+        // Never wait on the controller: when its queue is full the report is not marked
+        // delivered, and the next probe reports again.
+        let reference = ObjectRef::new(&key.name).within(&key.namespace);
+        if reconcile.try_send(reference).is_ok() {
+            book.delivered(&report);
+            tracing::info!(proxy = %key, healthy = report.verdict.healthy, latency_ms = report.verdict.latency_ms, reason = ?report.reason, "health reported");
+        }
+    }
+}
+
+/// The first slot of the fixed grid `scheduled + k * interval` that is after `now`.
+fn next_slot(scheduled: Instant, interval: Duration, now: Instant) -> Instant {
+    let mut next = scheduled + interval;
+    while next <= now {
+        next += interval;
+    }
+    next
+}

@@ -1,0 +1,282 @@
+//! Benchmark (not a test): how close does the operator get to the minimum API work when 200
+//! Proxies are applied at once?
+//!
+//! On the test bed (real kube-apiserver and etcd; the pod runner in address-only mode, so
+//! squid's start-up is not what is measured), in one run:
+//! 1. baseline: create 200 Proxies, the 200 Pods they need, wait for the Pods to run, and
+//!    write each Proxy's status directly — the least API work that ends in the same state;
+//! 2. the release operator does the same from the 200 Proxies alone.
+//!
+//! Prints (a) the operator's time to all Provisioned divided by the baseline's, (b) the
+//! operator's API writes per proxy (from the API server's own `apiserver_request_total`), and
+//! (c) its status writes per proxy per minute in steady state (target 0).
+//!
+//! Run: `just bench-reconcile` (or `cargo run -p proxy-tests --bin bench-reconcile`).
+//! `BENCH_PROXIES` (default 200) and `BENCH_PROVISIONING_POLL` (seconds, default 1) change
+//! the size and the operator's provisioning poll.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use futures::{StreamExt, TryStreamExt, stream};
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
+use proxy_crd::Proxy;
+use proxy_tests::control_plane::ControlPlane;
+use proxy_tests::operator::{Operator, Polls, release_binary};
+use proxy_tests::pod_runner::PodRunner;
+use serde_json::json;
+
+const CONCURRENCY: usize = 16;
+const STEADY_STATE: Duration = Duration::from_secs(60);
+
+fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+fn proxy(i: usize) -> Proxy {
+    serde_json::from_value(json!({
+        "apiVersion": "crawl.example.com/v1alpha1", "kind": "Proxy",
+        "metadata": {"name": format!("bench-{i:04}")},
+        "spec": {"mode": "Managed", "provider": "pods"}
+    }))
+    .expect("a valid Proxy")
+}
+
+async fn create_proxies(api: &Api<Proxy>, n: usize) -> anyhow::Result<Vec<Proxy>> {
+    stream::iter(0..n)
+        .map(|i| async move { api.create(&PostParams::default(), &proxy(i)).await })
+        .buffer_unordered(CONCURRENCY)
+        .try_collect()
+        .await
+        .map_err(Into::into)
+}
+
+/// Polls until `done` holds for the listed objects.
+async fn wait_until<K>(api: &Api<K>, what: &str, done: impl Fn(&[K]) -> bool) -> anyhow::Result<()>
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let deadline = Instant::now() + Duration::from_secs(600);
+    loop {
+        let list = api.list(&ListParams::default()).await?;
+        if done(&list.items) {
+            return Ok(());
+        }
+        anyhow::ensure!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+fn provisioned(p: &Proxy) -> bool {
+    p.status.as_ref().is_some_and(|s| {
+        s.ip.is_some()
+            && s.conditions
+                .iter()
+                .any(|c| c.type_ == "Provisioned" && c.status == "True")
+    })
+}
+
+/// The API server's write counters, by (resource, subresource, verb).
+fn writes(plane: &ControlPlane) -> BTreeMap<(String, String, String), f64> {
+    let out = plane.kubectl(&["get", "--raw", "/metrics"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    let mut counts = BTreeMap::new();
+    for line in text
+        .lines()
+        .filter(|l| l.starts_with("apiserver_request_total{"))
+    {
+        let (labels, value) = line.rsplit_once(' ').expect("a metric line");
+        let label = |name: &str| {
+            labels
+                .split(&format!("{name}=\""))
+                .nth(1)
+                .and_then(|rest| rest.split('"').next())
+                .unwrap_or_default()
+                .to_owned()
+        };
+        let verb = label("verb");
+        if ["POST", "PUT", "PATCH", "APPLY", "DELETE"].contains(&verb.as_str()) {
+            *counts
+                .entry((label("resource"), label("subresource"), verb))
+                .or_insert(0.0) += value.parse::<f64>().unwrap_or(0.0);
+        }
+    }
+    counts
+}
+
+/// The writes the operator made between two counter snapshots: everything on proxies except
+/// the benchmark's own creates, Pod creates and deletes, and events. (The pod runner writes
+/// only Pod bindings and Pod status.)
+fn operator_writes(
+    before: &BTreeMap<(String, String, String), f64>,
+    after: &BTreeMap<(String, String, String), f64>,
+) -> BTreeMap<String, f64> {
+    let mut by_kind = BTreeMap::new();
+    for (key @ (resource, subresource, verb), value) in after {
+        let delta = value - before.get(key).copied().unwrap_or(0.0);
+        let ours = match resource.as_str() {
+            "proxies" => !(verb == "POST" && subresource.is_empty()),
+            "pods" => subresource.is_empty(),
+            "events" => true,
+            _ => false,
+        };
+        if ours && delta > 0.0 {
+            *by_kind
+                .entry(format!(
+                    "{verb} {resource}{}",
+                    if subresource.is_empty() {
+                        String::new()
+                    } else {
+                        format!("/{subresource}")
+                    }
+                ))
+                .or_insert(0.0) += delta;
+        }
+    }
+    by_kind
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let n: usize = env_or("BENCH_PROXIES", 200);
+    let provisioning_poll: f64 = env_or("BENCH_PROVISIONING_POLL", 1.0);
+    let plane = ControlPlane::shared();
+    let client = plane.client().await;
+    let binary = release_binary();
+
+    // 1. Baseline: the minimum API work for the same end state.
+    let ns = plane.namespace(&client, "bench-baseline").await;
+    let _runner = PodRunner::start_address_only(client.clone(), &ns).await?;
+    let (proxies, pods): (Api<Proxy>, Api<Pod>) = (
+        Api::namespaced(client.clone(), &ns),
+        Api::namespaced(client.clone(), &ns),
+    );
+    let started = Instant::now();
+    let created = create_proxies(&proxies, n).await?;
+    stream::iter(&created)
+        .map(|p| {
+            let pods = pods.clone();
+            let name = proxy_core::naming::instance_name(p.metadata.uid.as_deref().unwrap_or_default());
+            async move {
+                let pod: Pod = serde_json::from_value(json!({"metadata": {"name": name}, "spec": {"containers": [
+                    {"name": "squid", "image": "ubuntu/squid:5.2-22.04_beta", "ports": [{"containerPort": 3128}]}]}}))?;
+                pods.create(&PostParams::default(), &pod).await?;
+                anyhow::Ok(())
+            }
+        })
+        .buffer_unordered(CONCURRENCY)
+        .try_collect::<Vec<()>>()
+        .await?;
+    wait_until(&pods, "baseline Pods running", |items| {
+        items.len() == n
+            && items
+                .iter()
+                .all(|p| p.status.as_ref().and_then(|s| s.pod_ip.as_ref()).is_some())
+    })
+    .await?;
+    let ips: BTreeMap<String, String> = pods
+        .list(&ListParams::default())
+        .await?
+        .items
+        .into_iter()
+        .map(|p| {
+            (
+                p.metadata.name.clone().unwrap_or_default(),
+                p.status.and_then(|s| s.pod_ip).unwrap_or_default(),
+            )
+        })
+        .collect();
+    stream::iter(&created)
+        .map(|p| {
+            let proxies = proxies.clone();
+            let pod = proxy_core::naming::instance_name(p.metadata.uid.as_deref().unwrap_or_default());
+            let ip = ips[&pod].clone();
+            let name = p.metadata.name.clone().unwrap_or_default();
+            async move {
+                let status = json!({"status": {"phase": "Provisioning", "ip": ip, "providerID": pod, "conditions": [
+                    {"type": "Provisioned", "status": "True", "reason": "Created", "message": "", "lastTransitionTime": "2026-11-30T00:00:00Z"}]}});
+                proxies.patch_status(&name, &PatchParams::default(), &Patch::Merge(&status)).await
+            }
+        })
+        .buffer_unordered(CONCURRENCY)
+        .try_collect::<Vec<_>>()
+        .await?;
+    wait_until(&proxies, "baseline Proxies provisioned", |items| {
+        items.iter().filter(|p| provisioned(p)).count() == n
+    })
+    .await?;
+    let baseline = started.elapsed();
+
+    // 2. The operator, from the Proxies alone.
+    let ns = plane.namespace(&client, "bench-operator").await;
+    let _runner = PodRunner::start_address_only(client.clone(), &ns).await?;
+    let polls = Polls {
+        provisioning: provisioning_poll,
+        deletion: 1.0,
+        drift: 10.0,
+    };
+    let operator = Operator::start_with(plane, &ns, binary, polls, None);
+    tokio::time::sleep(Duration::from_secs(2)).await; // its watches are up
+    let proxies: Api<Proxy> = Api::namespaced(client.clone(), &ns);
+    let before = writes(plane);
+    let started = Instant::now();
+    create_proxies(&proxies, n).await?;
+    if let Err(e) = wait_until(&proxies, "Proxies provisioned by the operator", |items| {
+        items.iter().filter(|p| provisioned(p)).count() == n
+    })
+    .await
+    {
+        anyhow::bail!("{e}; operator log:\n{}", operator.log());
+    }
+    let with_operator = started.elapsed();
+    let provisioned_writes = writes(plane);
+    tokio::time::sleep(STEADY_STATE).await;
+    let steady = writes(plane);
+
+    let to_provisioned = operator_writes(&before, &provisioned_writes);
+    let total: f64 = to_provisioned.values().sum();
+    let in_steady_state = operator_writes(&provisioned_writes, &steady);
+    let status_writes: f64 = in_steady_state
+        .iter()
+        .filter(|(k, _)| k.ends_with("proxies/status"))
+        .map(|(_, v)| v)
+        .sum();
+    let minutes = STEADY_STATE.as_secs_f64() / 60.0;
+
+    println!(
+        "bench-reconcile: {n} Proxies, operator provisioning poll {provisioning_poll} s (release build)"
+    );
+    println!(
+        "  baseline (create Proxies + Pods, write status directly): {:.2} s",
+        baseline.as_secs_f64()
+    );
+    println!(
+        "  operator (create Proxies only):                          {:.2} s",
+        with_operator.as_secs_f64()
+    );
+    println!(
+        "  (a) time to all Provisioned, operator / baseline:        {:.2}",
+        with_operator.as_secs_f64() / baseline.as_secs_f64()
+    );
+    println!(
+        "  (b) API writes per proxy to get there:                   {:.2}",
+        total / n as f64
+    );
+    for (kind, count) in &to_provisioned {
+        println!("        {kind:<28} {:.2} per proxy", count / n as f64);
+    }
+    println!(
+        "  (c) status writes per proxy per minute, steady state:    {:.3}",
+        status_writes / n as f64 / minutes
+    );
+    println!(
+        "      all operator writes in the {:.0} s steady-state window: {:?}",
+        STEADY_STATE.as_secs_f64(),
+        in_steady_state
+    );
+    Ok(())
+}

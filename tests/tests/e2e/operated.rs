@@ -1,0 +1,104 @@
+//! The bed of the operator's end-to-end tests: a namespace, a pod runner with real squid, a
+//! probe origin, and the real operator binary watching that namespace and trusting the
+//! origin's CA for its probes.
+
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, PostParams};
+use proxy_crd::Proxy;
+use proxy_tests::control_plane::ControlPlane;
+use proxy_tests::operator::{Operator, Polls, binary};
+use proxy_tests::pod_runner::PodRunner;
+use proxy_tests::probe_origin::ProbeOrigin;
+use serde_json::json;
+
+fn start_operator(ns: &str, origin: &ProbeOrigin) -> Operator {
+    Operator::start_with(
+        ControlPlane::shared(),
+        ns,
+        binary(),
+        Polls::FAST,
+        Some(&origin.ca_pem),
+    )
+}
+
+pub struct Bed {
+    pub ns: String,
+    pub proxies: Api<Proxy>,
+    pub pods: Api<Pod>,
+    pub operator: Operator,
+    pub runner: PodRunner,
+    pub origin: ProbeOrigin,
+}
+
+impl Bed {
+    pub async fn new(prefix: &str) -> Self {
+        let plane = ControlPlane::shared();
+        let client = plane.client().await;
+        let ns = plane.namespace(&client, prefix).await;
+        let origin = ProbeOrigin::start().await.unwrap();
+        let runner = PodRunner::start(client.clone(), &ns, origin.hosts_file.clone())
+            .await
+            .unwrap();
+        let operator = start_operator(&ns, &origin);
+        Self {
+            ns: ns.clone(),
+            proxies: Api::namespaced(client.clone(), &ns),
+            pods: Api::namespaced(client, &ns),
+            operator,
+            runner,
+            origin,
+        }
+    }
+
+    pub async fn create(&self, name: &str, spec: serde_json::Value) -> Proxy {
+        let proxy: Proxy = serde_json::from_value(json!({
+            "apiVersion": "crawl.example.com/v1alpha1", "kind": "Proxy", "metadata": {"name": name}, "spec": spec
+        }))
+        .unwrap();
+        self.proxies
+            .create(&PostParams::default(), &proxy)
+            .await
+            .unwrap()
+    }
+
+    /// Kills the operator and starts a new one, as a crash and a restart would.
+    pub fn restart_operator(&mut self) {
+        self.operator.kill();
+        self.operator = start_operator(&self.ns, &self.origin);
+    }
+
+    /// Waits until `check` holds for the Proxy, and returns it; fails with the operator's log.
+    pub async fn wait_for(
+        &mut self,
+        name: &str,
+        what: &str,
+        check: impl Fn(&Proxy) -> bool,
+    ) -> Proxy {
+        for _ in 0..300 {
+            if let Some(proxy) = self.proxies.get_opt(name).await.unwrap()
+                && check(&proxy)
+            {
+                return proxy;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let running = self.operator.is_running();
+        panic!(
+            "{name}: not {what} within 30 s (operator running: {running}); operator log:\n{}",
+            self.operator.log()
+        );
+    }
+}
+
+pub fn condition(proxy: &Proxy, type_: &str) -> Option<(String, String)> {
+    let status = proxy.status.as_ref()?;
+    let c = status.conditions.iter().find(|c| c.type_ == type_)?;
+    Some((c.status.clone(), c.reason.clone()))
+}
+
+pub fn provisioned(proxy: &Proxy) -> bool {
+    condition(proxy, "Provisioned").is_some_and(|(s, _)| s == "True")
+        && proxy.status.as_ref().is_some_and(|s| s.ip.is_some())
+}
