@@ -48,6 +48,7 @@ pub mod conditions;
 mod decide;
 pub mod error;
 pub mod health;
+pub mod lease;
 pub mod naming;
 pub mod observed;
 pub mod phase;

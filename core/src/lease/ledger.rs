@@ -1,0 +1,106 @@
+//! The ledger: every lease the book knows, active or retained, with its timelines.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use jiff::Timestamp;
+
+use super::later;
+use super::types::Lease;
+
+/// Whether a lease still holds its proxy.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum State {
+    /// Counts against the proxy's capacity until it expires or is released.
+    Active,
+    /// Expired or released: no longer counts, kept until it is forgotten so that a late
+    /// report lands.
+    Retained,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Entry {
+    lease: Lease,
+    state: State,
+}
+
+/// Leases by ID, active leases by expiry, retained leases by the time they are forgotten.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(super) struct Ledger {
+    entries: BTreeMap<String, Entry>,
+    expiries: BTreeSet<(Timestamp, String)>,
+    forgets: BTreeSet<(Timestamp, String)>,
+}
+
+impl Ledger {
+    /// Whether a lease with this ID is active or retained.
+    pub(super) fn contains(&self, id: &str) -> bool {
+        self.entries.contains_key(id)
+    }
+
+    /// The lease with this ID, active or retained.
+    pub(super) fn get(&self, id: &str) -> Option<&Lease> {
+        self.entries.get(id).map(|entry| &entry.lease)
+    }
+
+    /// How many leases are active.
+    pub(super) fn active(&self) -> usize {
+        self.expiries.len()
+    }
+
+    /// Records a new active lease. Its ID must be new ([`contains`](Self::contains)).
+    pub(super) fn grant(&mut self, lease: Lease) {
+        self.expiries.insert((lease.expires_at, lease.id.clone()));
+        let entry = Entry {
+            lease,
+            state: State::Active,
+        };
+        self.entries.insert(entry.lease.id.clone(), entry);
+    }
+
+    /// Ends the first active lease that expired at or before `now` and returns its proxy;
+    /// `None` when no lease is due. It is retained for `retention` after its expiry.
+    pub(super) fn expire_next(&mut self, now: Timestamp, retention: Duration) -> Option<String> {
+        if self.expiries.first()?.0 > now {
+            return None;
+        }
+        let (expires_at, id) = self.expiries.pop_first()?;
+        self.retain(id, later(expires_at, retention))
+    }
+
+    /// Ends the lease if it is active and returns its proxy; `None` when it is unknown or
+    /// already ended. It is retained for `retention` after `now`.
+    pub(super) fn release(
+        &mut self,
+        id: &str,
+        now: Timestamp,
+        retention: Duration,
+    ) -> Option<String> {
+        let entry = self.entries.get(id)?;
+        match entry.state {
+            State::Retained => None,
+            State::Active => {
+                let key = (entry.lease.expires_at, entry.lease.id.clone());
+                self.expiries.remove(&key);
+                self.retain(key.1, later(now, retention))
+            }
+        }
+    }
+
+    /// Forgets every retained lease whose retention ended at or before `now`.
+    pub(super) fn forget_ended(&mut self, now: Timestamp) {
+        while self.forgets.first().is_some_and(|(at, _)| *at <= now) {
+            if let Some((_, id)) = self.forgets.pop_first() {
+                self.entries.remove(&id);
+            }
+        }
+    }
+
+    fn retain(&mut self, id: String, forget_at: Timestamp) -> Option<String> {
+        let entry = self.entries.get_mut(&id)?;
+        entry.state = State::Retained;
+        let proxy = entry.lease.proxy.clone();
+        self.forgets.insert((forget_at, id));
+        Some(proxy)
+    }
+}

@@ -1,0 +1,385 @@
+//! The lease book: which proxy a crawler gets, for how long, and which proxies are kept away
+//! from which sites.
+//!
+//! # Driving contract
+//!
+//! The shell owns one [`LeaseBook`] per process behind one lock, and every call is one
+//! decision on it: [`acquire`](LeaseBook::acquire) picks the proxy and records the lease in
+//! the same `&mut self` call, so two concurrent requests can never both see "4 of 5 used"
+//! and overcommit. The book holds the fleet itself:
+//!
+//! - [`upsert`](LeaseBook::upsert) a [`ProxyView`] whenever the controller's cache shows a
+//!   change (labels, health, latency, `maxLeases`, address), [`remove`](LeaseBook::remove) it
+//!   when the `Proxy` object goes away; requests then carry only a [`Selector`], not the
+//!   candidates (reading n candidates per request would already be linear);
+//! - answer the discovery API with [`acquire`](LeaseBook::acquire),
+//!   [`release`](LeaseBook::release), [`report`](LeaseBook::report) and
+//!   [`list`](LeaseBook::list); read metrics with [`active_total`](LeaseBook::active_total)
+//!   and [`active_leases`](LeaseBook::active_leases) after [`expire`](LeaseBook::expire).
+//!
+//! The core has no clock and no randomness: every call that depends on time takes `now`,
+//! which should not go backwards (if it does, nothing breaks: leases and cooldowns just end
+//! later), and lease IDs come from the shell. Expiry is lazy: every call taking `now` first
+//! ends what is due, so capacity comes back without a timer. The book uses ordered
+//! collections only, so the same calls always give the same answers and the same state.
+//!
+//! # Rules
+//!
+//! - **Selection.** Among the proxies the selector matches that are healthy, below capacity
+//!   and not cooling down for the target, the one with the fewest active leases, then the
+//!   lowest latency, then the smallest key.
+//! - **Capacity.** A grant never takes a proxy's active leases above its `max_leases`; 0
+//!   means never leased. Lowering `max_leases` revokes nothing: the proxy takes no new lease
+//!   until it is below the new limit.
+//! - **Lifecycle.** A lease is active from the acquire until `expires_at` or its release,
+//!   whichever comes first; then it is retained for [`LeaseConfig::retention`] (it no longer
+//!   counts, but a report on it still lands, which matters most when the crawler was being
+//!   rate-limited), then forgotten. Release is idempotent. A zero TTL is allowed: the lease
+//!   ends at the next call.
+//! - **Reports and cooldowns.** A report names a result and optionally a target (default:
+//!   the lease's). `rate_limited` and `blocked` keep the (proxy, target) pair apart for the
+//!   configured time; `error` only if [`LeaseConfig::error_cooldown`] is set (default: no,
+//!   the health engine judges the proxy); `ok` changes nothing. A cooldown is never
+//!   shortened by a later report. It holds for that target only: other targets still get
+//!   the proxy, and so do requests without a target. A report without any target cools the
+//!   proxy for requests without a target, and for no named target. Targets are compared
+//!   ASCII-case-insensitively (stored lowercased).
+//! - **Removal.** Removing a proxy takes it out of selection and listing at once. Its
+//!   leases stay (active until they expire or are released, reports on them land) and so do
+//!   its cooldowns: if the same key comes back (a relist, a re-created object) while
+//!   crawlers still hold leases on it, those still count against its capacity.
+//! - **Health.** An unhealthy proxy is not leased and keeps counting the leases it has.
+//!
+//! # Data structures and cost
+//!
+//! For n proxies, t labels per proxy, s selector terms, L leases known and c cooldowns:
+//!
+//! - an eligible index (`index.rs`): ordered sets of `(active, latency, key)` holding only
+//!   the proxies that can take a lease now (healthy and below capacity), one for the fleet
+//!   and one per `label=value` term. At-capacity and unhealthy proxies are not in it, so
+//!   they cost nothing to skip. Granting or ending a lease moves one proxy in t + 1 sets;
+//! - the ledger (`ledger.rs`): leases by ID, active ones ordered by expiry, retained ones by
+//!   the time they are forgotten, so expiry pops what is due instead of scanning;
+//! - cooldowns (`cooldown.rs`) by target then proxy, ordered by end as well.
+//!
+//! [`acquire`](LeaseBook::acquire) walks the smallest index set among the selector's terms
+//! (the fleet set when there are none) in rank order and takes the first proxy that matches
+//! the other terms and is not cooling down for the target: O(s · log n) to find the set,
+//! O((k + 1) · (s + log n + log c)) for the walk, where k is the number of proxies skipped,
+//! and O((t + 1) · log n + log L) to record the grant, plus the amortized cost of expiring
+//! what is due (each lease and cooldown ends once). With a one-term or empty selector and no
+//! cooldowns on the target, k is 0: O(log n). Honest worst case: k is bounded by the
+//! eligible proxies in the walked set that cool down for the target or miss another term,
+//! so a target on which most of a large fleet is cooling down, or a multi-term selector
+//! whose terms are each common but rarely together, makes the walk linear (O(n log n) at
+//! worst, never worse than sorting every candidate). When nothing matches, counting the
+//! [`NoMatch`] statistics visits every proxy: O(n · s), on the failure path only.
+//! [`release`](LeaseBook::release) and [`report`](LeaseBook::report) are O((t + 1) · log n +
+//! log L) and O(log L + log c).
+
+mod cooldown;
+mod index;
+mod ledger;
+mod types;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use jiff::Timestamp;
+
+use cooldown::Cooldowns;
+use index::{EligibleIndex, Rank};
+use ledger::Ledger;
+pub use types::{
+    AcquireError, AcquireRequest, Cooldown, Labels, Lease, LeaseConfig, Listed, NoMatch, ProxyView,
+    ReportResult, Selector, UnknownLease,
+};
+
+/// The fleet, the leases on it and the cooldowns: see the [module documentation](self) for
+/// the contract, the rules and the cost of each call.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct LeaseBook {
+    config: LeaseConfig,
+    fleet: Fleet,
+    eligible: EligibleIndex,
+    ledger: Ledger,
+    cooldowns: Cooldowns,
+}
+
+/// The proxies and how many leases each holds: what decides whether a proxy is eligible
+/// and where it ranks.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+struct Fleet {
+    proxies: BTreeMap<Arc<str>, ProxyView>,
+    /// Active leases per proxy key, also for removed proxies; absent means 0.
+    active: BTreeMap<Arc<str>, u32>,
+}
+
+/// Why a proxy cannot take a lease, before cooldowns are looked at.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Unavailable {
+    Unhealthy,
+    AtCapacity,
+}
+
+impl LeaseBook {
+    /// An empty book.
+    pub fn new(config: LeaseConfig) -> Self {
+        Self {
+            config,
+            ..Self::default()
+        }
+    }
+
+    /// Adds the proxy, or replaces the one with the same key. Its active leases are kept.
+    pub fn upsert(&mut self, proxy: ProxyView) {
+        let key: Arc<str> = Arc::from(proxy.key.as_str());
+        self.unindex(&key);
+        self.fleet.proxies.insert(key.clone(), proxy);
+        self.index(&key);
+    }
+
+    /// Removes the proxy from selection and listing; returns whether it was in the book.
+    /// Its leases and cooldowns stay until they end (see the module's rules).
+    pub fn remove(&mut self, key: &str) -> bool {
+        self.unindex(key);
+        self.fleet.proxies.remove(key).is_some()
+    }
+
+    /// Grants a lease on the best eligible proxy the selector matches, after ending what is
+    /// due at `now`. The rules and the cost are in the module documentation.
+    pub fn acquire(
+        &mut self,
+        request: AcquireRequest,
+        now: Timestamp,
+    ) -> Result<Lease, AcquireError> {
+        let AcquireRequest {
+            id,
+            selector,
+            target,
+            ttl,
+        } = request;
+        self.expire(now);
+        if self.ledger.contains(&id) {
+            return Err(AcquireError::IdInUse);
+        }
+        let target = target.map(|target| target.to_ascii_lowercase());
+        match self.best(&selector, target.as_deref(), now) {
+            Some(key) => Ok(self.grant(key, id, target, ttl, now)),
+            None => Err(AcquireError::NoMatch(self.no_match(
+                &selector,
+                target.as_deref(),
+                now,
+            ))),
+        }
+    }
+
+    /// Ends the lease if it is active, freeing its place on the proxy, and returns whether
+    /// it did. Unknown, released and expired leases are fine: `false`, nothing changes.
+    pub fn release(&mut self, id: &str, now: Timestamp) -> bool {
+        self.expire(now);
+        match self.ledger.release(id, now, self.config.retention) {
+            Some(proxy) => {
+                self.lease_ended(&proxy);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Records what a crawler saw through the lease's proxy, for `target` or else the
+    /// lease's target, and returns the cooldown it started or extended, if any. The lease
+    /// may be active or retained (expired or released less than
+    /// [`LeaseConfig::retention`] ago).
+    pub fn report(
+        &mut self,
+        id: &str,
+        result: ReportResult,
+        target: Option<&str>,
+        now: Timestamp,
+    ) -> Result<Option<Cooldown>, UnknownLease> {
+        self.expire(now);
+        let lease = self.ledger.get(id).ok_or(UnknownLease)?;
+        let cooldown = self.config.cooldown(result);
+        if cooldown.is_zero() {
+            return Ok(None);
+        }
+        let proxy = lease.proxy.clone();
+        let target = target
+            .map(str::to_ascii_lowercase)
+            .or_else(|| lease.target.clone());
+        let until = self.cooldowns.extend(
+            Arc::from(proxy.as_str()),
+            target.clone(),
+            later(now, cooldown),
+        );
+        Ok(Some(Cooldown {
+            proxy,
+            target,
+            until,
+        }))
+    }
+
+    /// Ends every lease that expired at or before `now` and forgets retained leases and
+    /// cooldowns whose time is up. Every other call taking `now` does this first; call it
+    /// before reading [`active_total`](Self::active_total) or
+    /// [`active_leases`](Self::active_leases) for metrics.
+    pub fn expire(&mut self, now: Timestamp) {
+        while let Some(proxy) = self.ledger.expire_next(now, self.config.retention) {
+            self.lease_ended(&proxy);
+        }
+        self.ledger.forget_ended(now);
+        self.cooldowns.forget_ended(now);
+    }
+
+    /// How many leases are active, on all proxies (removed ones included).
+    pub fn active_total(&self) -> usize {
+        self.ledger.active()
+    }
+
+    /// How many leases are active on the proxy with this key (0 for an unknown key).
+    pub fn active_leases(&self, key: &str) -> u32 {
+        self.fleet.active(key)
+    }
+
+    /// The proxies the selector matches, only the healthy ones if `healthy_only`, ordered
+    /// by key. O(n · s).
+    pub fn list(&self, selector: &Selector, healthy_only: bool) -> Vec<Listed<'_>> {
+        self.fleet
+            .proxies
+            .iter()
+            .filter(|(_, proxy)| selector.matches(&proxy.labels))
+            .filter(|(_, proxy)| proxy.healthy || !healthy_only)
+            .map(|(key, proxy)| Listed {
+                proxy,
+                active: self.active_leases(key),
+            })
+            .collect()
+    }
+
+    /// The key of the first proxy in rank order that the selector matches and that is not
+    /// cooling down for the target.
+    fn best(&self, selector: &Selector, target: Option<&str>, now: Timestamp) -> Option<Arc<str>> {
+        let cooling = self.cooldowns.for_target(target);
+        self.eligible
+            .narrowest(selector)?
+            .iter()
+            .find(|rank| self.selects(selector, &rank.key) && !cooling.holds(&rank.key, now))
+            .map(|rank| rank.key.clone())
+    }
+
+    fn selects(&self, selector: &Selector, key: &str) -> bool {
+        self.fleet
+            .proxies
+            .get(key)
+            .is_some_and(|proxy| selector.matches(&proxy.labels))
+    }
+
+    fn grant(
+        &mut self,
+        key: Arc<str>,
+        id: String,
+        target: Option<String>,
+        ttl: Duration,
+        now: Timestamp,
+    ) -> Lease {
+        let proxy = &self.fleet.proxies[&key];
+        let lease = Lease {
+            id,
+            proxy: key.to_string(),
+            host: proxy.host.clone(),
+            port: proxy.port,
+            target,
+            granted_at: now,
+            expires_at: later(now, ttl),
+            ttl,
+        };
+        self.ledger.grant(lease.clone());
+        self.unindex(&key);
+        *self.fleet.active.entry(key.clone()).or_default() += 1;
+        self.index(&key);
+        lease
+    }
+
+    fn lease_ended(&mut self, key: &str) {
+        self.unindex(key);
+        if let Some(active) = self.fleet.active.get_mut(key) {
+            *active -= 1;
+            if *active == 0 {
+                self.fleet.active.remove(key);
+            }
+        }
+        self.index(key);
+    }
+
+    /// Counts why each proxy the selector matches was passed over.
+    fn no_match(&self, selector: &Selector, target: Option<&str>, now: Timestamp) -> NoMatch {
+        let cooling = self.cooldowns.for_target(target);
+        let mut stats = NoMatch::default();
+        for (key, proxy) in &self.fleet.proxies {
+            if !selector.matches(&proxy.labels) {
+                continue;
+            }
+            stats.considered += 1;
+            match unavailable(proxy, self.active_leases(key)) {
+                Some(Unavailable::Unhealthy) => stats.unhealthy += 1,
+                Some(Unavailable::AtCapacity) => stats.at_capacity += 1,
+                None => stats.in_cooldown += u32::from(cooling.holds(key, now)),
+            }
+        }
+        stats
+    }
+
+    /// Takes the proxy out of the eligible index if it is in it. Call before changing
+    /// anything that [`Fleet::rank`] reads, and [`index`](Self::index) after.
+    fn unindex(&mut self, key: &str) {
+        if let Some((rank, labels)) = self.fleet.rank(key) {
+            self.eligible.remove(&rank, labels);
+        }
+    }
+
+    /// Puts the proxy in the eligible index if it can take a lease.
+    fn index(&mut self, key: &str) {
+        if let Some((rank, labels)) = self.fleet.rank(key) {
+            self.eligible.insert(rank, labels);
+        }
+    }
+}
+
+impl Fleet {
+    fn active(&self, key: &str) -> u32 {
+        self.active.get(key).copied().unwrap_or(0)
+    }
+
+    /// The proxy's rank and labels if it is in the book and can take a lease.
+    fn rank(&self, key: &str) -> Option<(Rank, &Labels)> {
+        let (key, proxy) = self.proxies.get_key_value(key)?;
+        let active = self.active(key);
+        unavailable(proxy, active).is_none().then(|| {
+            let rank = Rank {
+                active,
+                latency_ms: proxy.latency_ms,
+                key: key.clone(),
+            };
+            (rank, &proxy.labels)
+        })
+    }
+}
+
+/// Why `proxy`, holding `active` leases, cannot take another one, cooldowns aside.
+fn unavailable(proxy: &ProxyView, active: u32) -> Option<Unavailable> {
+    if !proxy.healthy {
+        Some(Unavailable::Unhealthy)
+    } else if active >= proxy.max_leases {
+        Some(Unavailable::AtCapacity)
+    } else {
+        None
+    }
+}
+
+/// `at + duration`, saturating at the end of time (a huge TTL means "until released").
+fn later(at: Timestamp, duration: Duration) -> Timestamp {
+    // Only calendar units make `saturating_add` fail, and a `Duration` has none.
+    at.saturating_add(duration).unwrap_or(Timestamp::MAX)
+}

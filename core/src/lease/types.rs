@@ -1,0 +1,229 @@
+//! The lease book's vocabulary: what goes in and what comes out.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use jiff::Timestamp;
+use serde::{Deserialize, Serialize};
+
+/// A proxy's labels: `metadata.labels` of its `Proxy` object.
+pub type Labels = BTreeMap<String, String>;
+
+/// One proxy of the fleet as the shell sees it in the controller's cache.
+///
+/// The shell [upserts](super::LeaseBook::upsert) it whenever one of these fields changes and
+/// [removes](super::LeaseBook::remove) it when the `Proxy` object goes away.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ProxyView {
+    /// `namespace/name` of the `Proxy` object: the proxy's identity in the book, and the
+    /// last key of the selection order.
+    pub key: String,
+    /// The object's labels, which [`Selector`]s match.
+    pub labels: Labels,
+    /// Whether the proxy may take new leases: its `Ready` condition is `True` (it has an
+    /// address and passes its health check). An unhealthy proxy keeps the leases it has.
+    pub healthy: bool,
+    /// Latency of the last reported probe, in milliseconds: the second key of the selection
+    /// order.
+    pub latency_ms: u32,
+    /// How many leases the proxy serves at once
+    /// ([`max_leases_or_default`](proxy_crd::ProxySpec::max_leases_or_default)); 0 means
+    /// it is never leased.
+    pub max_leases: u32,
+    /// The host crawlers connect to: the published IP, or the endpoint's host (possibly a
+    /// DNS name) for an External proxy.
+    pub host: String,
+    /// The port crawlers connect to.
+    pub port: u16,
+}
+
+/// Which proxies a request accepts: equality terms over labels, all of which must hold.
+///
+/// `{"geo": "eu", "tier": "a"}` matches proxies labelled `geo=eu` and `tier=a`; the empty
+/// selector ([`Selector::all`]) matches every proxy. Serialized as that JSON object.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct Selector {
+    terms: Labels,
+}
+
+impl Selector {
+    /// The selector that matches every proxy.
+    pub fn all() -> Self {
+        Self::default()
+    }
+
+    /// Whether `labels` satisfy every term.
+    pub fn matches(&self, labels: &Labels) -> bool {
+        self.terms()
+            .all(|(name, value)| labels.get(name).is_some_and(|v| v == value))
+    }
+
+    /// The terms as `(label, value)` pairs, ordered by label.
+    pub fn terms(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.terms.iter().map(|(n, v)| (n.as_str(), v.as_str()))
+    }
+}
+
+impl<K: Into<String>, V: Into<String>> FromIterator<(K, V)> for Selector {
+    fn from_iter<I: IntoIterator<Item = (K, V)>>(terms: I) -> Self {
+        let terms = terms
+            .into_iter()
+            .map(|(name, value)| (name.into(), value.into()))
+            .collect();
+        Self { terms }
+    }
+}
+
+/// A crawler's request for a lease (`POST /v1/leases`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AcquireRequest {
+    /// The new lease's ID. The shell draws it at random: randomness is an input here.
+    pub id: String,
+    /// Which proxies are acceptable.
+    pub selector: Selector,
+    /// The site the crawler is going to (a host name), if it says: proxies cooling down for
+    /// it are skipped. Compared case-insensitively (ASCII).
+    pub target: Option<String>,
+    /// How long the lease lasts unless released earlier. The shell caps it.
+    pub ttl: Duration,
+}
+
+/// A lease granted by [`acquire`](super::LeaseBook::acquire).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Lease {
+    /// The ID the request supplied.
+    pub id: String,
+    /// `namespace/name` of the leased proxy.
+    pub proxy: String,
+    /// The host to connect to, as it was when the lease was granted.
+    pub host: String,
+    /// The port to connect to, as it was when the lease was granted.
+    pub port: u16,
+    /// The request's target, lowercased.
+    pub target: Option<String>,
+    /// When the lease was granted (the `now` of the acquire).
+    pub granted_at: Timestamp,
+    /// When the lease ends unless released earlier: `granted_at + ttl`.
+    pub expires_at: Timestamp,
+    /// The requested duration.
+    pub ttl: Duration,
+}
+
+/// What a crawler saw through a leased proxy (`POST /v1/leases/{id}/report`).
+///
+/// Serialized in snake case: `ok`, `rate_limited`, `blocked`, `error`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ReportResult {
+    /// The request went through. Changes nothing: a cooldown runs its course, so one lucky
+    /// request cannot undo a block.
+    Ok,
+    /// The target throttled the proxy (HTTP 429 or the like): the proxy cools down for the
+    /// target for [`LeaseConfig::rate_limited_cooldown`].
+    RateLimited,
+    /// The target refused the proxy (403, a captcha): the proxy cools down for the target
+    /// for [`LeaseConfig::blocked_cooldown`].
+    Blocked,
+    /// Something else failed (connection reset, timeout). Whose fault it was is unknown, and
+    /// the health engine judges the proxy itself, so this cools down only when
+    /// [`LeaseConfig::error_cooldown`] is set.
+    Error,
+}
+
+/// How long reports keep a proxy away from a target, and how long ended leases are kept.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LeaseConfig {
+    /// Cooldown after [`ReportResult::RateLimited`]. Default 5 minutes.
+    pub rate_limited_cooldown: Duration,
+    /// Cooldown after [`ReportResult::Blocked`]. Default 30 minutes.
+    pub blocked_cooldown: Duration,
+    /// Cooldown after [`ReportResult::Error`]; zero (the default) means none.
+    pub error_cooldown: Duration,
+    /// How long a lease is kept after it expired or was released, so that a late report
+    /// still lands. Default 5 minutes, the rate-limit cooldown window.
+    pub retention: Duration,
+}
+
+impl Default for LeaseConfig {
+    fn default() -> Self {
+        Self {
+            rate_limited_cooldown: Duration::from_secs(5 * 60),
+            blocked_cooldown: Duration::from_secs(30 * 60),
+            error_cooldown: Duration::ZERO,
+            retention: Duration::from_secs(5 * 60),
+        }
+    }
+}
+
+impl LeaseConfig {
+    /// How long `result` keeps a proxy away from a target; zero means not at all.
+    pub fn cooldown(&self, result: ReportResult) -> Duration {
+        match result {
+            ReportResult::Ok => Duration::ZERO,
+            ReportResult::RateLimited => self.rate_limited_cooldown,
+            ReportResult::Blocked => self.blocked_cooldown,
+            ReportResult::Error => self.error_cooldown,
+        }
+    }
+}
+
+/// Why [`acquire`](super::LeaseBook::acquire) granted nothing.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum AcquireError {
+    /// No proxy the selector matches can take the lease (the API answers 409 with these
+    /// counts).
+    NoMatch(NoMatch),
+    /// A lease with this ID exists, active or retained. IDs are random, so this is a
+    /// collision: the shell draws a new ID and asks again.
+    IdInUse,
+}
+
+/// The body of the 409 answer: why each proxy the selector matches was passed over.
+///
+/// Counts the proxies in the book (upserted and not removed) that the selector matches,
+/// each in exactly one class, tested in this order:
+/// `unhealthy` (not [`healthy`](ProxyView::healthy)), then `at_capacity` (active leases at or
+/// above `max_leases`, which includes every proxy with `max_leases` 0), then `in_cooldown`
+/// (cooling down for the request's target). Any other matching proxy would have been
+/// leased, so on a failed acquire `considered == unhealthy + at_capacity + in_cooldown`.
+/// Serialized in camel case: `considered`, `atCapacity`, `inCooldown`, `unhealthy`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NoMatch {
+    /// Proxies the selector matches.
+    pub considered: u32,
+    /// Healthy proxies with no free lease.
+    pub at_capacity: u32,
+    /// Healthy proxies with a free lease, cooling down for the target.
+    pub in_cooldown: u32,
+    /// Proxies that are not healthy.
+    pub unhealthy: u32,
+}
+
+/// A report on a lease the book does not know (never granted, or forgotten after
+/// [`LeaseConfig::retention`]): the API answers 404.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct UnknownLease;
+
+/// A cooldown a report started or extended: `proxy` is not leased for `target` until
+/// `until`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Cooldown {
+    /// `namespace/name` of the proxy.
+    pub proxy: String,
+    /// The target, lowercased; `None` cools the proxy down for requests without a target.
+    pub target: Option<String>,
+    /// The end of the cooldown: the later of the previous end and `now` plus this report's
+    /// cooldown.
+    pub until: Timestamp,
+}
+
+/// One proxy in a [listing](super::LeaseBook::list).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Listed<'a> {
+    /// The proxy as last upserted.
+    pub proxy: &'a ProxyView,
+    /// Its active leases.
+    pub active: u32,
+}

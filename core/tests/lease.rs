@@ -1,0 +1,564 @@
+//! Table tests of the lease book: selection order, capacity, the 409 statistics, TTL and
+//! retention, reports and cooldowns, selectors, upsert and removal.
+
+use std::time::Duration;
+
+use jiff::Timestamp;
+use proxy_core::lease::{
+    AcquireError, AcquireRequest, Cooldown, Lease, LeaseBook, LeaseConfig, NoMatch, ProxyView,
+    ReportResult, Selector, UnknownLease,
+};
+
+const MINUTE: i64 = 60;
+
+/// `secs` seconds after a fixed start.
+fn at(secs: i64) -> Timestamp {
+    Timestamp::from_second(1_780_000_000 + secs).unwrap()
+}
+
+/// A healthy, unlabelled proxy `default/{name}`.
+fn proxy(name: &str, latency_ms: u32, max_leases: u32) -> ProxyView {
+    ProxyView {
+        key: format!("default/{name}"),
+        labels: Default::default(),
+        healthy: true,
+        latency_ms,
+        max_leases,
+        host: format!("10.0.0.{}", name.len()),
+        port: 3128,
+    }
+}
+
+fn labelled(mut view: ProxyView, labels: &[(&str, &str)]) -> ProxyView {
+    view.labels = labels
+        .iter()
+        .map(|(n, v)| (n.to_string(), v.to_string()))
+        .collect();
+    view
+}
+
+fn unhealthy(mut view: ProxyView) -> ProxyView {
+    view.healthy = false;
+    view
+}
+
+fn book(proxies: impl IntoIterator<Item = ProxyView>) -> LeaseBook {
+    let mut book = LeaseBook::new(LeaseConfig::default());
+    for proxy in proxies {
+        book.upsert(proxy);
+    }
+    book
+}
+
+/// Selector terms in a table.
+type Terms = &'static [(&'static str, &'static str)];
+
+fn selector(terms: &[(&str, &str)]) -> Selector {
+    terms.iter().copied().collect()
+}
+
+fn request(id: &str, selector: Selector, target: Option<&str>, ttl_secs: u64) -> AcquireRequest {
+    AcquireRequest {
+        id: id.to_owned(),
+        selector,
+        target: target.map(str::to_owned),
+        ttl: Duration::from_secs(ttl_secs),
+    }
+}
+
+/// Acquires a 10-minute lease for `target` from any proxy.
+fn acquire(
+    book: &mut LeaseBook,
+    id: &str,
+    target: Option<&str>,
+    now: i64,
+) -> Result<Lease, AcquireError> {
+    book.acquire(request(id, Selector::all(), target, 600), at(now))
+}
+
+/// The key of the proxy [`acquire`] leases, or `None` when it grants nothing.
+fn leased(book: &mut LeaseBook, id: &str, target: Option<&str>, now: i64) -> Option<String> {
+    acquire(book, id, target, now).ok().map(|lease| lease.proxy)
+}
+
+fn no_match(considered: u32, at_capacity: u32, in_cooldown: u32, unhealthy: u32) -> AcquireError {
+    AcquireError::NoMatch(NoMatch {
+        considered,
+        at_capacity,
+        in_cooldown,
+        unhealthy,
+    })
+}
+
+#[test]
+fn order_is_fewest_leases_then_lowest_latency_then_key() {
+    let mut book = book([proxy("a", 50, 5), proxy("c", 10, 5), proxy("b", 10, 5)]);
+    let expected = ["b", "c", "a", "b", "c", "a", "b"];
+    for (i, name) in expected.iter().enumerate() {
+        let got = leased(&mut book, &format!("l{i}"), None, 0);
+        assert_eq!(got, Some(format!("default/{name}")), "acquire {i}");
+    }
+}
+
+#[test]
+fn a_lease_carries_the_proxy_address_target_and_times() {
+    let mut book = book([proxy("a", 10, 5)]);
+    let lease = book
+        .acquire(
+            request("l1", Selector::all(), Some("Example.COM"), 90),
+            at(5),
+        )
+        .unwrap();
+    let expected = Lease {
+        id: "l1".into(),
+        proxy: "default/a".into(),
+        host: "10.0.0.1".into(),
+        port: 3128,
+        target: Some("example.com".into()),
+        granted_at: at(5),
+        expires_at: at(95),
+        ttl: Duration::from_secs(90),
+    };
+    assert_eq!(lease, expected);
+}
+
+#[test]
+fn max_leases_zero_is_never_leased() {
+    let mut book = book([proxy("drained", 1, 0)]);
+    assert_eq!(acquire(&mut book, "l1", None, 0), Err(no_match(1, 1, 0, 0)));
+    assert_eq!(book.active_leases("default/drained"), 0);
+}
+
+#[test]
+fn capacity_is_never_exceeded() {
+    let mut book = book([proxy("a", 10, 2), proxy("b", 20, 1)]);
+    let got: Vec<_> = (0..4)
+        .map(|i| leased(&mut book, &format!("l{i}"), None, 0))
+        .collect();
+    let a = Some("default/a".to_owned());
+    let b = Some("default/b".to_owned());
+    assert_eq!(got, [a.clone(), b, a, None]);
+    assert_eq!(book.active_leases("default/a"), 2);
+    assert_eq!(book.active_leases("default/b"), 1);
+    assert_eq!(book.active_total(), 3);
+}
+
+#[test]
+fn a_failed_acquire_counts_why_each_matching_proxy_was_passed_over() {
+    let eu = [("geo", "eu")];
+    let mut book = book([
+        labelled(proxy("full", 10, 1), &eu),
+        labelled(proxy("drained", 10, 0), &eu),
+        labelled(unhealthy(proxy("sick", 10, 5)), &eu),
+        labelled(unhealthy(proxy("sick-and-full", 10, 0)), &eu),
+        labelled(proxy("cooling", 10, 5), &eu),
+        labelled(proxy("elsewhere", 10, 5), &[("geo", "us")]),
+    ]);
+    let shop = |id: &str| request(id, selector(&eu), Some("shop.example"), 60);
+    let first = book.acquire(shop("l1"), at(0)).unwrap();
+    assert_eq!(first.proxy, "default/cooling");
+    book.report("l1", ReportResult::Blocked, None, at(0))
+        .unwrap();
+    book.release("l1", at(0));
+    assert_eq!(
+        book.acquire(shop("l2"), at(0)).unwrap().proxy,
+        "default/full"
+    );
+
+    // `elsewhere` is not considered; sick and sick-and-full are unhealthy (health is tested
+    // first); full and drained are at capacity; cooling cools down for the target.
+    assert_eq!(book.acquire(shop("l3"), at(0)), Err(no_match(5, 2, 1, 2)));
+
+    let nothing = book.acquire(request("l6", selector(&[("geo", "mars")]), None, 60), at(0));
+    assert_eq!(nothing, Err(no_match(0, 0, 0, 0)));
+}
+
+#[test]
+fn a_cooldown_holds_for_its_target_only() {
+    let mut book = book([proxy("fast", 10, 5), proxy("slow", 90, 5)]);
+    let lease = acquire(&mut book, "l1", Some("a.example"), 0).unwrap();
+    assert_eq!(lease.proxy, "default/fast");
+    let cooldown = book.report("l1", ReportResult::RateLimited, None, at(10));
+    let expected = Cooldown {
+        proxy: "default/fast".into(),
+        target: Some("a.example".into()),
+        until: at(10 + 5 * MINUTE),
+    };
+    assert_eq!(cooldown, Ok(Some(expected)));
+    book.release("l1", at(10));
+
+    let cases = [
+        (Some("a.example"), 20, "default/slow"),
+        (Some("A.Example"), 20, "default/slow"),
+        (Some("b.example"), 20, "default/fast"),
+        (None, 20, "default/fast"),
+        (Some("a.example"), 10 + 5 * MINUTE - 1, "default/slow"),
+        (Some("a.example"), 10 + 5 * MINUTE, "default/fast"),
+    ];
+    for (i, (target, now, expected)) in cases.into_iter().enumerate() {
+        let id = format!("c{i}");
+        let got = leased(&mut book, &id, target, now);
+        assert_eq!(got.as_deref(), Some(expected), "{target:?} at +{now}s");
+        book.release(&id, at(now));
+    }
+}
+
+#[test]
+fn a_report_without_any_target_cools_requests_without_a_target() {
+    let mut book = book([proxy("fast", 10, 5), proxy("slow", 90, 5)]);
+    acquire(&mut book, "l1", None, 0).unwrap();
+    let cooldown = book
+        .report("l1", ReportResult::Blocked, None, at(0))
+        .unwrap();
+    assert_eq!(cooldown.unwrap().target, None);
+    book.release("l1", at(0));
+    assert_eq!(
+        leased(&mut book, "l2", None, 1).as_deref(),
+        Some("default/slow")
+    );
+    assert_eq!(
+        leased(&mut book, "l3", Some("a.example"), 1).as_deref(),
+        Some("default/fast")
+    );
+}
+
+#[test]
+fn the_report_target_overrides_the_lease_target() {
+    let mut book = book([proxy("fast", 10, 5), proxy("slow", 90, 5)]);
+    acquire(&mut book, "l1", Some("a.example"), 0).unwrap();
+    let cooldown = book
+        .report("l1", ReportResult::Blocked, Some("B.example"), at(0))
+        .unwrap();
+    assert_eq!(cooldown.unwrap().target.as_deref(), Some("b.example"));
+    book.release("l1", at(0));
+    let got = leased(&mut book, "l2", Some("b.example"), 1);
+    assert_eq!(got.as_deref(), Some("default/slow"));
+    let got = leased(&mut book, "l3", Some("a.example"), 1);
+    assert_eq!(got.as_deref(), Some("default/fast"));
+}
+
+#[test]
+fn each_result_cools_down_for_its_configured_time() {
+    let error_cools = LeaseConfig {
+        error_cooldown: Duration::from_secs(30),
+        ..LeaseConfig::default()
+    };
+    let cases = [
+        (LeaseConfig::default(), ReportResult::Ok, None),
+        (LeaseConfig::default(), ReportResult::RateLimited, Some(300)),
+        (LeaseConfig::default(), ReportResult::Blocked, Some(1_800)),
+        (LeaseConfig::default(), ReportResult::Error, None),
+        (error_cools, ReportResult::Error, Some(30)),
+        (error_cools, ReportResult::Ok, None),
+    ];
+    for (config, result, secs) in cases {
+        let mut book = LeaseBook::new(config);
+        book.upsert(proxy("a", 10, 5));
+        acquire(&mut book, "l1", Some("t.example"), 0).unwrap();
+        let until = book
+            .report("l1", result, None, at(100))
+            .unwrap()
+            .map(|cooldown| cooldown.until);
+        assert_eq!(
+            until,
+            secs.map(|s| at(100 + s)),
+            "{result:?} with {config:?}"
+        );
+    }
+}
+
+#[test]
+fn a_later_report_never_shortens_a_cooldown() {
+    let mut book = book([proxy("a", 10, 5)]);
+    acquire(&mut book, "l1", Some("t.example"), 0).unwrap();
+    let blocked = book
+        .report("l1", ReportResult::Blocked, None, at(0))
+        .unwrap();
+    let limited = book
+        .report("l1", ReportResult::RateLimited, None, at(60))
+        .unwrap();
+    assert_eq!(blocked.unwrap().until, at(30 * MINUTE));
+    assert_eq!(limited.unwrap().until, at(30 * MINUTE));
+    let got = leased(&mut book, "l2", Some("t.example"), 30 * MINUTE - 1);
+    assert_eq!(got, None);
+    let got = leased(&mut book, "l3", Some("t.example"), 30 * MINUTE);
+    assert_eq!(got.as_deref(), Some("default/a"));
+}
+
+#[test]
+fn ttl_expiry_frees_capacity_without_a_release() {
+    let mut book = book([proxy("a", 10, 1)]);
+    let ttl = |id: &str| request(id, Selector::all(), None, 60);
+    book.acquire(ttl("l1"), at(0)).unwrap();
+    assert_eq!(book.acquire(ttl("l2"), at(59)), Err(no_match(1, 1, 0, 0)));
+    assert_eq!(book.active_total(), 1);
+    assert_eq!(book.acquire(ttl("l3"), at(60)).unwrap().proxy, "default/a");
+    assert_eq!(book.active_leases("default/a"), 1);
+    book.expire(at(120));
+    assert_eq!(book.active_total(), 0);
+    assert_eq!(book.active_leases("default/a"), 0);
+}
+
+#[test]
+fn a_late_report_lands_until_the_retention_window_ends() {
+    let mut book = book([proxy("a", 10, 5)]);
+    book.acquire(request("l1", Selector::all(), Some("t.example"), 60), at(0))
+        .unwrap();
+    let retention_end = 60 + 5 * MINUTE;
+    let late = book.report("l1", ReportResult::RateLimited, None, at(retention_end - 1));
+    assert_eq!(late.unwrap().unwrap().target.as_deref(), Some("t.example"));
+    let too_late = book.report("l1", ReportResult::RateLimited, None, at(retention_end));
+    assert_eq!(too_late, Err(UnknownLease));
+}
+
+#[test]
+fn a_report_after_release_lands() {
+    let mut book = book([proxy("a", 10, 5)]);
+    acquire(&mut book, "l1", Some("t.example"), 0).unwrap();
+    assert!(book.release("l1", at(10)));
+    let report = book.report("l1", ReportResult::Blocked, None, at(10 + 5 * MINUTE - 1));
+    assert!(matches!(report, Ok(Some(_))));
+    let report = book.report("l1", ReportResult::Blocked, None, at(10 + 5 * MINUTE));
+    assert_eq!(report, Err(UnknownLease));
+}
+
+#[test]
+fn release_is_idempotent() {
+    let mut book = book([proxy("a", 10, 1)]);
+    acquire(&mut book, "l1", None, 0).unwrap();
+    let cases = [
+        ("l1", 1, true),
+        ("l1", 1, false),
+        ("l1", 2, false),
+        ("never-granted", 2, false),
+    ];
+    for (id, now, changed) in cases {
+        assert_eq!(
+            book.release(id, at(now)),
+            changed,
+            "release {id} at +{now}s"
+        );
+        assert_eq!(book.active_total(), 0);
+    }
+    book.acquire(request("short", Selector::all(), None, 1), at(3))
+        .unwrap();
+    assert!(!book.release("short", at(4)), "already expired");
+    assert_eq!(book.active_total(), 0);
+}
+
+#[test]
+fn a_report_on_an_unknown_lease_is_an_error() {
+    let mut book = book([proxy("a", 10, 1)]);
+    for result in [
+        ReportResult::Ok,
+        ReportResult::RateLimited,
+        ReportResult::Blocked,
+        ReportResult::Error,
+    ] {
+        assert_eq!(book.report("nope", result, None, at(0)), Err(UnknownLease));
+    }
+}
+
+#[test]
+fn a_lease_id_in_use_is_refused_while_the_lease_is_known() {
+    let mut book = book([proxy("a", 10, 5)]);
+    acquire(&mut book, "l1", None, 0).unwrap();
+    assert_eq!(
+        acquire(&mut book, "l1", None, 1),
+        Err(AcquireError::IdInUse)
+    );
+    book.release("l1", at(1));
+    assert_eq!(
+        acquire(&mut book, "l1", None, 2),
+        Err(AcquireError::IdInUse)
+    );
+    assert_eq!(
+        leased(&mut book, "l1", None, 1 + 5 * MINUTE).as_deref(),
+        Some("default/a")
+    );
+}
+
+#[test]
+fn selectors_match_every_term() {
+    let mut book = book([
+        labelled(proxy("eu-a", 30, 5), &[("geo", "eu"), ("tier", "a")]),
+        labelled(proxy("eu-b", 10, 5), &[("geo", "eu"), ("tier", "b")]),
+        labelled(proxy("us-a", 20, 5), &[("geo", "us"), ("tier", "a")]),
+        proxy("bare", 40, 5),
+    ]);
+    // (selector terms, what list shows, what acquire leases)
+    let cases: [(Terms, &[&str], Option<&str>); 6] = [
+        (&[], &["bare", "eu-a", "eu-b", "us-a"], Some("eu-b")),
+        (&[("geo", "eu")], &["eu-a", "eu-b"], Some("eu-b")),
+        (&[("tier", "a")], &["eu-a", "us-a"], Some("us-a")),
+        (&[("geo", "eu"), ("tier", "a")], &["eu-a"], Some("eu-a")),
+        (&[("geo", "us"), ("tier", "b")], &[], None),
+        (&[("zone", "x")], &[], None),
+    ];
+    for (i, (terms, listed, chosen)) in cases.into_iter().enumerate() {
+        let names: Vec<_> = book
+            .list(&selector(terms), false)
+            .iter()
+            .map(|listed| listed.proxy.key.trim_start_matches("default/").to_owned())
+            .collect();
+        assert_eq!(names, listed, "list {terms:?}");
+        let id = format!("s{i}");
+        let lease = book.acquire(request(&id, selector(terms), None, 60), at(0));
+        let got = lease.ok().map(|lease| lease.proxy);
+        assert_eq!(
+            got,
+            chosen.map(|name| format!("default/{name}")),
+            "acquire {terms:?}"
+        );
+        book.release(&id, at(0));
+    }
+}
+
+#[test]
+fn listing_is_ordered_by_key_with_an_optional_health_filter() {
+    let mut book = book([
+        proxy("c", 10, 5),
+        unhealthy(proxy("b", 10, 5)),
+        proxy("a", 99, 5),
+    ]);
+    acquire(&mut book, "l1", None, 0).unwrap();
+    let listing = |book: &LeaseBook, healthy_only| -> Vec<(String, u32)> {
+        book.list(&Selector::all(), healthy_only)
+            .iter()
+            .map(|listed| (listed.proxy.key.clone(), listed.active))
+            .collect()
+    };
+    let all = [("default/a", 0), ("default/b", 0), ("default/c", 1)];
+    let all: Vec<_> = all.iter().map(|(k, n)| (k.to_string(), *n)).collect();
+    assert_eq!(listing(&book, false), all);
+    let healthy: Vec<_> = [all[0].clone(), all[2].clone()].into();
+    assert_eq!(listing(&book, true), healthy);
+}
+
+#[test]
+fn an_unhealthy_proxy_leaves_selection_and_keeps_its_leases() {
+    let mut book = book([proxy("a", 10, 2), proxy("b", 50, 2)]);
+    assert_eq!(
+        leased(&mut book, "l1", None, 0).as_deref(),
+        Some("default/a")
+    );
+    book.upsert(unhealthy(proxy("a", 10, 2)));
+    assert_eq!(book.active_leases("default/a"), 1);
+    assert_eq!(
+        leased(&mut book, "l2", None, 0).as_deref(),
+        Some("default/b")
+    );
+    assert_eq!(
+        leased(&mut book, "l3", None, 0).as_deref(),
+        Some("default/b")
+    );
+    assert_eq!(acquire(&mut book, "l4", None, 0), Err(no_match(2, 1, 0, 1)));
+    book.upsert(proxy("a", 10, 2));
+    assert_eq!(
+        leased(&mut book, "l5", None, 0).as_deref(),
+        Some("default/a")
+    );
+    assert_eq!(book.active_leases("default/a"), 2);
+}
+
+#[test]
+fn lowering_max_leases_revokes_nothing_and_takes_no_new_lease_until_below() {
+    let mut book = book([proxy("a", 10, 3)]);
+    for id in ["l1", "l2", "l3"] {
+        acquire(&mut book, id, None, 0).unwrap();
+    }
+    book.upsert(proxy("a", 10, 1));
+    assert_eq!(book.active_leases("default/a"), 3);
+    assert!(book.release("l1", at(1)));
+    assert_eq!(acquire(&mut book, "l4", None, 1), Err(no_match(1, 1, 0, 0)));
+    assert!(book.release("l2", at(1)));
+    assert_eq!(acquire(&mut book, "l5", None, 1), Err(no_match(1, 1, 0, 0)));
+    assert!(book.release("l3", at(1)));
+    assert_eq!(
+        leased(&mut book, "l6", None, 1).as_deref(),
+        Some("default/a")
+    );
+}
+
+#[test]
+fn a_removed_proxy_leaves_selection_and_listing_but_its_leases_stay() {
+    let mut book = book([proxy("a", 10, 1), proxy("b", 50, 1)]);
+    assert_eq!(
+        leased(&mut book, "l1", Some("t.example"), 0).as_deref(),
+        Some("default/a")
+    );
+    assert!(book.remove("default/a"));
+    assert!(!book.remove("default/a"));
+    assert_eq!(book.list(&Selector::all(), false).len(), 1);
+    assert_eq!(book.active_leases("default/a"), 1);
+    assert_eq!(book.active_total(), 1);
+    let report = book.report("l1", ReportResult::RateLimited, None, at(1));
+    assert!(matches!(report, Ok(Some(_))));
+
+    // Back under the same key while the lease is held: still at capacity.
+    book.upsert(proxy("a", 10, 1));
+    assert_eq!(
+        leased(&mut book, "l2", None, 1).as_deref(),
+        Some("default/b")
+    );
+    assert_eq!(acquire(&mut book, "l3", None, 1), Err(no_match(2, 2, 0, 0)));
+    assert!(book.release("l1", at(2)));
+    assert_eq!(
+        leased(&mut book, "l4", None, 2).as_deref(),
+        Some("default/a")
+    );
+}
+
+#[test]
+fn an_upsert_moves_the_proxy_in_the_order() {
+    let mut book = book([proxy("a", 10, 5), proxy("b", 20, 5)]);
+    book.upsert(proxy("a", 30, 5));
+    assert_eq!(
+        leased(&mut book, "l1", None, 0).as_deref(),
+        Some("default/b")
+    );
+    book.upsert(labelled(proxy("b", 20, 5), &[("geo", "eu")]));
+    let lease = book.acquire(request("l2", selector(&[("geo", "eu")]), None, 60), at(0));
+    assert_eq!(lease.unwrap().proxy, "default/b");
+    book.upsert(proxy("b", 20, 5));
+    let lease = book.acquire(request("l3", selector(&[("geo", "eu")]), None, 60), at(0));
+    assert_eq!(lease, Err(no_match(0, 0, 0, 0)));
+}
+
+#[test]
+fn the_same_calls_give_the_same_book() {
+    let run = || {
+        let mut book = book([proxy("a", 10, 1), proxy("b", 10, 2), proxy("c", 5, 0)]);
+        let mut answers = Vec::new();
+        for (i, now) in [0, 1, 30, 61, 62].into_iter().enumerate() {
+            answers.push(leased(&mut book, &format!("l{i}"), Some("t"), now));
+            book.report(&format!("l{i}"), ReportResult::RateLimited, None, at(now))
+                .ok();
+        }
+        (book, answers)
+    };
+    assert_eq!(run(), run());
+}
+
+#[test]
+fn api_values_serialize_as_the_discovery_api_spells_them() {
+    let body = serde_json::to_value(NoMatch {
+        considered: 7,
+        at_capacity: 2,
+        in_cooldown: 2,
+        unhealthy: 3,
+    })
+    .unwrap();
+    let expected =
+        serde_json::json!({"considered": 7, "atCapacity": 2, "inCooldown": 2, "unhealthy": 3});
+    assert_eq!(body, expected);
+
+    let results: Vec<ReportResult> =
+        serde_json::from_str(r#"["ok", "rate_limited", "blocked", "error"]"#).unwrap();
+    use ReportResult::*;
+    assert_eq!(results, [Ok, RateLimited, Blocked, Error]);
+    assert!(serde_json::from_str::<ReportResult>(r#""banned""#).is_err());
+
+    let parsed: Selector = serde_json::from_str(r#"{"geo": "eu", "tier": "a"}"#).unwrap();
+    assert_eq!(parsed, selector(&[("tier", "a"), ("geo", "eu")]));
+}
