@@ -27,6 +27,7 @@ use proxy_core::{
 use proxy_crd::{CLOUD_INIT_SECRET_LABEL, FINALIZER, Proxy, SPEC_HASH_ANNOTATION};
 use serde_json::json;
 
+use crate::discovery::Discovery;
 use crate::health::HealthEngine;
 use crate::providers::registry::Registry;
 
@@ -93,8 +94,9 @@ impl Context {
 }
 
 /// Runs the controller until SIGTERM or SIGINT, then lets running reconciles finish.
-/// `namespace` restricts it to one namespace.
-pub async fn run(ctx: Arc<Context>, namespace: Option<String>) {
+/// `namespace` restricts it to one namespace. The health engine and the discovery API's lease
+/// book are fed from the controller's cache.
+pub async fn run(ctx: Arc<Context>, namespace: Option<String>, discovery: Arc<Discovery>) {
     let (proxies, secrets): (Api<Proxy>, Api<Secret>) = match &namespace {
         Some(ns) => (
             Api::namespaced(ctx.client.clone(), ns),
@@ -109,6 +111,7 @@ pub async fn run(ctx: Arc<Context>, namespace: Option<String>) {
     let (health_tx, mut health_rx) = tokio::sync::mpsc::channel(1024);
     let health = tokio::spawn(ctx.health.clone().run(store.clone(), health_tx));
     let health_triggers = futures::stream::poll_fn(move |cx| health_rx.poll_recv(cx));
+    let leases = tokio::spawn(discovery.sync(store.clone()));
     // Rotating a cloud-init Secret must replace the machines built from it; only labelled
     // Secrets are watched (and read), so the operator never caches unrelated secrets.
     let secret_watch =
@@ -140,6 +143,7 @@ pub async fn run(ctx: Arc<Context>, namespace: Option<String>) {
         })
         .await;
     health.abort();
+    leases.abort();
 }
 
 fn key(proxy: &Proxy) -> String {
@@ -164,14 +168,23 @@ fn error_policy(proxy: Arc<Proxy>, error: &Error, ctx: Arc<Context>) -> controll
 }
 
 /// One reconcile: observe, decide, execute, per the driving contract of `proxy_core::decide`.
-#[tracing::instrument(skip_all, fields(proxy = %key(&proxy)))]
-async fn reconcile(proxy: Arc<Proxy>, ctx: Arc<Context>) -> Result<controller::Action, Error> {
+#[tracing::instrument(skip_all, fields(proxy = %key(&cached)))]
+async fn reconcile(cached: Arc<Proxy>, ctx: Arc<Context>) -> Result<controller::Action, Error> {
+    // Decide on the object as it is now, not as the cache last saw it: right after this
+    // operator's own writes the cache can lag, and a decision on a stale status repeats the
+    // step it just took (a second create, a second status write, a duplicate event).
+    let api: Api<Proxy> =
+        Api::namespaced(ctx.client.clone(), &cached.namespace().unwrap_or_default());
+    let Some(proxy) = api.get_opt(&cached.name_any()).await? else {
+        return Ok(controller::Action::await_change());
+    };
+    let proxy = &proxy;
     let status = proxy.status.clone().unwrap_or_default();
-    let mut observed = observe(&proxy, &status, &ctx).await?;
+    let mut observed = observe(proxy, &status, &ctx).await?;
     let first = decide(&proxy.spec, &status, &observed);
     let mut decisions = vec![first.clone()];
     let mut executed = Executor {
-        proxy: &proxy,
+        proxy,
         ctx: &ctx,
         status_write: None,
     };
@@ -200,7 +213,7 @@ async fn reconcile(proxy: Arc<Proxy>, ctx: Arc<Context>) -> Result<controller::A
     match last.requeue() {
         Requeue::Backoff => Err(Error::Transient),
         requeue => {
-            ctx.failures.lock().expect("failures").remove(&key(&proxy));
+            ctx.failures.lock().expect("failures").remove(&key(proxy));
             Ok(match requeue {
                 Requeue::After(delay) => controller::Action::requeue(delay),
                 Requeue::AwaitChange | Requeue::Backoff => controller::Action::await_change(),

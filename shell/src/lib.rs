@@ -3,5 +3,6 @@
 
 pub mod config;
 pub mod controller;
+pub mod discovery;
 pub mod health;
 pub mod providers;

@@ -7,8 +7,10 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 
+use proxy_core::lease::LeaseConfig;
 use proxy_operator::config::ProvidersConfig;
 use proxy_operator::controller::{self, Context};
+use proxy_operator::discovery::{self, Discovery, Limits};
 use proxy_operator::health::HealthEngine;
 use proxy_operator::health::probe::Prober;
 use proxy_operator::providers::registry::Registry;
@@ -59,6 +61,22 @@ struct RunArgs {
     /// How many probes may run at once.
     #[arg(long, default_value_t = proxy_operator::health::DEFAULT_CONCURRENCY)]
     probe_concurrency: usize,
+    /// Address of the discovery API (crawlers lease proxies here).
+    #[arg(long, env = "DISCOVERY_ADDR", default_value = "0.0.0.0:8090")]
+    discovery_addr: std::net::SocketAddr,
+    /// Bearer token the discovery API requires. Without one the API is open to anyone who
+    /// can reach it (the operator warns loudly at start).
+    #[arg(long, env = "DISCOVERY_TOKEN", hide_env_values = true)]
+    discovery_token: Option<String>,
+    /// The longest lease a client may ask for, in seconds.
+    #[arg(long, default_value_t = 3600)]
+    max_lease_ttl_seconds: u64,
+    /// How long a proxy is not leased for a target after a `rate_limited` report, in seconds.
+    #[arg(long, default_value_t = 300)]
+    rate_limited_cooldown_seconds: u64,
+    /// How long a proxy is not leased for a target after a `blocked` report, in seconds.
+    #[arg(long, default_value_t = 1800)]
+    blocked_cooldown_seconds: u64,
 }
 
 fn main() -> ExitCode {
@@ -135,8 +153,43 @@ async fn serve(args: RunArgs, config: ProvidersConfig) -> anyhow::Result<()> {
         ..proxy_core::Timing::default()
     };
     tracing::info!(providers = %config.summary(), namespace = ?args.namespace, "proxy-operator starting");
+    let lease_config = LeaseConfig {
+        rate_limited_cooldown: Duration::from_secs(args.rate_limited_cooldown_seconds),
+        blocked_cooldown: Duration::from_secs(args.blocked_cooldown_seconds),
+        ..LeaseConfig::default()
+    };
+    let limits = Limits {
+        max_ttl: Duration::from_secs(args.max_lease_ttl_seconds),
+        ..Limits::default()
+    };
+    let discovery = Arc::new(Discovery::new(
+        args.discovery_token.as_deref(),
+        lease_config,
+        limits,
+    ));
+    let listener = tokio::net::TcpListener::bind(args.discovery_addr)
+        .await
+        .map_err(|e| anyhow::anyhow!("--discovery-addr {}: {e}", args.discovery_addr))?;
+    tracing::info!(addr = %listener.local_addr()?, "discovery API listening");
     let ctx = Arc::new(Context::new(client, providers, timing, health));
-    controller::run(ctx, args.namespace).await;
+    let server = tokio::spawn(discovery::serve(
+        discovery.clone(),
+        listener,
+        shutdown_signal(),
+    ));
+    controller::run(ctx, args.namespace, discovery).await;
+    // The controller stops on the same signals; let the API finish the requests in flight.
+    server.await?;
     tracing::info!("stopped");
     Ok(())
+}
+
+/// Resolves on SIGTERM (how Kubernetes stops a Pod) or SIGINT.
+async fn shutdown_signal() {
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .expect("install a SIGTERM handler");
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = tokio::signal::ctrl_c() => {}
+    }
 }

@@ -10,7 +10,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::OnceLock;
 
 use crate::bins::repo_root;
-use crate::control_plane::ControlPlane;
+use crate::control_plane::{ControlPlane, free_port};
 use crate::run_dir::subdir;
 
 /// The debug operator binary, built on first use (a no-op when it is current).
@@ -51,12 +51,18 @@ fn build(release: bool) -> PathBuf {
         .join("proxy-operator")
 }
 
+/// The bearer token the test operators' discovery APIs require.
+pub const DISCOVERY_TOKEN: &str = "test-bed-token";
+
 /// A running operator; killed when dropped.
 #[derive(Debug)]
 pub struct Operator {
     child: Child,
     /// Where its log goes.
     pub log: PathBuf,
+    /// Base URL of its discovery API (`http://127.0.0.1:PORT`), which takes
+    /// [`DISCOVERY_TOKEN`].
+    pub discovery: String,
 }
 
 /// How often the operator polls, in seconds (its `--*-poll-seconds` flags).
@@ -106,7 +112,11 @@ impl Operator {
             .expect("open the operator log");
         let seconds = |s: f64| s.to_string();
         let mut command = Command::new(binary);
-        command.arg("run");
+        let discovery = format!("127.0.0.1:{}", free_port());
+        command
+            .arg("run")
+            .args(["--discovery-addr", &discovery])
+            .env("DISCOVERY_TOKEN", DISCOVERY_TOKEN);
         if let Some(pem) = probe_ca_pem {
             let bundle = dir.join("probe-ca.pem");
             std::fs::write(&bundle, pem).expect("write the probe CA bundle");
@@ -126,7 +136,11 @@ impl Operator {
             .stderr(out)
             .spawn()
             .expect("start proxy-operator");
-        Self { child, log }
+        Self {
+            child,
+            log,
+            discovery: format!("http://{discovery}"),
+        }
     }
 
     /// What the operator logged so far.

@@ -81,6 +81,7 @@ mod cooldown;
 mod index;
 mod ledger;
 mod types;
+mod view;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -91,6 +92,7 @@ use jiff::Timestamp;
 use cooldown::Cooldowns;
 use index::{EligibleIndex, Rank};
 use ledger::Ledger;
+pub use view::{InvalidSelector, view_of};
 pub use types::{
     AcquireError, AcquireRequest, Cooldown, Labels, Lease, LeaseConfig, Listed, NoMatch, ProxyView,
     ReportResult, Selector, UnknownLease,

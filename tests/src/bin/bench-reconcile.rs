@@ -234,12 +234,31 @@ async fn main() -> anyhow::Result<()> {
     }
     let with_operator = started.elapsed();
     let provisioned_writes = writes(plane);
+    // Steady state starts once every proxy has its first health verdict (that first verdict
+    // is a status write by design). The address-only Pods run no squid, so the verdicts are
+    // Unhealthy; a verdict that does not change is never written again.
+    wait_until(&proxies, "a health verdict on every proxy", |items| {
+        items
+            .iter()
+            .filter(|p| {
+                p.status.as_ref().is_some_and(|s| {
+                    s.conditions
+                        .iter()
+                        .any(|c| c.type_ == "Healthy" && c.status != "Unknown")
+                })
+            })
+            .count()
+            == n
+    })
+    .await?;
+    let settled = writes(plane);
     tokio::time::sleep(STEADY_STATE).await;
     let steady = writes(plane);
 
     let to_provisioned = operator_writes(&before, &provisioned_writes);
     let total: f64 = to_provisioned.values().sum();
-    let in_steady_state = operator_writes(&provisioned_writes, &steady);
+    let first_verdicts = operator_writes(&provisioned_writes, &settled);
+    let in_steady_state = operator_writes(&settled, &steady);
     let status_writes: f64 = in_steady_state
         .iter()
         .filter(|(k, _)| k.ends_with("proxies/status"))
@@ -269,9 +288,10 @@ async fn main() -> anyhow::Result<()> {
     for (kind, count) in &to_provisioned {
         println!("        {kind:<28} {:.2} per proxy", count / n as f64);
     }
+    println!("      then, until every proxy had its first health verdict: {first_verdicts:?}");
     println!(
         "  (c) status writes per proxy per minute, steady state:    {:.3}",
-        status_writes / n as f64 / minutes
+        (status_writes / n as f64 / minutes).max(0.0)
     );
     println!(
         "      all operator writes in the {:.0} s steady-state window: {:?}",

@@ -3,6 +3,7 @@
 
 mod crd;
 mod health;
+mod leases;
 mod operated;
 mod pods;
 mod reconcile;

@@ -1,0 +1,148 @@
+//! Every error of the discovery API: an HTTP status and `{"error": "<machine_code>",
+//! "message": "..."}`, so clients branch on the code and people read the message.
+
+use serde::Serialize;
+use warp::http::StatusCode;
+use warp::reply::Response;
+
+/// An error answer of the discovery API.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ApiError {
+    /// The HTTP status.
+    pub status: StatusCode,
+    /// The machine code (`snake_case`), stable across versions.
+    pub code: &'static str,
+    /// What went wrong, for a human.
+    pub message: String,
+}
+
+impl warp::reject::Reject for ApiError {}
+
+#[derive(Serialize)]
+struct Body<'a> {
+    error: &'a str,
+    message: &'a str,
+}
+
+impl ApiError {
+    fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
+        Self {
+            status,
+            code,
+            message: message.into(),
+        }
+    }
+
+    /// 400: the body is not JSON, or not the JSON this endpoint takes.
+    pub fn invalid_request(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::BAD_REQUEST, "invalid_request", message)
+    }
+
+    /// 400: the body is not valid JSON at all.
+    pub fn invalid_json(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::BAD_REQUEST, "invalid_json", message)
+    }
+
+    /// 400: a label selector that cannot be parsed or can never match.
+    pub fn invalid_selector(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::BAD_REQUEST, "invalid_selector", message)
+    }
+
+    /// 400: a TTL out of range.
+    pub fn invalid_ttl(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::BAD_REQUEST, "invalid_ttl", message)
+    }
+
+    /// 400: a report result that is not one of the four.
+    pub fn invalid_result(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::BAD_REQUEST, "invalid_result", message)
+    }
+
+    /// 401: no bearer token, or the wrong one.
+    pub fn unauthorized() -> Self {
+        Self::new(
+            StatusCode::UNAUTHORIZED,
+            "unauthorized",
+            "a valid bearer token is required (Authorization: Bearer <token>)",
+        )
+    }
+
+    /// 404: no lease with this ID (never granted, or forgotten after its retention window).
+    pub fn unknown_lease(id: &str) -> Self {
+        Self::new(
+            StatusCode::NOT_FOUND,
+            "unknown_lease",
+            format!("no lease {id:?}"),
+        )
+    }
+
+    /// 404: no such route.
+    pub fn not_found() -> Self {
+        Self::new(
+            StatusCode::NOT_FOUND,
+            "not_found",
+            "no such endpoint; see docs/api.md",
+        )
+    }
+
+    /// 405: the route exists, the method does not.
+    pub fn method_not_allowed() -> Self {
+        Self::new(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "method_not_allowed",
+            "this endpoint does not take that method",
+        )
+    }
+
+    /// 413: the body is larger than the limit.
+    pub fn body_too_large(limit: usize) -> Self {
+        Self::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "body_too_large",
+            format!("the request body is larger than {limit} bytes"),
+        )
+    }
+
+    /// 500: a bug; the server keeps serving.
+    pub fn internal() -> Self {
+        Self::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "internal",
+            "internal error; the operator's log has the details",
+        )
+    }
+
+    /// The HTTP answer.
+    pub fn into_response(self) -> Response {
+        json_response(
+            self.status,
+            &Body {
+                error: self.code,
+                message: &self.message,
+            },
+        )
+    }
+}
+
+/// A JSON answer with this status.
+pub fn json_response(status: StatusCode, body: &impl Serialize) -> Response {
+    let json = warp::reply::json(body);
+    warp::reply::with_status(json, status).into_response()
+}
+
+use warp::Reply;
+
+/// Turns what warp's routing rejected into our JSON errors. Anything unexpected is a 500.
+pub async fn recover(rejection: warp::Rejection) -> Result<Response, std::convert::Infallible> {
+    let error = if let Some(error) = rejection.find::<ApiError>() {
+        error.clone()
+    } else if rejection.is_not_found() {
+        ApiError::not_found()
+    } else if rejection.find::<warp::reject::MethodNotAllowed>().is_some() {
+        ApiError::method_not_allowed()
+    } else {
+        tracing::error!(?rejection, "unexpected rejection");
+        ApiError::internal()
+    };
+    Ok(error.into_response())
+}

@@ -1,0 +1,148 @@
+//! The discovery API: crawlers list proxies, lease one for a target site, release it, and
+//! report how the site treated them (`docs/api.md`, `docs/openapi.yaml`).
+//!
+//! Every decision is the core's `LeaseBook`: which proxy, capacity, TTL, cooldowns, the 409
+//! statistics. This module keeps the book in step with the controller's cache, parses and
+//! checks requests, and turns the book's answers into HTTP. It runs on every replica (it is
+//! not leader-elected); leases live in the memory of the replica that granted them.
+//!
+//! Hardening, outermost first: a request log; a panic in a handler is a 500 JSON answer and
+//! the server keeps serving; bodies above 64 KiB are refused (413) without being buffered;
+//! a bearer token, compared in constant time, on everything but `/healthz`.
+
+mod error;
+mod routes;
+
+use std::collections::BTreeSet;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use kube::ResourceExt;
+use kube::runtime::reflector::Store;
+use proxy_core::lease::{LeaseBook, LeaseConfig, view_of};
+use proxy_crd::Proxy;
+use sha2::{Digest, Sha256};
+
+pub use error::ApiError;
+pub use routes::routes;
+
+/// The largest request body accepted.
+pub const BODY_LIMIT: usize = 64 * 1024;
+
+/// How often the book is brought in line with the controller's cache.
+const SYNC_INTERVAL: Duration = Duration::from_millis(500);
+
+/// Limits of the lease requests.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// The TTL of a lease request that names none.
+    pub default_ttl: Duration,
+    /// The longest TTL a request may ask for.
+    pub max_ttl: Duration,
+}
+
+impl Default for Limits {
+    /// 5 minutes by default, at most an hour.
+    fn default() -> Self {
+        Self {
+            default_ttl: Duration::from_secs(300),
+            max_ttl: Duration::from_secs(3600),
+        }
+    }
+}
+
+/// The state behind the discovery API of one replica.
+#[derive(Debug)]
+pub struct Discovery {
+    book: Mutex<LeaseBook>,
+    token_digest: Option<[u8; 32]>,
+    limits: Limits,
+}
+
+impl Discovery {
+    /// A discovery API with this token (`None`: no authentication, loudly warned about),
+    /// cooldowns and limits.
+    pub fn new(token: Option<&str>, config: LeaseConfig, limits: Limits) -> Self {
+        let token_digest = token.filter(|t| !t.is_empty()).map(digest);
+        if token_digest.is_none() {
+            tracing::warn!(
+                "DISCOVERY API WITHOUT AUTHENTICATION: no --discovery-token (DISCOVERY_TOKEN) is \
+                 set, so anyone who can reach the API can lease the fleet's proxies"
+            );
+        }
+        Self {
+            book: Mutex::new(LeaseBook::new(config)),
+            token_digest,
+            limits,
+        }
+    }
+
+    /// The lease book. A handler that panicked while holding it leaves it as it was at the
+    /// panic; the book's operations are single steps, so serving on is the better choice.
+    fn book(&self) -> MutexGuard<'_, LeaseBook> {
+        self.book.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Active leases of this replica, for metrics.
+    pub fn active_leases(&self) -> usize {
+        self.book().active_total()
+    }
+
+    /// Keeps the book in line with the proxies of `store` until the task is dropped.
+    pub async fn sync(self: Arc<Self>, store: Store<Proxy>) {
+        let mut known = BTreeSet::new();
+        let mut tick = tokio::time::interval(SYNC_INTERVAL);
+        loop {
+            tick.tick().await;
+            let mut seen = BTreeSet::new();
+            let mut book = self.book();
+            for proxy in store.state() {
+                let key = format!(
+                    "{}/{}",
+                    proxy.namespace().unwrap_or_default(),
+                    proxy.name_any()
+                );
+                let labels = proxy.labels().clone().into_iter().collect();
+                if let Some(view) = view_of(key.clone(), labels, &proxy.spec, proxy.status.as_ref())
+                {
+                    book.upsert(view);
+                    seen.insert(key);
+                }
+            }
+            for gone in known.difference(&seen) {
+                book.remove(gone);
+            }
+            known = seen;
+        }
+    }
+
+    fn authorized(&self, header: Option<&str>) -> bool {
+        let Some(expected) = &self.token_digest else {
+            return true;
+        };
+        let presented = header
+            .and_then(|h| h.strip_prefix("Bearer "))
+            .map(str::trim)
+            .unwrap_or_default();
+        // Digests compare in constant time and have the same length whatever the token's.
+        subtle::ConstantTimeEq::ct_eq(&digest(presented)[..], &expected[..]).into()
+    }
+}
+
+fn digest(token: &str) -> [u8; 32] {
+    Sha256::digest(token.as_bytes()).into()
+}
+
+/// Serves the API on `listener` until `shutdown` resolves, then finishes the requests in
+/// flight.
+pub async fn serve(
+    discovery: Arc<Discovery>,
+    listener: tokio::net::TcpListener,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) {
+    warp::serve(routes(discovery))
+        .incoming(listener)
+        .graceful(shutdown)
+        .run()
+        .await;
+}

@@ -1,0 +1,396 @@
+//! Routes and handlers of the discovery API. Handlers are plain functions of the state and
+//! the parsed request; the filters around them only route, authenticate and read bodies.
+
+use std::convert::Infallible;
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::{Buf, BytesMut};
+use futures::StreamExt;
+use proxy_core::lease::{
+    AcquireError, AcquireRequest, Labels, Lease, Listed, ReportResult, Selector,
+};
+use serde::{Deserialize, Serialize};
+use warp::http::StatusCode;
+use warp::reply::Response;
+use warp::{Filter, Reply};
+
+use super::error::{ApiError, json_response, recover};
+use super::{BODY_LIMIT, Discovery};
+
+/// Every route, with authentication, the body limit, panic recovery, JSON errors and the
+/// request log.
+pub fn routes(
+    state: Arc<Discovery>,
+) -> impl Filter<Extract = (impl warp::Reply,), Error = Infallible> + Clone {
+    let with_state = {
+        let state = state.clone();
+        warp::any().map(move || state.clone())
+    };
+    let authorized = warp::header::optional::<String>("authorization")
+        .and(with_state.clone())
+        .and_then(|header: Option<String>, state: Arc<Discovery>| async move {
+            if state.authorized(header.as_deref()) {
+                Ok(())
+            } else {
+                Err(warp::reject::custom(ApiError::unauthorized()))
+            }
+        })
+        .untuple_one();
+
+    let healthz = warp::path!("healthz")
+        .and(warp::get())
+        .map(|| json_response(StatusCode::OK, &serde_json::json!({"status": "ok"})));
+    let list = warp::path!("v1" / "proxies")
+        .and(warp::get())
+        .and(authorized.clone())
+        .and(query())
+        .and(with_state.clone())
+        .map(|query: String, state: Arc<Discovery>| guarded(|| list(&state, &query)));
+    let acquire = warp::path!("v1" / "leases")
+        .and(warp::post())
+        .and(authorized.clone())
+        .and(body())
+        .and(with_state.clone())
+        .map(|body: bytes::Bytes, state: Arc<Discovery>| guarded(|| acquire(&state, &body)));
+    let release = warp::path!("v1" / "leases" / String)
+        .and(warp::delete())
+        .and(authorized.clone())
+        .and(with_state.clone())
+        .map(|id: String, state: Arc<Discovery>| guarded(|| release(&state, &id)));
+    let report = warp::path!("v1" / "leases" / String / "report")
+        .and(warp::post())
+        .and(authorized)
+        .and(body())
+        .and(with_state)
+        .map(|id: String, body: bytes::Bytes, state: Arc<Discovery>| {
+            guarded(|| report(&state, &id, &body))
+        });
+
+    healthz
+        .or(list)
+        .unify()
+        .or(acquire)
+        .unify()
+        .or(release)
+        .unify()
+        .or(report)
+        .unify()
+        .recover(recover)
+        .unify()
+        .with(warp::log::custom(|info| {
+            tracing::info!(
+                method = %info.method(),
+                path = info.path(),
+                status = info.status().as_u16(),
+                elapsed_ms = info.elapsed().as_millis() as u64,
+                "discovery request"
+            );
+        }))
+}
+
+/// The raw query string, empty when there is none.
+fn query() -> impl Filter<Extract = (String,), Error = Infallible> + Clone {
+    warp::query::raw().or(warp::any().map(String::new)).unify()
+}
+
+/// The body, read up to [`BODY_LIMIT`]: past it the request is refused (413) without
+/// buffering the rest, whether or not it announced its length.
+fn body() -> impl Filter<Extract = (bytes::Bytes,), Error = warp::Rejection> + Clone {
+    warp::body::stream()
+        .and_then(|stream| async move { read_limited(stream).await.map_err(warp::reject::custom) })
+}
+
+async fn read_limited<B: Buf>(
+    stream: impl futures::Stream<Item = Result<B, warp::Error>>,
+) -> Result<bytes::Bytes, ApiError> {
+    let mut stream = std::pin::pin!(stream);
+    let mut body = BytesMut::new();
+    while let Some(chunk) = stream.next().await {
+        let mut chunk =
+            chunk.map_err(|e| ApiError::invalid_request(format!("reading the body: {e}")))?;
+        if body.len() + chunk.remaining() > BODY_LIMIT {
+            return Err(ApiError::body_too_large(BODY_LIMIT));
+        }
+        while chunk.has_remaining() {
+            let bytes = chunk.chunk();
+            let n = bytes.len();
+            body.extend_from_slice(bytes);
+            chunk.advance(n);
+        }
+    }
+    Ok(body.freeze())
+}
+
+/// Runs a handler; a panic becomes a 500 answer instead of a dropped connection, and the
+/// server keeps serving.
+pub(super) fn guarded(handler: impl FnOnce() -> Result<Response, ApiError>) -> Response {
+    match std::panic::catch_unwind(AssertUnwindSafe(handler)) {
+        Ok(Ok(response)) => response,
+        Ok(Err(error)) => error.into_response(),
+        Err(_) => {
+            tracing::error!("a discovery handler panicked (the panic message is above)");
+            ApiError::internal().into_response()
+        }
+    }
+}
+
+/// One proxy as the API shows it.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+struct ProxyItem<'a> {
+    namespace: &'a str,
+    name: &'a str,
+    host: &'a str,
+    port: u16,
+    /// `http://host:port`, ready for a crawler's proxy setting.
+    url: String,
+    healthy: bool,
+    latency_ms: u32,
+    active_leases: u32,
+    max_leases: u32,
+    labels: &'a Labels,
+}
+
+impl<'a> From<Listed<'a>> for ProxyItem<'a> {
+    fn from(listed: Listed<'a>) -> Self {
+        let proxy = listed.proxy;
+        let (namespace, name) = proxy.key.split_once('/').unwrap_or(("", &proxy.key));
+        Self {
+            namespace,
+            name,
+            host: &proxy.host,
+            port: proxy.port,
+            url: proxy_url(&proxy.host, proxy.port),
+            healthy: proxy.healthy,
+            latency_ms: proxy.latency_ms,
+            active_leases: listed.active,
+            max_leases: proxy.max_leases,
+            labels: &proxy.labels,
+        }
+    }
+}
+
+fn proxy_url(host: &str, port: u16) -> String {
+    if host.contains(':') {
+        format!("http://[{host}]:{port}")
+    } else {
+        format!("http://{host}:{port}")
+    }
+}
+
+/// `GET /v1/proxies[?healthy=true][&selector=geo=eu,tier=a]`
+fn list(state: &Discovery, query: &str) -> Result<Response, ApiError> {
+    let mut healthy_only = false;
+    let mut selector = Selector::all();
+    for (name, value) in form_urlencoded::parse(query.as_bytes()) {
+        match name.as_ref() {
+            "healthy" => {
+                healthy_only = match value.as_ref() {
+                    "true" => true,
+                    "false" => false,
+                    other => {
+                        return Err(ApiError::invalid_request(format!(
+                            "healthy must be true or false, not {other:?}"
+                        )));
+                    }
+                }
+            }
+            "selector" => {
+                selector = Selector::parse(&value)
+                    .map_err(|e| ApiError::invalid_selector(e.to_string()))?
+            }
+            other => {
+                return Err(ApiError::invalid_request(format!(
+                    "unknown query parameter {other:?}"
+                )));
+            }
+        }
+    }
+    let book = state.book();
+    let proxies: Vec<ProxyItem<'_>> = book
+        .list(&selector, healthy_only)
+        .into_iter()
+        .map(ProxyItem::from)
+        .collect();
+    let count = proxies.len();
+    Ok(json_response(
+        StatusCode::OK,
+        &serde_json::json!({"proxies": proxies, "count": count}),
+    ))
+}
+
+/// The body of `POST /v1/leases`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct AcquireBody {
+    /// Label terms the proxy must carry, `{"geo": "eu"}`.
+    #[serde(default)]
+    selector: Labels,
+    /// The site the lease is for (its host name); cooldowns are per target.
+    #[serde(default)]
+    target: Option<String>,
+    /// How long the lease lasts.
+    #[serde(default)]
+    ttl_seconds: Option<i64>,
+}
+
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+struct LeaseGranted {
+    #[serde(rename = "leaseID")]
+    lease_id: String,
+    proxy: LeasedProxy,
+    target: Option<String>,
+    expires_at: String,
+    ttl_seconds: u64,
+}
+
+#[derive(Debug, Serialize)]
+struct LeasedProxy {
+    namespace: String,
+    name: String,
+    host: String,
+    port: u16,
+    url: String,
+}
+
+impl From<Lease> for LeaseGranted {
+    fn from(lease: Lease) -> Self {
+        let (namespace, name) = lease.proxy.split_once('/').unwrap_or(("", &lease.proxy));
+        Self {
+            lease_id: lease.id.clone(),
+            proxy: LeasedProxy {
+                namespace: namespace.to_owned(),
+                name: name.to_owned(),
+                url: proxy_url(&lease.host, lease.port),
+                host: lease.host.clone(),
+                port: lease.port,
+            },
+            target: lease.target.clone(),
+            expires_at: lease.expires_at.to_string(),
+            ttl_seconds: lease.ttl.as_secs(),
+        }
+    }
+}
+
+/// Parses a JSON body, telling malformed JSON (`invalid_json`) from JSON of the wrong shape
+/// (`invalid_request`: unknown fields, wrong types).
+fn parse<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
+    let body = if body.iter().all(u8::is_ascii_whitespace) {
+        b"{}".as_slice()
+    } else {
+        body
+    };
+    serde_json::from_slice(body).map_err(|e| match e.classify() {
+        serde_json::error::Category::Syntax
+        | serde_json::error::Category::Eof
+        | serde_json::error::Category::Io => {
+            ApiError::invalid_json(format!("the body is not valid JSON: {e}"))
+        }
+        serde_json::error::Category::Data => ApiError::invalid_request(e.to_string()),
+    })
+}
+
+/// `POST /v1/leases`
+fn acquire(state: &Discovery, body: &[u8]) -> Result<Response, ApiError> {
+    let request: AcquireBody = parse(body)?;
+    let ttl = match request.ttl_seconds {
+        None => state.limits.default_ttl,
+        Some(seconds)
+            if seconds >= 1
+                && u64::try_from(seconds).is_ok_and(|s| s <= state.limits.max_ttl.as_secs()) =>
+        {
+            Duration::from_secs(seconds.unsigned_abs())
+        }
+        Some(seconds) => {
+            return Err(ApiError::invalid_ttl(format!(
+                "ttlSeconds must be between 1 and {}, not {seconds}",
+                state.limits.max_ttl.as_secs()
+            )));
+        }
+    };
+    let selector = Selector::checked(request.selector)
+        .map_err(|e| ApiError::invalid_selector(e.to_string()))?;
+    let target = request
+        .target
+        .map(|t| t.trim().to_owned())
+        .filter(|t| !t.is_empty());
+    let now = jiff::Timestamp::now();
+    let mut book = state.book();
+    loop {
+        let id = uuid::Uuid::new_v4().to_string();
+        let request = AcquireRequest {
+            id,
+            selector: selector.clone(),
+            target: target.clone(),
+            ttl,
+        };
+        match book.acquire(request, now) {
+            Ok(lease) => {
+                return Ok(json_response(
+                    StatusCode::CREATED,
+                    &LeaseGranted::from(lease),
+                ));
+            }
+            Err(AcquireError::NoMatch(stats)) => {
+                let mut body = serde_json::to_value(stats).expect("statistics serialize");
+                body["error"] = "no_match".into();
+                body["message"] =
+                    "no healthy proxy with free capacity matches the selector and target".into();
+                return Ok(json_response(StatusCode::CONFLICT, &body));
+            }
+            // A random ID collided with a lease the book still knows: draw another.
+            Err(AcquireError::IdInUse) => continue,
+        }
+    }
+}
+
+/// `DELETE /v1/leases/{id}`: always 204, so a retried release is harmless.
+fn release(state: &Discovery, id: &str) -> Result<Response, ApiError> {
+    state.book().release(id, jiff::Timestamp::now());
+    Ok(warp::reply::with_status(warp::reply(), StatusCode::NO_CONTENT).into_response())
+}
+
+/// The body of `POST /v1/leases/{id}/report`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ReportBody {
+    /// `ok`, `rate_limited`, `blocked` or `error`.
+    result: String,
+    /// The site, when it is not the lease's target.
+    #[serde(default)]
+    target: Option<String>,
+}
+
+/// `POST /v1/leases/{id}/report`
+fn report(state: &Discovery, id: &str, body: &[u8]) -> Result<Response, ApiError> {
+    let request: ReportBody = parse(body)?;
+    let result: ReportResult = serde_json::from_value(serde_json::Value::String(
+        request.result.clone(),
+    ))
+    .map_err(|_| {
+        ApiError::invalid_result(format!(
+            "result must be one of ok, rate_limited, blocked, error; not {:?}",
+            request.result
+        ))
+    })?;
+    let target = request
+        .target
+        .as_deref()
+        .map(str::trim)
+        .filter(|t| !t.is_empty());
+    match state
+        .book()
+        .report(id, result, target, jiff::Timestamp::now())
+    {
+        Ok(_) => {
+            Ok(warp::reply::with_status(warp::reply(), StatusCode::NO_CONTENT).into_response())
+        }
+        Err(_) => Err(ApiError::unknown_lease(id)),
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,610 @@
+//! The discovery API through warp's test client: every route, every error with its code,
+//! and the OpenAPI document checked against what the server answers.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use proxy_core::lease::{LeaseConfig, ProxyView};
+use serde_json::{Value, json};
+use warp::http::StatusCode;
+
+use super::*;
+use crate::discovery::{BODY_LIMIT, Discovery, Limits};
+
+const TOKEN: &str = "s3cret";
+
+fn state() -> Arc<Discovery> {
+    let discovery = Discovery::new(Some(TOKEN), LeaseConfig::default(), Limits::default());
+    for (name, geo, healthy, latency) in [
+        ("a", "eu", true, 30),
+        ("b", "eu", true, 10),
+        ("c", "us", false, 5),
+    ] {
+        discovery.book().upsert(ProxyView {
+            key: format!("crawl/{name}"),
+            labels: [("geo".to_owned(), geo.to_owned())].into(),
+            healthy,
+            latency_ms: latency,
+            max_leases: 1,
+            host: format!("10.0.0.{}", name.as_bytes()[0] - b'a' + 1),
+            port: 3128,
+        });
+    }
+    Arc::new(discovery)
+}
+
+struct Answer {
+    status: StatusCode,
+    body: Value,
+}
+
+async fn call(
+    state: &Arc<Discovery>,
+    method: &str,
+    path: &str,
+    body: Option<&[u8]>,
+    token: Option<&str>,
+) -> Answer {
+    let mut request = warp::test::request().method(method).path(path);
+    if let Some(token) = token {
+        request = request.header("authorization", format!("Bearer {token}"));
+    }
+    if let Some(body) = body {
+        request = request.body(body);
+    }
+    let response = request.reply(&routes(state.clone())).await;
+    let body = if response.body().is_empty() {
+        Value::Null
+    } else {
+        serde_json::from_slice(response.body()).unwrap()
+    };
+    Answer {
+        status: response.status(),
+        body,
+    }
+}
+
+async fn authed(state: &Arc<Discovery>, method: &str, path: &str, body: Option<&str>) -> Answer {
+    call(state, method, path, body.map(str::as_bytes), Some(TOKEN)).await
+}
+
+fn assert_error(answer: &Answer, status: StatusCode, code: &str) {
+    assert_eq!(answer.status, status, "{}", answer.body);
+    assert_eq!(answer.body["error"], code, "{}", answer.body);
+    assert!(
+        answer.body["message"]
+            .as_str()
+            .is_some_and(|m| !m.is_empty()),
+        "{}",
+        answer.body
+    );
+}
+
+#[tokio::test]
+async fn healthz_needs_no_token() {
+    let answer = call(&state(), "GET", "/healthz", None, None).await;
+    assert_eq!(
+        (answer.status, answer.body),
+        (StatusCode::OK, json!({"status": "ok"}))
+    );
+}
+
+#[tokio::test]
+async fn every_api_route_needs_the_token() {
+    let state = state();
+    for (method, path) in [
+        ("GET", "/v1/proxies"),
+        ("POST", "/v1/leases"),
+        ("DELETE", "/v1/leases/x"),
+        ("POST", "/v1/leases/x/report"),
+    ] {
+        for token in [None, Some("wrong"), Some("")] {
+            let answer = call(&state, method, path, Some(b"{}"), token).await;
+            assert_error(&answer, StatusCode::UNAUTHORIZED, "unauthorized");
+        }
+    }
+    // A request without the token never reaches the book.
+    assert_eq!(state.active_leases(), 0);
+}
+
+#[tokio::test]
+async fn without_a_token_configured_everything_is_open() {
+    let open = Arc::new(Discovery::new(
+        None,
+        LeaseConfig::default(),
+        Limits::default(),
+    ));
+    assert_eq!(
+        call(&open, "GET", "/v1/proxies", None, None).await.status,
+        StatusCode::OK
+    );
+}
+
+#[tokio::test]
+async fn list_filters_by_health_and_selector() {
+    let state = state();
+    let all = authed(&state, "GET", "/v1/proxies", None).await;
+    assert_eq!(all.status, StatusCode::OK);
+    assert_eq!(all.body["count"], 3);
+    let names = |answer: &Answer| -> Vec<String> {
+        answer.body["proxies"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| p["name"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    assert_eq!(names(&all), ["a", "b", "c"]);
+    assert_eq!(all.body["proxies"][0]["url"], "http://10.0.0.1:3128");
+    let healthy = authed(&state, "GET", "/v1/proxies?healthy=true", None).await;
+    assert_eq!(names(&healthy), ["a", "b"]);
+    let us = authed(&state, "GET", "/v1/proxies?selector=geo%3Dus", None).await;
+    assert_eq!(names(&us), ["c"]);
+    let none = authed(&state, "GET", "/v1/proxies?selector=geo=mars", None).await;
+    assert_eq!(
+        (none.status, none.body["count"].clone()),
+        (StatusCode::OK, json!(0))
+    );
+}
+
+#[tokio::test]
+async fn list_refuses_bad_queries() {
+    let state = state();
+    assert_error(
+        &authed(&state, "GET", "/v1/proxies?selector=geo", None).await,
+        StatusCode::BAD_REQUEST,
+        "invalid_selector",
+    );
+    assert_error(
+        &authed(&state, "GET", "/v1/proxies?healthy=maybe", None).await,
+        StatusCode::BAD_REQUEST,
+        "invalid_request",
+    );
+    assert_error(
+        &authed(&state, "GET", "/v1/proxies?color=red", None).await,
+        StatusCode::BAD_REQUEST,
+        "invalid_request",
+    );
+}
+
+#[tokio::test]
+async fn a_lease_picks_the_best_proxy_and_a_release_frees_it() {
+    let state = state();
+    let first = authed(
+        &state,
+        "POST",
+        "/v1/leases",
+        Some(r#"{"selector": {"geo": "eu"}, "target": "example.com", "ttlSeconds": 60}"#),
+    )
+    .await;
+    assert_eq!(first.status, StatusCode::CREATED, "{}", first.body);
+    assert_eq!(first.body["proxy"]["name"], "b", "lowest latency first");
+    assert_eq!(first.body["proxy"]["url"], "http://10.0.0.2:3128");
+    assert_eq!(first.body["ttlSeconds"], 60);
+    assert_eq!(first.body["target"], "example.com");
+    assert!(first.body["expiresAt"].as_str().unwrap().ends_with('Z'));
+    let second = authed(
+        &state,
+        "POST",
+        "/v1/leases",
+        Some(r#"{"selector": {"geo": "eu"}}"#),
+    )
+    .await;
+    assert_eq!(second.body["proxy"]["name"], "a");
+    assert_eq!(second.body["ttlSeconds"], 300, "the default TTL");
+    let full = authed(
+        &state,
+        "POST",
+        "/v1/leases",
+        Some(r#"{"selector": {"geo": "eu"}}"#),
+    )
+    .await;
+    assert_eq!(full.status, StatusCode::CONFLICT);
+    assert_eq!(
+        full.body,
+        json!({"error": "no_match", "message": full.body["message"], "considered": 2, "atCapacity": 2, "inCooldown": 0, "unhealthy": 0})
+    );
+    let id = first.body["leaseID"].as_str().unwrap();
+    assert_eq!(
+        authed(&state, "DELETE", &format!("/v1/leases/{id}"), None)
+            .await
+            .status,
+        StatusCode::NO_CONTENT
+    );
+    assert_eq!(
+        authed(&state, "DELETE", &format!("/v1/leases/{id}"), None)
+            .await
+            .status,
+        StatusCode::NO_CONTENT,
+        "idempotent"
+    );
+    assert_eq!(
+        authed(&state, "DELETE", "/v1/leases/never-granted", None)
+            .await
+            .status,
+        StatusCode::NO_CONTENT
+    );
+    let again = authed(
+        &state,
+        "POST",
+        "/v1/leases",
+        Some(r#"{"selector": {"geo": "eu"}}"#),
+    )
+    .await;
+    assert_eq!(
+        again.body["proxy"]["name"], "b",
+        "released capacity is free again"
+    );
+}
+
+#[tokio::test]
+async fn a_rate_limited_report_cools_the_proxy_down_for_that_target() {
+    let state = state();
+    let lease = authed(
+        &state,
+        "POST",
+        "/v1/leases",
+        Some(r#"{"target": "shop.example", "selector": {"geo": "eu"}}"#),
+    )
+    .await;
+    let id = lease.body["leaseID"].as_str().unwrap().to_owned();
+    let reported = authed(
+        &state,
+        "POST",
+        &format!("/v1/leases/{id}/report"),
+        Some(r#"{"result": "rate_limited"}"#),
+    )
+    .await;
+    assert_eq!(reported.status, StatusCode::NO_CONTENT);
+    authed(&state, "DELETE", &format!("/v1/leases/{id}"), None).await;
+    let next = authed(
+        &state,
+        "POST",
+        "/v1/leases",
+        Some(r#"{"target": "shop.example", "selector": {"geo": "eu"}}"#),
+    )
+    .await;
+    assert_eq!(
+        next.body["proxy"]["name"], "a",
+        "b cools down for shop.example"
+    );
+    let other_site = authed(
+        &state,
+        "POST",
+        "/v1/leases",
+        Some(r#"{"target": "news.example", "selector": {"geo": "eu"}}"#),
+    )
+    .await;
+    assert_eq!(
+        other_site.body["proxy"]["name"], "b",
+        "but not for other sites"
+    );
+}
+
+#[tokio::test]
+async fn bad_lease_requests_get_their_code() {
+    let state = state();
+    let cases: [(&str, StatusCode, &str); 9] = [
+        ("{not json", StatusCode::BAD_REQUEST, "invalid_json"),
+        (
+            r#"{"ttlSeconds": "sixty"}"#,
+            StatusCode::BAD_REQUEST,
+            "invalid_request",
+        ),
+        (
+            r#"{"selector": ["geo"]}"#,
+            StatusCode::BAD_REQUEST,
+            "invalid_request",
+        ),
+        (
+            r#"{"colour": "red"}"#,
+            StatusCode::BAD_REQUEST,
+            "invalid_request",
+        ),
+        (
+            r#"{"ttlSeconds": -5}"#,
+            StatusCode::BAD_REQUEST,
+            "invalid_ttl",
+        ),
+        (
+            r#"{"ttlSeconds": 0}"#,
+            StatusCode::BAD_REQUEST,
+            "invalid_ttl",
+        ),
+        (
+            r#"{"ttlSeconds": 99999999999}"#,
+            StatusCode::BAD_REQUEST,
+            "invalid_ttl",
+        ),
+        (
+            r#"{"selector": {"geo!": "eu"}}"#,
+            StatusCode::BAD_REQUEST,
+            "invalid_selector",
+        ),
+        (
+            r#"{"selector": {"geo": "e u"}}"#,
+            StatusCode::BAD_REQUEST,
+            "invalid_selector",
+        ),
+    ];
+    for (body, status, code) in cases {
+        let answer = authed(&state, "POST", "/v1/leases", Some(body)).await;
+        assert_error(&answer, status, code);
+    }
+    assert_eq!(state.active_leases(), 0, "a refused request leases nothing");
+}
+
+#[tokio::test]
+async fn bad_reports_get_their_code() {
+    let state = state();
+    let lease = authed(&state, "POST", "/v1/leases", None).await;
+    let id = lease.body["leaseID"].as_str().unwrap().to_owned();
+    let path = format!("/v1/leases/{id}/report");
+    assert_error(
+        &authed(&state, "POST", &path, Some(r#"{"result": "banned"}"#)).await,
+        StatusCode::BAD_REQUEST,
+        "invalid_result",
+    );
+    assert_error(
+        &authed(&state, "POST", &path, Some(r#"{"target": "x"}"#)).await,
+        StatusCode::BAD_REQUEST,
+        "invalid_request",
+    );
+    assert_error(
+        &authed(&state, "POST", &path, Some("[")).await,
+        StatusCode::BAD_REQUEST,
+        "invalid_json",
+    );
+    assert_error(
+        &authed(
+            &state,
+            "POST",
+            "/v1/leases/no-such-lease/report",
+            Some(r#"{"result": "ok"}"#),
+        )
+        .await,
+        StatusCode::NOT_FOUND,
+        "unknown_lease",
+    );
+    assert_eq!(
+        authed(&state, "POST", &path, Some(r#"{"result": "ok"}"#))
+            .await
+            .status,
+        StatusCode::NO_CONTENT
+    );
+}
+
+#[tokio::test]
+async fn an_oversize_body_is_refused() {
+    let state = state();
+    let big = format!(r#"{{"target": "{}"}}"#, "x".repeat(BODY_LIMIT));
+    assert_error(
+        &authed(&state, "POST", "/v1/leases", Some(&big)).await,
+        StatusCode::PAYLOAD_TOO_LARGE,
+        "body_too_large",
+    );
+    assert_error(
+        &authed(&state, "POST", "/v1/leases/x/report", Some(&big)).await,
+        StatusCode::PAYLOAD_TOO_LARGE,
+        "body_too_large",
+    );
+    // Exactly at the limit is fine (and then refused for what it says, not its size).
+    let at_limit = format!(r#"{{"target": "{}"}}"#, "x".repeat(BODY_LIMIT - 14));
+    assert_eq!(at_limit.len(), BODY_LIMIT);
+    assert_ne!(
+        authed(&state, "POST", "/v1/leases", Some(&at_limit))
+            .await
+            .status,
+        StatusCode::PAYLOAD_TOO_LARGE
+    );
+}
+
+#[tokio::test]
+async fn unknown_routes_and_methods_are_json_errors() {
+    let state = state();
+    assert_error(
+        &authed(&state, "GET", "/v2/everything", None).await,
+        StatusCode::NOT_FOUND,
+        "not_found",
+    );
+    assert_error(
+        &authed(&state, "PUT", "/v1/proxies", None).await,
+        StatusCode::METHOD_NOT_ALLOWED,
+        "method_not_allowed",
+    );
+}
+
+#[tokio::test]
+async fn a_panicking_handler_is_a_500_and_the_server_keeps_serving() {
+    // The same guard every handler runs in, around a handler with a bug.
+    let buggy = warp::any().map(|| guarded(|| panic!("a bug in a handler")));
+    let response = warp::test::request().reply(&buggy).await;
+    assert_eq!(response.status(), StatusCode::INTERNAL_SERVER_ERROR);
+    let body: Value = serde_json::from_slice(response.body()).unwrap();
+    assert_eq!(body["error"], "internal");
+    let again = warp::test::request().reply(&buggy).await;
+    assert_eq!(
+        again.status(),
+        StatusCode::INTERNAL_SERVER_ERROR,
+        "the filter still answers after a panic"
+    );
+    // A panic while holding the book does not wedge the book for later requests.
+    let state = state();
+    let poisoned = std::panic::catch_unwind(AssertUnwindSafe(|| {
+        let _book = state.book();
+        panic!("a bug while holding the book");
+    }));
+    assert!(poisoned.is_err());
+    assert_eq!(
+        authed(&state, "GET", "/v1/proxies", None).await.status,
+        StatusCode::OK
+    );
+}
+
+/// Every (path, method, status) the OpenAPI document lists, with a request that produces it;
+/// and every status the server produced for these requests is in the document.
+#[tokio::test]
+async fn openapi_matches_the_server() {
+    let doc: Value = serde_saphyr::from_str(include_str!("../../../../docs/openapi.yaml")).unwrap();
+    let mut documented = BTreeSet::new();
+    for (path, operations) in doc["paths"].as_object().unwrap() {
+        for (method, operation) in operations.as_object().unwrap() {
+            for status in operation["responses"]
+                .as_object()
+                .unwrap()
+                .keys()
+                .filter(|s| *s != "default")
+            {
+                documented.insert((
+                    path.clone(),
+                    method.to_uppercase(),
+                    status.parse::<u16>().unwrap(),
+                ));
+            }
+        }
+    }
+    let state = state();
+    let lease = authed(
+        &state,
+        "POST",
+        "/v1/leases",
+        Some(r#"{"selector": {"geo": "us"}}"#),
+    )
+    .await;
+    assert_eq!(lease.status, StatusCode::CONFLICT);
+    let lease = authed(&state, "POST", "/v1/leases", None).await;
+    let id = lease.body["leaseID"].as_str().unwrap().to_owned();
+    let big = "x".repeat(BODY_LIMIT + 1);
+    // (documented path, method, path, body, token)
+    type Request<'a> = (&'a str, &'a str, String, Option<String>, Option<&'a str>);
+    let requests: Vec<Request<'_>> = vec![
+        ("/healthz", "GET", "/healthz".into(), None, None),
+        (
+            "/v1/proxies",
+            "GET",
+            "/v1/proxies".into(),
+            None,
+            Some(TOKEN),
+        ),
+        (
+            "/v1/proxies",
+            "GET",
+            "/v1/proxies?selector=x".into(),
+            None,
+            Some(TOKEN),
+        ),
+        ("/v1/proxies", "GET", "/v1/proxies".into(), None, None),
+        (
+            "/v1/leases",
+            "POST",
+            "/v1/leases".into(),
+            Some("{}".into()),
+            Some(TOKEN),
+        ),
+        (
+            "/v1/leases",
+            "POST",
+            "/v1/leases".into(),
+            Some("{".into()),
+            Some(TOKEN),
+        ),
+        (
+            "/v1/leases",
+            "POST",
+            "/v1/leases".into(),
+            Some("{}".into()),
+            None,
+        ),
+        (
+            "/v1/leases",
+            "POST",
+            "/v1/leases".into(),
+            Some(r#"{"selector": {"geo": "us"}}"#.into()),
+            Some(TOKEN),
+        ),
+        (
+            "/v1/leases",
+            "POST",
+            "/v1/leases".into(),
+            Some(big.clone()),
+            Some(TOKEN),
+        ),
+        (
+            "/v1/leases/{id}",
+            "DELETE",
+            "/v1/leases/x".into(),
+            None,
+            Some(TOKEN),
+        ),
+        (
+            "/v1/leases/{id}",
+            "DELETE",
+            "/v1/leases/x".into(),
+            None,
+            None,
+        ),
+        (
+            "/v1/leases/{id}/report",
+            "POST",
+            format!("/v1/leases/{id}/report"),
+            Some(r#"{"result": "ok"}"#.into()),
+            Some(TOKEN),
+        ),
+        (
+            "/v1/leases/{id}/report",
+            "POST",
+            format!("/v1/leases/{id}/report"),
+            Some(r#"{"result": "?"}"#.into()),
+            Some(TOKEN),
+        ),
+        (
+            "/v1/leases/{id}/report",
+            "POST",
+            format!("/v1/leases/{id}/report"),
+            Some("{}".into()),
+            None,
+        ),
+        (
+            "/v1/leases/{id}/report",
+            "POST",
+            "/v1/leases/nope/report".into(),
+            Some(r#"{"result": "ok"}"#.into()),
+            Some(TOKEN),
+        ),
+        (
+            "/v1/leases/{id}/report",
+            "POST",
+            format!("/v1/leases/{id}/report"),
+            Some(big),
+            Some(TOKEN),
+        ),
+    ];
+    let mut produced = BTreeSet::new();
+    for (template, method, path, body, token) in requests {
+        let answer = call(
+            &state,
+            method,
+            &path,
+            body.as_deref().map(str::as_bytes),
+            token,
+        )
+        .await;
+        let key = (
+            template.to_owned(),
+            method.to_owned(),
+            answer.status.as_u16(),
+        );
+        assert!(
+            documented.contains(&key),
+            "{method} {path} answered {} which docs/openapi.yaml does not list: {}",
+            answer.status,
+            answer.body
+        );
+        produced.insert(key);
+    }
+    let missing: Vec<_> = documented.difference(&produced).collect();
+    assert!(
+        missing.is_empty(),
+        "documented but never produced by these requests: {missing:?}"
+    );
+}

@@ -1,0 +1,182 @@
+//! The demo: a local control plane, the operator, real squid proxies, and a crawler that
+//! leases one of them through the discovery API and sends a request through it.
+//!
+//! Run it with `tests/bed/demo.sh`, which provisions the test bed first.
+
+use std::time::{Duration, Instant};
+
+use kube::api::{Api, PostParams};
+use proxy_crd::{Phase, Proxy};
+use proxy_tests::control_plane::ControlPlane;
+use proxy_tests::operator::{DISCOVERY_TOKEN, Operator, Polls, binary};
+use proxy_tests::pod_runner::PodRunner;
+use proxy_tests::probe_origin::ProbeOrigin;
+use serde_json::{Value, json};
+
+fn step(text: &str) {
+    println!("\n\x1b[1m==> {text}\x1b[0m");
+}
+
+fn kubectl_get(plane: &ControlPlane, ns: &str) {
+    let out = plane.kubectl(&["get", "px", "-n", ns]);
+    print!("{}", String::from_utf8_lossy(&out.stdout));
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    step("Starting a local Kubernetes control plane (etcd + kube-apiserver) with the Proxy CRD");
+    let plane = ControlPlane::shared();
+    let client = plane.client().await;
+    let ns = plane.namespace(&client, "demo").await;
+    println!(
+        "    namespace {ns}; kubeconfig {}",
+        plane.kubeconfig.display()
+    );
+
+    step(
+        "Starting a stand-in website (https://probe.test) and the pod runner, which turns each Pod into a real squid",
+    );
+    let origin = ProbeOrigin::start().await?;
+    let runner = PodRunner::start(client.clone(), &ns, origin.hosts_file.clone()).await?;
+
+    step("Starting proxy-operator (controller, health prober, discovery API)");
+    let operator = Operator::start_with(plane, &ns, binary(), Polls::FAST, Some(&origin.ca_pem));
+    println!(
+        "    discovery API at {} (bearer token {DISCOVERY_TOKEN:?})",
+        operator.discovery
+    );
+
+    step("Applying three Proxy objects: two in geo=eu, one in geo=us");
+    let proxies: Api<Proxy> = Api::namespaced(client.clone(), &ns);
+    for (name, geo) in [("eu-1", "eu"), ("eu-2", "eu"), ("us-1", "us")] {
+        let proxy: Proxy = serde_json::from_value(json!({
+            "apiVersion": "crawl.example.com/v1alpha1", "kind": "Proxy",
+            "metadata": {"name": name, "labels": {"geo": geo}},
+            "spec": {"mode": "Managed", "provider": "pods", "healthCheck": {
+                "probeURL": origin.url("/generate_204"), "intervalSeconds": 2, "timeoutSeconds": 2}}
+        }))?;
+        proxies.create(&PostParams::default(), &proxy).await?;
+        println!("    created Proxy {name}");
+    }
+
+    step(
+        "Waiting until the operator has created a squid Pod for each and its probes pass (phase Ready)",
+    );
+    let started = Instant::now();
+    loop {
+        let ready = proxies
+            .list(&Default::default())
+            .await?
+            .items
+            .iter()
+            .filter(|p| p.status.as_ref().and_then(|s| s.phase) == Some(Phase::Ready))
+            .count();
+        if ready == 3 {
+            break;
+        }
+        anyhow::ensure!(
+            started.elapsed() < Duration::from_secs(60),
+            "not Ready after 60 s; operator log:\n{}",
+            operator.log()
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    println!(
+        "    all Ready after {:.1} s; `kubectl get px`:",
+        started.elapsed().as_secs_f64()
+    );
+    kubectl_get(plane, &ns);
+
+    let http = reqwest::Client::new();
+    let api = |path: &str| format!("{}{path}", operator.discovery);
+    step("The discovery API lists them (it follows the operator's cache within half a second)");
+    loop {
+        let listed: Value = http
+            .get(api("/v1/proxies?healthy=true"))
+            .bearer_auth(DISCOVERY_TOKEN)
+            .send()
+            .await?
+            .json()
+            .await?;
+        if listed["count"] == 3 {
+            for proxy in listed["proxies"].as_array().into_iter().flatten() {
+                println!(
+                    "    {} {} latency {} ms, labels {}",
+                    proxy["name"], proxy["url"], proxy["latencyMs"], proxy["labels"]
+                );
+            }
+            break;
+        }
+        anyhow::ensure!(
+            started.elapsed() < Duration::from_secs(60),
+            "the discovery API does not list the proxies: {listed}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    step("A crawler leases a healthy geo=eu proxy for the site probe.test");
+    let lease: Value = http
+        .post(api("/v1/leases"))
+        .bearer_auth(DISCOVERY_TOKEN)
+        .json(&json!({"selector": {"geo": "eu"}, "target": "probe.test", "ttlSeconds": 120}))
+        .send()
+        .await?
+        .json()
+        .await?;
+    println!(
+        "    {}",
+        serde_json::to_string_pretty(&lease)?.replace('\n', "\n    ")
+    );
+    let proxy_url = lease["proxy"]["url"]
+        .as_str()
+        .ok_or_else(|| anyhow::anyhow!("no lease: {lease}"))?;
+
+    step(&format!(
+        "The crawler fetches https://probe.test/client-address through {proxy_url}"
+    ));
+    let through = reqwest::Client::builder()
+        .proxy(reqwest::Proxy::all(proxy_url)?)
+        .tls_certs_only([reqwest::Certificate::from_pem(origin.ca_pem.as_bytes())?])
+        .build()?;
+    let answer = through.get(origin.url("/client-address")).send().await?;
+    println!(
+        "    HTTP {}; the site saw the request come from {}",
+        answer.status(),
+        answer.text().await?
+    );
+
+    step("The site rate-limited us: the crawler reports it, and releases the lease");
+    let id = lease["leaseID"].as_str().unwrap_or_default();
+    let report = http
+        .post(api(&format!("/v1/leases/{id}/report")))
+        .bearer_auth(DISCOVERY_TOKEN)
+        .json(&json!({"result": "rate_limited"}))
+        .send()
+        .await?;
+    println!("    report: HTTP {}", report.status());
+    let release = http
+        .delete(api(&format!("/v1/leases/{id}")))
+        .bearer_auth(DISCOVERY_TOKEN)
+        .send()
+        .await?;
+    println!("    release: HTTP {}", release.status());
+
+    step("The next lease for probe.test skips that proxy for the cooldown");
+    let next: Value = http
+        .post(api("/v1/leases"))
+        .bearer_auth(DISCOVERY_TOKEN)
+        .json(&json!({"selector": {"geo": "eu"}, "target": "probe.test"}))
+        .send()
+        .await?
+        .json()
+        .await?;
+    println!(
+        "    first lease: {}, next lease: {}",
+        lease["proxy"]["name"], next["proxy"]["name"]
+    );
+
+    step("Shutting down: the operator, the squids, the control plane");
+    drop(operator);
+    drop(runner);
+    println!("    done; tests/bed/demo.sh checks that nothing is left running");
+    Ok(())
+}
