@@ -40,6 +40,15 @@ impl ErrorClass {
             Self::Permanent => "PermanentError",
         }
     }
+
+    /// The lowercase name metrics label failures of this class with.
+    pub fn label(self) -> &'static str {
+        match self {
+            Self::Transient => "transient",
+            Self::Quota => "quota",
+            Self::Permanent => "permanent",
+        }
+    }
 }
 
 /// A failed provider call, as the shell reports it to the core.

@@ -29,6 +29,7 @@ use serde_json::json;
 
 use crate::discovery::Discovery;
 use crate::health::HealthEngine;
+use crate::metrics::Metrics;
 use crate::providers::registry::Registry;
 
 /// The field manager of every write this operator makes.
@@ -44,6 +45,8 @@ pub struct Context {
     pub timing: Timing,
     /// The health engine, whose delivered verdicts the reconciles read.
     pub health: Arc<HealthEngine>,
+    /// Reconcile durations and errors.
+    pub metrics: Arc<Metrics>,
     recorder: Recorder,
     // Consecutive transient failures per object, for the exponential backoff.
     failures: Mutex<BTreeMap<String, u32>>,
@@ -76,6 +79,7 @@ impl Context {
         providers: Registry,
         timing: Timing,
         health: Arc<HealthEngine>,
+        metrics: Arc<Metrics>,
     ) -> Self {
         let reporter = Reporter {
             controller: FIELD_MANAGER.into(),
@@ -87,6 +91,7 @@ impl Context {
             providers,
             timing,
             health,
+            metrics,
             recorder,
             failures: Mutex::default(),
         }
@@ -106,6 +111,7 @@ pub async fn run(ctx: Arc<Context>, namespace: Option<String>, discovery: Arc<Di
     };
     let controller = Controller::new(proxies, watcher::Config::default());
     let store = controller.store();
+    ctx.metrics.watch_proxies(store.clone());
     // The health engine probes what the controller's cache holds and asks for a reconcile
     // when a verdict must be written; it never writes status itself.
     let (health_tx, mut health_rx) = tokio::sync::mpsc::channel(1024);
@@ -170,6 +176,19 @@ fn error_policy(proxy: Arc<Proxy>, error: &Error, ctx: Arc<Context>) -> controll
 /// One reconcile: observe, decide, execute, per the driving contract of `proxy_core::decide`.
 #[tracing::instrument(skip_all, fields(proxy = %key(&cached)))]
 async fn reconcile(cached: Arc<Proxy>, ctx: Arc<Context>) -> Result<controller::Action, Error> {
+    let started = std::time::Instant::now();
+    let result = reconcile_once(cached, &ctx).await;
+    ctx.metrics.reconcile(started.elapsed().as_secs_f64());
+    if let Err(Error::Kube(_)) = &result {
+        ctx.metrics.reconcile_error("kube_api");
+    }
+    result
+}
+
+async fn reconcile_once(
+    cached: Arc<Proxy>,
+    ctx: &Arc<Context>,
+) -> Result<controller::Action, Error> {
     // Decide on the object as it is now, not as the cache last saw it: right after this
     // operator's own writes the cache can lag, and a decision on a stale status repeats the
     // step it just took (a second create, a second status write, a duplicate event).
@@ -180,7 +199,7 @@ async fn reconcile(cached: Arc<Proxy>, ctx: Arc<Context>) -> Result<controller::
     };
     let proxy = &proxy;
     let status = proxy.status.clone().unwrap_or_default();
-    let mut observed = observe(proxy, &status, &ctx).await?;
+    let mut observed = observe(proxy, &status, ctx).await?;
     let first = decide(&proxy.spec, &status, &observed);
     let mut decisions = vec![first.clone()];
     let mut executed = Executor {
@@ -190,7 +209,11 @@ async fn reconcile(cached: Arc<Proxy>, ctx: Arc<Context>) -> Result<controller::
     };
     executed.metadata(&first).await?;
     if let Some(call) = first.provider_call() {
-        observed.outcome = Some(executed.provider_call(call).await);
+        let outcome = executed.provider_call(call).await;
+        if let Outcome::Failed { error, .. } = &outcome {
+            ctx.metrics.reconcile_error(error.class.label());
+        }
+        observed.outcome = Some(outcome);
         let second = decide(&proxy.spec, first.status(), &observed);
         executed.metadata(&second).await?;
         decisions.push(second);

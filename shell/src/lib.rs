@@ -5,4 +5,5 @@ pub mod config;
 pub mod controller;
 pub mod discovery;
 pub mod health;
+pub mod metrics;
 pub mod providers;

@@ -13,6 +13,7 @@ use proxy_operator::controller::{self, Context};
 use proxy_operator::discovery::{self, Discovery, Limits};
 use proxy_operator::health::HealthEngine;
 use proxy_operator::health::probe::Prober;
+use proxy_operator::metrics::Metrics;
 use proxy_operator::providers::registry::Registry;
 
 /// Runs fleets of HTTP forward proxies for web crawlers on Kubernetes.
@@ -61,6 +62,9 @@ struct RunArgs {
     /// How many probes may run at once.
     #[arg(long, default_value_t = proxy_operator::health::DEFAULT_CONCURRENCY)]
     probe_concurrency: usize,
+    /// Address of the metrics endpoint (`GET /metrics`, Prometheus text format).
+    #[arg(long, env = "METRICS_ADDR", default_value = "0.0.0.0:9090")]
+    metrics_addr: std::net::SocketAddr,
     /// Address of the discovery API (crawlers lease proxies here).
     #[arg(long, env = "DISCOVERY_ADDR", default_value = "0.0.0.0:8090")]
     discovery_addr: std::net::SocketAddr,
@@ -142,9 +146,14 @@ async fn serve(args: RunArgs, config: ProvidersConfig) -> anyhow::Result<()> {
                 .display()
         )
     })?;
-    let health = Arc::new(HealthEngine::new(prober, args.probe_concurrency));
+    let metrics = Arc::new(Metrics::default());
+    let health = Arc::new(HealthEngine::new(
+        prober,
+        args.probe_concurrency,
+        metrics.clone(),
+    ));
     let client = kube::Client::try_default().await?;
-    let providers = Registry::build(&config, &client)?;
+    let providers = Registry::build(&config, &client, &metrics)?;
     let seconds = |s: f64| Duration::from_secs_f64(s.max(0.01));
     let timing = proxy_core::Timing {
         provisioning_poll: seconds(args.provisioning_poll_seconds),
@@ -171,7 +180,17 @@ async fn serve(args: RunArgs, config: ProvidersConfig) -> anyhow::Result<()> {
         .await
         .map_err(|e| anyhow::anyhow!("--discovery-addr {}: {e}", args.discovery_addr))?;
     tracing::info!(addr = %listener.local_addr()?, "discovery API listening");
-    let ctx = Arc::new(Context::new(client, providers, timing, health));
+    metrics.watch_leases(discovery.clone());
+    let metrics_listener = tokio::net::TcpListener::bind(args.metrics_addr)
+        .await
+        .map_err(|e| anyhow::anyhow!("--metrics-addr {}: {e}", args.metrics_addr))?;
+    tracing::info!(addr = %metrics_listener.local_addr()?, "metrics listening");
+    let metrics_server = tokio::spawn(proxy_operator::metrics::serve(
+        metrics.clone(),
+        metrics_listener,
+        shutdown_signal(),
+    ));
+    let ctx = Arc::new(Context::new(client, providers, timing, health, metrics));
     let server = tokio::spawn(discovery::serve(
         discovery.clone(),
         listener,
@@ -180,6 +199,7 @@ async fn serve(args: RunArgs, config: ProvidersConfig) -> anyhow::Result<()> {
     controller::run(ctx, args.namespace, discovery).await;
     // The controller stops on the same signals; let the API finish the requests in flight.
     server.await?;
+    metrics_server.await?;
     tracing::info!("stopped");
     Ok(())
 }

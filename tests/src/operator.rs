@@ -63,6 +63,8 @@ pub struct Operator {
     /// Base URL of its discovery API (`http://127.0.0.1:PORT`), which takes
     /// [`DISCOVERY_TOKEN`].
     pub discovery: String,
+    /// URL of its metrics endpoint.
+    pub metrics: String,
 }
 
 /// How often the operator polls, in seconds (its `--*-poll-seconds` flags).
@@ -113,9 +115,11 @@ impl Operator {
         let seconds = |s: f64| s.to_string();
         let mut command = Command::new(binary);
         let discovery = format!("127.0.0.1:{}", free_port());
+        let metrics = format!("127.0.0.1:{}", free_port());
         command
             .arg("run")
             .args(["--discovery-addr", &discovery])
+            .args(["--metrics-addr", &metrics])
             .env("DISCOVERY_TOKEN", DISCOVERY_TOKEN);
         if let Some(pem) = probe_ca_pem {
             let bundle = dir.join("probe-ca.pem");
@@ -140,6 +144,7 @@ impl Operator {
             child,
             log,
             discovery: format!("http://{discovery}"),
+            metrics: format!("http://{metrics}/metrics"),
         }
     }
 

@@ -19,7 +19,7 @@ use std::time::Duration;
 
 use kube::ResourceExt;
 use kube::runtime::reflector::Store;
-use proxy_core::lease::{LeaseBook, LeaseConfig, view_of};
+use proxy_core::lease::{LeaseBook, LeaseConfig, ProxyView, Selector, view_of};
 use proxy_crd::Proxy;
 use sha2::{Digest, Sha256};
 
@@ -90,29 +90,36 @@ impl Discovery {
 
     /// Keeps the book in line with the proxies of `store` until the task is dropped.
     pub async fn sync(self: Arc<Self>, store: Store<Proxy>) {
-        let mut known = BTreeSet::new();
         let mut tick = tokio::time::interval(SYNC_INTERVAL);
         loop {
             tick.tick().await;
-            let mut seen = BTreeSet::new();
-            let mut book = self.book();
-            for proxy in store.state() {
+            let views = store.state().into_iter().filter_map(|proxy| {
                 let key = format!(
                     "{}/{}",
                     proxy.namespace().unwrap_or_default(),
                     proxy.name_any()
                 );
                 let labels = proxy.labels().clone().into_iter().collect();
-                if let Some(view) = view_of(key.clone(), labels, &proxy.spec, proxy.status.as_ref())
-                {
-                    book.upsert(view);
-                    seen.insert(key);
-                }
-            }
-            for gone in known.difference(&seen) {
-                book.remove(gone);
-            }
-            known = seen;
+                view_of(key, labels, &proxy.spec, proxy.status.as_ref())
+            });
+            self.replace_fleet(views);
+        }
+    }
+
+    /// Makes `views` the fleet: upserts each, and removes the proxies not among them.
+    pub fn replace_fleet(&self, views: impl IntoIterator<Item = ProxyView>) {
+        let mut book = self.book();
+        let mut gone: BTreeSet<String> = book
+            .list(&Selector::all(), false)
+            .into_iter()
+            .map(|listed| listed.proxy.key.clone())
+            .collect();
+        for view in views {
+            gone.remove(&view.key);
+            book.upsert(view);
+        }
+        for key in &gone {
+            book.remove(key);
         }
     }
 

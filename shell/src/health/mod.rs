@@ -28,6 +28,7 @@ use tokio::sync::{Semaphore, mpsc};
 use tokio::time::Instant;
 
 use self::probe::{ProbeResult, ProbeSpec, Prober};
+use crate::metrics::Metrics;
 
 /// Probes at once by default: enough for thousands of proxies at a 30 s interval even when
 /// many of them hang until their timeout.
@@ -42,6 +43,7 @@ pub struct HealthEngine {
     book: Mutex<HealthBook>,
     prober: Prober,
     permits: Arc<Semaphore>,
+    metrics: Arc<Metrics>,
 }
 
 /// One proxy the engine probes.
@@ -65,12 +67,14 @@ struct Finished {
 }
 
 impl HealthEngine {
-    /// An engine that probes with `prober`, at most `concurrency` probes at once.
-    pub fn new(prober: Prober, concurrency: usize) -> Self {
+    /// An engine that probes with `prober`, at most `concurrency` probes at once, and
+    /// records every probe in `metrics`.
+    pub fn new(prober: Prober, concurrency: usize, metrics: Arc<Metrics>) -> Self {
         Self {
             book: Mutex::default(),
             prober,
             permits: Arc::new(Semaphore::new(concurrency.max(1))),
+            metrics,
         }
     }
 
@@ -190,6 +194,7 @@ impl HealthEngine {
         }
         for gone in book.prune(&live) {
             tracing::debug!(proxy = %gone, "no longer probed");
+            self.metrics.forget_proxy(&gone.namespace, &gone.name);
         }
         scheduled.retain(|key, entry| {
             let keep = live.contains_key(key);
@@ -267,6 +272,12 @@ impl HealthEngine {
         if let Some(error) = &result.error {
             tracing::debug!(proxy = %key, %error, "probe failed");
         }
+        self.metrics.probe(
+            &key.namespace,
+            &key.name,
+            result.ok,
+            result.latency.as_secs_f64(),
+        );
         let latency_ms = u32::try_from(result.latency.as_millis()).unwrap_or(u32::MAX);
         let mut book = self.book.lock().expect("health book");
         let Some(report) = book.record(

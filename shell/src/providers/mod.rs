@@ -12,6 +12,7 @@
 //! - all methods are safe to call concurrently.
 
 pub mod kubernetes;
+pub mod metered;
 pub mod registry;
 
 use async_trait::async_trait;

@@ -5,7 +5,9 @@ use std::sync::Arc;
 
 use super::Provider;
 use super::kubernetes::KubernetesProvider;
+use super::metered::Metered;
 use crate::config::{ProviderSettings, ProvidersConfig};
+use crate::metrics::Metrics;
 
 /// The configured providers, by name.
 #[derive(Debug, Clone, Default)]
@@ -24,7 +26,11 @@ pub struct Unsupported {
 impl Registry {
     /// Builds every provider of `config`. A provider type this build cannot serve is an error
     /// at start, never a Proxy stuck later.
-    pub fn build(config: &ProvidersConfig, client: &kube::Client) -> Result<Self, Unsupported> {
+    pub fn build(
+        config: &ProvidersConfig,
+        client: &kube::Client,
+        metrics: &Arc<Metrics>,
+    ) -> Result<Self, Unsupported> {
         let mut providers: BTreeMap<String, Arc<dyn Provider>> = BTreeMap::new();
         for entry in &config.providers {
             let provider: Arc<dyn Provider> = match &entry.settings {
@@ -38,7 +44,8 @@ impl Registry {
                     });
                 }
             };
-            providers.insert(entry.name.clone(), provider);
+            let metered = Metered::new(entry.name.clone(), provider, metrics.clone());
+            providers.insert(entry.name.clone(), Arc::new(metered));
         }
         Ok(Self { providers })
     }

@@ -4,6 +4,7 @@
 mod crd;
 mod health;
 mod leases;
+mod metrics;
 mod operated;
 mod pods;
 mod reconcile;

@@ -1,0 +1,319 @@
+//! Prometheus metrics, served on their own port (`--metrics-addr`, `GET /metrics`).
+//!
+//! Names follow Prometheus conventions: the `proxy_operator_` prefix, units in the name,
+//! `_total` on counters. What can be read when scraped is read then (proxies by phase,
+//! active leases), so no gauge drifts from the truth and no series outlives its object.
+//! Per-proxy series (probe results and latency) are removed when the health engine stops
+//! probing the proxy.
+
+use std::sync::{Arc, OnceLock};
+
+use kube::runtime::reflector::Store;
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+use proxy_crd::{Phase, Proxy};
+
+use crate::discovery::Discovery;
+
+/// Labels of provider requests.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ProviderLabels {
+    /// The provider's name in the providers config.
+    pub provider: String,
+    /// `create`, `get`, `delete` or `list`.
+    pub op: &'static str,
+    /// `ok`, or the error class: `transient`, `quota`, `permanent`.
+    pub result: &'static str,
+}
+
+/// Labels of one proxy's probes.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ProbeLabels {
+    /// The Proxy's namespace.
+    pub namespace: String,
+    /// The Proxy's name.
+    pub proxy: String,
+    /// `success` or `failure`.
+    pub result: &'static str,
+}
+
+/// Labels of one proxy.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ProxyLabels {
+    /// The Proxy's namespace.
+    pub namespace: String,
+    /// The Proxy's name.
+    pub proxy: String,
+}
+
+/// Labels of reconcile errors.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ErrorLabels {
+    /// `kube_api`, or the provider error class: `transient`, `quota`, `permanent`.
+    pub class: &'static str,
+}
+
+/// Every metric of one operator process.
+#[derive(Debug)]
+pub struct Metrics {
+    registry: Registry,
+    provider_requests: Family<ProviderLabels, Counter>,
+    probes: Family<ProbeLabels, Counter>,
+    probe_latency: Family<ProxyLabels, Histogram>,
+    reconcile_duration: Histogram,
+    reconcile_errors: Family<ErrorLabels, Counter>,
+    sources: Arc<Sources>,
+}
+
+/// What the scrape-time collector reads.
+#[derive(Debug, Default)]
+struct Sources {
+    proxies: OnceLock<Store<Proxy>>,
+    discovery: OnceLock<Arc<Discovery>>,
+}
+
+fn latency_histogram() -> Histogram {
+    // 5 ms to ~20 s.
+    Histogram::new(exponential_buckets(0.005, 2.0, 12))
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        let mut root = Registry::default();
+        let registry = root.sub_registry_with_prefix("proxy_operator");
+        let provider_requests = Family::<ProviderLabels, Counter>::default();
+        registry.register(
+            "provider_requests",
+            "Provider calls by provider, operation and result (ok or the error class)",
+            provider_requests.clone(),
+        );
+        let probes = Family::<ProbeLabels, Counter>::default();
+        registry.register(
+            "probes",
+            "Health probes through each proxy, by result",
+            probes.clone(),
+        );
+        let probe_latency = Family::<ProxyLabels, Histogram>::new_with_constructor(
+            latency_histogram as fn() -> Histogram,
+        );
+        registry.register(
+            "probe_latency_seconds",
+            "Duration of each health probe through the proxy, from connecting to the response status",
+            probe_latency.clone(),
+        );
+        let reconcile_duration = Histogram::new(exponential_buckets(0.001, 2.0, 14));
+        registry.register(
+            "reconcile_duration_seconds",
+            "Duration of one reconcile of one Proxy",
+            reconcile_duration.clone(),
+        );
+        let reconcile_errors = Family::<ErrorLabels, Counter>::default();
+        registry.register(
+            "reconcile_errors",
+            "Reconciles that failed or met a provider error, by class",
+            reconcile_errors.clone(),
+        );
+        let sources = Arc::new(Sources::default());
+        registry.register_collector(Box::new(ScrapeTime(sources.clone())));
+        Self {
+            registry: root,
+            provider_requests,
+            probes,
+            probe_latency,
+            reconcile_duration,
+            reconcile_errors,
+            sources,
+        }
+    }
+}
+
+impl Metrics {
+    /// Proxies by phase are read from this cache at scrape time.
+    pub fn watch_proxies(&self, store: Store<Proxy>) {
+        let _ = self.sources.proxies.set(store);
+    }
+
+    /// Active leases are read from this discovery API at scrape time.
+    pub fn watch_leases(&self, discovery: Arc<Discovery>) {
+        let _ = self.sources.discovery.set(discovery);
+    }
+
+    /// Counts one provider call.
+    pub fn provider_request(&self, provider: &str, op: &'static str, result: &'static str) {
+        self.provider_requests
+            .get_or_create(&ProviderLabels {
+                provider: provider.to_owned(),
+                op,
+                result,
+            })
+            .inc();
+    }
+
+    /// Records one probe of one proxy.
+    pub fn probe(&self, namespace: &str, proxy: &str, ok: bool, seconds: f64) {
+        let result = if ok { "success" } else { "failure" };
+        self.probes
+            .get_or_create(&ProbeLabels {
+                namespace: namespace.to_owned(),
+                proxy: proxy.to_owned(),
+                result,
+            })
+            .inc();
+        self.probe_latency
+            .get_or_create(&ProxyLabels {
+                namespace: namespace.to_owned(),
+                proxy: proxy.to_owned(),
+            })
+            .observe(seconds);
+    }
+
+    /// Removes every series of a proxy that is no longer probed.
+    pub fn forget_proxy(&self, namespace: &str, proxy: &str) {
+        for result in ["success", "failure"] {
+            self.probes.remove(&ProbeLabels {
+                namespace: namespace.to_owned(),
+                proxy: proxy.to_owned(),
+                result,
+            });
+        }
+        self.probe_latency.remove(&ProxyLabels {
+            namespace: namespace.to_owned(),
+            proxy: proxy.to_owned(),
+        });
+    }
+
+    /// Records one reconcile's duration.
+    pub fn reconcile(&self, seconds: f64) {
+        self.reconcile_duration.observe(seconds);
+    }
+
+    /// Counts a reconcile error of this class.
+    pub fn reconcile_error(&self, class: &'static str) {
+        self.reconcile_errors
+            .get_or_create(&ErrorLabels { class })
+            .inc();
+    }
+
+    /// The metrics in the OpenMetrics text format.
+    pub fn encode(&self) -> String {
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &self.registry)
+            .expect("encoding to a String cannot fail");
+        text
+    }
+}
+
+/// The gauges read at scrape time.
+#[derive(Debug)]
+struct ScrapeTime(Arc<Sources>);
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PhaseLabels {
+    phase: &'static str,
+}
+
+impl Collector for ScrapeTime {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        if let Some(store) = self.0.proxies.get() {
+            let phases = [
+                (Some(Phase::Pending), "Pending"),
+                (Some(Phase::Provisioning), "Provisioning"),
+                (Some(Phase::Ready), "Ready"),
+                (Some(Phase::Unhealthy), "Unhealthy"),
+                (Some(Phase::Failed), "Failed"),
+                (Some(Phase::Deleting), "Deleting"),
+                (None, "Unknown"),
+            ];
+            let proxies = store.state();
+            let gauge = ConstGauge::new(0i64);
+            let mut family = encoder.encode_descriptor(
+                "proxies",
+                "Proxy objects by phase",
+                None,
+                gauge.metric_type(),
+            )?;
+            for (phase, name) in phases {
+                let count = proxies
+                    .iter()
+                    .filter(|p| p.status.as_ref().and_then(|s| s.phase) == phase)
+                    .count();
+                let gauge = ConstGauge::new(i64::try_from(count).unwrap_or(i64::MAX));
+                gauge.encode(family.encode_family(&PhaseLabels { phase: name })?)?;
+            }
+        }
+        if let Some(discovery) = self.0.discovery.get() {
+            let gauge =
+                ConstGauge::new(i64::try_from(discovery.active_leases()).unwrap_or(i64::MAX));
+            let metric = encoder.encode_descriptor(
+                "leases_active",
+                "Crawler leases held on this replica's proxies",
+                None,
+                gauge.metric_type(),
+            )?;
+            gauge.encode(metric)?;
+        }
+        Ok(())
+    }
+}
+
+/// Serves `GET /metrics` on `listener` until `shutdown` resolves.
+pub async fn serve(
+    metrics: Arc<Metrics>,
+    listener: tokio::net::TcpListener,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) {
+    use warp::Filter;
+    let route = warp::path!("metrics").and(warp::get()).map(move || {
+        warp::reply::with_header(
+            metrics.encode(),
+            "content-type",
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )
+    });
+    warp::serve(route)
+        .incoming(listener)
+        .graceful(shutdown)
+        .run()
+        .await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_follow_prometheus_conventions_and_proxy_series_are_removed() {
+        let metrics = Metrics::default();
+        metrics.provider_request("pods", "create", "ok");
+        metrics.probe("crawl", "p1", true, 0.042);
+        metrics.probe("crawl", "p2", false, 5.0);
+        metrics.reconcile(0.01);
+        metrics.reconcile_error("transient");
+        let text = metrics.encode();
+        for line in [
+            r#"proxy_operator_provider_requests_total{provider="pods",op="create",result="ok"} 1"#,
+            r#"proxy_operator_probes_total{namespace="crawl",proxy="p1",result="success"} 1"#,
+            r#"proxy_operator_probes_total{namespace="crawl",proxy="p2",result="failure"} 1"#,
+            r#"proxy_operator_probe_latency_seconds_count{namespace="crawl",proxy="p1"} 1"#,
+            "proxy_operator_reconcile_duration_seconds_count 1",
+            r#"proxy_operator_reconcile_errors_total{class="transient"} 1"#,
+        ] {
+            assert!(
+                text.lines().any(|l| l == line),
+                "missing {line:?} in:\n{text}"
+            );
+        }
+        metrics.forget_proxy("crawl", "p1");
+        let text = metrics.encode();
+        assert!(
+            !text.contains(r#"proxy="p1""#),
+            "p1's series survived:\n{text}"
+        );
+        assert!(text.contains(r#"proxy="p2""#));
+    }
+}

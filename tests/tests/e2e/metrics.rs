@@ -1,0 +1,83 @@
+//! The operator's metrics endpoint, scraped from the real process.
+
+use std::time::Duration;
+
+use kube::api::DeleteParams;
+use proxy_crd::Phase;
+use serde_json::json;
+
+use crate::operated::Bed;
+
+async fn scrape(url: &str) -> String {
+    reqwest::get(url)
+        .await
+        .expect("the metrics endpoint answers")
+        .text()
+        .await
+        .unwrap()
+}
+
+/// Waits until the scrape satisfies `check`; returns the last scrape.
+async fn scrape_until(url: &str, what: &str, check: impl Fn(&str) -> bool) -> String {
+    let mut text = String::new();
+    for _ in 0..100 {
+        text = scrape(url).await;
+        if check(&text) {
+            return text;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    panic!("metrics never showed {what}:\n{text}");
+}
+
+#[tokio::test]
+async fn the_metrics_name_what_happens_and_forget_deleted_proxies() {
+    let mut bed = Bed::new("metrics").await;
+    let spec = json!({"mode": "Managed", "provider": "pods", "healthCheck": {
+        "probeURL": bed.origin.url("/generate_204"), "intervalSeconds": 1, "timeoutSeconds": 1}});
+    bed.create("m1", spec).await;
+    bed.wait_for("m1", "Ready", |p| {
+        p.status.as_ref().and_then(|s| s.phase) == Some(Phase::Ready)
+    })
+    .await;
+    let url = bed.operator.metrics.clone();
+    let ns = bed.ns.clone();
+    let probe_line =
+        format!(r#"proxy_operator_probes_total{{namespace="{ns}",proxy="m1",result="success"}}"#);
+    let text = scrape_until(&url, "a successful probe of m1", |t| {
+        t.contains(&probe_line)
+    })
+    .await;
+    for expected in [
+        r#"proxy_operator_proxies{phase="Ready"} 1"#,
+        r#"proxy_operator_proxies{phase="Failed"} 0"#,
+        "proxy_operator_leases_active 0",
+        r#"proxy_operator_provider_requests_total{provider="pods",op="create",result="ok"} 1"#,
+        "# TYPE proxy_operator_reconcile_duration_seconds histogram",
+        "# TYPE proxy_operator_probe_latency_seconds histogram",
+        "# TYPE proxy_operator_probes counter",
+    ] {
+        assert!(text.contains(expected), "missing {expected:?} in:\n{text}");
+    }
+    assert!(text.contains(&format!(
+        r#"proxy_operator_probe_latency_seconds_count{{namespace="{ns}",proxy="m1"}}"#
+    )));
+    assert!(text.lines().any(|l| l.starts_with(
+        r#"proxy_operator_provider_requests_total{provider="pods",op="get",result="ok"}"#
+    )));
+
+    bed.proxies
+        .delete("m1", &DeleteParams::default())
+        .await
+        .unwrap();
+    let text = scrape_until(&url, "m1's series removed", |t| {
+        !t.contains(r#"proxy="m1""#)
+    })
+    .await;
+    assert!(
+        text.contains(
+            r#"proxy_operator_provider_requests_total{provider="pods",op="delete",result="ok"}"#
+        ),
+        "{text}"
+    );
+}
