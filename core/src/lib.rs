@@ -47,11 +47,14 @@ pub mod backoff;
 pub mod conditions;
 mod decide;
 pub mod error;
+pub mod gc;
 pub mod health;
 pub mod lease;
+pub mod leadership;
 pub mod naming;
 pub mod observed;
 pub mod phase;
+pub mod record;
 pub mod spec_hash;
 mod status;
 #[cfg(any(test, feature = "testing"))]

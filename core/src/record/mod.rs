@@ -1,0 +1,108 @@
+//! The recorded observation log: every core call with its whole input and its output, as
+//! JSON Lines, and a pure replay that re-runs the calls and reports the first divergence.
+//!
+//! # Why
+//!
+//! The core is deterministic: the same commit and the same inputs give the same outputs.
+//! Recording at the core boundary (domain values in, decisions out; never raw HTTP) is
+//! therefore enough to explain any decision after the fact, and to turn an incident into a
+//! regression test: a file copied into `tests/replay/` is replayed by every `cargo test`.
+//! The shell records; this module defines the file, reads and writes it, replays it, and
+//! formats a timeline. It does no I/O: files come in and go out as strings.
+//!
+//! # The file
+//!
+//! One JSON Lines file per incident window. Line 1 is the [`Header`]; every other line is
+//! one [`Record`], in recording order ([`Record::seq`] strictly increases). Every line is
+//! canonical JSON (object keys sorted at every level, no whitespace), so two recordings of
+//! the same calls are byte-identical and two recordings of similar ones diff line by line;
+//! [`Recording::to_jsonl`] of a parsed file gives back its bytes. Shortened:
+//!
+//! ```text
+//! {"config":{"latencyFloorMs":20,"latencyReportInterval":"1m","providers":["pods"],"timing":{..}},"kind":"header","operator":{"commit":"7a29605","version":"0.1.0"},"recordedAt":"2026-11-30T12:00:00Z","schema":1}
+//! {"input":{"observed":{"cloudInit":{"Resolved":{"content":"sha256:3b0c.."}},"health":null,"instance":{"Running":{"ip":"10.0.0.7"}},"now":"2026-11-30T12:00:01Z",..},"spec":{..},"status":{..}},"kind":"decide","object":"crawl/p1","output":{"actions":[..],"requeue":{"After":"1m"},"status":{..}},"redaction":{"specHash":"9f2e.."},"seq":1}
+//! {"input":{"probe":{"at":"2026-11-30T12:00:30Z","latencyMs":5000,"ok":false},"state":{..},"target":{"host":"10.0.0.7","uid":".."},"thresholds":{"failureThreshold":3,"successThreshold":1}},"kind":"health","object":"crawl/p1","output":{"report":null,"state":{..}},"seq":2}
+//! ```
+//!
+//! - `decide` ([`DecideRecord`]): one call of [`decide`](fn@crate::decide), with `spec`,
+//!   `status` and `observed` (which holds `now`, the provider's answers, the health verdict
+//!   and the timing: everything nondeterministic) and the [`Decision`](crate::Decision). The
+//!   two calls of a reconcile are two records: the second's `status` is the first's output
+//!   status and its `observed.outcome` is set.
+//! - `health` ([`HealthRecord`]): one call of
+//!   [`HealthBook::record`](crate::health::HealthBook::record), with the probe result, the
+//!   thresholds and the book's state for that proxy before the call, and the report and the
+//!   state after it. Recording the state makes each record replayable on its own: a
+//!   recording window rarely starts with the book.
+//!
+//! The lease book is not recorded in schema 1: its calls depend on the whole fleet's state,
+//! which is too large to repeat per call, and a stream of its calls is only replayable from
+//! an empty book. A later schema may add it.
+//!
+//! # Versions
+//!
+//! Every record type denies unknown fields, and the header's `schema` is checked first: a
+//! file of another schema is refused with [`ReplayError::UnsupportedSchema`], naming the
+//! operator version that wrote it. A new schema adds a migration from the previous one in
+//! [`Recording::parse`], so that old incident files keep replaying. Replaying with another
+//! commit than the recording's is allowed ([`ReplayReport::header`] says which one recorded
+//! it): a divergence then is either a bug or an intended change of behaviour.
+//!
+//! # Secrets
+//!
+//! The resolved cloud-init content (user data, often with credentials) never reaches a
+//! recording: [`DecideRecord::new`] and [`Recording::push`] replace it, wherever it occurs,
+//! by [`placeholder`]: `sha256:` and the hex SHA-256 of the content. That covers
+//! `observed.cloudInit` when resolved, `spec.cloudInit.inline`, and the output
+//! ([`CreateRequest::cloud_init`](crate::CreateRequest::cloud_init) and any other output
+//! string equal to the content).
+//!
+//! The catch is that [`decide`](fn@crate::decide) hashes the content: the spec hash of the
+//! redacted input (the *stand-in*) is not the real one, so replaying the redacted input as it
+//! is would see the hash annotation differ and replace the machine. The record therefore
+//! also keeps the real spec hash ([`Redaction::spec_hash`]), which is no secret: it is the
+//! value of the object's own hash annotation. `decide` uses the hash in two ways only: it
+//! compares it for equality with the annotation, and it writes it with
+//! [`SetSpecHash`](crate::Action::SetSpecHash). Replay of a redacted record replaces the real
+//! hash by the stand-in in the annotation before the call, and the stand-in by the real hash
+//! in the output after it. Every comparison then comes out as it did on the real input.
+//! Last, replay redacts its output as the recorder redacted the real one, without knowing the
+//! content: a string equal to the content is one whose placeholder is in the input. The
+//! output is then the real output, redacted. So replay checks every rule of the action table
+//! on redacted records, and a changed rule diverges exactly as it would on the real input.
+//!
+//! Alternatives, and why not: recording the content (a leak in every incident file);
+//! hashing `sha256(content)` instead of the content in the spec hash (a new hash value for
+//! every machine: the whole fleet would be replaced on upgrade); recording the output of the
+//! redacted input instead of the real one (the recording would no longer say what happened).
+//!
+//! Limits: a redacted record takes the spec hash function itself on trust, since it cannot
+//! recompute the real hash without the content. A change to what the hash covers or how it
+//! is encoded is caught by `spec_hash`'s pinned-value test, not by replay. And the
+//! placeholder, like the annotation, lets anyone who can guess the whole content confirm the
+//! guess; it reveals nothing else.
+//!
+//! # Driving it
+//!
+//! The shell builds a [`Recording`] under a [`Header`], pushes a
+//! [`DecideRecord::new`] after each `decide` call and the record of
+//! [`HealthRecord::call`] for each probe result, bounds it (a ring buffer per object), and
+//! writes [`Recording::to_jsonl`] when asked. `proxy-operator replay FILE` parses it, prints
+//! [`timeline`] and replays it with [`replay`].
+
+mod canonical;
+mod file;
+mod redact;
+mod replay;
+mod schema;
+mod timeline;
+
+pub use file::{Recording, ReplayError};
+pub use redact::{REDACTED_PREFIX, placeholder};
+pub use replay::{Divergence, ReplayReport, replay, replay_with};
+pub use schema::{
+    Config, DecideInput, DecideRecord, Header, HealthInput, HealthOutput, HealthRecord,
+    HealthReport, HealthReportReason, HealthState, HealthThresholds, Operator, ProbeResult,
+    ProbeTarget, Record, Redaction, SCHEMA,
+};
+pub use timeline::timeline;
