@@ -28,7 +28,9 @@ use proxy_crd::{CLOUD_INIT_SECRET_LABEL, FINALIZER, Proxy, SPEC_HASH_ANNOTATION}
 use serde_json::json;
 
 use crate::discovery::Discovery;
+use crate::gc::GcSettings;
 use crate::health::HealthEngine;
+use crate::leadership::Leadership;
 use crate::metrics::Metrics;
 use crate::providers::registry::Registry;
 
@@ -47,6 +49,8 @@ pub struct Context {
     pub health: Arc<HealthEngine>,
     /// Reconcile durations and errors.
     pub metrics: Arc<Metrics>,
+    /// Only the leader reconciles.
+    pub leadership: Arc<Leadership>,
     recorder: Recorder,
     // Consecutive transient failures per object, for the exponential backoff.
     failures: Mutex<BTreeMap<String, u32>>,
@@ -61,6 +65,9 @@ pub enum Error {
     /// The core asked for a retry with backoff (a transient provider error).
     #[error("transient failure, retrying with backoff")]
     Transient,
+    /// This replica's leadership ran out in the middle of a reconcile.
+    #[error("no longer the leader")]
+    NotLeader,
 }
 
 impl std::fmt::Debug for Context {
@@ -80,6 +87,7 @@ impl Context {
         timing: Timing,
         health: Arc<HealthEngine>,
         metrics: Arc<Metrics>,
+        leadership: Arc<Leadership>,
     ) -> Self {
         let reporter = Reporter {
             controller: FIELD_MANAGER.into(),
@@ -92,6 +100,7 @@ impl Context {
             timing,
             health,
             metrics,
+            leadership,
             recorder,
             failures: Mutex::default(),
         }
@@ -101,7 +110,7 @@ impl Context {
 /// Runs the controller until SIGTERM or SIGINT, then lets running reconciles finish.
 /// `namespace` restricts it to one namespace. The health engine and the discovery API's lease
 /// book are fed from the controller's cache.
-pub async fn run(ctx: Arc<Context>, namespace: Option<String>, discovery: Arc<Discovery>) {
+pub async fn run(ctx: Arc<Context>, namespace: Option<String>, discovery: Arc<Discovery>, gc: Option<GcSettings>) {
     let (proxies, secrets): (Api<Proxy>, Api<Secret>) = match &namespace {
         Some(ns) => (
             Api::namespaced(ctx.client.clone(), ns),
@@ -115,9 +124,20 @@ pub async fn run(ctx: Arc<Context>, namespace: Option<String>, discovery: Arc<Di
     // The health engine probes what the controller's cache holds and asks for a reconcile
     // when a verdict must be written; it never writes status itself.
     let (health_tx, mut health_rx) = tokio::sync::mpsc::channel(1024);
-    let health = tokio::spawn(ctx.health.clone().run(store.clone(), health_tx));
+    let health = tokio::spawn(ctx.health.clone().run(store.clone(), health_tx, ctx.leadership.clone()));
     let health_triggers = futures::stream::poll_fn(move |cx| health_rx.poll_recv(cx));
     let leases = tokio::spawn(discovery.sync(store.clone()));
+    let collector = gc.map(|settings| {
+        tokio::spawn(crate::gc::run(settings, ctx.providers.clone(), store.clone(), ctx.leadership.clone()))
+    });
+    // A replica that becomes the leader reconciles everything: followers skip reconciles.
+    let elections = futures::stream::unfold(ctx.leadership.subscribe(), |mut elected| async move {
+        elected.changed().await.ok()?;
+        let leading = *elected.borrow_and_update();
+        Some((leading, elected))
+    })
+    .filter(|leading| std::future::ready(*leading))
+    .map(|_| ());
     // Rotating a cloud-init Secret must replace the machines built from it; only labelled
     // Secrets are watched (and read), so the operator never caches unrelated secrets.
     let secret_watch =
@@ -140,6 +160,7 @@ pub async fn run(ctx: Arc<Context>, namespace: Option<String>, discovery: Arc<Di
                 .collect::<Vec<_>>()
         })
         .reconcile_on(health_triggers)
+        .reconcile_all_on(elections)
         .shutdown_on_signal()
         .run(reconcile, error_policy, ctx)
         .for_each(|result| async move {
@@ -150,6 +171,9 @@ pub async fn run(ctx: Arc<Context>, namespace: Option<String>, discovery: Arc<Di
         .await;
     health.abort();
     leases.abort();
+    if let Some(collector) = collector {
+        collector.abort();
+    }
 }
 
 fn key(proxy: &Proxy) -> String {
@@ -189,6 +213,10 @@ async fn reconcile_once(
     cached: Arc<Proxy>,
     ctx: &Arc<Context>,
 ) -> Result<controller::Action, Error> {
+    // Followers do nothing: the replica that becomes the leader reconciles every object.
+    if !ctx.leadership.is_leader() {
+        return Ok(controller::Action::await_change());
+    }
     // Decide on the object as it is now, not as the cache last saw it: right after this
     // operator's own writes the cache can lag, and a decision on a stale status repeats the
     // step it just took (a second create, a second status write, a duplicate event).
@@ -204,11 +232,13 @@ async fn reconcile_once(
     let mut decisions = vec![first.clone()];
     let mut executed = Executor {
         proxy,
-        ctx: &ctx,
+        ctx,
         status_write: None,
     };
+    ensure_leader(ctx)?;
     executed.metadata(&first).await?;
     if let Some(call) = first.provider_call() {
+        ensure_leader(ctx)?;
         let outcome = executed.provider_call(call).await;
         if let Outcome::Failed { error, .. } = &outcome {
             ctx.metrics.reconcile_error(error.class.label());
@@ -227,6 +257,7 @@ async fn reconcile_once(
         }
     }
     if let Some(status) = executed.status_write.take() {
+        ensure_leader(ctx)?;
         executed.write_status(&status).await?;
     }
     for decision in &decisions {
@@ -243,6 +274,12 @@ async fn reconcile_once(
             })
         }
     }
+}
+
+/// Refuses a write once this replica's claim has run out (it may not have noticed yet:
+/// another replica may already lead).
+fn ensure_leader(ctx: &Context) -> Result<(), Error> {
+    if ctx.leadership.is_leader() { Ok(()) } else { Err(Error::NotLeader) }
 }
 
 /// Gathers everything `decide` needs (client and provider required).

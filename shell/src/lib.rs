@@ -4,6 +4,9 @@
 pub mod config;
 pub mod controller;
 pub mod discovery;
+pub mod gc;
 pub mod health;
+pub mod leadership;
 pub mod metrics;
 pub mod providers;
+pub mod telemetry;

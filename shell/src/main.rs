@@ -11,7 +11,10 @@ use proxy_core::lease::LeaseConfig;
 use proxy_operator::config::ProvidersConfig;
 use proxy_operator::controller::{self, Context};
 use proxy_operator::discovery::{self, Discovery, Limits};
+use proxy_core::leadership::Candidate;
+use proxy_operator::gc::GcSettings;
 use proxy_operator::health::HealthEngine;
+use proxy_operator::leadership::Leadership;
 use proxy_operator::health::probe::Prober;
 use proxy_operator::metrics::Metrics;
 use proxy_operator::providers::registry::Registry;
@@ -27,7 +30,7 @@ struct Cli {
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Run the operator: reconcile Proxy objects against the configured providers.
-    Run(RunArgs),
+    Run(Box<RunArgs>),
     /// Validate a providers config file and print a one-line summary. Exits 1 with every
     /// problem (each naming the path of the offending entry) when it is invalid.
     CheckConfig {
@@ -78,15 +81,63 @@ struct RunArgs {
     /// How long a proxy is not leased for a target after a `rate_limited` report, in seconds.
     #[arg(long, default_value_t = 300)]
     rate_limited_cooldown_seconds: u64,
+    /// This installation's identity, put on every instance it creates so that GC never
+    /// touches another installation's instances (default: the UID of the cluster's
+    /// kube-system namespace).
+    #[arg(long, env = "INSTALLATION_ID")]
+    installation_id: Option<String>,
+    /// This replica's identity in the leadership Lease (default: hostname and process ID).
+    #[arg(long, env = "POD_NAME")]
+    identity: Option<String>,
+    /// Namespace of the leadership Lease.
+    #[arg(long, env = "POD_NAMESPACE", default_value = "default")]
+    leadership_namespace: String,
+    /// Name of the leadership Lease.
+    #[arg(long, default_value = "proxy-operator")]
+    leadership_name: String,
+    /// Seconds a leader's claim holds after its last renew.
+    #[arg(long, default_value_t = 15)]
+    leadership_duration_seconds: u64,
+    /// Seconds after its last renew at which a leader stops writing.
+    #[arg(long, default_value_t = 10.0)]
+    leadership_renew_deadline_seconds: f64,
+    /// Seconds between leadership rounds.
+    #[arg(long, default_value_t = 2.0)]
+    leadership_retry_period_seconds: f64,
+    /// Lead without an election: for a deployment of exactly one replica.
+    #[arg(long)]
+    no_leader_election: bool,
+    /// Seconds between orphan-GC sweeps.
+    #[arg(long, default_value_t = 600.0)]
+    gc_interval_seconds: f64,
+    /// Minimum age, in seconds, of an instance GC may delete.
+    #[arg(long, default_value_t = 600.0)]
+    gc_min_age_seconds: f64,
+    /// Log the orphans GC would delete, delete nothing.
+    #[arg(long)]
+    gc_dry_run: bool,
+    /// Run GC although the operator watches one namespace. GC deletes instances whose owner
+    /// it cannot see, so with --namespace it would reap the instances of Proxies in other
+    /// namespaces; allow it only when this installation's Proxies all live in that namespace.
+    #[arg(long)]
+    gc_allow_namespaced: bool,
+    /// Do not run orphan GC.
+    #[arg(long, conflicts_with_all = ["gc_allow_namespaced", "gc_dry_run"])]
+    no_gc: bool,
     /// How long a proxy is not leased for a target after a `blocked` report, in seconds.
     #[arg(long, default_value_t = 1800)]
     blocked_cooldown_seconds: u64,
+    /// Log line format (default: json, or text when standard output is a terminal). Inside a
+    /// span, lines carry `trace_id`/`span_id`; spans go to OTLP/HTTP when
+    /// `OTEL_EXPORTER_OTLP_ENDPOINT` is set.
+    #[arg(long, env = "LOG_FORMAT", value_enum)]
+    log_format: Option<proxy_operator::telemetry::LogFormat>,
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
-        Command::Run(args) => run(args),
+        Command::Run(args) => run(*args),
         Command::CheckConfig { file } => match ProvidersConfig::load(&file) {
             Ok(config) => {
                 println!("{}: {}", file.display(), config.summary());
@@ -105,12 +156,11 @@ fn main() -> ExitCode {
 }
 
 fn run(args: RunArgs) -> ExitCode {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| "info,kube=warn".into()),
-        )
-        .init();
+    // Dropped when `run` returns, after the runtime: flushes the spans not yet exported.
+    let _telemetry = proxy_operator::telemetry::init(
+        args.log_format
+            .unwrap_or_else(proxy_operator::telemetry::LogFormat::detect),
+    );
     // A bad config stops the operator here, with the offending path, before it touches anything.
     let config = match ProvidersConfig::load(&args.providers_config) {
         Ok(config) => config,
@@ -146,6 +196,32 @@ async fn serve(args: RunArgs, config: ProvidersConfig) -> anyhow::Result<()> {
                 .display()
         )
     })?;
+    if args.namespace.is_some() && !args.gc_allow_namespaced && !args.no_gc {
+        anyhow::bail!(
+            "--namespace restricts the cache, so GC would take the instances of Proxies in other \
+             namespaces for orphans: pass --gc-allow-namespaced if this installation's Proxies all \
+             live in {:?}, or --no-gc",
+            args.namespace.as_deref().unwrap_or_default()
+        );
+    }
+    let seconds = |s: f64| Duration::from_secs_f64(s.max(0.01));
+    let leadership_timing = proxy_core::leadership::Timing::new(
+        Duration::from_secs(args.leadership_duration_seconds),
+        seconds(args.leadership_renew_deadline_seconds),
+        seconds(args.leadership_retry_period_seconds),
+    )
+    .map_err(|e| anyhow::anyhow!("--leadership-*: {e}"))?;
+    let identity = args.identity.clone().unwrap_or_else(|| {
+        let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+        format!("{}-{}", host.trim(), std::process::id())
+    });
+    let candidate = Candidate::new(identity, leadership_timing)
+        .ok_or_else(|| anyhow::anyhow!("--identity must not be empty"))?;
+    let leadership = Arc::new(if args.no_leader_election {
+        Leadership::unopposed(candidate)
+    } else {
+        Leadership::new(candidate)
+    });
     let metrics = Arc::new(Metrics::default());
     let health = Arc::new(HealthEngine::new(
         prober,
@@ -153,15 +229,36 @@ async fn serve(args: RunArgs, config: ProvidersConfig) -> anyhow::Result<()> {
         metrics.clone(),
     ));
     let client = kube::Client::try_default().await?;
-    let providers = Registry::build(&config, &client, &metrics)?;
-    let seconds = |s: f64| Duration::from_secs_f64(s.max(0.01));
+    let installation = match &args.installation_id {
+        Some(id) => id.clone(),
+        None => kube::Api::<k8s_openapi::api::core::v1::Namespace>::all(client.clone())
+            .get("kube-system")
+            .await
+            .map_err(|e| anyhow::anyhow!("reading the kube-system namespace for the installation ID (or pass --installation-id): {e}"))?
+            .metadata
+            .uid
+            .unwrap_or_default(),
+    };
+    let providers = Registry::build(&config, &client, &installation, &metrics)?;
+    let gc = (!args.no_gc).then(|| GcSettings {
+        interval: seconds(args.gc_interval_seconds),
+        min_age: seconds(args.gc_min_age_seconds),
+        dry_run: args.gc_dry_run,
+        installation: installation.clone(),
+    });
     let timing = proxy_core::Timing {
         provisioning_poll: seconds(args.provisioning_poll_seconds),
         drift_poll: seconds(args.drift_poll_seconds),
         deletion_poll: seconds(args.deletion_poll_seconds),
         ..proxy_core::Timing::default()
     };
-    tracing::info!(providers = %config.summary(), namespace = ?args.namespace, "proxy-operator starting");
+    tracing::info!(providers = %config.summary(), namespace = ?args.namespace, identity = leadership.identity(), installation, "proxy-operator starting");
+    let leases: kube::Api<k8s_openapi::api::coordination::v1::Lease> =
+        kube::Api::namespaced(client.clone(), &args.leadership_namespace);
+    let elections = tokio::spawn({
+        let (leadership, name) = (leadership.clone(), args.leadership_name.clone());
+        async move { leadership.run(leases, name).await }
+    });
     let lease_config = LeaseConfig {
         rate_limited_cooldown: Duration::from_secs(args.rate_limited_cooldown_seconds),
         blocked_cooldown: Duration::from_secs(args.blocked_cooldown_seconds),
@@ -190,13 +287,14 @@ async fn serve(args: RunArgs, config: ProvidersConfig) -> anyhow::Result<()> {
         metrics_listener,
         shutdown_signal(),
     ));
-    let ctx = Arc::new(Context::new(client, providers, timing, health, metrics));
+    let ctx = Arc::new(Context::new(client, providers, timing, health, metrics, leadership));
     let server = tokio::spawn(discovery::serve(
         discovery.clone(),
         listener,
         shutdown_signal(),
     ));
-    controller::run(ctx, args.namespace, discovery).await;
+    controller::run(ctx, args.namespace, discovery, gc).await;
+    elections.abort();
     // The controller stops on the same signals; let the API finish the requests in flight.
     server.await?;
     metrics_server.await?;

@@ -28,6 +28,7 @@ use tokio::sync::{Semaphore, mpsc};
 use tokio::time::Instant;
 
 use self::probe::{ProbeResult, ProbeSpec, Prober};
+use crate::leadership::Leadership;
 use crate::metrics::Metrics;
 
 /// Probes at once by default: enough for thousands of proxies at a 30 s interval even when
@@ -90,10 +91,14 @@ impl HealthEngine {
 
     /// Probes the proxies of `store` until the task is dropped, and sends the reference of
     /// each proxy whose verdict must be written to `reconcile`.
+    ///
+    /// Only the leader probes: a follower keeps no state, so when it becomes the leader it
+    /// starts from the verdicts the statuses show.
     pub async fn run(
         self: Arc<Self>,
         store: Store<Proxy>,
         reconcile: mpsc::Sender<ObjectRef<Proxy>>,
+        leadership: Arc<Leadership>,
     ) {
         let mut scheduled: BTreeMap<ProxyKey, Scheduled> = BTreeMap::new();
         let mut due: BTreeSet<(Instant, ProxyKey)> = BTreeSet::new();
@@ -104,6 +109,12 @@ impl HealthEngine {
         loop {
             tokio::select! {
                 _ = tick.tick() => {
+                    if !leadership.is_leader() {
+                        if !scheduled.is_empty() {
+                            self.forget_everything(&mut scheduled, &mut due);
+                        }
+                        continue;
+                    }
                     let now = Instant::now();
                     self.refresh(&store, &mut scheduled, &mut due, now, &jitter);
                     self.launch_due(&mut scheduled, &mut due, now, &finished_tx);
@@ -119,6 +130,16 @@ impl HealthEngine {
                 }
             }
         }
+    }
+
+    /// Drops every schedule, verdict and per-proxy series (leadership was lost).
+    fn forget_everything(&self, scheduled: &mut BTreeMap<ProxyKey, Scheduled>, due: &mut BTreeSet<(Instant, ProxyKey)>) {
+        for key in scheduled.keys() {
+            self.metrics.forget_proxy(&key.namespace, &key.name);
+        }
+        scheduled.clear();
+        due.clear();
+        *self.book.lock().expect("health book") = HealthBook::new();
     }
 
     /// Brings the schedule in line with the proxies that have a probeable address.

@@ -18,6 +18,7 @@ use crate::config::KubernetesSettings;
 pub struct KubernetesProvider {
     client: kube::Client,
     settings: KubernetesSettings,
+    installation: String,
 }
 
 impl std::fmt::Debug for KubernetesProvider {
@@ -29,9 +30,10 @@ impl std::fmt::Debug for KubernetesProvider {
 }
 
 impl KubernetesProvider {
-    /// A provider using `client` with these settings.
-    pub fn new(client: kube::Client, settings: KubernetesSettings) -> Self {
-        Self { client, settings }
+    /// A provider using `client` with these settings, labelling its Pods as made by
+    /// `installation`.
+    pub fn new(client: kube::Client, settings: KubernetesSettings, installation: String) -> Self {
+        Self { client, settings, installation }
     }
 }
 
@@ -59,7 +61,7 @@ pub fn squid_config(port: i32, allowed_cidrs: &[String]) -> String {
 }
 
 /// The Pod for one proxy.
-pub fn pod(request: &CreateRequest, settings: &KubernetesSettings) -> Pod {
+pub fn pod(request: &CreateRequest, settings: &KubernetesSettings, installation: &str) -> Pod {
     let image = request
         .placement
         .as_ref()
@@ -71,7 +73,8 @@ pub fn pod(request: &CreateRequest, settings: &KubernetesSettings) -> Pod {
             "name": request.instance_name,
             "namespace": request.namespace,
             "labels": {
-                labels::MANAGED: "true",
+                labels::MANAGED: labels::MANAGED_VALUE,
+                labels::INSTALLATION: installation,
                 labels::PROXY_UID: request.uid,
                 labels::PROXY_NAME: request.name,
             },
@@ -137,7 +140,7 @@ impl Provider for KubernetesProvider {
     async fn create(&self, request: &CreateRequest) -> Result<String, ProviderError> {
         let pods: Api<Pod> = Api::namespaced(self.client.clone(), &request.namespace);
         match pods
-            .create(&PostParams::default(), &pod(request, &self.settings))
+            .create(&PostParams::default(), &pod(request, &self.settings, &self.installation))
             .await
         {
             // An existing Pod of that name is the one an earlier attempt made.
@@ -171,7 +174,7 @@ impl Provider for KubernetesProvider {
     async fn list_by_tag(&self) -> Result<Vec<Instance>, ProviderError> {
         let pods: Api<Pod> = Api::all(self.client.clone());
         let list = pods
-            .list(&ListParams::default().labels(&format!("{}=true", labels::MANAGED)))
+            .list(&ListParams::default().labels(&format!("{}={}", labels::MANAGED, labels::MANAGED_VALUE)))
             .await
             .map_err(classify)?;
         Ok(list
@@ -183,13 +186,7 @@ impl Provider for KubernetesProvider {
                     pod.metadata.namespace.clone().unwrap_or_default(),
                     pod.metadata.name.clone().unwrap_or_default()
                 ),
-                uid: pod
-                    .metadata
-                    .labels
-                    .as_ref()
-                    .and_then(|l| l.get(labels::PROXY_UID))
-                    .cloned()
-                    .unwrap_or_default(),
+                labels: pod.metadata.labels.clone().unwrap_or_default(),
                 created_at: pod
                     .metadata
                     .creation_timestamp
@@ -246,10 +243,11 @@ mod tests {
 
     #[test]
     fn pod_carries_labels_port_image_and_config() {
-        let pod = pod(&request(), &settings());
+        let pod = pod(&request(), &settings(), "install-1");
         let labels = pod.metadata.labels.unwrap();
         assert_eq!(labels[labels::MANAGED], "true");
         assert_eq!(labels[labels::PROXY_UID], "uid-1");
+        assert_eq!(labels[labels::INSTALLATION], "install-1");
         let container = &pod.spec.unwrap().containers[0];
         assert_eq!(
             container.image.as_deref(),

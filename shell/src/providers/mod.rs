@@ -5,8 +5,8 @@
 //!   returns that instance's ID instead of creating a second one;
 //! - `get` answers [`InstanceState::NotFound`] for a missing instance, never an error;
 //! - `delete` of a missing instance succeeds;
-//! - every instance carries the labels of [`labels`], set at creation, so that orphan GC can
-//!   find it;
+//! - every instance carries the labels of [`labels`] (including this installation's
+//!   identity), set at creation, so that orphan GC can find it and knows whose it is;
 //! - errors are classified ([`ErrorClass`]): unclassified failures are transient, because
 //!   retrying is always safer than latching a Proxy as Failed;
 //! - all methods are safe to call concurrently.
@@ -20,12 +20,10 @@ use proxy_core::{CreateRequest, InstanceView, ProviderError};
 
 pub use proxy_core::ErrorClass;
 
-/// The labels every instance carries.
+/// The labels every instance carries: the GC's (set at creation, read by
+/// `proxy_core::gc`), plus the Proxy's name for humans.
 pub mod labels {
-    /// Marks an instance as made by proxy-operator.
-    pub const MANAGED: &str = "crawl.example.com/managed";
-    /// The UID of the Proxy the instance belongs to.
-    pub const PROXY_UID: &str = "crawl.example.com/proxy-uid";
+    pub use proxy_core::gc::labels::{INSTALLATION, MANAGED, MANAGED_VALUE, PROXY_UID};
     /// The name of the Proxy, for humans.
     pub const PROXY_NAME: &str = "crawl.example.com/proxy-name";
 }
@@ -62,8 +60,8 @@ impl From<InstanceState> for InstanceView {
 pub struct Instance {
     /// The provider's ID of the instance.
     pub provider_id: String,
-    /// The Proxy UID from its label.
-    pub uid: String,
+    /// All its labels (or tags): the GC reads ownership from them.
+    pub labels: std::collections::BTreeMap<String, String>,
     /// When it was created, if the provider knows.
     pub created_at: Option<jiff::Timestamp>,
 }

@@ -29,13 +29,14 @@ impl Registry {
     pub fn build(
         config: &ProvidersConfig,
         client: &kube::Client,
+        installation: &str,
         metrics: &Arc<Metrics>,
     ) -> Result<Self, Unsupported> {
         let mut providers: BTreeMap<String, Arc<dyn Provider>> = BTreeMap::new();
         for entry in &config.providers {
             let provider: Arc<dyn Provider> = match &entry.settings {
                 ProviderSettings::Kubernetes(settings) => {
-                    Arc::new(KubernetesProvider::new(client.clone(), settings.clone()))
+                    Arc::new(KubernetesProvider::new(client.clone(), settings.clone(), installation.to_owned()))
                 }
                 other @ (ProviderSettings::Gcp(_) | ProviderSettings::Kvm(_)) => {
                     return Err(Unsupported {
@@ -48,6 +49,11 @@ impl Registry {
             providers.insert(entry.name.clone(), Arc::new(metered));
         }
         Ok(Self { providers })
+    }
+
+    /// Every provider with its name, in name order.
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &Arc<dyn Provider>)> {
+        self.providers.iter().map(|(name, provider)| (name.as_str(), provider))
     }
 
     /// The provider named `name`.

@@ -219,7 +219,7 @@ async fn main() -> anyhow::Result<()> {
         deletion: 1.0,
         drift: 10.0,
     };
-    let operator = Operator::start_with(plane, &ns, binary, polls, None);
+    let operator = Operator::start_with(plane, &ns, binary, polls, None, &[]);
     tokio::time::sleep(Duration::from_secs(2)).await; // its watches are up
     let proxies: Api<Proxy> = Api::namespaced(client.clone(), &ns);
     let before = writes(plane);

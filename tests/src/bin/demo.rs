@@ -40,7 +40,8 @@ async fn main() -> anyhow::Result<()> {
     let runner = PodRunner::start(client.clone(), &ns, origin.hosts_file.clone()).await?;
 
     step("Starting proxy-operator (controller, health prober, discovery API)");
-    let operator = Operator::start_with(plane, &ns, binary(), Polls::FAST, Some(&origin.ca_pem));
+    let operator =
+        Operator::start_with(plane, &ns, binary(), Polls::FAST, Some(&origin.ca_pem), &[]);
     println!(
         "    discovery API at {} (bearer token {DISCOVERY_TOKEN:?})",
         operator.discovery

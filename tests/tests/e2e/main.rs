@@ -2,7 +2,9 @@
 //! namespace per test, real squid processes. See `proxy_tests` for the parts.
 
 mod crd;
+mod gc;
 mod health;
+mod leadership;
 mod leases;
 mod metrics;
 mod operated;

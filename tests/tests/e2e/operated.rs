@@ -13,13 +13,15 @@ use proxy_tests::pod_runner::PodRunner;
 use proxy_tests::probe_origin::ProbeOrigin;
 use serde_json::json;
 
-fn start_operator(ns: &str, origin: &ProbeOrigin) -> Operator {
+/// Starts the debug operator for `ns`, trusting `origin`'s CA, with `extra_args`.
+pub fn start_operator(ns: &str, origin: &ProbeOrigin, extra_args: &[&str]) -> Operator {
     Operator::start_with(
         ControlPlane::shared(),
         ns,
         binary(),
         Polls::FAST,
         Some(&origin.ca_pem),
+        extra_args,
     )
 }
 
@@ -30,10 +32,16 @@ pub struct Bed {
     pub operator: Operator,
     pub runner: PodRunner,
     pub origin: ProbeOrigin,
+    extra_args: Vec<String>,
 }
 
 impl Bed {
     pub async fn new(prefix: &str) -> Self {
+        Self::new_with(prefix, &[]).await
+    }
+
+    /// A bed whose operator runs with `extra_args`.
+    pub async fn new_with(prefix: &str, extra_args: &[&str]) -> Self {
         let plane = ControlPlane::shared();
         let client = plane.client().await;
         let ns = plane.namespace(&client, prefix).await;
@@ -41,7 +49,7 @@ impl Bed {
         let runner = PodRunner::start(client.clone(), &ns, origin.hosts_file.clone())
             .await
             .unwrap();
-        let operator = start_operator(&ns, &origin);
+        let operator = start_operator(&ns, &origin, extra_args);
         Self {
             ns: ns.clone(),
             proxies: Api::namespaced(client.clone(), &ns),
@@ -49,6 +57,7 @@ impl Bed {
             operator,
             runner,
             origin,
+            extra_args: extra_args.iter().map(|a| (*a).to_owned()).collect(),
         }
     }
 
@@ -66,7 +75,8 @@ impl Bed {
     /// Kills the operator and starts a new one, as a crash and a restart would.
     pub fn restart_operator(&mut self) {
         self.operator.kill();
-        self.operator = start_operator(&self.ns, &self.origin);
+        let extra: Vec<&str> = self.extra_args.iter().map(String::as_str).collect();
+        self.operator = start_operator(&self.ns, &self.origin, &extra);
     }
 
     /// Waits until `check` holds for the Proxy, and returns it; fails with the operator's log.

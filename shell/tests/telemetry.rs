@@ -1,0 +1,458 @@
+//! `telemetry::init` end to end: spans exported to a local OTLP/HTTP receiver, and log lines
+//! carrying the trace IDs of those spans (with and without an endpoint, JSON and text).
+//!
+//! A process has one global subscriber and `telemetry::init` reads its configuration from the
+//! environment (which edition-2024 code may not change without `unsafe`), so each scenario
+//! runs in a child process: this test binary re-runs itself for one `#[ignore]`d `child_*`
+//! test with the environment under test, and the parent asserts on the child's standard
+//! output (the log lines `init` writes there) and on what the receiver got.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use proxy_operator::telemetry::{self, LogFormat};
+use serde_json::Value;
+use tracing::Instrument as _;
+use warp::Filter as _;
+
+/// Set in the child processes; a `child_*` test does nothing without it.
+const CHILD_ENV: &str = "PROXY_OPERATOR_TELEMETRY_CHILD";
+
+// ---------------------------------------------------------------------------------------------
+// The workload every child runs: two reconciles, each with a provider operation, shaped like
+// the operator's (`reconcile` span with a `proxy` field, `provider` span inside it).
+
+fn emit_workload() {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    runtime.block_on(async {
+        tracing::info!("outside any span");
+        for key in ["default/alpha", "default/beta"] {
+            tokio::spawn(reconcile(key.to_owned()))
+                .await
+                .expect("reconcile task");
+        }
+    });
+}
+
+#[tracing::instrument(skip_all, fields(proxy = %key))]
+async fn reconcile(key: String) {
+    tracing::info!("reconciling");
+    tokio::task::yield_now().await;
+    let span = tracing::info_span!("provider", provider = "fake", op = "create", proxy = %key);
+    async {
+        tokio::task::yield_now().await;
+        tracing::info!("creating machine");
+    }
+    .instrument(span)
+    .await;
+    tracing::info!("reconciled");
+}
+
+fn is_child() -> bool {
+    std::env::var_os(CHILD_ENV).is_some()
+}
+
+#[test]
+#[ignore = "child process of exports_spans_over_otlp_http_with_the_trace_ids_of_the_logs"]
+fn child_with_endpoint() {
+    if !is_child() {
+        return;
+    }
+    let guard = telemetry::init(LogFormat::Json);
+    assert!(
+        guard.is_exporting(),
+        "an OTLP endpoint is set: spans must be exported"
+    );
+    emit_workload();
+    drop(guard); // flushes the batch to the receiver
+}
+
+#[test]
+#[ignore = "child process of without_an_endpoint_nothing_is_exported_but_logs_carry_trace_ids"]
+fn child_without_endpoint() {
+    if !is_child() {
+        return;
+    }
+    let guard = telemetry::init(LogFormat::Json);
+    assert!(
+        !guard.is_exporting(),
+        "no OTLP endpoint: no exporter is built"
+    );
+    emit_workload();
+    drop(guard);
+}
+
+#[test]
+#[ignore = "child process of text_lines_end_with_the_trace_ids"]
+fn child_text() {
+    if !is_child() {
+        return;
+    }
+    let guard = telemetry::init(LogFormat::Text);
+    emit_workload();
+    drop(guard);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Parent side.
+
+/// Runs `child` (one of the `child_*` tests above) in a fresh process with `env` on top of an
+/// environment cleared of OpenTelemetry variables; returns its standard output.
+fn run_child(child: &str, env: &[(&str, &str)]) -> String {
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
+    let stdout_path = dir.join(format!("telemetry-{child}-{}.stdout", std::process::id()));
+    let stderr_path = dir.join(format!("telemetry-{child}-{}.stderr", std::process::id()));
+    let stdout = std::fs::File::create(&stdout_path).expect("create child stdout file");
+    let stderr = std::fs::File::create(&stderr_path).expect("create child stderr file");
+
+    let mut command = Command::new(std::env::current_exe().expect("current test binary"));
+    command
+        .args([child, "--exact", "--ignored", "--nocapture", "--quiet"])
+        .args(["--test-threads", "1"])
+        .env(CHILD_ENV, "1")
+        .env("RUST_LOG", "info")
+        .stdin(Stdio::null())
+        .stdout(stdout)
+        .stderr(stderr);
+    for var in std::env::vars_os().map(|(name, _)| name) {
+        if var.to_string_lossy().starts_with("OTEL_") {
+            command.env_remove(var);
+        }
+    }
+    for (name, value) in env {
+        command.env(name, value);
+    }
+    let mut process = command.spawn().expect("spawn the child test process");
+    let deadline = Instant::now() + Duration::from_secs(90);
+    let status = loop {
+        if let Some(status) = process.try_wait().expect("wait for the child") {
+            break status;
+        }
+        if Instant::now() > deadline {
+            let _ = process.kill();
+            let _ = process.wait();
+            panic!("child {child} did not finish within 90 s");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let stdout = std::fs::read_to_string(&stdout_path).expect("read child stdout");
+    let stderr = std::fs::read_to_string(&stderr_path).expect("read child stderr");
+    let _ = std::fs::remove_file(&stdout_path);
+    let _ = std::fs::remove_file(&stderr_path);
+    assert!(
+        status.success(),
+        "child {child} failed ({status})\n--- stdout\n{stdout}\n--- stderr\n{stderr}"
+    );
+    stdout
+}
+
+/// The JSON log lines in a child's output (the test harness's own lines are not JSON).
+fn json_lines(stdout: &str) -> Vec<Value> {
+    stdout
+        .lines()
+        .filter_map(|line| line.find('{').map(|start| &line[start..]))
+        .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+        .collect()
+}
+
+/// The one log line with this message inside a span with this `proxy` field.
+fn log_line<'a>(lines: &'a [Value], message: &str, proxy: Option<&str>) -> &'a Value {
+    let found: Vec<&Value> = lines
+        .iter()
+        .filter(|line| line["fields"]["message"] == message)
+        .filter(|line| proxy.is_none_or(|proxy| line["span"]["proxy"] == proxy))
+        .collect();
+    assert_eq!(
+        found.len(),
+        1,
+        "exactly one log line {message:?} (proxy {proxy:?}) expected in {lines:#?}"
+    );
+    found[0]
+}
+
+fn hex_id(line: &Value, key: &str, digits: usize) -> String {
+    let id = line[key]
+        .as_str()
+        .unwrap_or_else(|| panic!("log line without {key}: {line}"));
+    assert_eq!(id.len(), digits, "{key} {id:?} has {digits} hex digits");
+    assert!(
+        id.bytes()
+            .all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase())
+    );
+    assert!(id.bytes().any(|b| b != b'0'), "{key} is not all zeros");
+    id.to_owned()
+}
+
+/// A local OTLP/HTTP receiver recording every POST.
+struct Receiver {
+    addr: SocketAddr,
+    received: Arc<Mutex<Vec<Received>>>,
+    _runtime: tokio::runtime::Runtime,
+}
+
+#[derive(Debug, Clone)]
+struct Received {
+    path: String,
+    content_type: Option<String>,
+    body: Bytes,
+}
+
+impl Receiver {
+    fn start() -> Receiver {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .expect("receiver runtime");
+        let listener = runtime
+            .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
+            .expect("bind the receiver");
+        let addr = listener.local_addr().expect("receiver address");
+        let received = Arc::new(Mutex::new(Vec::new()));
+        let store = received.clone();
+        let route = warp::post()
+            .and(warp::path::full())
+            .and(warp::header::optional::<String>("content-type"))
+            .and(warp::body::bytes())
+            .map(
+                move |path: warp::path::FullPath, content_type: Option<String>, body: Bytes| {
+                    store.lock().expect("receiver store").push(Received {
+                        path: path.as_str().to_owned(),
+                        content_type,
+                        body,
+                    });
+                    warp::reply::with_header("{}", "content-type", "application/json")
+                },
+            );
+        runtime.spawn(warp::serve(route).incoming(listener).run());
+        Receiver {
+            addr,
+            received,
+            _runtime: runtime,
+        }
+    }
+
+    fn received(&self) -> Vec<Received> {
+        self.received.lock().expect("receiver store").clone()
+    }
+}
+
+/// One exported span, flattened out of an OTLP/JSON `ExportTraceServiceRequest`.
+#[derive(Debug)]
+struct ExportedSpan {
+    service_name: Option<String>,
+    name: String,
+    trace_id: String,
+    span_id: String,
+    parent_span_id: String,
+    attributes: HashMap<String, Value>,
+}
+
+fn attributes(list: &Value) -> HashMap<String, Value> {
+    list.as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|kv| Some((kv["key"].as_str()?.to_owned(), kv["value"].clone())))
+        .collect()
+}
+
+fn exported_spans(received: &[Received]) -> Vec<ExportedSpan> {
+    let mut spans = Vec::new();
+    for request in received {
+        let body: Value = serde_json::from_slice(&request.body).unwrap_or_else(|e| {
+            panic!(
+                "OTLP body is not JSON ({e}): {}",
+                String::from_utf8_lossy(&request.body)
+            )
+        });
+        for resource_spans in body["resourceSpans"].as_array().into_iter().flatten() {
+            let resource = attributes(&resource_spans["resource"]["attributes"]);
+            let service_name = resource
+                .get("service.name")
+                .and_then(|v| v["stringValue"].as_str())
+                .map(str::to_owned);
+            for scope_spans in resource_spans["scopeSpans"]
+                .as_array()
+                .into_iter()
+                .flatten()
+            {
+                for span in scope_spans["spans"].as_array().into_iter().flatten() {
+                    spans.push(ExportedSpan {
+                        service_name: service_name.clone(),
+                        name: span["name"].as_str().unwrap_or_default().to_owned(),
+                        trace_id: span["traceId"].as_str().unwrap_or_default().to_owned(),
+                        span_id: span["spanId"].as_str().unwrap_or_default().to_owned(),
+                        parent_span_id: span["parentSpanId"]
+                            .as_str()
+                            .unwrap_or_default()
+                            .to_owned(),
+                        attributes: attributes(&span["attributes"]),
+                    });
+                }
+            }
+        }
+    }
+    spans
+}
+
+fn exported<'a>(spans: &'a [ExportedSpan], name: &str, proxy: &str) -> &'a ExportedSpan {
+    let found: Vec<&ExportedSpan> = spans
+        .iter()
+        .filter(|span| span.name == name)
+        .filter(|span| {
+            span.attributes
+                .get("proxy")
+                .and_then(|v| v["stringValue"].as_str())
+                == Some(proxy)
+        })
+        .collect();
+    assert_eq!(
+        found.len(),
+        1,
+        "exactly one exported span {name:?} with proxy={proxy:?} expected in {spans:#?}"
+    );
+    found[0]
+}
+
+#[test]
+fn exports_spans_over_otlp_http_with_the_trace_ids_of_the_logs() {
+    let receiver = Receiver::start();
+    let endpoint = format!("http://{}", receiver.addr);
+    let stdout = run_child(
+        "child_with_endpoint",
+        &[
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint),
+            ("OTEL_EXPORTER_OTLP_PROTOCOL", "http/json"),
+            // Export at shutdown at the latest; the guard's drop must flush.
+            ("OTEL_BSP_SCHEDULE_DELAY", "60000"),
+        ],
+    );
+
+    // The child has exited: whatever it exported has been received.
+    let received = receiver.received();
+    assert!(
+        !received.is_empty(),
+        "the receiver got nothing; child output:\n{stdout}"
+    );
+    for request in &received {
+        assert_eq!(request.path, "/v1/traces");
+        assert_eq!(request.content_type.as_deref(), Some("application/json"));
+    }
+    let spans = exported_spans(&received);
+    let lines = json_lines(&stdout);
+
+    for span in &spans {
+        assert_eq!(
+            span.service_name.as_deref(),
+            Some("proxy-operator"),
+            "{span:?}"
+        );
+    }
+    let mut trace_ids = Vec::new();
+    for proxy in ["default/alpha", "default/beta"] {
+        let reconcile = exported(&spans, "reconcile", proxy);
+        let provider = exported(&spans, "provider", proxy);
+        assert_eq!(
+            provider.trace_id, reconcile.trace_id,
+            "one trace per reconcile"
+        );
+        assert_eq!(
+            provider.parent_span_id, reconcile.span_id,
+            "provider span is a child"
+        );
+        assert_eq!(provider.attributes["op"]["stringValue"], "create");
+
+        for message in ["reconciling", "reconciled"] {
+            let line = log_line(&lines, message, Some(proxy));
+            assert_eq!(hex_id(line, "trace_id", 32), reconcile.trace_id, "{line}");
+            assert_eq!(hex_id(line, "span_id", 16), reconcile.span_id, "{line}");
+        }
+        let line = log_line(&lines, "creating machine", Some(proxy));
+        assert_eq!(hex_id(line, "trace_id", 32), provider.trace_id, "{line}");
+        assert_eq!(hex_id(line, "span_id", 16), provider.span_id, "{line}");
+        trace_ids.push(reconcile.trace_id.clone());
+    }
+    assert_ne!(
+        trace_ids[0], trace_ids[1],
+        "each reconcile is its own trace"
+    );
+
+    let outside = log_line(&lines, "outside any span", None);
+    assert!(outside.get("trace_id").is_none(), "{outside}");
+    assert!(outside.get("span_id").is_none(), "{outside}");
+}
+
+#[test]
+fn without_an_endpoint_nothing_is_exported_but_logs_carry_trace_ids() {
+    // The child asserts that no exporter is built (`is_exporting()` is false).
+    let stdout = run_child("child_without_endpoint", &[]);
+    let lines = json_lines(&stdout);
+
+    let mut trace_ids = Vec::new();
+    for proxy in ["default/alpha", "default/beta"] {
+        let reconciling = log_line(&lines, "reconciling", Some(proxy));
+        let reconciled = log_line(&lines, "reconciled", Some(proxy));
+        let creating = log_line(&lines, "creating machine", Some(proxy));
+        let trace_id = hex_id(reconciling, "trace_id", 32);
+        let span_id = hex_id(reconciling, "span_id", 16);
+        assert_eq!(hex_id(reconciled, "trace_id", 32), trace_id);
+        assert_eq!(hex_id(reconciled, "span_id", 16), span_id);
+        assert_eq!(
+            hex_id(creating, "trace_id", 32),
+            trace_id,
+            "child span, same trace"
+        );
+        assert_ne!(
+            hex_id(creating, "span_id", 16),
+            span_id,
+            "child span, own span ID"
+        );
+        trace_ids.push(trace_id);
+    }
+    assert_ne!(
+        trace_ids[0], trace_ids[1],
+        "each reconcile is its own trace"
+    );
+
+    let outside = log_line(&lines, "outside any span", None);
+    assert!(outside.get("trace_id").is_none(), "{outside}");
+}
+
+#[test]
+fn text_lines_end_with_the_trace_ids() {
+    let stdout = run_child("child_text", &[]);
+    let line = stdout
+        .lines()
+        .find(|line| line.contains("reconciling") && line.contains("proxy=default/alpha"))
+        .unwrap_or_else(|| panic!("no text line for the alpha reconcile in:\n{stdout}"));
+    let (_, ids) = line
+        .rsplit_once(" trace_id=")
+        .unwrap_or_else(|| panic!("no trace_id in {line:?}"));
+    let (trace_id, span_id) = ids
+        .split_once(" span_id=")
+        .unwrap_or_else(|| panic!("no span_id in {line:?}"));
+    assert_eq!(trace_id.len(), 32, "{line:?}");
+    assert_eq!(span_id.len(), 16, "{line:?}");
+    assert!(
+        trace_id
+            .chars()
+            .chain(span_id.chars())
+            .all(|c| c.is_ascii_hexdigit())
+    );
+    assert!(!line.contains('\x1b'), "no colour codes: {line:?}");
+
+    let outside = stdout
+        .lines()
+        .find(|line| line.contains("outside any span"))
+        .unwrap_or_else(|| panic!("no line outside a span in:\n{stdout}"));
+    assert!(!outside.contains("trace_id="), "{outside:?}");
+}
