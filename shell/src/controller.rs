@@ -16,7 +16,9 @@ use futures::StreamExt;
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::{self, Controller};
-use kube::runtime::events::{Event as KubeEvent, EventType as KubeEventType, Recorder, Reporter};
+use kube::runtime::events::{
+    Event as KubeEvent, EventType as KubeEventType, Recorder as EventRecorder, Reporter,
+};
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
 use kube::{Resource, ResourceExt};
@@ -33,6 +35,7 @@ use crate::health::HealthEngine;
 use crate::leadership::Leadership;
 use crate::metrics::Metrics;
 use crate::providers::registry::Registry;
+use crate::recorder::Recorder;
 
 /// The field manager of every write this operator makes.
 pub const FIELD_MANAGER: &str = "proxy-operator";
@@ -51,7 +54,9 @@ pub struct Context {
     pub metrics: Arc<Metrics>,
     /// Only the leader reconciles.
     pub leadership: Arc<Leadership>,
-    recorder: Recorder,
+    /// Every decide call, for replay.
+    pub recorder: Arc<Recorder>,
+    events: EventRecorder,
     // Consecutive transient failures per object, for the exponential backoff.
     failures: Mutex<BTreeMap<String, u32>>,
 }
@@ -88,12 +93,13 @@ impl Context {
         health: Arc<HealthEngine>,
         metrics: Arc<Metrics>,
         leadership: Arc<Leadership>,
+        recorder: Arc<Recorder>,
     ) -> Self {
         let reporter = Reporter {
             controller: FIELD_MANAGER.into(),
             instance: std::env::var("POD_NAME").ok(),
         };
-        let recorder = Recorder::new(client.clone(), reporter);
+        let events = EventRecorder::new(client.clone(), reporter);
         Self {
             client,
             providers,
@@ -102,6 +108,7 @@ impl Context {
             metrics,
             leadership,
             recorder,
+            events,
             failures: Mutex::default(),
         }
     }
@@ -110,7 +117,12 @@ impl Context {
 /// Runs the controller until SIGTERM or SIGINT, then lets running reconciles finish.
 /// `namespace` restricts it to one namespace. The health engine and the discovery API's lease
 /// book are fed from the controller's cache.
-pub async fn run(ctx: Arc<Context>, namespace: Option<String>, discovery: Arc<Discovery>, gc: Option<GcSettings>) {
+pub async fn run(
+    ctx: Arc<Context>,
+    namespace: Option<String>,
+    discovery: Arc<Discovery>,
+    gc: Option<GcSettings>,
+) {
     let (proxies, secrets): (Api<Proxy>, Api<Secret>) = match &namespace {
         Some(ns) => (
             Api::namespaced(ctx.client.clone(), ns),
@@ -124,11 +136,20 @@ pub async fn run(ctx: Arc<Context>, namespace: Option<String>, discovery: Arc<Di
     // The health engine probes what the controller's cache holds and asks for a reconcile
     // when a verdict must be written; it never writes status itself.
     let (health_tx, mut health_rx) = tokio::sync::mpsc::channel(1024);
-    let health = tokio::spawn(ctx.health.clone().run(store.clone(), health_tx, ctx.leadership.clone()));
+    let health = tokio::spawn(ctx.health.clone().run(
+        store.clone(),
+        health_tx,
+        ctx.leadership.clone(),
+    ));
     let health_triggers = futures::stream::poll_fn(move |cx| health_rx.poll_recv(cx));
     let leases = tokio::spawn(discovery.sync(store.clone()));
     let collector = gc.map(|settings| {
-        tokio::spawn(crate::gc::run(settings, ctx.providers.clone(), store.clone(), ctx.leadership.clone()))
+        tokio::spawn(crate::gc::run(
+            settings,
+            ctx.providers.clone(),
+            store.clone(),
+            ctx.leadership.clone(),
+        ))
     });
     // A replica that becomes the leader reconciles everything: followers skip reconciles.
     let elections = futures::stream::unfold(ctx.leadership.subscribe(), |mut elected| async move {
@@ -228,7 +249,10 @@ async fn reconcile_once(
     let proxy = &proxy;
     let status = proxy.status.clone().unwrap_or_default();
     let mut observed = observe(proxy, &status, ctx).await?;
+    let object = key(proxy);
     let first = decide(&proxy.spec, &status, &observed);
+    ctx.recorder
+        .decide(&object, &proxy.spec, &status, &observed, &first);
     let mut decisions = vec![first.clone()];
     let mut executed = Executor {
         proxy,
@@ -245,6 +269,8 @@ async fn reconcile_once(
         }
         observed.outcome = Some(outcome);
         let second = decide(&proxy.spec, first.status(), &observed);
+        ctx.recorder
+            .decide(&object, &proxy.spec, first.status(), &observed, &second);
         executed.metadata(&second).await?;
         decisions.push(second);
     }
@@ -279,7 +305,11 @@ async fn reconcile_once(
 /// Refuses a write once this replica's claim has run out (it may not have noticed yet:
 /// another replica may already lead).
 fn ensure_leader(ctx: &Context) -> Result<(), Error> {
-    if ctx.leadership.is_leader() { Ok(()) } else { Err(Error::NotLeader) }
+    if ctx.leadership.is_leader() {
+        Ok(())
+    } else {
+        Err(Error::NotLeader)
+    }
 }
 
 /// Gathers everything `decide` needs (client and provider required).
@@ -497,7 +527,7 @@ impl Executor<'_> {
                 secondary: None,
             };
             // An event that cannot be recorded must not fail the reconcile that caused it.
-            if let Err(error) = self.ctx.recorder.publish(&published, &reference).await {
+            if let Err(error) = self.ctx.events.publish(&published, &reference).await {
                 tracing::warn!(%error, reason = %event.reason, "could not record an event");
             }
         }

@@ -33,7 +33,12 @@ pub struct GcSettings {
 }
 
 /// Sweeps every `settings.interval` while this replica leads, until the task is dropped.
-pub async fn run(settings: GcSettings, providers: Registry, proxies: Store<Proxy>, leadership: Arc<Leadership>) {
+pub async fn run(
+    settings: GcSettings,
+    providers: Registry,
+    proxies: Store<Proxy>,
+    leadership: Arc<Leadership>,
+) {
     let mut tick = tokio::time::interval(settings.interval);
     tick.tick().await; // the first sweep comes one interval after the start, once the cache is warm
     loop {
@@ -45,7 +50,12 @@ pub async fn run(settings: GcSettings, providers: Registry, proxies: Store<Proxy
 }
 
 /// One sweep of every provider.
-pub async fn sweep(settings: &GcSettings, providers: &Registry, proxies: &Store<Proxy>, leadership: &Leadership) {
+pub async fn sweep(
+    settings: &GcSettings,
+    providers: &Registry,
+    proxies: &Store<Proxy>,
+    leadership: &Leadership,
+) {
     for (name, provider) in providers.iter() {
         let instances = match provider.list_by_tag().await {
             Ok(instances) => instances,
@@ -57,9 +67,18 @@ pub async fn sweep(settings: &GcSettings, providers: &Registry, proxies: &Store<
         let live: BTreeSet<String> = proxies.state().iter().filter_map(|p| p.uid()).collect();
         let listed: Vec<Listed> = instances
             .into_iter()
-            .map(|i| Listed { provider_id: i.provider_id, labels: i.labels, created_at: i.created_at })
+            .map(|i| Listed {
+                provider_id: i.provider_id,
+                labels: i.labels,
+                created_at: i.created_at,
+            })
             .collect();
-        let sweep = Sweep { live, installation: settings.installation.clone(), min_age: settings.min_age, now: jiff::Timestamp::now() };
+        let sweep = Sweep {
+            live,
+            installation: settings.installation.clone(),
+            min_age: settings.min_age,
+            now: jiff::Timestamp::now(),
+        };
         let selection = select(&listed, &sweep);
         for orphan in selection.orphans {
             if settings.dry_run {
@@ -72,8 +91,12 @@ pub async fn sweep(settings: &GcSettings, providers: &Registry, proxies: &Store<
                 return;
             }
             match provider.delete(&orphan.provider_id).await {
-                Ok(()) => tracing::warn!(provider = name, provider_id = %orphan.provider_id, uid = %orphan.uid, "GC: deleted orphan"),
-                Err(error) => tracing::warn!(provider = name, provider_id = %orphan.provider_id, uid = %orphan.uid, message = %error.message, "GC: delete failed"),
+                Ok(()) => {
+                    tracing::warn!(provider = name, provider_id = %orphan.provider_id, uid = %orphan.uid, "GC: deleted orphan")
+                }
+                Err(error) => {
+                    tracing::warn!(provider = name, provider_id = %orphan.provider_id, uid = %orphan.uid, message = %error.message, "GC: delete failed")
+                }
             }
         }
     }

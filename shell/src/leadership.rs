@@ -33,14 +33,24 @@ impl Leadership {
     /// A replica that competes as `candidate`.
     pub fn new(candidate: Candidate) -> Self {
         let (changes, _) = watch::channel(false);
-        Self { candidate, held_until: Mutex::new(None), changes, unopposed: false }
+        Self {
+            candidate,
+            held_until: Mutex::new(None),
+            changes,
+            unopposed: false,
+        }
     }
 
     /// A replica that always leads and never touches a Lease: for a deployment of exactly
     /// one replica, where an election only adds a dependency on the API server.
     pub fn unopposed(candidate: Candidate) -> Self {
         let (changes, _) = watch::channel(true);
-        Self { candidate, held_until: Mutex::new(None), changes, unopposed: true }
+        Self {
+            candidate,
+            held_until: Mutex::new(None),
+            changes,
+            unopposed: true,
+        }
     }
 
     /// This replica's identity.
@@ -50,7 +60,11 @@ impl Leadership {
 
     /// Whether this replica leads now: it wrote a claim that has not run out.
     pub fn is_leader(&self) -> bool {
-        self.unopposed || is_leader_at(*self.held_until.lock().expect("held until"), Timestamp::now())
+        self.unopposed
+            || is_leader_at(
+                *self.held_until.lock().expect("held until"),
+                Timestamp::now(),
+            )
     }
 
     /// A receiver that sees `true` each time this replica becomes the leader, `false` when it
@@ -67,8 +81,10 @@ impl Leadership {
         loop {
             let next = self.round(&api, &name).await;
             let leading = self.is_leader();
-            self.changes.send_if_modified(|was| std::mem::replace(was, leading) != leading);
-            let wait = std::time::Duration::try_from(next.duration_since(Timestamp::now())).unwrap_or_default();
+            self.changes
+                .send_if_modified(|was| std::mem::replace(was, leading) != leading);
+            let wait = std::time::Duration::try_from(next.duration_since(Timestamp::now()))
+                .unwrap_or_default();
             tokio::time::sleep(wait.min(self.candidate.timing().retry_period())).await;
         }
     }
@@ -90,7 +106,9 @@ impl Leadership {
             lease.metadata.name = Some(name.to_owned());
             lease.spec = Some(spec_of(claim));
             let written = match &plan {
-                Plan::Acquire { create: true, .. } => api.create(&PostParams::default(), &lease).await,
+                Plan::Acquire { create: true, .. } => {
+                    api.create(&PostParams::default(), &lease).await
+                }
                 // The resourceVersion read above is the precondition: when another replica
                 // wrote in between, this write conflicts and we follow next round.
                 _ => api.replace(name, &PostParams::default(), &lease).await,
@@ -114,7 +132,11 @@ fn time(t: &MicroTime) -> Option<Timestamp> {
 }
 
 fn micro(t: Timestamp) -> MicroTime {
-    MicroTime(t.to_string().parse().expect("a jiff 1 timestamp reads as a jiff 0.2 timestamp"))
+    MicroTime(
+        t.to_string()
+            .parse()
+            .expect("a jiff 1 timestamp reads as a jiff 0.2 timestamp"),
+    )
 }
 
 /// The claim a Lease records.
@@ -122,7 +144,9 @@ fn claim_of(lease: &Lease) -> Claim {
     let spec = lease.spec.clone().unwrap_or_default();
     Claim {
         holder: spec.holder_identity,
-        duration: spec.lease_duration_seconds.map(|s| std::time::Duration::from_secs(u64::try_from(s.max(0)).unwrap_or(0))),
+        duration: spec
+            .lease_duration_seconds
+            .map(|s| std::time::Duration::from_secs(u64::try_from(s.max(0)).unwrap_or(0))),
         renewed_at: spec.renew_time.as_ref().and_then(time),
         acquired_at: spec.acquire_time.as_ref().and_then(time),
         transitions: spec.lease_transitions.unwrap_or(0),
@@ -133,7 +157,9 @@ fn claim_of(lease: &Lease) -> Claim {
 fn spec_of(claim: &Claim) -> LeaseSpec {
     LeaseSpec {
         holder_identity: claim.holder.clone(),
-        lease_duration_seconds: claim.duration.map(|d| i32::try_from(d.as_secs()).unwrap_or(i32::MAX)),
+        lease_duration_seconds: claim
+            .duration
+            .map(|d| i32::try_from(d.as_secs()).unwrap_or(i32::MAX)),
         renew_time: claim.renewed_at.map(micro),
         acquire_time: claim.acquired_at.map(micro),
         lease_transitions: Some(claim.transitions),
@@ -157,7 +183,10 @@ mod tests {
             acquired_at: Some(now - Duration::from_secs(60)),
             transitions: 3,
         };
-        let lease = Lease { spec: Some(spec_of(&claim)), ..Lease::default() };
+        let lease = Lease {
+            spec: Some(spec_of(&claim)),
+            ..Lease::default()
+        };
         assert_eq!(claim_of(&lease), claim);
     }
 }

@@ -9,4 +9,5 @@ pub mod health;
 pub mod leadership;
 pub mod metrics;
 pub mod providers;
+pub mod recorder;
 pub mod telemetry;

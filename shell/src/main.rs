@@ -1,23 +1,25 @@
 //! `proxy-operator`: the effects shell around the pure core (see `docs/architecture.md`).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 
+use proxy_core::leadership::Candidate;
 use proxy_core::lease::LeaseConfig;
+use proxy_core::record::{Config as RecordConfig, Header, Operator, Recording, timeline};
 use proxy_operator::config::ProvidersConfig;
 use proxy_operator::controller::{self, Context};
 use proxy_operator::discovery::{self, Discovery, Limits};
-use proxy_core::leadership::Candidate;
 use proxy_operator::gc::GcSettings;
 use proxy_operator::health::HealthEngine;
-use proxy_operator::leadership::Leadership;
 use proxy_operator::health::probe::Prober;
+use proxy_operator::leadership::Leadership;
 use proxy_operator::metrics::Metrics;
 use proxy_operator::providers::registry::Registry;
+use proxy_operator::recorder::Recorder;
 
 /// Runs fleets of HTTP forward proxies for web crawlers on Kubernetes.
 #[derive(Debug, Parser)]
@@ -39,6 +41,16 @@ enum Command {
     },
     /// Print the Proxy CustomResourceDefinition as YAML (`... crd | kubectl apply -f -`).
     Crd,
+    /// Replay a recording through this build's core: print the timeline, then exit 0 when
+    /// every decision is the same, 1 at the first divergence (shown), 2 when the file
+    /// cannot be read. See docs/replay.md.
+    Replay {
+        /// The recording (`--record-file`, or `GET /debug/recording` on the metrics port).
+        file: PathBuf,
+        /// Do not print the timeline, only the verdict.
+        #[arg(long)]
+        quiet: bool,
+    },
 }
 
 #[derive(Debug, Args)]
@@ -104,6 +116,16 @@ struct RunArgs {
     /// Seconds between leadership rounds.
     #[arg(long, default_value_t = 2.0)]
     leadership_retry_period_seconds: f64,
+    /// How many decide calls are kept in memory per Proxy, for `GET /debug/recording` on
+    /// the metrics port.
+    #[arg(long, default_value_t = 64)]
+    record_per_object: usize,
+    /// Also append every decide call to this file (JSON Lines, `proxy-operator replay`).
+    #[arg(long, env = "RECORD_FILE")]
+    record_file: Option<PathBuf>,
+    /// Size at which the record file moves to `<file>.1` and a new one starts.
+    #[arg(long, default_value_t = 64 * 1024 * 1024)]
+    record_max_bytes: u64,
     /// Lead without an election: for a deployment of exactly one replica.
     #[arg(long)]
     no_leader_election: bool,
@@ -148,9 +170,56 @@ fn main() -> ExitCode {
                 ExitCode::FAILURE
             }
         },
+        Command::Replay { file, quiet } => replay(&file, quiet),
         Command::Crd => {
             print!("{}", proxy_crd::Proxy::crd_yaml());
             ExitCode::SUCCESS
+        }
+    }
+}
+
+fn replay(file: &Path, quiet: bool) -> ExitCode {
+    let text = match std::fs::read_to_string(file) {
+        Ok(text) => text,
+        Err(error) => {
+            eprintln!("{}: {error}", file.display());
+            return ExitCode::from(2);
+        }
+    };
+    let recording = match Recording::parse(&text) {
+        Ok(recording) => recording,
+        Err(error) => {
+            eprintln!("{}: {error}", file.display());
+            return ExitCode::from(2);
+        }
+    };
+    if !quiet {
+        for line in timeline(&recording) {
+            println!("{line}");
+        }
+    }
+    match recording.replay() {
+        Ok(report) => {
+            for note in &report.notes {
+                println!("note: {note}");
+            }
+            match &report.divergence {
+                None => {
+                    println!(
+                        "replay: {} of {} records replayed, every decision identical",
+                        report.checked, report.records
+                    );
+                    ExitCode::SUCCESS
+                }
+                Some(divergence) => {
+                    println!("replay: DIVERGED\n{divergence}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
+        Err(error) => {
+            eprintln!("{}: {error}", file.display());
+            ExitCode::from(2)
         }
     }
 }
@@ -282,12 +351,40 @@ async fn serve(args: RunArgs, config: ProvidersConfig) -> anyhow::Result<()> {
         .await
         .map_err(|e| anyhow::anyhow!("--metrics-addr {}: {e}", args.metrics_addr))?;
     tracing::info!(addr = %metrics_listener.local_addr()?, "metrics listening");
+    let header = Header::new(
+        Operator {
+            version: env!("CARGO_PKG_VERSION").to_owned(),
+            commit: option_env!("PROXY_OPERATOR_COMMIT")
+                .unwrap_or("unknown")
+                .to_owned(),
+        },
+        RecordConfig::new(timing, config.providers.iter().map(|p| p.name.clone())),
+        jiff::Timestamp::now(),
+    );
+    let file = args
+        .record_file
+        .clone()
+        .map(|path| (path, args.record_max_bytes));
+    let recorder = Arc::new(
+        Recorder::new(header, args.record_per_object, file).map_err(|e| {
+            anyhow::anyhow!(
+                "--record-file {}: {e}",
+                args.record_file
+                    .as_deref()
+                    .unwrap_or(Path::new(""))
+                    .display()
+            )
+        })?,
+    );
     let metrics_server = tokio::spawn(proxy_operator::metrics::serve(
         metrics.clone(),
+        recorder.clone(),
         metrics_listener,
         shutdown_signal(),
     ));
-    let ctx = Arc::new(Context::new(client, providers, timing, health, metrics, leadership));
+    let ctx = Arc::new(Context::new(
+        client, providers, timing, health, metrics, leadership, recorder,
+    ));
     let server = tokio::spawn(discovery::serve(
         discovery.clone(),
         listener,

@@ -54,15 +54,10 @@ impl Recording {
     /// The file: the header and each record on its own line as canonical JSON (object keys
     /// sorted, no whitespace), each line ending in `\n`.
     pub fn to_jsonl(&self) -> String {
-        let mut header = serde_json::to_value(&self.header).expect("a Header serializes");
-        if let Value::Object(map) = &mut header {
-            map.insert("kind".to_owned(), Value::String("header".to_owned()));
-        }
-        let mut out = canonical::compact(&header);
+        let mut out = self.header.to_line();
         out.push('\n');
         for record in &self.records {
-            let value = serde_json::to_value(record).expect("a Record serializes");
-            out.push_str(&canonical::compact(&value));
+            out.push_str(&record.to_line());
             out.push('\n');
         }
         out
@@ -275,3 +270,22 @@ impl fmt::Display for ReplayError {
 }
 
 impl std::error::Error for ReplayError {}
+
+impl Header {
+    /// The header as the first line of a file: canonical JSON, without the newline.
+    pub fn to_line(&self) -> String {
+        let mut header = serde_json::to_value(self).expect("a Header serializes");
+        if let Value::Object(map) = &mut header {
+            map.insert("kind".to_owned(), Value::String("header".to_owned()));
+        }
+        canonical::compact(&header)
+    }
+}
+
+impl Record {
+    /// The record as one line of a file: canonical JSON, without the newline. A recorder that
+    /// appends to a file writes these after [`Header::to_line`], with increasing `seq`.
+    pub fn to_line(&self) -> String {
+        canonical::compact(&serde_json::to_value(self).expect("a Record serializes"))
+    }
+}

@@ -151,7 +151,8 @@ impl Record {
         }
     }
 
-    pub(super) fn set_seq(&mut self, seq: u64) {
+    /// Numbers the record: a recorder gives each record of a file the next number.
+    pub fn set_seq(&mut self, seq: u64) {
         match self {
             Self::Decide(record) => record.seq = seq,
             Self::Health(record) => record.seq = seq,

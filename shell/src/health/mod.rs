@@ -133,7 +133,11 @@ impl HealthEngine {
     }
 
     /// Drops every schedule, verdict and per-proxy series (leadership was lost).
-    fn forget_everything(&self, scheduled: &mut BTreeMap<ProxyKey, Scheduled>, due: &mut BTreeSet<(Instant, ProxyKey)>) {
+    fn forget_everything(
+        &self,
+        scheduled: &mut BTreeMap<ProxyKey, Scheduled>,
+        due: &mut BTreeSet<(Instant, ProxyKey)>,
+    ) {
         for key in scheduled.keys() {
             self.metrics.forget_proxy(&key.namespace, &key.name);
         }

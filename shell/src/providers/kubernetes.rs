@@ -33,7 +33,11 @@ impl KubernetesProvider {
     /// A provider using `client` with these settings, labelling its Pods as made by
     /// `installation`.
     pub fn new(client: kube::Client, settings: KubernetesSettings, installation: String) -> Self {
-        Self { client, settings, installation }
+        Self {
+            client,
+            settings,
+            installation,
+        }
     }
 }
 
@@ -140,7 +144,10 @@ impl Provider for KubernetesProvider {
     async fn create(&self, request: &CreateRequest) -> Result<String, ProviderError> {
         let pods: Api<Pod> = Api::namespaced(self.client.clone(), &request.namespace);
         match pods
-            .create(&PostParams::default(), &pod(request, &self.settings, &self.installation))
+            .create(
+                &PostParams::default(),
+                &pod(request, &self.settings, &self.installation),
+            )
             .await
         {
             // An existing Pod of that name is the one an earlier attempt made.
@@ -174,7 +181,11 @@ impl Provider for KubernetesProvider {
     async fn list_by_tag(&self) -> Result<Vec<Instance>, ProviderError> {
         let pods: Api<Pod> = Api::all(self.client.clone());
         let list = pods
-            .list(&ListParams::default().labels(&format!("{}={}", labels::MANAGED, labels::MANAGED_VALUE)))
+            .list(&ListParams::default().labels(&format!(
+                "{}={}",
+                labels::MANAGED,
+                labels::MANAGED_VALUE
+            )))
             .await
             .map_err(classify)?;
         Ok(list

@@ -35,9 +35,11 @@ impl Registry {
         let mut providers: BTreeMap<String, Arc<dyn Provider>> = BTreeMap::new();
         for entry in &config.providers {
             let provider: Arc<dyn Provider> = match &entry.settings {
-                ProviderSettings::Kubernetes(settings) => {
-                    Arc::new(KubernetesProvider::new(client.clone(), settings.clone(), installation.to_owned()))
-                }
+                ProviderSettings::Kubernetes(settings) => Arc::new(KubernetesProvider::new(
+                    client.clone(),
+                    settings.clone(),
+                    installation.to_owned(),
+                )),
                 other @ (ProviderSettings::Gcp(_) | ProviderSettings::Kvm(_)) => {
                     return Err(Unsupported {
                         name: entry.name.clone(),
@@ -53,7 +55,9 @@ impl Registry {
 
     /// Every provider with its name, in name order.
     pub fn iter(&self) -> impl Iterator<Item = (&str, &Arc<dyn Provider>)> {
-        self.providers.iter().map(|(name, provider)| (name.as_str(), provider))
+        self.providers
+            .iter()
+            .map(|(name, provider)| (name.as_str(), provider))
     }
 
     /// The provider named `name`.

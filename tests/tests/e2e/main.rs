@@ -10,3 +10,4 @@ mod metrics;
 mod operated;
 mod pods;
 mod reconcile;
+mod replay;

@@ -1,0 +1,193 @@
+//! The recorder: every `decide` call with its full input and output, for replaying an
+//! incident through the core (`proxy-operator replay FILE`, `docs/replay.md`).
+//!
+//! Records go to a ring buffer per object (the last [`Recorder::capacity`] calls of each
+//! Proxy), dumped on demand from the metrics port (`GET /debug/recording`, optionally
+//! `?object=namespace/name`), and, with `--record-file`, appended to a file that rotates at
+//! a size limit (one previous file kept as `<file>.1`). Cloud-init content never reaches
+//! either: the core's `DecideRecord::new` replaces it by its SHA-256 when the record is made.
+//!
+//! Recording costs a serialization per decide call; `bench-record` measures it against the
+//! decide call itself (`docs/benchmarks.md`).
+
+use std::collections::{BTreeMap, VecDeque};
+use std::io::Write;
+use std::path::PathBuf;
+use std::sync::Mutex;
+
+use proxy_core::record::{DecideRecord, Header, Record, Recording};
+use proxy_core::{Decision, Observed};
+use proxy_crd::{ProxySpec, ProxyStatus};
+
+/// Where recorded lines go besides the ring buffers.
+#[derive(Debug)]
+struct FileSink {
+    path: PathBuf,
+    max_bytes: u64,
+    file: std::fs::File,
+    written: u64,
+}
+
+impl FileSink {
+    fn open(path: PathBuf, max_bytes: u64, header: &Header) -> std::io::Result<Self> {
+        let mut file = std::fs::File::create(&path)?;
+        let line = format!("{}\n", header.to_line());
+        file.write_all(line.as_bytes())?;
+        Ok(Self {
+            path,
+            max_bytes,
+            file,
+            written: line.len() as u64,
+        })
+    }
+
+    /// Appends a line; past the size limit, the file moves to `<file>.1` and a new one starts
+    /// with the header, so each file replays on its own.
+    fn append(&mut self, line: &str, header: &Header) -> std::io::Result<()> {
+        if self.written + line.len() as u64 + 1 > self.max_bytes {
+            let rotated = self.path.with_extension(format!(
+                "{}.1",
+                self.path
+                    .extension()
+                    .and_then(|e| e.to_str())
+                    .unwrap_or("jsonl")
+            ));
+            std::fs::rename(&self.path, rotated)?;
+            *self = Self::open(self.path.clone(), self.max_bytes, header)?;
+        }
+        self.file.write_all(line.as_bytes())?;
+        self.file.write_all(b"\n")?;
+        self.written += line.len() as u64 + 1;
+        Ok(())
+    }
+}
+
+#[derive(Debug)]
+struct Inner {
+    next_seq: u64,
+    rings: BTreeMap<String, VecDeque<Record>>,
+    file: Option<FileSink>,
+}
+
+/// Records the core's decisions of one operator process.
+#[derive(Debug)]
+pub struct Recorder {
+    header: Header,
+    capacity: usize,
+    inner: Mutex<Inner>,
+}
+
+impl Recorder {
+    /// A recorder keeping the last `capacity` records per object, and appending every
+    /// record to `file` when given (rotating at `max_bytes`).
+    pub fn new(
+        header: Header,
+        capacity: usize,
+        file: Option<(PathBuf, u64)>,
+    ) -> std::io::Result<Self> {
+        let file = file
+            .map(|(path, max_bytes)| FileSink::open(path, max_bytes, &header))
+            .transpose()?;
+        Ok(Self {
+            header,
+            capacity: capacity.max(1),
+            inner: Mutex::new(Inner {
+                next_seq: 1,
+                rings: BTreeMap::new(),
+                file,
+            }),
+        })
+    }
+
+    /// How many records are kept per object.
+    pub fn capacity(&self) -> usize {
+        self.capacity
+    }
+
+    /// Records one `decide` call.
+    pub fn decide(
+        &self,
+        object: &str,
+        spec: &ProxySpec,
+        status: &ProxyStatus,
+        observed: &Observed,
+        decision: &Decision,
+    ) {
+        let record = Record::from(DecideRecord::new(spec, status, observed, decision));
+        let mut inner = self.inner.lock().expect("recorder");
+        let mut record = record;
+        record.set_seq(inner.next_seq);
+        inner.next_seq += 1;
+        if let Some(file) = inner.file.as_mut()
+            && let Err(error) = file.append(&record.to_line(), &self.header)
+        {
+            // A full disk must not stop the operator: keep recording in memory.
+            tracing::error!(%error, "recording to the file failed; the file is closed");
+            inner.file = None;
+        }
+        let ring = inner.rings.entry(object.to_owned()).or_default();
+        if ring.len() == self.capacity {
+            ring.pop_front();
+        }
+        ring.push_back(record);
+    }
+
+    /// Forgets an object that is gone.
+    pub fn forget(&self, object: &str) {
+        self.inner.lock().expect("recorder").rings.remove(object);
+    }
+
+    /// The ring buffers as a recording (all objects, or one), records in the order they
+    /// were made: what `proxy-operator replay` reads.
+    pub fn dump(&self, object: Option<&str>) -> String {
+        let inner = self.inner.lock().expect("recorder");
+        let mut records: Vec<&Record> = inner
+            .rings
+            .iter()
+            .filter(|(key, _)| object.is_none_or(|o| o == key.as_str()))
+            .flat_map(|(_, ring)| ring.iter())
+            .collect();
+        records.sort_by_key(|r| r.seq());
+        let mut recording = Recording::new(self.header.clone());
+        for record in records {
+            recording.push(record.clone());
+        }
+        recording.to_jsonl()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use proxy_core::testing::managed_spec;
+    use proxy_core::{Observed, decide};
+
+    use super::*;
+
+    fn header() -> Header {
+        proxy_core::record::Header::new(
+            proxy_core::record::Operator {
+                version: "test".into(),
+                commit: "test".into(),
+            },
+            proxy_core::record::Config::new(proxy_core::Timing::default(), ["pods".to_owned()]),
+            jiff::Timestamp::UNIX_EPOCH,
+        )
+    }
+
+    #[test]
+    fn rings_are_bounded_per_object_and_dumps_replay() {
+        let recorder = Recorder::new(header(), 2, None).unwrap();
+        let spec = managed_spec();
+        let status = ProxyStatus::default();
+        let observed = Observed::test();
+        for object in ["ns/a", "ns/a", "ns/a", "ns/b"] {
+            let decision = decide(&spec, &status, &observed);
+            recorder.decide(object, &spec, &status, &observed, &decision);
+        }
+        let dump = recorder.dump(None);
+        assert_eq!(dump.lines().count(), 1 + 2 + 1, "{dump}");
+        let report = proxy_core::record::replay(&dump).unwrap();
+        assert!(report.is_identical(), "{:?}", report.divergence);
+        assert_eq!(recorder.dump(Some("ns/b")).lines().count(), 2);
+    }
+}
