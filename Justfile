@@ -50,3 +50,16 @@ ci:
 bench-reconcile:
     tests/bed/provision.sh > /dev/null
     cargo run -q -p proxy-tests --bin bench-reconcile
+
+# Benchmark: health probing with 50% of the proxies hung, probe cost, proxies per core (docs/benchmarks.md).
+bench-health:
+    tests/bed/provision.sh > /dev/null
+    cargo run -q --release -p proxy-tests --bin bench-health
+
+# Benchmark: lease acquire + release over HTTP vs a trivial warp handler; p50/p99 (docs/benchmarks.md).
+bench-discovery:
+    cargo run -q --release -p proxy-tests --bin bench-discovery
+
+# Benchmark: what recording costs a decide call (docs/benchmarks.md).
+bench-record:
+    cargo run -q --release -p proxy-tests --bin bench-record

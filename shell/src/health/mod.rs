@@ -35,8 +35,14 @@ use crate::metrics::Metrics;
 /// many of them hang until their timeout.
 pub const DEFAULT_CONCURRENCY: usize = 512;
 
-/// How often the engine looks for due probes and for proxies added or gone.
+/// How often the engine starts the probes that are due.
 const TICK: Duration = Duration::from_millis(100);
+
+/// How often the engine brings its schedule in line with the cache (proxies added, gone,
+/// readdressed or with a new health check). Rebuilding it costs a few microseconds per
+/// proxy, so doing it on every tick would be most of the engine's CPU on a large fleet
+/// (`docs/benchmarks.md`, health probing); a second of delay for a new proxy costs nothing.
+const REFRESH_EVERY: u32 = 10;
 
 /// The health engine of one operator process.
 #[derive(Debug)]
@@ -106,6 +112,7 @@ impl HealthEngine {
         let jitter = std::collections::hash_map::RandomState::new();
         let mut tick = tokio::time::interval(TICK);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut ticks: u32 = 0;
         loop {
             tokio::select! {
                 _ = tick.tick() => {
@@ -116,7 +123,10 @@ impl HealthEngine {
                         continue;
                     }
                     let now = Instant::now();
-                    self.refresh(&store, &mut scheduled, &mut due, now, &jitter);
+                    if ticks % REFRESH_EVERY == 0 {
+                        self.refresh(&store, &mut scheduled, &mut due, now, &jitter);
+                    }
+                    ticks = ticks.wrapping_add(1);
                     self.launch_due(&mut scheduled, &mut due, now, &finished_tx);
                 }
                 Some(finished) = finished_rx.recv() => {

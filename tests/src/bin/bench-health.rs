@@ -1,0 +1,585 @@
+//! Benchmark (not a test): the health engine against real squid proxies and endpoints that
+//! accept connections and never answer.
+//!
+//! The operator's own `HealthEngine` and `Prober` run in this process, fed from an in-memory
+//! store of External-mode Proxies (no API server: the engine only reads the store). In one
+//! run, side by side, because the machine is shared and only ratios taken together compare:
+//!
+//! - (a) isolation, interval 2 s and timeout 2 s (a hung probe holds its permit for as long
+//!   as the interval): each healthy proxy's observed probe period, from the probe origin's
+//!   request log, divided by the configured one. Three runs: the healthy squids alone; the
+//!   same plus as many hung endpoints (50% of all proxies hang) at the default concurrency;
+//!   and that again at a concurrency of 8, saturated on purpose, to show what starvation
+//!   looks like.
+//! - (b) cost: the healthy squids only, every second: completed probes per CPU-second of the
+//!   prober's threads (the origin and the hung endpoints run on other threads; squid in
+//!   other processes).
+//! - (c) scale: a fleet of `BENCH_FLEET` proxies at a 30 s interval spread over the same
+//!   squids; the prober's share of one core gives the proxies one core can probe at 30 s.
+//!   Then the same fleet at a 1 h interval, so that almost nothing is due: what the schedule
+//!   itself costs, the part of (c) that (b) does not see.
+//!
+//! Run: `just bench-health` (a release build; `cargo run -p proxy-tests --bin bench-health`
+//! builds debug, which the report flags). `BENCH_HEALTHY` (default 50) squids, `BENCH_HUNG`
+//! (default: as many) hung endpoints, `BENCH_FLEET` (default 3000) proxies, `BENCH_WINDOW`
+//! (default 30) seconds measured in each run of (a). About three and a quarter minutes; a
+//! watchdog ends the process after 15, and `tests/bed/reap.sh` stops every squid when it
+//! exits. All traffic stays on loopback addresses.
+
+use std::collections::BTreeMap;
+use std::net::Ipv4Addr;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use kube::runtime::reflector;
+use kube::runtime::watcher;
+use proxy_core::leadership::{self, Candidate};
+use proxy_crd::Proxy;
+use proxy_operator::health::probe::Prober;
+use proxy_operator::health::{DEFAULT_CONCURRENCY, HealthEngine};
+use proxy_operator::leadership::Leadership;
+use proxy_operator::metrics::Metrics;
+use proxy_tests::probe_origin::{ProbeOrigin, Request};
+use proxy_tests::squid::{Squid, next_loopback_addr};
+use serde_json::json;
+use tokio::net::TcpListener;
+use tokio::runtime::Runtime;
+use tokio::sync::mpsc;
+
+/// The port of every proxy, squid or hung; each has a loopback address of its own.
+const PORT: u16 = 3128;
+/// The thread name of the runtime the engine runs on: the threads whose CPU is counted.
+const PROBER_THREADS: &str = "prober";
+/// The thread name of the runtime of the origin and the hung endpoints.
+const BED_THREADS: &str = "bed";
+/// The engine's concurrency in the saturated run of (a).
+const SATURATED_CONCURRENCY: usize = 8;
+/// The whole benchmark's upper bound; it normally takes about three and a quarter minutes.
+const WATCHDOG: Duration = Duration::from_secs(15 * 60);
+
+fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+/// An address that accepts TCP connections and never answers: what a frozen proxy looks like
+/// to the prober. Records when each connection arrives.
+#[derive(Debug)]
+struct Hung {
+    addr: Ipv4Addr,
+    accepted: Arc<Mutex<Vec<Instant>>>,
+}
+
+impl Hung {
+    /// Listens on `addr` on the current runtime.
+    async fn start(addr: Ipv4Addr) -> anyhow::Result<Self> {
+        let listener = TcpListener::bind((addr, PORT)).await?;
+        let accepted = Arc::new(Mutex::new(Vec::new()));
+        let log = accepted.clone();
+        tokio::spawn(async move {
+            while let Ok((mut stream, _)) = listener.accept().await {
+                log.lock().expect("accept log").push(Instant::now());
+                // Read whatever comes (the CONNECT) and never write: the connection stays
+                // open until the prober gives up on it.
+                tokio::spawn(async move {
+                    let _ = tokio::io::copy(&mut stream, &mut tokio::io::sink()).await;
+                });
+            }
+        });
+        Ok(Self { addr, accepted })
+    }
+
+    fn accepted_between(&self, start: Instant, end: Instant) -> Vec<Instant> {
+        let log = self.accepted.lock().expect("accept log");
+        log.iter()
+            .copied()
+            .filter(|t| (start..end).contains(t))
+            .collect()
+    }
+}
+
+/// The real parts: an HTTPS probe origin, real squids in front of it, hung endpoints.
+struct Bed {
+    /// Runs the origin and the hung endpoints; dropping it stops them.
+    _runtime: Runtime,
+    origin: ProbeOrigin,
+    squids: Vec<Squid>,
+    hung: Vec<Hung>,
+    ticks_per_second: f64,
+}
+
+impl Bed {
+    fn start(healthy: usize, hung: usize) -> anyhow::Result<Self> {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .thread_name(BED_THREADS)
+            .enable_all()
+            .build()?;
+        let origin = runtime.block_on(ProbeOrigin::start())?;
+        let hung = runtime.block_on(async {
+            let mut endpoints = Vec::new();
+            for _ in 0..hung {
+                endpoints.push(Hung::start(next_loopback_addr()).await?);
+            }
+            anyhow::Ok(endpoints)
+        })?;
+        // Squids start one at a time (each waits until it listens): four threads at once.
+        let addrs: Vec<Ipv4Addr> = (0..healthy).map(|_| next_loopback_addr()).collect();
+        let squids = std::thread::scope(|scope| {
+            let starting: Vec<_> = addrs
+                .chunks(healthy.div_ceil(4).max(1))
+                .map(|chunk| {
+                    let hosts = &origin.hosts_file;
+                    scope.spawn(move || {
+                        chunk
+                            .iter()
+                            .map(|addr| Squid::start(&format!("bench-{addr}"), *addr, PORT, hosts))
+                            .collect::<anyhow::Result<Vec<_>>>()
+                    })
+                })
+                .collect();
+            starting
+                .into_iter()
+                .map(|t| t.join().expect("squid start thread"))
+                .collect::<anyhow::Result<Vec<Vec<_>>>>()
+        })?
+        .into_iter()
+        .flatten()
+        .collect();
+        let ticks_per_second = std::process::Command::new("getconf")
+            .arg("CLK_TCK")
+            .output()
+            .ok()
+            .and_then(|o| String::from_utf8_lossy(&o.stdout).trim().parse().ok())
+            .unwrap_or(100.0);
+        Ok(Self {
+            _runtime: runtime,
+            origin,
+            squids,
+            hung,
+            ticks_per_second,
+        })
+    }
+
+    /// An External proxy at `host` probed at `interval` with `timeout`, seconds. Its probe
+    /// URL carries `run` and `name`, so the origin's log tells its probes apart.
+    fn proxy(&self, run: &str, name: &str, host: Ipv4Addr, interval: u32, timeout: u32) -> Proxy {
+        serde_json::from_value(json!({
+            "apiVersion": "crawl.example.com/v1alpha1", "kind": "Proxy",
+            "metadata": {"name": name, "namespace": "bench", "uid": format!("uid-{run}-{name}")},
+            "spec": {
+                "mode": "External",
+                "endpoint": {"host": host.to_string(), "port": PORT},
+                "healthCheck": {
+                    "probeURL": self.origin.url(&probe_path(run, name)),
+                    "intervalSeconds": interval, "timeoutSeconds": timeout
+                }
+            }
+        }))
+        .expect("a valid Proxy")
+    }
+
+    /// Runs a fresh engine over `proxies` for `warm_up`, then measures for `window`, then
+    /// stops it (dropping its runtime ends every probe still in flight).
+    fn probe(
+        &self,
+        proxies: Vec<Proxy>,
+        concurrency: usize,
+        warm_up: Duration,
+        window: Duration,
+    ) -> anyhow::Result<Window> {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .thread_name(PROBER_THREADS)
+            // Keep blocking threads (if any) alive: an exited thread's CPU time leaves
+            // /proc/self/task with it.
+            .thread_keep_alive(Duration::from_secs(3600))
+            .enable_all()
+            .build()?;
+        let (store, mut writer) = reflector::store::<Proxy>();
+        for proxy in proxies {
+            writer.apply_watcher_event(&watcher::Event::Apply(proxy));
+        }
+        let prober = Prober::new(Some(self.origin.ca_pem.as_bytes()))?;
+        // The engine records every probe in the operator's metrics, as in production.
+        let metrics = Arc::new(Metrics::default());
+        let engine = Arc::new(HealthEngine::new(prober, concurrency, metrics));
+        // The controller's side of the channel: only drained here.
+        let (reconcile, mut requests) = mpsc::channel(1024);
+        runtime.spawn(async move { while requests.recv().await.is_some() {} });
+        // One process, no election: it always leads.
+        let candidate =
+            Candidate::new("bench-health", leadership::Timing::default()).expect("an identity");
+        runtime.spawn(engine.run(store, reconcile, Arc::new(Leadership::unopposed(candidate))));
+
+        std::thread::sleep(warm_up);
+        let before = self.cpu();
+        let start = Instant::now();
+        std::thread::sleep(window);
+        let end = Instant::now();
+        let after = self.cpu();
+        runtime.shutdown_timeout(Duration::from_secs(2));
+        drop(writer);
+        Ok(Window {
+            start,
+            end,
+            prober_cpu: after.prober - before.prober,
+            bed_cpu: after.bed - before.bed,
+            squid_cpu: after.squids - before.squids,
+        })
+    }
+
+    /// CPU seconds used so far, by part.
+    fn cpu(&self) -> Cpu {
+        let mut by_thread: BTreeMap<String, u64> = BTreeMap::new();
+        for task in std::fs::read_dir("/proc/self/task")
+            .into_iter()
+            .flatten()
+            .flatten()
+        {
+            if let Some((name, ticks)) = std::fs::read_to_string(task.path().join("stat"))
+                .ok()
+                .as_deref()
+                .and_then(cpu_ticks)
+            {
+                *by_thread.entry(name.to_owned()).or_default() += ticks;
+            }
+        }
+        let squids: u64 = self
+            .squids
+            .iter()
+            .filter_map(|s| std::fs::read_to_string(format!("/proc/{}/stat", s.pid())).ok())
+            .filter_map(|stat| cpu_ticks(&stat).map(|(_, ticks)| ticks))
+            .sum();
+        let seconds = |ticks: u64| ticks as f64 / self.ticks_per_second;
+        Cpu {
+            prober: seconds(by_thread.get(PROBER_THREADS).copied().unwrap_or(0)),
+            bed: seconds(by_thread.get(BED_THREADS).copied().unwrap_or(0)),
+            squids: seconds(squids),
+        }
+    }
+
+    /// The origin's requests of `run`, by probe path, in the window.
+    fn arrivals(&self, run: &str, window: &Window) -> BTreeMap<String, Vec<Instant>> {
+        let tag = format!("run={run}&");
+        let mut by_path: BTreeMap<String, Vec<Instant>> = BTreeMap::new();
+        for Request { at, path, .. } in self.origin.requests() {
+            if path.contains(&tag) && (window.start..window.end).contains(&at) {
+                by_path.entry(path).or_default().push(at);
+            }
+        }
+        by_path
+    }
+}
+
+fn probe_path(run: &str, name: &str) -> String {
+    format!("/generate_204?run={run}&p={name}")
+}
+
+/// The thread (or process) name and user + system CPU ticks of a `/proc/.../stat` line.
+fn cpu_ticks(stat: &str) -> Option<(&str, u64)> {
+    // "pid (name) state ppid ...": the name may hold spaces and parentheses, so split at the
+    // last ')'. After it, field 3 (state) comes first; utime and stime are fields 14 and 15.
+    let (open, close) = (stat.find('(')?, stat.rfind(')')?);
+    let fields: Vec<&str> = stat[close + 1..].split_whitespace().collect();
+    let utime: u64 = fields.get(11)?.parse().ok()?;
+    let stime: u64 = fields.get(12)?.parse().ok()?;
+    Some((&stat[open + 1..close], utime + stime))
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Cpu {
+    prober: f64,
+    bed: f64,
+    squids: f64,
+}
+
+/// One measurement window of one engine run.
+#[derive(Debug)]
+struct Window {
+    start: Instant,
+    end: Instant,
+    prober_cpu: f64,
+    bed_cpu: f64,
+    squid_cpu: f64,
+}
+
+impl Window {
+    fn seconds(&self) -> f64 {
+        (self.end - self.start).as_secs_f64()
+    }
+}
+
+/// Observed probe periods of the healthy proxies of one run, as ratios to the configured one.
+#[derive(Debug)]
+struct Periods {
+    /// Fleet mean: the probes that should have arrived over those that did.
+    mean: f64,
+    /// The worst proxy's mean period (first to last probe in the window).
+    worst_proxy: f64,
+    /// The longest gap between two probes of one proxy.
+    longest_gap: f64,
+    /// Proxies with fewer than two probes in the window (no period to measure).
+    starved: usize,
+    /// Proxies measured.
+    proxies: usize,
+}
+
+fn periods(
+    arrivals: &BTreeMap<String, Vec<Instant>>,
+    names: &[String],
+    run: &str,
+    window: &Window,
+    interval: f64,
+) -> Periods {
+    let (mut probes, mut worst_proxy, mut longest_gap, mut starved) = (0, 0.0_f64, 0.0_f64, 0);
+    for name in names {
+        let times = arrivals
+            .get(&probe_path(run, name))
+            .map(Vec::as_slice)
+            .unwrap_or_default();
+        probes += times.len();
+        let [first, .., last] = times else {
+            starved += 1;
+            continue;
+        };
+        let mean = (*last - *first).as_secs_f64() / (times.len() - 1) as f64;
+        worst_proxy = worst_proxy.max(mean);
+        for pair in times.windows(2) {
+            longest_gap = longest_gap.max((pair[1] - pair[0]).as_secs_f64());
+        }
+    }
+    let expected = names.len() as f64 * window.seconds() / interval;
+    Periods {
+        mean: expected / probes.max(1) as f64,
+        worst_proxy: worst_proxy / interval,
+        longest_gap: longest_gap / interval,
+        starved,
+        proxies: names.len(),
+    }
+}
+
+/// One line of the isolation table.
+fn print_periods(label: &str, p: &Periods) {
+    // With every proxy starved there is no period to show but the mean.
+    let measured = |ratio: f64| {
+        if p.starved < p.proxies {
+            format!("{ratio:.3}")
+        } else {
+            "-".to_owned()
+        }
+    };
+    println!(
+        "    {label:<36} {:>6.3} {:>8} {:>9} {:>6}",
+        p.mean,
+        measured(p.worst_proxy),
+        measured(p.longest_gap),
+        p.starved
+    );
+}
+
+fn main() -> anyhow::Result<()> {
+    std::thread::spawn(|| {
+        std::thread::sleep(WATCHDOG);
+        eprintln!("bench-health: still running after {WATCHDOG:?}, giving up");
+        std::process::exit(2);
+    });
+    let healthy: usize = env_or("BENCH_HEALTHY", 50);
+    let hung: usize = env_or("BENCH_HUNG", healthy);
+    let fleet: usize = env_or("BENCH_FLEET", 3000);
+    anyhow::ensure!(healthy > 0, "BENCH_HEALTHY must be at least 1");
+
+    let started = Instant::now();
+    let bed = Bed::start(healthy, hung)?;
+    let build = if cfg!(debug_assertions) {
+        "DEBUG build: use `just bench-health` for figures"
+    } else {
+        "release build"
+    };
+    println!(
+        "bench-health: {healthy} real squids + {hung} hung endpoints ({:.0}% hang), {build}, {} CPUs; bed up in {:.1} s",
+        100.0 * hung as f64 / (healthy + hung) as f64,
+        std::thread::available_parallelism().map_or(0, |n| n.get()),
+        started.elapsed().as_secs_f64()
+    );
+
+    // (a) Isolation. Warm-up: the first probe is jittered over one interval; after it every
+    // proxy is on its grid.
+    let (interval, timeout) = (2, 2);
+    let warm_up = Duration::from_secs(interval as u64 + 1);
+    let window = Duration::from_secs(env_or("BENCH_WINDOW", 30));
+    let healthy_names: Vec<String> = (0..healthy).map(|i| format!("h{i:03}")).collect();
+    let fleet_of = |run: &str, with_hung: bool| {
+        let mut proxies: Vec<Proxy> = healthy_names
+            .iter()
+            .zip(&bed.squids)
+            .map(|(name, squid)| bed.proxy(run, name, squid.addr, interval, timeout))
+            .collect();
+        if with_hung {
+            proxies.extend(
+                bed.hung
+                    .iter()
+                    .enumerate()
+                    .map(|(i, h)| bed.proxy(run, &format!("x{i:03}"), h.addr, interval, timeout)),
+            );
+        }
+        proxies
+    };
+    println!(
+        "(a) isolation: interval {interval} s, timeout {timeout} s, {} s window after {} s warm-up",
+        window.as_secs(),
+        warm_up.as_secs()
+    );
+    println!("    healthy proxies' observed probe period / configured (target <= 1.1):");
+    println!(
+        "    {:<36} {:>6} {:>8} {:>9} {:>6}",
+        "", "mean", "worst", "longest", "starved"
+    );
+    println!("    {:<36} {:>6} {:>8} {:>9}", "", "", "proxy", "gap");
+    println!(
+        "    (mean: probes due / probes arrived, whole window; worst proxy: the slowest proxy's"
+    );
+    println!("    mean period; starved: proxies with fewer than two probes in the window)");
+    let runs = [
+        (
+            "A0",
+            false,
+            DEFAULT_CONCURRENCY,
+            "healthy only, concurrency 512",
+        ),
+        ("A1", true, DEFAULT_CONCURRENCY, "50% hang, concurrency 512"),
+        (
+            "A2",
+            true,
+            SATURATED_CONCURRENCY,
+            "50% hang, concurrency 8 (saturated)",
+        ),
+    ];
+    let mut hung_periods = Vec::new();
+    for (run, with_hung, concurrency, label) in runs {
+        let measured = bed.probe(fleet_of(run, with_hung), concurrency, warm_up, window)?;
+        let arrivals = bed.arrivals(run, &measured);
+        print_periods(
+            label,
+            &periods(&arrivals, &healthy_names, run, &measured, interval as f64),
+        );
+        if with_hung && !bed.hung.is_empty() {
+            let attempts: usize = bed
+                .hung
+                .iter()
+                .map(|h| h.accepted_between(measured.start, measured.end).len())
+                .sum();
+            let period = bed.hung.len() as f64 * measured.seconds() / attempts.max(1) as f64;
+            hung_periods.push(format!("{run} {period:.2} s"));
+        }
+    }
+    if !hung_periods.is_empty() {
+        println!(
+            "    hung proxies: one probe every {} (a slot is skipped while the previous probe still waits)",
+            hung_periods.join(", ")
+        );
+    }
+
+    // (b) Cost: healthy squids only, as often as the engine allows (1 s).
+    let window_b = Duration::from_secs(20);
+    let proxies: Vec<Proxy> = healthy_names
+        .iter()
+        .zip(&bed.squids)
+        .map(|(name, squid)| bed.proxy("B", name, squid.addr, 1, 5))
+        .collect();
+    let measured = bed.probe(
+        proxies,
+        DEFAULT_CONCURRENCY,
+        Duration::from_secs(2),
+        window_b,
+    )?;
+    let probes: usize = bed.arrivals("B", &measured).values().map(Vec::len).sum();
+    let per_cpu_second = probes as f64 / measured.prober_cpu.max(f64::EPSILON);
+    let micros = |cpu: f64| 1e6 * cpu / probes.max(1) as f64;
+    println!(
+        "(b) cost: {healthy} squids at 1 s for {} s: {probes} probes, prober CPU {:.2} s",
+        window_b.as_secs(),
+        measured.prober_cpu
+    );
+    println!(
+        "    {per_cpu_second:.0} probes per CPU-second ({:.0} us of prober CPU per probe)",
+        micros(measured.prober_cpu)
+    );
+    println!(
+        "    not counted, for context: squid {:.0} us, origin {:.0} us per probe",
+        micros(measured.squid_cpu),
+        micros(measured.bed_cpu)
+    );
+
+    // (c) Scale: a fleet at the default-like 30 s interval, spread over the squids. The
+    // first probes are jittered over one interval, so the probe rate is steady from the
+    // start; a 30 s window holds one probe of every proxy.
+    let (interval_c, window_c) = (30, Duration::from_secs(30));
+    let names: Vec<String> = (0..fleet).map(|i| format!("f{i:05}")).collect();
+    let proxies: Vec<Proxy> = names
+        .iter()
+        .enumerate()
+        .map(|(i, name)| bed.proxy("C", name, bed.squids[i % healthy].addr, interval_c, 5))
+        .collect();
+    let measured = bed.probe(
+        proxies,
+        DEFAULT_CONCURRENCY,
+        Duration::from_secs(5),
+        window_c,
+    )?;
+    let arrivals = bed.arrivals("C", &measured);
+    let scale = periods(&arrivals, &names, "C", &measured, interval_c as f64);
+    let core_share = measured.prober_cpu / measured.seconds();
+    println!(
+        "(c) scale: {fleet} proxies at {interval_c} s over {healthy} squids, {} s window: observed period / configured {:.3}",
+        window_c.as_secs(),
+        scale.mean
+    );
+    println!(
+        "    prober CPU {:.2} s = {:.1}% of one core -> about {:.0} proxies per core at 30 s (linear extrapolation)",
+        measured.prober_cpu,
+        100.0 * core_share,
+        fleet as f64 / core_share.max(f64::EPSILON)
+    );
+    let not_counted = format!(
+        "    not counted: squid {:.1}%, origin {:.1}% of one core",
+        100.0 * measured.squid_cpu / measured.seconds(),
+        100.0 * measured.bed_cpu / measured.seconds()
+    );
+
+    // The part of (c) that is not probing: on every 100 ms tick the engine refreshes its
+    // schedule from the store, for every proxy, whatever the interval. The same fleet at a
+    // 1 h interval has almost no probe due in the window (the first probes are jittered over
+    // the hour); the few that run are charged at (b)'s cost and taken out.
+    let proxies: Vec<Proxy> = names
+        .iter()
+        .enumerate()
+        .map(|(i, name)| bed.proxy("D", name, bed.squids[i % healthy].addr, 3600, 5))
+        .collect();
+    let measured = bed.probe(
+        proxies,
+        DEFAULT_CONCURRENCY,
+        Duration::from_secs(5),
+        window_c,
+    )?;
+    let stray: usize = bed.arrivals("D", &measured).values().map(Vec::len).sum();
+    let upkeep = (measured.prober_cpu - stray as f64 / per_cpu_second).max(0.0);
+    let per_proxy_second = upkeep / (fleet as f64 * measured.seconds());
+    println!(
+        "    of that, schedule upkeep (same fleet at a 1 h interval, {stray} probes ran): {:.1}% of one core = {:.1} us per proxy per second",
+        100.0 * upkeep / measured.seconds(),
+        1e6 * per_proxy_second
+    );
+    println!(
+        "    probe cost alone, from (b): {:.0} proxies per core at 30 s",
+        per_cpu_second * 30.0
+    );
+    println!(
+        "    the upkeep runs in the engine's one loop task, which it alone would fill at about {:.0} proxies",
+        1.0 / per_proxy_second.max(f64::EPSILON)
+    );
+    println!("{not_counted}");
+    println!("done in {:.0} s", started.elapsed().as_secs_f64());
+    Ok(())
+}
