@@ -123,7 +123,7 @@ impl HealthEngine {
                         continue;
                     }
                     let now = Instant::now();
-                    if ticks % REFRESH_EVERY == 0 {
+                    if ticks.is_multiple_of(REFRESH_EVERY) {
                         self.refresh(&store, &mut scheduled, &mut due, now, &jitter);
                     }
                     ticks = ticks.wrapping_add(1);
