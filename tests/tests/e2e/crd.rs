@@ -308,3 +308,67 @@ async fn kubectl_explain_shows_the_descriptions() {
         "{text}"
     );
 }
+
+#[tokio::test]
+async fn the_deploy_manifests_are_accepted_by_the_api_server() {
+    let plane = ControlPlane::shared();
+    let manifest = proxy_tests::bins::repo_root().join("deploy/operator.yaml");
+    // Applied for real, the namespace first (a dry run cannot create the namespace the rest
+    // goes into); without controllers the Deployment only sits in etcd.
+    let created = plane.kubectl(&["create", "namespace", "proxy-operator"]);
+    assert!(
+        created.status.success(),
+        "{}",
+        String::from_utf8_lossy(&created.stderr)
+    );
+    let out = plane.kubectl(&["apply", "-f", manifest.to_str().unwrap()]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "deploy/operator.yaml refused: {}\n{stdout}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for kind in [
+        "clusterrole.rbac.authorization.k8s.io/proxy-operator",
+        "deployment.apps/proxy-operator",
+        "configmap/providers",
+    ] {
+        assert!(stdout.contains(kind), "{kind} missing from:\n{stdout}");
+    }
+}
+
+#[test]
+fn the_deployed_providers_config_is_valid() {
+    let manifest =
+        std::fs::read_to_string(proxy_tests::bins::repo_root().join("deploy/operator.yaml"))
+            .unwrap();
+    let config = manifest
+        .split("providers.yaml: |\n")
+        .nth(1)
+        .unwrap()
+        .split("\n---")
+        .next()
+        .unwrap();
+    let config: String = config
+        .lines()
+        .map(|l| l.strip_prefix("    ").unwrap_or(l))
+        .collect::<Vec<_>>()
+        .join("\n");
+    let out = std::process::Command::new(proxy_tests::operator::binary())
+        .arg("check-config")
+        .arg("/dev/stdin")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .and_then(|mut child| {
+            use std::io::Write;
+            child.stdin.take().unwrap().write_all(config.as_bytes())?;
+            child.wait_with_output()
+        })
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{config}\n{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+}
