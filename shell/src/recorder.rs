@@ -190,4 +190,45 @@ mod tests {
         assert!(report.is_identical(), "{:?}", report.divergence);
         assert_eq!(recorder.dump(Some("ns/b")).lines().count(), 2);
     }
+
+    #[test]
+    fn the_file_rotates_and_each_file_replays_on_its_own() {
+        let dir = std::env::temp_dir().join(format!("recorder-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("decisions.jsonl");
+        let spec = managed_spec();
+        let status = ProxyStatus::default();
+        let observed = Observed::test();
+        let decision = decide(&spec, &status, &observed);
+        let one_record = Record::from(DecideRecord::new(&spec, &status, &observed, &decision))
+            .to_line()
+            .len() as u64;
+        // Room for the header and about three records per file.
+        let max = header().to_line().len() as u64 + 1 + 3 * (one_record + 1) + 10;
+        let recorder = Recorder::new(header(), 8, Some((path.clone(), max))).unwrap();
+        for _ in 0..5 {
+            recorder.decide("ns/a", &spec, &status, &observed, &decision);
+        }
+        let rotated = dir.join("decisions.jsonl.1");
+        for file in [&path, &rotated] {
+            let text = std::fs::read_to_string(file).unwrap();
+            assert!(
+                std::fs::metadata(file).unwrap().len() <= max,
+                "{} is over the limit",
+                file.display()
+            );
+            let report = proxy_core::record::replay(&text).unwrap();
+            assert!(
+                report.is_identical() && report.records >= 1,
+                "{}: {report:?}",
+                file.display()
+            );
+        }
+        let total: usize = [&path, &rotated]
+            .iter()
+            .map(|f| std::fs::read_to_string(f).unwrap().lines().count() - 1)
+            .sum();
+        assert_eq!(total, 5, "every record is in one of the two files");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }

@@ -48,6 +48,8 @@ async fn the_metrics_name_what_happens_and_forget_deleted_proxies() {
         t.contains(&probe_line)
     })
     .await;
+    // Shown with --nocapture: one real scrape, for the docs and the curious.
+    eprintln!("one scrape of {url}:\n{text}");
     for expected in [
         r#"proxy_operator_proxies{phase="Ready"} 1"#,
         r#"proxy_operator_proxies{phase="Failed"} 0"#,
