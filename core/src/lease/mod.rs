@@ -92,11 +92,11 @@ use jiff::Timestamp;
 use cooldown::Cooldowns;
 use index::{EligibleIndex, Rank};
 use ledger::Ledger;
-pub use view::{InvalidSelector, view_of};
 pub use types::{
     AcquireError, AcquireRequest, Cooldown, Labels, Lease, LeaseConfig, Listed, NoMatch, ProxyView,
     ReportResult, Selector, UnknownLease,
 };
+pub use view::{InvalidSelector, view_of};
 
 /// The fleet, the leases on it and the cooldowns: see the [module documentation](self) for
 /// the contract, the rules and the cost of each call.

@@ -10,15 +10,24 @@ use super::types::{Labels, ProxyView, Selector};
 ///
 /// A proxy is `healthy` (leasable) exactly when its phase is `Ready`: provisioned and passing
 /// its probes. Its latency is the last reported probe latency (0 before any probe).
-pub fn view_of(key: String, labels: Labels, spec: &ProxySpec, status: Option<&ProxyStatus>) -> Option<ProxyView> {
+pub fn view_of(
+    key: String,
+    labels: Labels,
+    spec: &ProxySpec,
+    status: Option<&ProxyStatus>,
+) -> Option<ProxyView> {
     let host = spec.effective_host(status)?.to_owned();
-    let port = u16::try_from(spec.effective_port()).ok().filter(|p| *p > 0)?;
+    let port = u16::try_from(spec.effective_port())
+        .ok()
+        .filter(|p| *p > 0)?;
     let status = status.cloned().unwrap_or_default();
     Some(ProxyView {
         key,
         labels,
         healthy: status.phase == Some(Phase::Ready),
-        latency_ms: status.last_probe_latency_ms.map_or(0, |ms| u32::try_from(ms.max(0)).unwrap_or(u32::MAX)),
+        latency_ms: status
+            .last_probe_latency_ms
+            .map_or(0, |ms| u32::try_from(ms.max(0)).unwrap_or(u32::MAX)),
         max_leases: spec.max_leases_or_default(),
         host,
         port,
@@ -57,10 +66,14 @@ impl Selector {
     pub fn checked(terms: Labels) -> Result<Self, InvalidSelector> {
         for (name, value) in &terms {
             if !is_label_name(name) {
-                return Err(InvalidSelector(format!("{name:?} is not a valid label name")));
+                return Err(InvalidSelector(format!(
+                    "{name:?} is not a valid label name"
+                )));
             }
             if !is_label_value(value) {
-                return Err(InvalidSelector(format!("{value:?} (for {name}) is not a valid label value")));
+                return Err(InvalidSelector(format!(
+                    "{value:?} (for {name}) is not a valid label value"
+                )));
             }
         }
         Ok(terms.into_iter().collect())
@@ -79,7 +92,9 @@ fn is_label_name(text: &str) -> bool {
             && p.len() <= 253
             && p.split('.').all(|part| {
                 !part.is_empty()
-                    && part.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+                    && part
+                        .bytes()
+                        .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
                     && !part.starts_with('-')
                     && !part.ends_with('-')
             })
@@ -91,7 +106,9 @@ fn is_label_name(text: &str) -> bool {
 fn is_label_value(text: &str) -> bool {
     let edge = |b: Option<&u8>| b.is_none_or(u8::is_ascii_alphanumeric);
     text.len() <= 63
-        && text.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+        && text
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
         && edge(text.as_bytes().first())
         && edge(text.as_bytes().last())
 }
@@ -138,17 +155,34 @@ mod tests {
         assert!(!view.healthy);
         assert_eq!(view.latency_ms, 0);
         let provisioning = status(Phase::Provisioning, None, None);
-        assert_eq!(view_of("ns/p".into(), Labels::new(), &managed(), Some(&provisioning)), None);
-        assert_eq!(view_of("ns/p".into(), Labels::new(), &managed(), None), None);
+        assert_eq!(
+            view_of(
+                "ns/p".into(),
+                Labels::new(),
+                &managed(),
+                Some(&provisioning)
+            ),
+            None
+        );
+        assert_eq!(
+            view_of("ns/p".into(), Labels::new(), &managed(), None),
+            None
+        );
         let external = ProxySpec {
             mode: Mode::External,
             provider: None,
-            endpoint: Some(Endpoint { host: "proxy.example".into(), port: 8080 }),
+            endpoint: Some(Endpoint {
+                host: "proxy.example".into(),
+                port: 8080,
+            }),
             max_leases: Some(0),
             ..managed()
         };
         let view = view_of("ns/e".into(), Labels::new(), &external, None).unwrap();
-        assert_eq!((view.host.as_str(), view.port, view.max_leases, view.healthy), ("proxy.example", 8080, 0, false));
+        assert_eq!(
+            (view.host.as_str(), view.port, view.max_leases, view.healthy),
+            ("proxy.example", 8080, 0, false)
+        );
     }
 
     #[test]
@@ -157,7 +191,13 @@ mod tests {
         assert_eq!(Selector::parse("geo=eu,tier=a").unwrap(), want);
         assert_eq!(Selector::parse(" geo == eu , tier=a ").unwrap(), want);
         assert_eq!(Selector::parse("").unwrap(), Selector::all());
-        assert_eq!(Selector::parse("crawl.example.com/pool=x").unwrap().terms().count(), 1);
+        assert_eq!(
+            Selector::parse("crawl.example.com/pool=x")
+                .unwrap()
+                .terms()
+                .count(),
+            1
+        );
         for (bad, says) in [
             ("geo", "is not a name=value term"),
             ("geo!=eu", "is not a valid label name"),
