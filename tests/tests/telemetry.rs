@@ -3,9 +3,9 @@
 //!
 //! A process has one global subscriber and `telemetry::init` reads its configuration from the
 //! environment (which edition-2024 code may not change without `unsafe`), so each scenario
-//! runs in a child process: this test binary re-runs itself for one `#[ignore]`d `child_*`
-//! test with the environment under test, and the parent asserts on the child's standard
-//! output (the log lines `init` writes there) and on what the receiver got.
+//! runs `telemetry-child` (`tests/src/bin/telemetry-child.rs`) with the environment under
+//! test, and the test asserts on the child's standard output (the log lines `init` writes
+//! there) and on what the receiver got.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -15,97 +15,13 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use proxy_operator::telemetry::{self, LogFormat};
 use serde_json::Value;
-use tracing::Instrument as _;
 use warp::Filter as _;
-
-/// Set in the child processes; a `child_*` test does nothing without it.
-const CHILD_ENV: &str = "PROXY_OPERATOR_TELEMETRY_CHILD";
-
-// ---------------------------------------------------------------------------------------------
-// The workload every child runs: two reconciles, each with a provider operation, shaped like
-// the operator's (`reconcile` span with a `proxy` field, `provider` span inside it).
-
-fn emit_workload() {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("runtime");
-    runtime.block_on(async {
-        tracing::info!("outside any span");
-        for key in ["default/alpha", "default/beta"] {
-            tokio::spawn(reconcile(key.to_owned()))
-                .await
-                .expect("reconcile task");
-        }
-    });
-}
-
-#[tracing::instrument(skip_all, fields(proxy = %key))]
-async fn reconcile(key: String) {
-    tracing::info!("reconciling");
-    tokio::task::yield_now().await;
-    let span = tracing::info_span!("provider", provider = "fake", op = "create", proxy = %key);
-    async {
-        tokio::task::yield_now().await;
-        tracing::info!("creating machine");
-    }
-    .instrument(span)
-    .await;
-    tracing::info!("reconciled");
-}
-
-fn is_child() -> bool {
-    std::env::var_os(CHILD_ENV).is_some()
-}
-
-#[test]
-#[ignore = "child process of exports_spans_over_otlp_http_with_the_trace_ids_of_the_logs"]
-fn child_with_endpoint() {
-    if !is_child() {
-        return;
-    }
-    let guard = telemetry::init(LogFormat::Json);
-    assert!(
-        guard.is_exporting(),
-        "an OTLP endpoint is set: spans must be exported"
-    );
-    emit_workload();
-    drop(guard); // flushes the batch to the receiver
-}
-
-#[test]
-#[ignore = "child process of without_an_endpoint_nothing_is_exported_but_logs_carry_trace_ids"]
-fn child_without_endpoint() {
-    if !is_child() {
-        return;
-    }
-    let guard = telemetry::init(LogFormat::Json);
-    assert!(
-        !guard.is_exporting(),
-        "no OTLP endpoint: no exporter is built"
-    );
-    emit_workload();
-    drop(guard);
-}
-
-#[test]
-#[ignore = "child process of text_lines_end_with_the_trace_ids"]
-fn child_text() {
-    if !is_child() {
-        return;
-    }
-    let guard = telemetry::init(LogFormat::Text);
-    emit_workload();
-    drop(guard);
-}
 
 // ---------------------------------------------------------------------------------------------
 // Parent side.
 
-/// Runs `child` (one of the `child_*` tests above) in a fresh process with `env` on top of an
+/// Runs `telemetry-child` for the scenario `child` in a fresh process with `env` on top of an
 /// environment cleared of OpenTelemetry variables; returns its standard output.
 fn run_child(child: &str, env: &[(&str, &str)]) -> String {
     let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
@@ -114,11 +30,9 @@ fn run_child(child: &str, env: &[(&str, &str)]) -> String {
     let stdout = std::fs::File::create(&stdout_path).expect("create child stdout file");
     let stderr = std::fs::File::create(&stderr_path).expect("create child stderr file");
 
-    let mut command = Command::new(std::env::current_exe().expect("current test binary"));
+    let mut command = Command::new(env!("CARGO_BIN_EXE_telemetry-child"));
     command
-        .args([child, "--exact", "--ignored", "--nocapture", "--quiet"])
-        .args(["--test-threads", "1"])
-        .env(CHILD_ENV, "1")
+        .arg(child)
         .env("RUST_LOG", "info")
         .stdin(Stdio::null())
         .stdout(stdout)
@@ -328,7 +242,7 @@ fn exports_spans_over_otlp_http_with_the_trace_ids_of_the_logs() {
     let receiver = Receiver::start();
     let endpoint = format!("http://{}", receiver.addr);
     let stdout = run_child(
-        "child_with_endpoint",
+        "with-endpoint",
         &[
             ("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint),
             ("OTEL_EXPORTER_OTLP_PROTOCOL", "http/json"),
@@ -394,7 +308,7 @@ fn exports_spans_over_otlp_http_with_the_trace_ids_of_the_logs() {
 #[test]
 fn without_an_endpoint_nothing_is_exported_but_logs_carry_trace_ids() {
     // The child asserts that no exporter is built (`is_exporting()` is false).
-    let stdout = run_child("child_without_endpoint", &[]);
+    let stdout = run_child("without-endpoint", &[]);
     let lines = json_lines(&stdout);
 
     let mut trace_ids = Vec::new();
@@ -429,7 +343,7 @@ fn without_an_endpoint_nothing_is_exported_but_logs_carry_trace_ids() {
 
 #[test]
 fn text_lines_end_with_the_trace_ids() {
-    let stdout = run_child("child_text", &[]);
+    let stdout = run_child("text", &[]);
     let line = stdout
         .lines()
         .find(|line| line.contains("reconciling") && line.contains("proxy=default/alpha"))
