@@ -98,13 +98,17 @@ async fn serve(
     base
 }
 
-/// The trivial handler: same routes and methods, a fixed answer, no state.
+/// The trivial handler: same routes and methods, no state, no logic, and a fixed answer of
+/// the same shape and size as a real lease, so that both servers send the clients the same
+/// bytes to read (client and server share the machine's cores).
 async fn trivial() -> String {
-    let post = warp::path!("v1" / "leases").and(warp::post()).map(|| {
-        warp::reply::with_status(
-            warp::reply::json(&serde_json::json!({"leaseID": "x"})),
-            warp::http::StatusCode::CREATED,
-        )
+    let lease = serde_json::json!({
+        "leaseID": "8b35c149-ce36-4e7f-bf3f-9605e7c7fe26",
+        "proxy": {"namespace": "crawl", "name": "p00042", "host": "10.0.0.42", "port": 3128, "url": "http://10.0.0.42:3128"},
+        "target": "example.com", "expiresAt": "2026-11-30T15:30:41.051563121Z", "ttlSeconds": 60
+    });
+    let post = warp::path!("v1" / "leases").and(warp::post()).map(move || {
+        warp::reply::with_status(warp::reply::json(&lease), warp::http::StatusCode::CREATED)
     });
     let delete = warp::path!("v1" / "leases" / String)
         .and(warp::delete())
