@@ -144,6 +144,12 @@ impl Decision {
         &self.actions
     }
 
+    /// The actions, to change in place: the recorder redacts the cloud-init content of a
+    /// create by type (`record`), and replay maps the spec hash the same way.
+    pub(crate) fn actions_mut(&mut self) -> &mut [Action] {
+        &mut self.actions
+    }
+
     /// The provider call ([`Action::Create`] or [`Action::Delete`]) this decision asks for,
     /// if any. When there is one, the shell must call [`decide`](fn@crate::decide) again with
     /// its outcome.

@@ -62,7 +62,9 @@ fn sample() -> Recording {
         },
         &HealthCheck::default(),
     );
-    recording.push(Record::from(record));
+    recording.push(Record::from(
+        record.expect("the book keeps the state it recorded"),
+    ));
     recording
 }
 
@@ -108,7 +110,7 @@ fn tweak(decision: Decision, change: impl FnOnce(&mut Value)) -> Decision {
 #[test]
 fn the_schema_round_trips_to_the_same_records_and_bytes() {
     let recording = sample();
-    let text = recording.to_jsonl();
+    let text = recording.to_jsonl().unwrap();
     assert_eq!(text.lines().count(), 4);
     assert!(text.ends_with("}\n"));
     let header: Value = serde_json::from_str(text.lines().next().unwrap()).unwrap();
@@ -130,21 +132,24 @@ fn the_schema_round_trips_to_the_same_records_and_bytes() {
 
     let parsed = Recording::parse(&text).unwrap();
     assert_eq!(parsed, recording);
-    assert_eq!(parsed.to_jsonl(), text);
+    assert_eq!(parsed.to_jsonl().unwrap(), text);
     // Without the final newline too.
     assert_eq!(Recording::parse(text.trim_end()).unwrap(), recording);
 }
 
 #[test]
 fn the_canonical_form_does_not_depend_on_key_order_or_whitespace() {
-    let text = sample().to_jsonl();
+    let text = sample().to_jsonl().unwrap();
     // Every line rewritten with its keys in reverse order and spaces everywhere.
     let shuffled: String = text
         .lines()
         .map(|line| reversed(&serde_json::from_str(line).unwrap()) + "\n")
         .collect();
     assert_ne!(shuffled, text);
-    assert_eq!(Recording::parse(&shuffled).unwrap().to_jsonl(), text);
+    assert_eq!(
+        Recording::parse(&shuffled).unwrap().to_jsonl().unwrap(),
+        text
+    );
 }
 
 fn reversed(value: &Value) -> String {
@@ -167,7 +172,7 @@ fn reversed(value: &Value) -> String {
 
 #[test]
 fn an_unknown_schema_is_refused_with_a_clear_error() {
-    let text = sample().to_jsonl();
+    let text = sample().to_jsonl().unwrap();
     // Schema 2 may well have fields schema 1 does not know: the schema is what is reported.
     let text = edit_json(&text, 1, |header| {
         header["schema"] = 2.into();
@@ -192,7 +197,7 @@ fn an_unknown_schema_is_refused_with_a_clear_error() {
 
 #[test]
 fn a_malformed_line_is_named_by_its_number() {
-    let text = sample().to_jsonl();
+    let text = sample().to_jsonl().unwrap();
     let cases: Vec<(String, usize, &str)> = vec![
         (String::new(), 1, "line 1 is empty"),
         (
@@ -284,7 +289,7 @@ fn a_malformed_line_is_named_by_its_number() {
 
 #[test]
 fn the_cloud_init_never_reaches_the_file_and_the_file_still_replays() {
-    let text = sample().to_jsonl();
+    let text = sample().to_jsonl().unwrap();
     assert!(!text.contains("packages: [squid]"), "{text}");
     let stand_in = placeholder(CLOUD_INIT);
     let digest: String = Sha256::digest(CLOUD_INIT.as_bytes())
@@ -350,7 +355,7 @@ fn redacted_records_replay_every_hash_situation() {
         let observed = observed.instance(running.clone());
         let mut recording = Recording::new(header());
         let real = call(&mut recording, &spec, &status, &observed);
-        let text = recording.to_jsonl();
+        let text = recording.to_jsonl().unwrap();
         assert!(!text.contains(CLOUD_INIT), "{name}");
         let Record::Decide(record) = &recording.records()[0] else {
             panic!()
@@ -368,7 +373,7 @@ fn redacted_records_replay_every_hash_situation() {
 
 #[test]
 fn a_redacted_recording_still_shows_a_changed_rule() {
-    let text = sample().to_jsonl();
+    let text = sample().to_jsonl().unwrap();
     let report = replay_with(
         &text,
         |spec: &ProxySpec, status: &ProxyStatus, observed: &Observed| {
@@ -442,10 +447,14 @@ fn redaction_is_idempotent_and_leaves_records_without_content_alone() {
     assert_eq!(inline, Some(placeholder(CLOUD_INIT)));
     let mut recording = Recording::new(header());
     recording.push(Record::from(record));
-    assert!(replay(&recording.to_jsonl()).unwrap().is_identical());
+    assert!(
+        replay(&recording.to_jsonl().unwrap())
+            .unwrap()
+            .is_identical()
+    );
 
     // Content that happens to equal another output string (here the provider's name) is
-    // redacted there too, and replay redacts its own output the same way.
+    // redacted where it is cloud-init, and only there: the provider's name is no secret.
     let observed = Observed::test().cloud_init(CloudInitView::Resolved {
         content: testing::PROVIDER.to_owned(),
     });
@@ -457,8 +466,13 @@ fn redaction_is_idempotent_and_leaves_records_without_content_alone() {
     let proxy_core::Action::Create(request) = &record.output.actions()[0] else {
         panic!("{decision:?}")
     };
-    assert_eq!(request.provider, placeholder(testing::PROVIDER));
-    assert!(replay(&recording.to_jsonl()).unwrap().is_identical());
+    assert_eq!(request.provider, testing::PROVIDER);
+    assert_eq!(request.cloud_init, Some(placeholder(testing::PROVIDER)));
+    assert!(
+        replay(&recording.to_jsonl().unwrap())
+            .unwrap()
+            .is_identical()
+    );
 }
 
 #[test]
@@ -476,7 +490,7 @@ fn unredacted_records_replay_too_and_push_redacts_them() {
     };
     record.output = decision.clone();
     record.redaction = None;
-    let header_line = Recording::new(header()).to_jsonl();
+    let header_line = Recording::new(header()).to_jsonl().unwrap();
     let text = format!(
         "{header_line}{}\n",
         serde_json::to_string(&Record::from(record.clone())).unwrap()
@@ -487,7 +501,7 @@ fn unredacted_records_replay_too_and_push_redacts_them() {
 
     let mut recording = Recording::new(header());
     recording.push(Record::from(record));
-    assert!(!recording.to_jsonl().contains("packages: [squid]"));
+    assert!(!recording.to_jsonl().unwrap().contains("packages: [squid]"));
 }
 
 // ---- Health records ------------------------------------------------------------------------
@@ -571,6 +585,7 @@ fn every_reachable_health_state_replays_alone_and_in_sequence() {
                     };
                     let (report, record) =
                         HealthRecord::call(&mut book, &key, &target("10.0.0.7"), probe, &check);
+                    let record = record.expect("the book keeps the state it recorded");
                     last = report.or(last);
                     // Alone: the state before it is rebuilt from scratch.
                     let mut alone = Recording::new(header());
@@ -600,7 +615,7 @@ fn every_reachable_health_state_replays_alone_and_in_sequence() {
 
 #[test]
 fn an_unreachable_health_state_is_an_error_not_a_divergence() {
-    let text = sample().to_jsonl();
+    let text = sample().to_jsonl().unwrap();
     let text = edit_json(&text, 4, |r| {
         r["input"]["state"] = serde_json::json!({
             "target": {"uid": testing::UID, "host": "10.0.0.7"},
@@ -625,7 +640,7 @@ fn an_unreachable_health_state_is_an_error_not_a_divergence() {
 
 #[test]
 fn a_changed_health_output_diverges() {
-    let text = sample().to_jsonl();
+    let text = sample().to_jsonl().unwrap();
     // As if the recording build had not reported the first probe.
     let text = edit_json(&text, 4, |r| r["output"]["report"] = Value::Null);
     let divergence = replay(&text).unwrap().divergence.unwrap();
@@ -637,7 +652,7 @@ fn a_changed_health_output_diverges() {
 
 #[test]
 fn a_configuration_that_differs_from_this_build_is_noted() {
-    let text = edit_json(&sample().to_jsonl(), 1, |h| {
+    let text = edit_json(&sample().to_jsonl().unwrap(), 1, |h| {
         h["config"]["latencyFloorMs"] = 10.into();
     });
     let report = replay(&text).unwrap();

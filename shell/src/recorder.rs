@@ -7,13 +7,17 @@
 //! a size limit (one previous file kept as `<file>.1`). Cloud-init content never reaches
 //! either: the core's `DecideRecord::new` replaces it by its SHA-256 when the record is made.
 //!
+//! Recording never stops the reconcile it records: a record that cannot be serialized is
+//! logged and dropped, a full disk closes the file, and a lock poisoned by a panic elsewhere
+//! is taken over (the rings stay consistent: every change to them is a single push or pop).
+//!
 //! Recording costs a serialization per decide call; `bench-record` measures it against the
 //! decide call itself (`docs/benchmarks.md`).
 
 use std::collections::{BTreeMap, VecDeque};
 use std::io::Write;
 use std::path::PathBuf;
-use std::sync::Mutex;
+use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use proxy_core::record::{DecideRecord, Header, Record, Recording};
 use proxy_core::{Decision, Observed};
@@ -30,8 +34,8 @@ struct FileSink {
 
 impl FileSink {
     fn open(path: PathBuf, max_bytes: u64, header: &Header) -> std::io::Result<Self> {
+        let line = format!("{}\n", header.to_line()?);
         let mut file = std::fs::File::create(&path)?;
-        let line = format!("{}\n", header.to_line());
         file.write_all(line.as_bytes())?;
         Ok(Self {
             path,
@@ -113,13 +117,19 @@ impl Recorder {
         observed: &Observed,
         decision: &Decision,
     ) {
-        let record = Record::from(DecideRecord::new(spec, status, observed, decision));
-        let mut inner = self.inner.lock().expect("recorder");
-        let mut record = record;
+        let mut record = Record::from(DecideRecord::new(spec, status, observed, decision));
+        let mut inner = self.lock();
         record.set_seq(inner.next_seq);
+        let line = match record.to_line() {
+            Ok(line) => line,
+            Err(error) => {
+                tracing::error!(object, %error, "a decide record does not serialize: dropped");
+                return;
+            }
+        };
         inner.next_seq += 1;
         if let Some(file) = inner.file.as_mut()
-            && let Err(error) = file.append(&record.to_line(), &self.header)
+            && let Err(error) = file.append(&line, &self.header)
         {
             // A full disk must not stop the operator: keep recording in memory.
             tracing::error!(%error, "recording to the file failed; the file is closed");
@@ -134,13 +144,19 @@ impl Recorder {
 
     /// Forgets an object that is gone.
     pub fn forget(&self, object: &str) {
-        self.inner.lock().expect("recorder").rings.remove(object);
+        self.lock().rings.remove(object);
+    }
+
+    /// The state, also after a panic while it was held.
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// The ring buffers as a recording (all objects, or one), records in the order they
-    /// were made: what `proxy-operator replay` reads.
+    /// were made: what `proxy-operator replay` reads. Empty (and logged) if it cannot be
+    /// serialized, which no record kept here can fail: each serialized once already.
     pub fn dump(&self, object: Option<&str>) -> String {
-        let inner = self.inner.lock().expect("recorder");
+        let inner = self.lock();
         let mut records: Vec<&Record> = inner
             .rings
             .iter()
@@ -152,7 +168,10 @@ impl Recorder {
         for record in records {
             recording.push(record.clone());
         }
-        recording.to_jsonl()
+        recording.to_jsonl().unwrap_or_else(|error| {
+            tracing::error!(%error, "the recording does not serialize");
+            String::new()
+        })
     }
 }
 
@@ -192,6 +211,28 @@ mod tests {
     }
 
     #[test]
+    fn a_lock_poisoned_by_a_panic_does_not_stop_recording() {
+        let recorder = Recorder::new(header(), 2, None).unwrap();
+        std::thread::scope(|s| {
+            let held = s.spawn(|| {
+                let _guard = recorder.inner.lock();
+                panic!("a panic while the recorder is locked");
+            });
+            assert!(held.join().is_err());
+        });
+        assert!(recorder.inner.is_poisoned());
+        let spec = managed_spec();
+        let status = ProxyStatus::default();
+        let observed = Observed::test();
+        let decision = decide(&spec, &status, &observed);
+        recorder.decide("ns/a", &spec, &status, &observed, &decision);
+        recorder.forget("ns/b");
+        let dump = recorder.dump(None);
+        assert_eq!(dump.lines().count(), 2, "{dump}");
+        assert!(proxy_core::record::replay(&dump).unwrap().is_identical());
+    }
+
+    #[test]
     fn the_file_rotates_and_each_file_replays_on_its_own() {
         let dir = std::env::temp_dir().join(format!("recorder-test-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
@@ -202,9 +243,10 @@ mod tests {
         let decision = decide(&spec, &status, &observed);
         let one_record = Record::from(DecideRecord::new(&spec, &status, &observed, &decision))
             .to_line()
+            .unwrap()
             .len() as u64;
         // Room for the header and about three records per file.
-        let max = header().to_line().len() as u64 + 1 + 3 * (one_record + 1) + 10;
+        let max = header().to_line().unwrap().len() as u64 + 1 + 3 * (one_record + 1) + 10;
         let recorder = Recorder::new(header(), 8, Some((path.clone(), max))).unwrap();
         for _ in 0..5 {
             recorder.decide("ns/a", &spec, &status, &observed, &decision);

@@ -103,34 +103,6 @@ fn escape(key: &str) -> String {
     key.replace('~', "~0").replace('/', "~1")
 }
 
-/// Replaces every occurrence of `from` in every string of `value` (keys excluded) by `to`.
-pub(super) fn replace_in_strings(value: &mut Value, from: &str, to: &str) {
-    match value {
-        Value::String(s) if s.contains(from) => *s = s.replace(from, to),
-        Value::Object(map) => map
-            .values_mut()
-            .for_each(|v| replace_in_strings(v, from, to)),
-        Value::Array(items) => items
-            .iter_mut()
-            .for_each(|v| replace_in_strings(v, from, to)),
-        Value::String(_) | Value::Null | Value::Bool(_) | Value::Number(_) => {}
-    }
-}
-
-/// Replaces every string of `value` (keys excluded) for which `change` returns a value.
-pub(super) fn map_strings(value: &mut Value, change: &mut impl FnMut(&str) -> Option<String>) {
-    match value {
-        Value::String(s) => {
-            if let Some(changed) = change(s) {
-                *s = changed;
-            }
-        }
-        Value::Object(map) => map.values_mut().for_each(|v| map_strings(v, change)),
-        Value::Array(items) => items.iter_mut().for_each(|v| map_strings(v, change)),
-        Value::Null | Value::Bool(_) | Value::Number(_) => {}
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use serde_json::json;

@@ -53,14 +53,18 @@ impl Recording {
 
     /// The file: the header and each record on its own line as canonical JSON (object keys
     /// sorted, no whitespace), each line ending in `\n`.
-    pub fn to_jsonl(&self) -> String {
-        let mut out = self.header.to_line();
+    ///
+    /// # Errors
+    ///
+    /// As [`Header::to_line`] and [`Record::to_line`].
+    pub fn to_jsonl(&self) -> Result<String, serde_json::Error> {
+        let mut out = self.header.to_line()?;
         out.push('\n');
         for record in &self.records {
-            out.push_str(&record.to_line());
+            out.push_str(&record.to_line()?);
             out.push('\n');
         }
-        out
+        Ok(out)
     }
 
     /// Reads a recording.
@@ -273,19 +277,28 @@ impl std::error::Error for ReplayError {}
 
 impl Header {
     /// The header as the first line of a file: canonical JSON, without the newline.
-    pub fn to_line(&self) -> String {
-        let mut header = serde_json::to_value(self).expect("a Header serializes");
+    ///
+    /// # Errors
+    ///
+    /// When serde cannot serialize a value (it can for no header this build makes).
+    pub fn to_line(&self) -> Result<String, serde_json::Error> {
+        let mut header = serde_json::to_value(self)?;
         if let Value::Object(map) = &mut header {
             map.insert("kind".to_owned(), Value::String("header".to_owned()));
         }
-        canonical::compact(&header)
+        Ok(canonical::compact(&header))
     }
 }
 
 impl Record {
     /// The record as one line of a file: canonical JSON, without the newline. A recorder that
     /// appends to a file writes these after [`Header::to_line`], with increasing `seq`.
-    pub fn to_line(&self) -> String {
-        canonical::compact(&serde_json::to_value(self).expect("a Record serializes"))
+    ///
+    /// # Errors
+    ///
+    /// When serde cannot serialize a value of the record. A recorder logs and drops such a
+    /// record: recording never stops the call it records.
+    pub fn to_line(&self) -> Result<String, serde_json::Error> {
+        Ok(canonical::compact(&serde_json::to_value(self)?))
     }
 }

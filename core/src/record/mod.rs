@@ -51,11 +51,20 @@
 //! # Secrets
 //!
 //! The resolved cloud-init content (user data, often with credentials) never reaches a
-//! recording: [`DecideRecord::new`] and [`Recording::push`] replace it, wherever it occurs,
-//! by [`placeholder`]: `sha256:` and the hex SHA-256 of the content. That covers
-//! `observed.cloudInit` when resolved, `spec.cloudInit.inline`, and the output
-//! ([`CreateRequest::cloud_init`](crate::CreateRequest::cloud_init) and any other output
-//! string equal to the content).
+//! recording: [`DecideRecord::new`] and [`Recording::push`] replace it by [`placeholder`]
+//! (`sha256:` and the hex SHA-256 of the content) in the fields that carry it, and only
+//! there: `spec.cloudInit.inline`, `observed.cloudInit` when resolved, and the user data of a
+//! create in the output ([`CreateRequest::cloud_init`](crate::CreateRequest::cloud_init)).
+//! [`decide`](fn@crate::decide) copies the content into a create request and nowhere else:
+//! no message, event or status field quotes it.
+//!
+//! Redaction is by type, never by the value of a string: a string elsewhere in the record
+//! that happens to equal the content (a phase such as `Provisioning`, a reason, `True`, the
+//! provider's name) is not the content, and stays as it is. Replacing strings by equality
+//! over the serialised record, as an earlier version did, turned a Proxy whose inline
+//! cloud-init was `Provisioning` into a record that no longer parsed, and a panic on every
+//! reconcile of it. Nothing on the recording path serialises and parses back, and nothing
+//! there panics: a record that does not serialise is an error the recorder logs, and drops.
 //!
 //! The catch is that [`decide`](fn@crate::decide) hashes the content: the spec hash of the
 //! redacted input (the *stand-in*) is not the real one, so replaying the redacted input as it
@@ -65,9 +74,10 @@
 //! compares it for equality with the annotation, and it writes it with
 //! [`SetSpecHash`](crate::Action::SetSpecHash). Replay of a redacted record replaces the real
 //! hash by the stand-in in the annotation before the call, and the stand-in by the real hash
-//! in the output after it. Every comparison then comes out as it did on the real input.
-//! Last, replay redacts its output as the recorder redacted the real one, without knowing the
-//! content: a string equal to the content is one whose placeholder is in the input. The
+//! in the `SetSpecHash` actions of the output after it. Every comparison then comes out as
+//! it did on the real input. Last, replay redacts its output by type as the recorder redacted
+//! the real one: a create's user data that is one of the input's placeholders came from the
+//! redacted input and stays; any other (a changed rule's) is replaced by its placeholder. The
 //! output is then the real output, redacted. So replay checks every rule of the action table
 //! on redacted records, and a changed rule diverges exactly as it would on the real input.
 //!

@@ -1,18 +1,21 @@
 //! Redaction: keeping cloud-init content out of recordings while keeping them replayable.
 //! The design and its limits are in the [module docs](super#secrets).
+//!
+//! Redaction is by type: the fields that carry cloud-init content are named here, one
+//! function each, and nothing else is touched. A string elsewhere in a record that happens
+//! to equal the content (a phase, a reason, the provider's name) is not the content, and
+//! stays what it is.
 
 use std::collections::BTreeSet;
 
 use data_encoding::HEXLOWER;
-use proxy_crd::ProxySpec;
+use proxy_crd::{ProxySpec, ProxyStatus};
 use sha2::{Digest, Sha256};
 
-use super::canonical;
 use super::schema::{DecideInput, DecideRecord, Redaction};
-use crate::action::Decision;
+use crate::action::{Action, Decision};
 use crate::observed::{CloudInitView, Observed};
 use crate::spec_hash::{HashInput, spec_hash};
-use proxy_crd::ProxyStatus;
 
 /// Prefix of a redacted cloud-init content.
 pub const REDACTED_PREFIX: &str = "sha256:";
@@ -53,11 +56,14 @@ impl DecideRecord {
     }
 
     /// Replaces the cloud-init content, which may carry credentials, by its
-    /// [`placeholder`] everywhere in the record: `observed.cloudInit` when resolved,
-    /// `spec.cloudInit.inline`, and every output string equal to either (the
-    /// [`CreateRequest::cloud_init`](crate::CreateRequest::cloud_init) of a create). When the
-    /// resolved content is replaced, the spec hash of the real input goes into
+    /// [`placeholder`] in the fields that carry it, and only there: `spec.cloudInit.inline`,
+    /// `observed.cloudInit` when resolved, and the user data of each create in the output
+    /// ([`CreateRequest::cloud_init`](crate::CreateRequest::cloud_init)). No other field of a
+    /// record holds cloud-init content: `decide` copies it into a create request and nowhere
+    /// else. When the resolved content is replaced, the spec hash of the real input goes into
     /// [`Redaction::spec_hash`] so that replay can still reproduce the output.
+    ///
+    /// Never fails, whatever the content: nothing is serialised or parsed.
     ///
     /// Idempotent: a record whose [`redaction`](DecideRecord::redaction) is set is left as it
     /// is. A record with no cloud-init content is left as it is too.
@@ -66,33 +72,77 @@ impl DecideRecord {
             return;
         }
         let DecideInput { spec, observed, .. } = &mut self.input;
-        let mut secrets = Vec::new();
-        let mut spec_hash_of_input = None;
-        if let CloudInitView::Resolved { content } = &mut observed.cloud_init {
-            spec_hash_of_input = Some(machine_hash(spec, content));
-            let stand_in = placeholder(content);
-            secrets.push((std::mem::replace(content, stand_in.clone()), stand_in));
-        }
-        if let Some(inline) = spec.cloud_init.as_mut().and_then(|c| c.inline.as_mut()) {
-            let stand_in = placeholder(inline);
-            secrets.push((std::mem::replace(inline, stand_in.clone()), stand_in));
-        }
-        if secrets.is_empty() {
+        let spec_hash = resolved(observed).map(|content| machine_hash(spec, content));
+        let carried: Vec<&mut String> = inline_mut(spec)
+            .into_iter()
+            .chain(resolved_mut(observed))
+            .chain(created_mut(&mut self.output))
+            .collect();
+        if carried.is_empty() {
             return;
         }
-        let mut output = serde_json::to_value(&self.output).expect("a Decision serializes");
-        canonical::map_strings(&mut output, &mut |s: &str| {
-            secrets
-                .iter()
-                .find(|(secret, _)| secret == s)
-                .map(|(_, stand_in)| stand_in.clone())
-        });
-        self.output = serde_json::from_value(output)
-            .expect("replacing strings keeps a serialized Decision deserializable");
-        self.redaction = Some(Redaction {
-            spec_hash: spec_hash_of_input,
-        });
+        for content in carried {
+            *content = placeholder(content);
+        }
+        self.redaction = Some(Redaction { spec_hash });
     }
+}
+
+/// `spec.cloudInit.inline`.
+fn inline(spec: &ProxySpec) -> Option<&str> {
+    spec.cloud_init.as_ref()?.inline.as_deref()
+}
+
+fn inline_mut(spec: &mut ProxySpec) -> Option<&mut String> {
+    spec.cloud_init.as_mut()?.inline.as_mut()
+}
+
+/// The resolved content of `observed.cloudInit`.
+fn resolved(observed: &Observed) -> Option<&str> {
+    match &observed.cloud_init {
+        CloudInitView::Resolved { content } => Some(content),
+        CloudInitView::NotSet | CloudInitView::Unavailable { .. } => None,
+    }
+}
+
+fn resolved_mut(observed: &mut Observed) -> Option<&mut String> {
+    match &mut observed.cloud_init {
+        CloudInitView::Resolved { content } => Some(content),
+        CloudInitView::NotSet | CloudInitView::Unavailable { .. } => None,
+    }
+}
+
+/// The cloud-init content of a decision: the user data of its creates. Every action is
+/// named, so that a new one that carries cloud-init cannot be forgotten here.
+fn created_mut(decision: &mut Decision) -> impl Iterator<Item = &mut String> {
+    decision
+        .actions_mut()
+        .iter_mut()
+        .filter_map(|action| match action {
+            Action::Create(request) => request.cloud_init.as_mut(),
+            Action::AddFinalizer
+            | Action::RemoveFinalizer
+            | Action::SetSpecHash { .. }
+            | Action::Delete { .. }
+            | Action::PatchStatus(_)
+            | Action::Event(_) => None,
+        })
+}
+
+/// The spec hashes a decision writes: `decide` writes the hash it computed nowhere else.
+fn spec_hashes_mut(decision: &mut Decision) -> impl Iterator<Item = &mut String> {
+    decision
+        .actions_mut()
+        .iter_mut()
+        .filter_map(|action| match action {
+            Action::SetSpecHash { hash } => Some(hash),
+            Action::AddFinalizer
+            | Action::RemoveFinalizer
+            | Action::Create(_)
+            | Action::Delete { .. }
+            | Action::PatchStatus(_)
+            | Action::Event(_) => None,
+        })
 }
 
 /// The spec hash `decide` computes for `spec` with the resolved cloud-init `content`.
@@ -111,12 +161,13 @@ pub(super) fn machine_hash(spec: &ProxySpec, content: &str) -> String {
 /// its machine hash is another value (the stand-in). The hash is only ever compared for
 /// equality with the annotation, and written out by [`SetSpecHash`](crate::Action::SetSpecHash):
 /// replacing the real hash by the stand-in in the annotation before the call, and the
-/// stand-in by the real hash in the output after it, gives exactly the comparisons and the
-/// output of the real call.
+/// stand-in by the real hash in the hashes the output writes after it, gives exactly the
+/// comparisons and the output of the real call.
 ///
-/// Then the output is redacted as the recorder redacted the real one, without knowing the
-/// content: a string equal to the content is a string whose placeholder is one of the
-/// input's placeholders. (The content itself flows through as its placeholder already.)
+/// Then the output is redacted as the recorder redacted the real one, by type: the user data
+/// of a create that is one of the input's placeholders came from the redacted input, where
+/// the real call had the content, and is left as it is; any other (a changed rule's) is
+/// replaced by its placeholder, as the recorder would have.
 pub(super) fn decide_redacted<F>(
     input: &DecideInput,
     redaction: &Redaction,
@@ -130,17 +181,8 @@ where
         status,
         observed,
     } = input;
-    let resolved = match &observed.cloud_init {
-        CloudInitView::Resolved { content } => Some(content.as_str()),
-        CloudInitView::NotSet | CloudInitView::Unavailable { .. } => None,
-    };
-    let inline = spec.cloud_init.as_ref().and_then(|c| c.inline.as_deref());
-    let stand_ins: BTreeSet<&str> = [resolved, inline]
-        .into_iter()
-        .flatten()
-        .filter(|content| content.starts_with(REDACTED_PREFIX))
-        .collect();
-    let mapping = match (redaction.spec_hash.as_deref(), resolved) {
+    let stand_ins: BTreeSet<&str> = inline(spec).into_iter().chain(resolved(observed)).collect();
+    let mapping = match (redaction.spec_hash.as_deref(), resolved(observed)) {
         (Some(real), Some(content)) => Some((machine_hash(spec, content), real)),
         (None, _) | (_, None) => None,
     };
@@ -150,16 +192,16 @@ where
     {
         observed.object.spec_hash_annotation = Some(stand_in.clone());
     }
-    let output = decide(spec, status, &observed);
-    let mut value = serde_json::to_value(&output).expect("a Decision serializes");
+    let mut output = decide(spec, status, &observed);
     if let Some((stand_in, real)) = &mapping {
-        // A SHA-256 in hex cannot occur by accident inside another string.
-        canonical::replace_in_strings(&mut value, stand_in, real);
+        for hash in spec_hashes_mut(&mut output).filter(|hash| *hash == stand_in) {
+            *hash = (*real).to_owned();
+        }
     }
-    canonical::map_strings(&mut value, &mut |s: &str| {
-        let stand_in = placeholder(s);
-        stand_ins.contains(stand_in.as_str()).then_some(stand_in)
-    });
-    serde_json::from_value(value)
-        .expect("replacing strings keeps a serialized Decision deserializable")
+    for content in created_mut(&mut output) {
+        if !stand_ins.contains(content.as_str()) {
+            *content = placeholder(content);
+        }
+    }
+    output
 }

@@ -18,7 +18,7 @@ use crate::health::{
     HealthBook, LATENCY_FLOOR_MS, LATENCY_REPORT_INTERVAL, Probe, ProxyKey, Report, ReportReason,
     Thresholds,
 };
-use crate::observed::Observed;
+use crate::observed::{HealthVerdict, Observed};
 
 /// Replays `text`, a recording, through this build's [`decide`](fn@crate::decide) and health
 /// book. See [`Recording::replay_with`].
@@ -71,7 +71,8 @@ impl Recording {
     ///
     /// [`ReplayError::Unreproducible`] when a health record's state before the call is one
     /// the book cannot reach (counting both successes and failures, no verdict, a delivered
-    /// verdict about another host, or a run longer than 2^20 results).
+    /// verdict about another host, or a run longer than 2^20 results), or when an output
+    /// cannot be turned into JSON to compare.
     pub fn replay_with<F>(&self, mut decide: F) -> Result<ReplayReport, ReplayError>
     where
         F: FnMut(&ProxySpec, &ProxyStatus, &Observed) -> Decision,
@@ -81,18 +82,15 @@ impl Recording {
         let mut divergence = None;
         for (index, record) in self.records().iter().enumerate() {
             let line = index + 2;
-            let (recorded, replayed) = match record {
+            let replayed = match record {
                 Record::Decide(record) => replay_decide(record, &mut decide),
-                Record::Health(record) => {
-                    books
-                        .replay(record)
-                        .map_err(|message| ReplayError::Unreproducible {
-                            line,
-                            seq: record.seq,
-                            message,
-                        })?
-                }
+                Record::Health(record) => books.replay(record),
             };
+            let (recorded, replayed) = replayed.map_err(|message| ReplayError::Unreproducible {
+                line,
+                seq: record.seq(),
+                message,
+            })?;
             checked += 1;
             if let Some(path) = canonical::first_difference(&recorded, &replayed) {
                 divergence = Some(Divergence {
@@ -203,7 +201,7 @@ fn notes(header: &Header) -> Vec<String> {
     notes
 }
 
-fn replay_decide<F>(record: &DecideRecord, decide: &mut F) -> (Value, Value)
+fn replay_decide<F>(record: &DecideRecord, decide: &mut F) -> Result<(Value, Value), String>
 where
     F: FnMut(&ProxySpec, &ProxyStatus, &Observed) -> Decision,
 {
@@ -212,11 +210,12 @@ where
         Some(redaction) => redact::decide_redacted(input, redaction, decide),
         None => decide(&input.spec, &input.status, &input.observed),
     };
-    (to_value(&record.output), to_value(&replayed))
+    Ok((to_value(&record.output)?, to_value(&replayed)?))
 }
 
-fn to_value(value: &impl serde::Serialize) -> Value {
-    serde_json::to_value(value).expect("recorded types serialize")
+/// `value` as JSON, the form outputs are compared in.
+fn to_value(value: &impl serde::Serialize) -> Result<Value, String> {
+    serde_json::to_value(value).map_err(|e| format!("the output does not serialize: {e}"))
 }
 
 /// The longest run of consecutive results a health state may be rebuilt with.
@@ -248,7 +247,7 @@ impl Books {
             report: report.as_ref().map(HealthReport::of),
             state,
         };
-        Ok((to_value(&record.output), to_value(&replayed)))
+        Ok((to_value(&record.output)?, to_value(&replayed)?))
     }
 
     /// A book holding exactly `before` for `key`.
@@ -265,23 +264,26 @@ impl Books {
         if current.as_ref() != before {
             let book = match (current, before) {
                 (_, None) => HealthBook::new(),
-                (Some(current), Some(before)) if delivered_since(&current, before) => {
-                    let mut book = self.by_key.remove(key).unwrap_or_default();
-                    let reported = before.reported.clone().expect("checked by delivered_since");
-                    let delivered = book.delivered(&Report {
-                        key: key.clone(),
-                        uid: before.target.uid.clone(),
-                        reason: ReportReason::First,
-                        verdict: reported,
-                    });
-                    let now = book.get(key).map(HealthState::of);
-                    if delivered && now.as_ref() == Some(before) {
-                        book
-                    } else {
-                        rebuild(key, before)?
+                (current, Some(before)) => {
+                    match current.and_then(|current| delivered_since(&current, before)) {
+                        Some(reported) => {
+                            let mut book = self.by_key.remove(key).unwrap_or_default();
+                            let delivered = book.delivered(&Report {
+                                key: key.clone(),
+                                uid: before.target.uid.clone(),
+                                reason: ReportReason::First,
+                                verdict: reported.clone(),
+                            });
+                            let now = book.get(key).map(HealthState::of);
+                            if delivered && now.as_ref() == Some(before) {
+                                book
+                            } else {
+                                rebuild(key, before)?
+                            }
+                        }
+                        None => rebuild(key, before)?,
                     }
                 }
-                (_, Some(before)) => rebuild(key, before)?,
             };
             self.by_key.insert(key.clone(), book);
         }
@@ -289,14 +291,18 @@ impl Books {
     }
 }
 
-/// Whether `before` is `current` after a delivery: the same but for the verdict last
-/// delivered.
-fn delivered_since(current: &HealthState, before: &HealthState) -> bool {
-    before.reported.is_some()
-        && HealthState {
-            reported: before.reported.clone(),
-            ..current.clone()
-        } == *before
+/// The verdict delivered since `current` when `before` is `current` after a delivery: the
+/// same but for the verdict last delivered.
+fn delivered_since<'a>(
+    current: &HealthState,
+    before: &'a HealthState,
+) -> Option<&'a HealthVerdict> {
+    let reported = before.reported.as_ref()?;
+    let after = HealthState {
+        reported: Some(reported.clone()),
+        ..current.clone()
+    };
+    (after == *before).then_some(reported)
 }
 
 /// A book holding `state` for `key`, built through the book's public calls only: seed the

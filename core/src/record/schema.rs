@@ -227,20 +227,22 @@ impl HealthRecord {
     /// Calls [`HealthBook::record`] on `book` with the thresholds of `check`, and returns its
     /// report together with the record of the call. Use it instead of calling
     /// [`HealthBook::record`] directly wherever calls are recorded.
+    ///
+    /// The record is `None` only if the book kept no state for the key it recorded (a bug
+    /// in the book): the call is not recordable then, and recording must not stop it.
     pub fn call(
         book: &mut HealthBook,
         key: &ProxyKey,
         target: &Target,
         probe: Probe,
         check: &HealthCheck,
-    ) -> (Option<Report>, Self) {
+    ) -> (Option<Report>, Option<Self>) {
         let thresholds = HealthThresholds::of(check);
         let before = book.get(key).map(HealthState::of);
         let report = book.record(key, target, probe, thresholds.to_core());
-        let after = book
-            .get(key)
-            .map(HealthState::of)
-            .expect("HealthBook::record keeps a state for the key it recorded");
+        let Some(after) = book.get(key).map(HealthState::of) else {
+            return (report, None);
+        };
         let record = Self {
             seq: 0,
             object: key.to_string(),
@@ -255,7 +257,7 @@ impl HealthRecord {
                 state: after,
             },
         };
-        (report, record)
+        (report, Some(record))
     }
 }
 

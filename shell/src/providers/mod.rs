@@ -70,6 +70,9 @@ pub struct Instance {
 #[async_trait]
 pub trait Provider: Send + Sync + std::fmt::Debug {
     /// Creates the instance (or finds the one with the same name) and returns its ID.
+    ///
+    /// An error's message must never quote `request.cloud_init`: it reaches the status, an
+    /// Event and the recording, which redacts cloud-init only where it is carried as such.
     async fn create(&self, request: &CreateRequest) -> Result<String, ProviderError>;
     /// The state of the instance with this ID.
     async fn get(&self, provider_id: &str) -> Result<InstanceState, ProviderError>;

@@ -4,6 +4,7 @@
 mod crd;
 mod gc;
 mod health;
+mod hostile;
 mod leadership;
 mod leases;
 mod metrics;
