@@ -316,22 +316,14 @@ fn header() -> Header {
 /// placeholder and spec hash of the fixture content.
 fn schema_strings() -> BTreeSet<String> {
     let mut strings = life_strings();
-    let corpus = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/replay");
-    let mut files = 0;
-    for entry in std::fs::read_dir(&corpus).expect("tests/replay exists") {
-        let path = entry.expect("a directory entry").path();
-        if path.extension().is_some_and(|e| e == "jsonl") {
-            files += 1;
-            let text = std::fs::read_to_string(&path).expect("a readable recording");
-            for line in text.lines() {
-                collect(
-                    &serde_json::from_str(line).expect("a JSON line"),
-                    &mut strings,
-                );
-            }
-        }
+    let corpus = corpus_files();
+    assert!(corpus.len() >= 4, "the golden corpus is in tests/replay");
+    for line in corpus.iter().flat_map(|text| text.lines()) {
+        collect(
+            &serde_json::from_str(line).expect("a JSON line"),
+            &mut strings,
+        );
     }
-    assert!(files >= 4, "the golden corpus is in {}", corpus.display());
     for phase in every_phase() {
         collect(&value(&phase), &mut strings);
     }
@@ -351,6 +343,21 @@ fn schema_strings() -> BTreeSet<String> {
     strings.insert(testing::hash());
     strings.insert(String::new());
     strings
+}
+
+/// The text of every `*.jsonl` of the golden corpus.
+#[expect(
+    clippy::disallowed_methods,
+    reason = "a test reads the committed corpus"
+)]
+fn corpus_files() -> Vec<String> {
+    let corpus = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/replay");
+    std::fs::read_dir(&corpus)
+        .expect("tests/replay exists")
+        .map(|entry| entry.expect("a directory entry").path())
+        .filter(|path| path.extension().is_some_and(|e| e == "jsonl"))
+        .map(|path| std::fs::read_to_string(&path).expect("a readable recording"))
+        .collect()
 }
 
 /// Every string and key of the records of both lives with the fixture content, and of an
@@ -580,8 +587,12 @@ fn every_string_the_record_schema_emits_is_harmless_as_cloud_init() {
     );
 }
 
-/// 64 cases by default: each runs four lives, and every string a record holds is checked by
-/// the table test above anyway. `PROPTEST_CASES` raises it.
+/// 64 cases by default: each runs two lives and replays them, and every string a record
+/// holds is checked by the table test above anyway. `PROPTEST_CASES` raises it.
+#[expect(
+    clippy::disallowed_methods,
+    reason = "the test's case count, as proptest reads it"
+)]
 fn config() -> ProptestConfig {
     ProptestConfig {
         cases: std::env::var("PROPTEST_CASES")
