@@ -408,6 +408,34 @@ fn a_redacted_recording_still_shows_a_changed_rule() {
 }
 
 #[test]
+fn a_rule_that_changes_the_user_data_diverges_without_showing_it() {
+    let text = sample().to_jsonl().unwrap();
+    let changed = "#cloud-config\n# written by a changed rule\n";
+    let report = replay_with(
+        &text,
+        |spec: &ProxySpec, status: &ProxyStatus, observed: &Observed| {
+            tweak(decide(spec, status, observed), |v| {
+                for action in v["actions"].as_array_mut().unwrap() {
+                    if let Some(create) = action.get_mut("Create") {
+                        create["cloudInit"] = Value::from(changed);
+                    }
+                }
+            })
+        },
+    )
+    .unwrap();
+    let divergence = report.divergence.unwrap();
+    assert_eq!(
+        (divergence.line, divergence.path.as_str()),
+        (2, "/actions/0/Create/cloudInit")
+    );
+    // Replay redacts its own output by type too: the changed content shows as its placeholder.
+    assert!(divergence.recorded.contains(&placeholder(CLOUD_INIT)));
+    assert!(divergence.replayed.contains(&placeholder(changed)));
+    assert!(!divergence.to_string().contains("changed rule"));
+}
+
+#[test]
 fn redaction_is_idempotent_and_leaves_records_without_content_alone() {
     let spec = managed_spec();
     let observed = Observed::test();
