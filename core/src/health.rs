@@ -20,9 +20,12 @@
 //! A reconcile reads [`HealthBook::reported`] into
 //! [`Observed::health`](crate::Observed::health): the verdict last delivered, never one that
 //! was dropped on the way. On every scheduling pass the shell calls [`HealthBook::prune`]
-//! with the proxies it can probe ([`Target::of`]), and when it becomes the leader it calls
-//! [`HealthBook::seed`] for each proxy with the verdict its status already shows
-//! ([`reported_in_status`]).
+//! with the proxies it can probe ([`Target::of`]). After a start or a leader handover, before
+//! the first [`HealthBook::reported`] of each object (before its reconcile can write), it
+//! calls [`HealthBook::seed_from_status`], which seeds the verdict the status already shows
+//! ([`reported_in_status`]). [`HealthBook::first_probe_in`] says when a proxy new to the
+//! schedule gets its first probe: at once when it has no verdict, spread over one interval
+//! when it has one.
 //!
 //! # Why the rules are what they are
 //!
@@ -375,6 +378,46 @@ impl HealthBook {
         };
         self.proxies.insert(key.clone(), state);
         true
+    }
+
+    /// Seeds `key` from the verdict `status` shows ([`reported_in_status`]) when the book
+    /// does not hold `key` yet, as [`HealthBook::seed`] does; returns whether it seeded.
+    ///
+    /// Call it before the first [`HealthBook::reported`] for an object after a start or a
+    /// leader handover, that is, before its reconcile can write: a reconcile that finds no
+    /// verdict writes `Healthy=Unknown` ("awaiting probe"), and a Ready proxy would leave
+    /// `Ready`, and the lease book, until its next probe.
+    pub fn seed_from_status(&mut self, key: &ProxyKey, uid: &str, status: &ProxyStatus) -> bool {
+        !self.proxies.contains_key(key)
+            && reported_in_status(status).is_some_and(|verdict| self.seed(key, uid, verdict))
+    }
+
+    /// When the first probe of `target` under `key` is due, counted from the moment the
+    /// schedule takes it in. `spread` places the proxy in the interval (the shell hashes the
+    /// key): `spread % 10_000` ten-thousandths of `interval`.
+    ///
+    /// - The book holds a verdict for `target` (seeded from status after a start or a
+    ///   handover, or probed before): the proxy is served on that verdict meanwhile, so its
+    ///   first probe is spread over one interval, and a restart does not fire every probe of
+    ///   the fleet at once.
+    /// - It holds none (a new proxy, a replaced machine): at once. Nothing waits for a
+    ///   spread here, only the proxy, which cannot be leased before its first verdict.
+    pub fn first_probe_in(
+        &self,
+        key: &ProxyKey,
+        target: &Target,
+        interval: Duration,
+        spread: u64,
+    ) -> Duration {
+        let has_verdict = self
+            .proxies
+            .get(key)
+            .is_some_and(|state| state.target == *target && state.verdict.is_some());
+        if !has_verdict {
+            return Duration::ZERO;
+        }
+        let place = u32::try_from(spread % 10_000).unwrap_or(0);
+        interval.saturating_mul(place) / 10_000
     }
 
     /// Drops every state whose key is not in `live` or whose target differs from the live

@@ -551,6 +551,94 @@ fn the_seed_is_the_verdict_the_status_shows() {
     }
 }
 
+/// A Ready status whose `Healthy` condition is `healthy`, probed at `IP`.
+fn status_showing(healthy: &str) -> ProxyStatus {
+    let condition = (TRUE, "Reason", "message", T0);
+    ProxyStatus {
+        last_probe_latency_ms: Some(42),
+        last_health_check_time: Some(T0.to_owned()),
+        ..status_of(
+            Phase::Ready,
+            None,
+            Some(IP),
+            1,
+            [condition, (healthy, "Reason", "message", T0), condition],
+        )
+    }
+}
+
+#[test]
+fn seeding_from_status_fills_only_what_the_book_does_not_hold() {
+    let thresholds = Thresholds::new(3, 1);
+    let shown = HealthVerdict {
+        host: IP.to_owned(),
+        healthy: true,
+        latency_ms: 42,
+        probed_at: at(T0),
+    };
+    // (the book probed the proxy before, the status, seeded?, what a reconcile then reads)
+    let rows = [
+        (false, status_showing(TRUE), true, Some(shown)),
+        (false, status_showing(UNKNOWN), false, None),
+        (false, ProxyStatus::default(), false, None),
+        // A verdict of this process's own probes wins over the status.
+        (
+            true,
+            status_showing(TRUE),
+            false,
+            Some(verdict(false, fail(1))),
+        ),
+    ];
+    for (probed_before, status, seeded, reads) in rows {
+        let mut book = HealthBook::new();
+        if probed_before {
+            let report = book.record(&key(), &target(), fail(1), thresholds).unwrap();
+            assert!(book.delivered(&report));
+        }
+        assert_eq!(
+            book.seed_from_status(&key(), UID, &status),
+            seeded,
+            "{status:?}"
+        );
+        assert_eq!(book.reported(&key(), UID).cloned(), reads, "{status:?}");
+    }
+}
+
+#[test]
+fn only_a_proxy_with_a_verdict_waits_for_its_place_in_the_interval() {
+    let interval = std::time::Duration::from_secs(30);
+    let thresholds = Thresholds::new(3, 1);
+    let mut seeded = HealthBook::new();
+    assert!(seeded.seed_from_status(&key(), UID, &status_showing(TRUE)));
+    let mut probed = HealthBook::new();
+    let report = probed
+        .record(&key(), &target(), ok(0, 40), thresholds)
+        .unwrap();
+    assert!(probed.delivered(&report));
+    let secs = std::time::Duration::from_secs;
+    let millis = std::time::Duration::from_millis;
+    // (book, target, spread, first probe in)
+    let rows = [
+        (HealthBook::new(), target(), 5_000, secs(0)),
+        (HealthBook::new(), target(), 9_999, secs(0)),
+        (seeded.clone(), target(), 0, secs(0)),
+        (seeded.clone(), target(), 5_000, secs(15)),
+        (seeded.clone(), target(), 19_999, millis(29_997)),
+        (seeded.clone(), target(), u64::MAX, millis(4_845)),
+        (probed.clone(), target(), 2_500, millis(7_500)),
+        // A verdict about another machine or object says nothing about this one.
+        (seeded.clone(), target_of(UID, OTHER_IP), 5_000, secs(0)),
+        (seeded, target_of(OTHER_UID, IP), 5_000, secs(0)),
+    ];
+    for (book, target, spread, expected) in rows {
+        assert_eq!(
+            book.first_probe_in(&key(), &target, interval, spread),
+            expected,
+            "{target:?} spread {spread} in {book:?}"
+        );
+    }
+}
+
 #[test]
 fn keys_read_as_namespace_slash_name() {
     assert_eq!(key().to_string(), "crawl/px-1");
