@@ -63,3 +63,8 @@ bench-discovery:
 # Benchmark: what recording costs a decide call (docs/benchmarks.md).
 bench-record:
     cargo run -q --release -p proxy-tests --bin bench-record
+
+# Benchmark: apply -> Ready of 50 new Proxies at the default 30 s health check interval (docs/benchmarks.md).
+bench-ready:
+    tests/bed/provision.sh > /dev/null
+    cargo run -q -p proxy-tests --bin bench-ready

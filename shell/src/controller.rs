@@ -11,6 +11,7 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+use std::time::Instant;
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Secret;
@@ -36,6 +37,7 @@ use crate::leadership::Leadership;
 use crate::metrics::Metrics;
 use crate::providers::registry::Registry;
 use crate::recorder::Recorder;
+use crate::supervise::{self, Loop, Panicked};
 
 /// The field manager of every write this operator makes.
 pub const FIELD_MANAGER: &str = "proxy-operator";
@@ -73,6 +75,9 @@ pub enum Error {
     /// This replica's leadership ran out in the middle of a reconcile.
     #[error("no longer the leader")]
     NotLeader,
+    /// The reconcile panicked (caught at the panic boundary, `supervise`).
+    #[error("reconcile {0}")]
+    Panicked(#[from] Panicked),
 }
 
 impl std::fmt::Debug for Context {
@@ -136,19 +141,39 @@ pub async fn run(
     // The health engine probes what the controller's cache holds and asks for a reconcile
     // when a verdict must be written; it never writes status itself.
     let (health_tx, mut health_rx) = tokio::sync::mpsc::channel(1024);
-    let health = tokio::spawn(ctx.health.clone().run(
-        store.clone(),
-        health_tx,
-        ctx.leadership.clone(),
-    ));
+    // Each loop runs under the panic boundary: a panic restarts it after a backoff.
+    let health = tokio::spawn(supervise::forever(Loop::Health, ctx.metrics.clone(), {
+        let (health, store, leadership) =
+            (ctx.health.clone(), store.clone(), ctx.leadership.clone());
+        move || {
+            health
+                .clone()
+                .run(store.clone(), health_tx.clone(), leadership.clone())
+        }
+    }));
     let health_triggers = futures::stream::poll_fn(move |cx| health_rx.poll_recv(cx));
-    let leases = tokio::spawn(discovery.sync(store.clone()));
+    let leases = tokio::spawn(supervise::forever(
+        Loop::DiscoverySync,
+        ctx.metrics.clone(),
+        {
+            let store = store.clone();
+            move || discovery.clone().sync(store.clone())
+        },
+    ));
     let collector = gc.map(|settings| {
-        tokio::spawn(crate::gc::run(
-            settings,
-            ctx.providers.clone(),
-            store.clone(),
-            ctx.leadership.clone(),
+        let (providers, store, leadership) =
+            (ctx.providers.clone(), store.clone(), ctx.leadership.clone());
+        tokio::spawn(supervise::forever(
+            Loop::Gc,
+            ctx.metrics.clone(),
+            move || {
+                crate::gc::run(
+                    settings.clone(),
+                    providers.clone(),
+                    store.clone(),
+                    leadership.clone(),
+                )
+            },
         ))
     });
     // A replica that becomes the leader reconciles everything: followers skip reconciles.
@@ -207,7 +232,7 @@ fn key(proxy: &Proxy) -> String {
 
 fn error_policy(proxy: Arc<Proxy>, error: &Error, ctx: Arc<Context>) -> controller::Action {
     let attempts = {
-        let mut failures = ctx.failures.lock().expect("failures");
+        let mut failures = supervise::lock(&ctx.failures);
         let n = failures.entry(key(&proxy)).or_insert(0);
         *n += 1;
         *n
@@ -218,11 +243,21 @@ fn error_policy(proxy: Arc<Proxy>, error: &Error, ctx: Arc<Context>) -> controll
     controller::Action::requeue(delay)
 }
 
-/// One reconcile: observe, decide, execute, per the driving contract of `proxy_core::decide`.
+/// One reconcile: observe, decide, execute, per the driving contract of `proxy_core::decide`,
+/// under the panic boundary: a panic is an [`Error::Panicked`], so the object is requeued
+/// with backoff like any failure and every other object goes on being served.
 #[tracing::instrument(skip_all, fields(proxy = %key(&cached)))]
 async fn reconcile(cached: Arc<Proxy>, ctx: Arc<Context>) -> Result<controller::Action, Error> {
-    let started = std::time::Instant::now();
-    let result = reconcile_once(cached, &ctx).await;
+    let started = Instant::now();
+    let object = key(&cached);
+    let result = supervise::guard(
+        Loop::Reconcile,
+        &object,
+        &ctx.metrics,
+        reconcile_once(cached, &ctx),
+    )
+    .await
+    .unwrap_or_else(|panicked| Err(panicked.into()));
     ctx.metrics.reconcile(started.elapsed().as_secs_f64());
     if let Err(Error::Kube(_)) = &result {
         ctx.metrics.reconcile_error("kube_api");
@@ -253,7 +288,6 @@ async fn reconcile_once(
     let first = decide(&proxy.spec, &status, &observed);
     ctx.recorder
         .decide(&object, &proxy.spec, &status, &observed, &first);
-    let mut decisions = vec![first.clone()];
     let mut executed = Executor {
         proxy,
         ctx,
@@ -261,19 +295,22 @@ async fn reconcile_once(
     };
     ensure_leader(ctx)?;
     executed.metadata(&first).await?;
+    let mut second = None;
     if let Some(call) = first.provider_call() {
         ensure_leader(ctx)?;
-        let outcome = executed.provider_call(call).await;
-        if let Outcome::Failed { error, .. } = &outcome {
-            ctx.metrics.reconcile_error(error.class.label());
+        if let Some(outcome) = executed.provider_call(call).await {
+            if let Outcome::Failed { error, .. } = &outcome {
+                ctx.metrics.reconcile_error(error.class.label());
+            }
+            observed.outcome = Some(outcome);
+            let next = decide(&proxy.spec, first.status(), &observed);
+            ctx.recorder
+                .decide(&object, &proxy.spec, first.status(), &observed, &next);
+            executed.metadata(&next).await?;
+            second = Some(next);
         }
-        observed.outcome = Some(outcome);
-        let second = decide(&proxy.spec, first.status(), &observed);
-        ctx.recorder
-            .decide(&object, &proxy.spec, first.status(), &observed, &second);
-        executed.metadata(&second).await?;
-        decisions.push(second);
     }
+    let decisions: Vec<&Decision> = std::iter::once(&first).chain(&second).collect();
     for decision in &decisions {
         if let Some(status) = decision.actions().iter().find_map(|a| match a {
             Action::PatchStatus(status) => Some(status.clone()),
@@ -289,11 +326,12 @@ async fn reconcile_once(
     for decision in &decisions {
         executed.events(decision).await;
     }
-    let last = decisions.last().expect("at least one decision");
-    match last.requeue() {
+    // The last decision says when to look again.
+    let requeue = second.as_ref().unwrap_or(&first).requeue();
+    match requeue {
         Requeue::Backoff => Err(Error::Transient),
         requeue => {
-            ctx.failures.lock().expect("failures").remove(&key(proxy));
+            supervise::lock(&ctx.failures).remove(&key(proxy));
             Ok(match requeue {
                 Requeue::After(delay) => controller::Action::requeue(delay),
                 Requeue::AwaitChange | Requeue::Backoff => controller::Action::await_change(),
@@ -345,11 +383,7 @@ async fn observe(
         provider_configured: provider.is_some(),
         instance,
         outcome: None,
-        health: ctx.health.reported(
-            &proxy.namespace().unwrap_or_default(),
-            &proxy.name_any(),
-            &proxy.uid().unwrap_or_default(),
-        ),
+        health: ctx.health.reported(proxy),
         timing: ctx.timing,
     })
 }
@@ -455,13 +489,15 @@ impl Executor<'_> {
         Ok(())
     }
 
-    async fn provider_call(&self, call: &Action) -> Outcome {
+    /// Executes the provider call `call`, or returns `None` when `call` is not one
+    /// ([`Decision::provider_call`] only returns [`Action::Create`] and [`Action::Delete`]).
+    async fn provider_call(&self, call: &Action) -> Option<Outcome> {
         let provider = |name: &str| {
             self.ctx.providers.get(name).cloned().ok_or_else(|| {
                 proxy_core::ProviderError::permanent(format!("provider {name:?} is not configured"))
             })
         };
-        match call {
+        let outcome = match call {
             Action::Create(request) => match provider(&request.provider) {
                 Ok(p) => p
                     .create(request)
@@ -488,10 +524,9 @@ impl Executor<'_> {
             | Action::RemoveFinalizer
             | Action::SetSpecHash { .. }
             | Action::PatchStatus(_)
-            | Action::Event(_) => {
-                unreachable!("Decision::provider_call only returns Create or Delete")
-            }
-        }
+            | Action::Event(_) => return None,
+        };
+        Some(outcome)
     }
 
     async fn write_status(&self, status: &proxy_crd::ProxyStatus) -> Result<(), Error> {

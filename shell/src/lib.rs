@@ -10,4 +10,5 @@ pub mod leadership;
 pub mod metrics;
 pub mod providers;
 pub mod recorder;
+pub mod supervise;
 pub mod telemetry;

@@ -20,6 +20,7 @@ use proxy_operator::leadership::Leadership;
 use proxy_operator::metrics::Metrics;
 use proxy_operator::providers::registry::Registry;
 use proxy_operator::recorder::Recorder;
+use proxy_operator::supervise::{self, Loop};
 
 /// Runs fleets of HTTP forward proxies for web crawlers on Kubernetes.
 #[derive(Debug, Parser)]
@@ -324,10 +325,14 @@ async fn serve(args: RunArgs, config: ProvidersConfig) -> anyhow::Result<()> {
     tracing::info!(providers = %config.summary(), namespace = ?args.namespace, identity = leadership.identity(), installation, "proxy-operator starting");
     let leases: kube::Api<k8s_openapi::api::coordination::v1::Lease> =
         kube::Api::namespaced(client.clone(), &args.leadership_namespace);
-    let elections = tokio::spawn({
+    // Under the panic boundary, like every loop: a panic restarts the rounds after a backoff.
+    let elections = tokio::spawn(supervise::forever(Loop::Leadership, metrics.clone(), {
         let (leadership, name) = (leadership.clone(), args.leadership_name.clone());
-        async move { leadership.run(leases, name).await }
-    });
+        move || {
+            let (leadership, leases, name) = (leadership.clone(), leases.clone(), name.clone());
+            async move { leadership.run(leases, name).await }
+        }
+    }));
     let lease_config = LeaseConfig {
         rate_limited_cooldown: Duration::from_secs(args.rate_limited_cooldown_seconds),
         blocked_cooldown: Duration::from_secs(args.blocked_cooldown_seconds),

@@ -19,6 +19,7 @@ use prometheus_client::registry::Registry;
 use proxy_crd::{Phase, Proxy};
 
 use crate::discovery::Discovery;
+use crate::supervise::Loop;
 
 /// Labels of provider requests.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -58,6 +59,14 @@ pub struct ErrorLabels {
     pub class: &'static str,
 }
 
+/// Labels of caught panics.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PanicLabels {
+    /// What panicked: `reconcile`, `health`, `gc`, `discovery_sync` or `leadership`
+    /// ([`Loop::label`]).
+    pub r#loop: &'static str,
+}
+
 /// Every metric of one operator process.
 #[derive(Debug)]
 pub struct Metrics {
@@ -67,6 +76,7 @@ pub struct Metrics {
     probe_latency: Family<ProxyLabels, Histogram>,
     reconcile_duration: Histogram,
     reconcile_errors: Family<ErrorLabels, Counter>,
+    panics: Family<PanicLabels, Counter>,
     sources: Arc<Sources>,
 }
 
@@ -118,6 +128,18 @@ impl Default for Metrics {
             "Reconciles that failed or met a provider error, by class",
             reconcile_errors.clone(),
         );
+        let panics = Family::<PanicLabels, Counter>::default();
+        registry.register(
+            "panics",
+            "Panics caught at the panic boundary, by what panicked (a reconcile, or a loop that was restarted)",
+            panics.clone(),
+        );
+        // Every series from the start, so that an alert on an increase sees the first panic.
+        for task in Loop::ALL {
+            drop(panics.get_or_create(&PanicLabels {
+                r#loop: task.label(),
+            }));
+        }
         let sources = Arc::new(Sources::default());
         registry.register_collector(Box::new(ScrapeTime(sources.clone())));
         Self {
@@ -127,6 +149,7 @@ impl Default for Metrics {
             probe_latency,
             reconcile_duration,
             reconcile_errors,
+            panics,
             sources,
         }
     }
@@ -196,6 +219,15 @@ impl Metrics {
     pub fn reconcile_error(&self, class: &'static str) {
         self.reconcile_errors
             .get_or_create(&ErrorLabels { class })
+            .inc();
+    }
+
+    /// Counts a panic caught in `task`.
+    pub fn panic(&self, task: Loop) {
+        self.panics
+            .get_or_create(&PanicLabels {
+                r#loop: task.label(),
+            })
             .inc();
     }
 
@@ -304,6 +336,7 @@ mod tests {
         metrics.probe("crawl", "p2", false, 5.0);
         metrics.reconcile(0.01);
         metrics.reconcile_error("transient");
+        metrics.panic(Loop::Gc);
         let text = metrics.encode();
         for line in [
             r#"proxy_operator_provider_requests_total{provider="pods",op="create",result="ok"} 1"#,
@@ -312,6 +345,8 @@ mod tests {
             r#"proxy_operator_probe_latency_seconds_count{namespace="crawl",proxy="p1"} 1"#,
             "proxy_operator_reconcile_duration_seconds_count 1",
             r#"proxy_operator_reconcile_errors_total{class="transient"} 1"#,
+            r#"proxy_operator_panics_total{loop="gc"} 1"#,
+            r#"proxy_operator_panics_total{loop="reconcile"} 0"#,
         ] {
             assert!(
                 text.lines().any(|l| l == line),

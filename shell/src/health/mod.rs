@@ -6,9 +6,18 @@
 //! delivers its reports by triggering a reconcile of the proxy. The controller stays the only
 //! writer of status: it reads the delivered verdict through [`HealthEngine::reported`].
 //!
+//! Seeding: a process that starts, or becomes the leader, has an empty book. The verdict a
+//! proxy's status shows is seeded into it before anything can write that proxy's status: by
+//! [`HealthEngine::reported`], which every reconcile calls before it decides, and by the
+//! schedule's refresh, whichever comes first. Without it the first reconcile after a restart
+//! or a handover (the new leader reconciles every object at once) would find no verdict and
+//! write `Healthy=Unknown`, and a Ready proxy would leave the lease book until its next probe.
+//!
 //! Scheduling: each proxy is due every `intervalSeconds`, on a fixed grid (a slow probe does
-//! not push the next one later). The first probe after a start is jittered over one interval
-//! so that a restart never fires every probe at once. A probe that cannot get a concurrency
+//! not push the next one later). A proxy with no verdict (a new one, a replaced machine) is
+//! probed as soon as the schedule takes it in; one with a verdict (seeded after a start or a
+//! handover) is served on it meanwhile, and its first probe is jittered over one interval so
+//! that a restart never fires every probe at once (`HealthBook::first_probe_in`). A probe that cannot get a concurrency
 //! permit stays due and runs as soon as one frees up; a hung proxy holds one permit for at
 //! most its timeout, so it never delays anyone else's probes while permits remain.
 
@@ -22,7 +31,7 @@ use std::time::Duration;
 use kube::ResourceExt;
 use kube::runtime::reflector::{ObjectRef, Store};
 use proxy_core::HealthVerdict;
-use proxy_core::health::{HealthBook, Probe, ProxyKey, Target, Thresholds, reported_in_status};
+use proxy_core::health::{HealthBook, Probe, ProxyKey, Target, Thresholds};
 use proxy_crd::Proxy;
 use tokio::sync::{Semaphore, mpsc};
 use tokio::time::Instant;
@@ -30,6 +39,7 @@ use tokio::time::Instant;
 use self::probe::{ProbeResult, ProbeSpec, Prober};
 use crate::leadership::Leadership;
 use crate::metrics::Metrics;
+use crate::supervise::{self, Loop, lock};
 
 /// Probes at once by default: enough for thousands of proxies at a 30 s interval even when
 /// many of them hang until their timeout.
@@ -64,6 +74,25 @@ struct Scheduled {
     in_flight: bool,
 }
 
+/// What a probe task sends back.
+#[derive(Debug)]
+enum Done {
+    /// The probe ran.
+    Probed(Finished),
+    /// The probe panicked (logged and counted at the boundary): the proxy is free for its
+    /// next slot.
+    Panicked(ProxyKey),
+}
+
+impl Done {
+    fn key(&self) -> &ProxyKey {
+        match self {
+            Self::Probed(finished) => &finished.key,
+            Self::Panicked(key) => key,
+        }
+    }
+}
+
 /// A finished probe, back from its task.
 #[derive(Debug)]
 struct Finished {
@@ -85,21 +114,27 @@ impl HealthEngine {
         }
     }
 
-    /// The verdict last delivered to the controller for this proxy, if it is still the same
-    /// object (`uid`).
-    pub fn reported(&self, namespace: &str, name: &str, uid: &str) -> Option<HealthVerdict> {
-        self.book
-            .lock()
-            .expect("health book")
-            .reported(&ProxyKey::new(namespace, name), uid)
-            .cloned()
+    /// The verdict last delivered to the controller for `proxy`, if it is still the same
+    /// object (its UID). When the book does not hold the proxy yet (this process just
+    /// started or just became the leader), it is first seeded from the verdict the proxy's
+    /// status shows: the reconcile that asks is about to decide, and without the seed it
+    /// would write "awaiting probe" over a Ready proxy.
+    pub fn reported(&self, proxy: &Proxy) -> Option<HealthVerdict> {
+        let key = ProxyKey::new(proxy.namespace().unwrap_or_default(), proxy.name_any());
+        let uid = proxy.uid().unwrap_or_default();
+        let mut book = lock(&self.book);
+        if let Some(status) = &proxy.status {
+            book.seed_from_status(&key, &uid, status);
+        }
+        book.reported(&key, &uid).cloned()
     }
 
     /// Probes the proxies of `store` until the task is dropped, and sends the reference of
     /// each proxy whose verdict must be written to `reconcile`.
     ///
     /// Only the leader probes: a follower keeps no state, so when it becomes the leader it
-    /// starts from the verdicts the statuses show.
+    /// starts from the verdicts the statuses show (seeded by the first of
+    /// [`HealthEngine::reported`] and the refresh).
     pub async fn run(
         self: Arc<Self>,
         store: Store<Proxy>,
@@ -108,7 +143,7 @@ impl HealthEngine {
     ) {
         let mut scheduled: BTreeMap<ProxyKey, Scheduled> = BTreeMap::new();
         let mut due: BTreeSet<(Instant, ProxyKey)> = BTreeSet::new();
-        let (finished_tx, mut finished_rx) = mpsc::unbounded_channel::<Finished>();
+        let (finished_tx, mut finished_rx) = mpsc::unbounded_channel::<Done>();
         let jitter = std::collections::hash_map::RandomState::new();
         let mut tick = tokio::time::interval(TICK);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -129,12 +164,12 @@ impl HealthEngine {
                     ticks = ticks.wrapping_add(1);
                     self.launch_due(&mut scheduled, &mut due, now, &finished_tx);
                 }
-                Some(finished) = finished_rx.recv() => {
-                    if let Some(entry) = scheduled.get_mut(&finished.key) {
+                Some(done) = finished_rx.recv() => {
+                    let thresholds = scheduled.get_mut(done.key()).map(|entry| {
                         entry.in_flight = false;
-                    }
-                    let thresholds = scheduled.get(&finished.key).map(|s| s.thresholds);
-                    if let Some(thresholds) = thresholds {
+                        entry.thresholds
+                    });
+                    if let (Done::Probed(finished), Some(thresholds)) = (done, thresholds) {
                         self.deliver(finished, thresholds, &reconcile);
                     }
                 }
@@ -153,7 +188,7 @@ impl HealthEngine {
         }
         scheduled.clear();
         due.clear();
-        *self.book.lock().expect("health book") = HealthBook::new();
+        *lock(&self.book) = HealthBook::new();
     }
 
     /// Brings the schedule in line with the proxies that have a probeable address.
@@ -166,7 +201,7 @@ impl HealthEngine {
         jitter: &std::collections::hash_map::RandomState,
     ) {
         let mut live = BTreeMap::new();
-        let mut book = self.book.lock().expect("health book");
+        let mut book = lock(&self.book);
         for proxy in store.state() {
             let uid = proxy.uid().unwrap_or_default();
             let Some(target) = Target::of(&uid, &proxy.spec, proxy.status.as_ref()) else {
@@ -202,13 +237,14 @@ impl HealthEngine {
                 }
                 _ => {
                     // New here, or a new object or address under this name: seed the verdict
-                    // the status already shows (a restart or a new leader must not flap it),
-                    // and jitter the first probe over one interval.
-                    if let Some(seed) = proxy.status.as_ref().and_then(reported_in_status) {
-                        let _ = book.seed(&key, &uid, seed);
+                    // the status already shows, unless a reconcile did (a restart or a new
+                    // leader must not flap it); then the first probe: at once without a
+                    // verdict, jittered over one interval with one.
+                    if let Some(status) = &proxy.status {
+                        book.seed_from_status(&key, &uid, status);
                     }
-                    let fraction = (jitter.hash_one(&key) % 10_000) as f64 / 10_000.0;
-                    let first = now + interval.mul_f64(fraction);
+                    let first =
+                        now + book.first_probe_in(&key, &target, interval, jitter.hash_one(&key));
                     if let Some(old) = scheduled.insert(
                         key.clone(),
                         Scheduled {
@@ -246,7 +282,7 @@ impl HealthEngine {
         scheduled: &mut BTreeMap<ProxyKey, Scheduled>,
         due: &mut BTreeSet<(Instant, ProxyKey)>,
         now: Instant,
-        finished: &mpsc::UnboundedSender<Finished>,
+        finished: &mpsc::UnboundedSender<Done>,
     ) {
         while let Some((at, key)) = due.first().cloned() {
             if at > now {
@@ -271,21 +307,29 @@ impl HealthEngine {
             entry.in_flight = true;
             entry.due = next_slot(at, entry.interval, now);
             due.insert((entry.due, key.clone()));
-            let (prober, spec, target, finished) = (
+            let (prober, spec, target, finished, metrics) = (
                 self.prober.clone(),
                 entry.spec.clone(),
                 entry.target.clone(),
                 finished.clone(),
+                self.metrics.clone(),
             );
+            // Under the panic boundary: a probe task that died would leave its proxy in
+            // flight, never probed again.
             tokio::spawn(async move {
                 let at = jiff::Timestamp::now();
-                let result = prober.probe(&spec).await;
+                let object = key.to_string();
+                let probed =
+                    supervise::guard(Loop::Health, &object, &metrics, prober.probe(&spec)).await;
                 drop(permit);
-                let _ = finished.send(Finished {
-                    key,
-                    target,
-                    result,
-                    at,
+                let _ = finished.send(match probed {
+                    Ok(result) => Done::Probed(Finished {
+                        key,
+                        target,
+                        result,
+                        at,
+                    }),
+                    Err(_) => Done::Panicked(key),
                 });
             });
         }
@@ -314,7 +358,7 @@ impl HealthEngine {
             result.latency.as_secs_f64(),
         );
         let latency_ms = u32::try_from(result.latency.as_millis()).unwrap_or(u32::MAX);
-        let mut book = self.book.lock().expect("health book");
+        let mut book = lock(&self.book);
         let Some(report) = book.record(
             &key,
             &target,

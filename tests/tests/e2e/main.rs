@@ -9,6 +9,8 @@ mod leadership;
 mod leases;
 mod metrics;
 mod operated;
+mod panics;
 mod pods;
 mod reconcile;
 mod replay;
+mod stays_ready;
