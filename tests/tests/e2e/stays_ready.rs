@@ -1,5 +1,7 @@
-//! Ready proxies stay Ready across an operator restart (kill -9, then a new process) and
-//! across a leader handover between two replicas, while their squids stay up.
+//! Ready proxies stay Ready across an operator restart (kill -9, then a new process), across
+//! a leader handover between two replicas, and across a lapse of leadership that the same
+//! process regains (what an etcd outage longer than the renew deadline does), while their
+//! squids stay up.
 //!
 //! The new leader starts with an empty health book. Until it has seeded the verdicts the
 //! statuses show, a reconcile of a Ready proxy would see "no verdict" and write
@@ -12,7 +14,7 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::coordination::v1::Lease;
-use kube::api::{Api, ListParams};
+use kube::api::{Api, ListParams, Patch, PatchParams};
 use proxy_crd::Phase;
 use serde_json::json;
 
@@ -65,14 +67,16 @@ async fn holder(leases: &Api<Lease>) -> Option<String> {
         .holder_identity
 }
 
-/// Reads every Proxy's `Ready` condition every 100 ms until `leader` holds the leadership
-/// Lease and every proxy has been probed after `since` (the new leader reconciles every
-/// object the moment it leads, before any probe), then two more seconds for the status
-/// writes that follow. When a Proxy was seen not `Ready=True`, returns what every read saw
-/// change.
+/// Reads every Proxy's `Ready` condition every 100 ms from `since` until `leader` holds the
+/// leadership Lease (after the watch saw another holder) and has probed every proxy since
+/// (it reconciles every object the moment it leads, before any probe), then two more
+/// seconds for the status writes that follow. When a Proxy was seen not `Ready=True`,
+/// returns what every read saw change.
 async fn watch_ready(bed: &Bed, leader: &str, since: Instant) -> Option<Vec<String>> {
     let leases: Api<Lease> = Api::namespaced(bed.proxies.clone().into_client(), &bed.ns);
     let deadline = since + Duration::from_secs(60);
+    // When `leader` holds the Lease after the watch saw it held by another (or by nobody).
+    let (mut seen_another, mut led_at) = (false, None::<Instant>);
     let mut settled_at: Option<Instant> = None;
     // Each change of a proxy's (Ready, Healthy, phase) as read, and whether it left Ready.
     let mut seen: BTreeMap<String, String> = BTreeMap::new();
@@ -102,16 +106,24 @@ async fn watch_ready(bed: &Bed, leader: &str, since: Instant) -> Option<Vec<Stri
             }
             left_ready |= ready.as_ref().map(|(s, _)| s.as_str()) != Some("True");
         }
-        if settled_at.is_none() {
+        if led_at.is_none() {
+            let holds = holder(&leases).await.as_deref() == Some(leader);
+            seen_another |= !holds;
+            if holds && seen_another {
+                led_at = Some(Instant::now());
+            }
+        }
+        if let Some(led_at) = led_at
+            && settled_at.is_none()
+        {
             let probed: BTreeMap<String, usize> = bed
                 .origin
                 .requests()
                 .into_iter()
-                .filter(|r| r.at > since)
+                .filter(|r| r.at > led_at)
                 .filter_map(|r| Some((r.path.split_once("?p=")?.1.to_owned(), 1)))
                 .collect();
-            let all_probed = (0..PROXIES).all(|i| probed.contains_key(&name(i)));
-            if all_probed && holder(&leases).await.as_deref() == Some(leader) {
+            if (0..PROXIES).all(|i| probed.contains_key(&name(i))) {
                 settled_at = Some(Instant::now());
             }
         }
@@ -171,4 +183,43 @@ async fn ready_proxies_stay_ready_when_leadership_moves_to_another_replica() {
             bed.operator.log()
         );
     }
+}
+
+/// The lapse an etcd outage longer than the renew deadline causes, without one: another
+/// holder takes the Lease for 5 s (as a replica would), so the operator's claim runs out and
+/// its health engine forgets every verdict; then it acquires the Lease again in the same
+/// process and reconciles every object at once.
+#[tokio::test]
+async fn ready_proxies_stay_ready_when_the_leader_loses_and_regains_leadership() {
+    let mut bed = Bed::new("ready-regain").await;
+    ready_fleet(&mut bed).await;
+    let leases: Api<Lease> = Api::namespaced(bed.proxies.clone().into_client(), &bed.ns);
+    let leader = bed.operator.identity.clone();
+    assert_eq!(holder(&leases).await.as_deref(), Some(leader.as_str()));
+    let stolen_at = Instant::now();
+    // A MicroTime: RFC 3339 with exactly six fractional digits.
+    let now = jiff::Timestamp::now()
+        .strftime("%Y-%m-%dT%H:%M:%S%.6fZ")
+        .to_string();
+    let steal = json!({"spec": {"holderIdentity": "another-replica", "leaseDurationSeconds": 5,
+        "acquireTime": now, "renewTime": now}});
+    leases
+        .patch(
+            "proxy-operator",
+            &PatchParams::default(),
+            &Patch::Merge(&steal),
+        )
+        .await
+        .unwrap();
+    if let Some(changes) = watch_ready(&bed, &leader, stolen_at).await {
+        panic!(
+            "Ready proxies left Ready when leadership lapsed and came back:\n{}\nlog:\n{}",
+            changes.join("\n"),
+            bed.operator.log()
+        );
+    }
+    // The lapse happened: the operator acquired the Lease at its start and again now.
+    let log = bed.operator.log();
+    assert_eq!(log.matches("acquired leadership").count(), 2, "{log}");
+    assert!(bed.operator.is_running());
 }
