@@ -1,6 +1,11 @@
 //! Proxies whose cloud-init content is a string the operator itself writes (a phase, a
 //! reason, a condition status, an action name, the provider's name): the recorder redacts
 //! cloud-init by type, so they reconcile like any other Proxy, and the operator stays up.
+//!
+//! Before the redaction was by type, each of these panicked the first reconcile (the
+//! operator exited with 101 and restarted into the same object); with the panic boundary
+//! alone (`shell/src/supervise.rs`) the operator survived but the objects never got a
+//! status. Nothing may panic now: every loop's `proxy_operator_panics_total` stays at 0.
 
 use serde_json::json;
 
@@ -53,4 +58,17 @@ async fn proxies_whose_cloud_init_is_a_recorded_string_reconcile_and_the_operato
         !log.contains("panicked"),
         "the operator panicked; its log:\n{log}"
     );
+    let text = reqwest::get(&bed.operator.metrics)
+        .await
+        .expect("the metrics endpoint answers")
+        .text()
+        .await
+        .expect("a metrics body");
+    for part in ["reconcile", "health", "gc", "discovery_sync", "leadership"] {
+        let series = format!(r#"proxy_operator_panics_total{{loop="{part}"}} 0"#);
+        assert!(
+            text.lines().any(|l| l == series),
+            "missing {series:?} in:\n{text}"
+        );
+    }
 }

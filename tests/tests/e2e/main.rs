@@ -9,7 +9,6 @@ mod leadership;
 mod leases;
 mod metrics;
 mod operated;
-mod panics;
 mod pods;
 mod reconcile;
 mod replay;
