@@ -5,12 +5,19 @@
 //! proxy already exists somewhere and the operator only checks its health and leases it.
 //!
 //! What the API server enforces, so that the operator never sees an object it cannot act on:
-//! - the seven CEL rules on [`ProxySpec`] and [`CloudInit`] (see [`rules`]): `mode` and
+//! - the seven cross-field CEL rules on [`ProxySpec`] and [`CloudInit`] (see [`rules`]): `mode` and
 //!   `provider` are immutable; `provider` is required for `Managed` and forbidden for
 //!   `External`; `endpoint` is required for `External` and forbidden for `Managed`; exactly one
 //!   of `cloudInit.inline` and `cloudInit.secretRef`. Immutability rules are kept apart from
 //!   the required-iff rules because the API server skips every rule that mentions `oldSelf`
 //!   on create: `&&`-ing them together would switch off the required-iff check on create;
+//! - the formats and ranges of single fields, so that a mistake is refused naming the field
+//!   instead of leaving a proxy Unhealthy forever: `probeURL` is an absolute http(s) URL with
+//!   a host, `endpoint.host` a DNS name or an IP address, `provider` a provider name, the
+//!   secret reference a Secret name and key, ports within 1..65535, counts and seconds at
+//!   least 1, status codes within 100..599, no empty strings, and `timeoutSeconds` below
+//!   `intervalSeconds` (the CEL rules in [`rules`], the ranges and lengths as OpenAPI
+//!   constraints);
 //! - the defaults: `port` 3128, `maxLeases` 5, and `healthCheck` defaulted as a whole
 //!   (`default: {}`) so that a Proxy without it still gets every nested default.
 //!
@@ -100,7 +107,8 @@ pub struct ProxySpec {
     /// Name of an entry in the operator's providers config (for example `pods` or
     /// `gcp-eu`) that creates the machine. Required when mode is Managed, forbidden when it
     /// is External. Immutable: to move a proxy to another provider, create a new Proxy.
-    #[schemars(length(min = 1))]
+    #[schemars(length(min = 1, max = 63))]
+    #[x_kube(validation = kube::core::Rule::new(rules::PROVIDER_NAME_VALID).message(rules::PROVIDER_NAME_VALID_MSG))]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub provider: Option<String>,
 
@@ -161,21 +169,26 @@ pub enum Mode {
 
 /// Where and what a provider creates. Which fields matter depends on the provider: `gcp`
 /// uses `zone`, `machineType` and `image`; `kvm` uses `host`, `image` and `machineType`;
-/// `kubernetes` uses `image` (the squid image) and nothing else.
+/// `kubernetes` uses `image` (the squid image) and nothing else. A field that is set is not
+/// empty: leave it out to get the provider's default.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Placement {
     /// Cloud zone to create the machine in, for example `europe-west1-b` (gcp).
+    #[schemars(length(min = 1))]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub zone: Option<String>,
     /// Machine type or size, for example `e2-micro` (gcp) or `small` (a kvm flavour).
+    #[schemars(length(min = 1))]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub machine_type: Option<String>,
     /// Boot image: a gcp image URL or family, a kvm base volume, or the container image for
     /// the kubernetes provider.
+    #[schemars(length(min = 1))]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub image: Option<String>,
     /// KVM host (a libvirt connection named in the providers config) to run the machine on.
+    #[schemars(length(min = 1))]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub host: Option<String>,
     /// Provider-specific settings that have no field of their own, as string pairs.
@@ -202,21 +215,25 @@ pub struct CloudInit {
 }
 
 /// A key inside a Secret in the same namespace.
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
 pub struct SecretKeyRef {
     /// Name of the Secret.
-    #[schemars(length(min = 1))]
+    #[schemars(length(min = 1, max = 253))]
+    #[x_kube(validation = kube::core::Rule::new(rules::SECRET_NAME_VALID).message(rules::SECRET_NAME_VALID_MSG))]
     pub name: String,
     /// Key inside the Secret's data.
-    #[schemars(length(min = 1))]
+    #[schemars(length(min = 1, max = 253))]
+    #[x_kube(validation = kube::core::Rule::new(rules::SECRET_KEY_VALID).message(rules::SECRET_KEY_VALID_MSG))]
     pub key: String,
 }
 
 /// The address of a proxy that exists outside the operator.
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
 pub struct Endpoint {
-    /// Host name or IP address crawlers and probes connect to.
-    #[schemars(length(min = 1))]
+    /// Host name or IP address crawlers and probes connect to, for example `proxy.example.net`
+    /// or `203.0.113.10`: no scheme, port or path (the port is `port`).
+    #[schemars(length(min = 1, max = 253))]
+    #[x_kube(validation = kube::core::Rule::new(rules::ENDPOINT_HOST_VALID).message(rules::ENDPOINT_HOST_VALID_MSG))]
     pub host: String,
     /// TCP port of the proxy.
     #[schemars(range(min = 1, max = 65535))]
@@ -224,21 +241,27 @@ pub struct Endpoint {
 }
 
 /// How the operator probes a proxy. The probe requests `probeURL` *through* the proxy (a
-/// CONNECT for https URLs) on a fresh connection every time.
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+/// CONNECT for https URLs) on a fresh connection every time. `timeoutSeconds` must be
+/// smaller than `intervalSeconds`.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[x_kube(
+    validation = kube::core::Rule::new(rules::TIMEOUT_BELOW_INTERVAL).message(rules::TIMEOUT_BELOW_INTERVAL_MSG).field_path(".timeoutSeconds")
+)]
 #[serde(rename_all = "camelCase")]
 pub struct HealthCheck {
-    /// URL requested through the proxy. Use a small, fast, always-up page; a self-hosted one
-    /// keeps the fleet's IPs away from third parties.
+    /// URL requested through the proxy: an absolute `http://` or `https://` URL with a host.
+    /// Use a small, fast, always-up page; a self-hosted one keeps the fleet's IPs away from
+    /// third parties.
     #[serde(rename = "probeURL", default = "default_probe_url")]
-    #[schemars(length(min = 1))]
+    #[schemars(length(min = 1, max = 2048))]
+    #[x_kube(validation = kube::core::Rule::new(rules::PROBE_URL_VALID).message(rules::PROBE_URL_VALID_MSG))]
     pub probe_url: String,
     /// Seconds between two probes of this proxy.
     #[serde(default = "default_interval_seconds")]
     #[schemars(range(min = 1))]
     pub interval_seconds: i32,
     /// Seconds a probe may take, from connecting to the proxy to the response status,
-    /// before it counts as failed.
+    /// before it counts as failed. Smaller than `intervalSeconds`.
     #[serde(default = "default_timeout_seconds")]
     #[schemars(range(min = 1))]
     pub timeout_seconds: i32,

@@ -54,7 +54,7 @@ async fn main() -> anyhow::Result<()> {
             "apiVersion": "crawl.example.com/v1alpha1", "kind": "Proxy",
             "metadata": {"name": name, "labels": {"geo": geo}},
             "spec": {"mode": "Managed", "provider": "pods", "healthCheck": {
-                "probeURL": origin.url("/generate_204"), "intervalSeconds": 2, "timeoutSeconds": 2}}
+                "probeURL": origin.url("/generate_204"), "intervalSeconds": 2, "timeoutSeconds": 1}}
         }))?;
         proxies.create(&PostParams::default(), &proxy).await?;
         println!("    created Proxy {name}");

@@ -153,6 +153,356 @@ async fn cloud_init_needs_exactly_one_source() {
     );
 }
 
+/// One bad value of one field: the spec carrying it, the path the API server must name,
+/// and what it must say about it.
+struct BadField {
+    name: &'static str,
+    spec: Value,
+    path: &'static str,
+    says: &'static str,
+}
+
+fn bad(name: &'static str, spec: Value, path: &'static str, says: &'static str) -> BadField {
+    BadField {
+        name,
+        spec,
+        path,
+        says,
+    }
+}
+
+fn with_health_check(health_check: Value) -> Value {
+    json!({"mode": "Managed", "provider": "pods", "healthCheck": health_check})
+}
+
+fn with_host(host: &str) -> Value {
+    json!({"mode": "External", "endpoint": {"host": host, "port": 8080}})
+}
+
+fn with_secret_ref(name: &str, key: &str) -> Value {
+    json!({"mode": "Managed", "provider": "pods", "cloudInit": {"secretRef": {"name": name, "key": key}}})
+}
+
+/// Every field a user can get wrong, each refused with a message naming it: the CEL rules of
+/// `proxy_crd::rules` with their own messages, and the OpenAPI ranges and lengths with the
+/// API server's.
+fn bad_fields() -> Vec<BadField> {
+    let timeout = rules::TIMEOUT_BELOW_INTERVAL_MSG;
+    let url = rules::PROBE_URL_VALID_MSG;
+    let host = rules::ENDPOINT_HOST_VALID_MSG;
+    vec![
+        bad(
+            "timeout-equal",
+            with_health_check(json!({"intervalSeconds": 5, "timeoutSeconds": 5})),
+            "spec.healthCheck.timeoutSeconds",
+            timeout,
+        ),
+        bad(
+            "timeout-longer",
+            with_health_check(json!({"intervalSeconds": 2, "timeoutSeconds": 10})),
+            "spec.healthCheck.timeoutSeconds",
+            timeout,
+        ),
+        bad(
+            "timeout-default",
+            with_health_check(json!({"intervalSeconds": 3})),
+            "spec.healthCheck.timeoutSeconds",
+            timeout,
+        ),
+        bad(
+            "url-no-scheme",
+            with_health_check(json!({"probeURL": "www.gstatic.com/generate_204"})),
+            "spec.healthCheck.probeURL",
+            url,
+        ),
+        bad(
+            "url-relative",
+            with_health_check(json!({"probeURL": "/generate_204"})),
+            "spec.healthCheck.probeURL",
+            url,
+        ),
+        bad(
+            "url-ftp",
+            with_health_check(json!({"probeURL": "ftp://probe.test/file"})),
+            "spec.healthCheck.probeURL",
+            url,
+        ),
+        bad(
+            "url-no-host",
+            with_health_check(json!({"probeURL": "https:///generate_204"})),
+            "spec.healthCheck.probeURL",
+            url,
+        ),
+        bad(
+            "url-space",
+            with_health_check(json!({"probeURL": "https://probe .test/"})),
+            "spec.healthCheck.probeURL",
+            url,
+        ),
+        bad(
+            "url-port",
+            with_health_check(json!({"probeURL": "https://probe.test:70000/"})),
+            "spec.healthCheck.probeURL",
+            url,
+        ),
+        bad(
+            "host-url",
+            with_host("http://203.0.113.10"),
+            "spec.endpoint.host",
+            host,
+        ),
+        bad(
+            "host-port",
+            with_host("203.0.113.10:8080"),
+            "spec.endpoint.host",
+            host,
+        ),
+        bad(
+            "host-space",
+            with_host("proxy example.net"),
+            "spec.endpoint.host",
+            host,
+        ),
+        bad(
+            "host-path",
+            with_host("proxy.example.net/squid"),
+            "spec.endpoint.host",
+            host,
+        ),
+        bad(
+            "host-bad-ip",
+            with_host("999.0.113.10"),
+            "spec.endpoint.host",
+            host,
+        ),
+        bad(
+            "host-empty",
+            with_host(""),
+            "spec.endpoint.host",
+            "at least 1 chars long",
+        ),
+        bad(
+            "provider-name",
+            json!({"mode": "Managed", "provider": "GCP_EU"}),
+            "spec.provider",
+            rules::PROVIDER_NAME_VALID_MSG,
+        ),
+        bad(
+            "provider-empty",
+            json!({"mode": "Managed", "provider": ""}),
+            "spec.provider",
+            "at least 1 chars long",
+        ),
+        bad(
+            "secret-name",
+            with_secret_ref("Cloud_Init", "user-data"),
+            "spec.cloudInit.secretRef.name",
+            rules::SECRET_NAME_VALID_MSG,
+        ),
+        bad(
+            "secret-key",
+            with_secret_ref("ci", "user data"),
+            "spec.cloudInit.secretRef.key",
+            rules::SECRET_KEY_VALID_MSG,
+        ),
+        bad(
+            "secret-name-empty",
+            with_secret_ref("", "user-data"),
+            "spec.cloudInit.secretRef.name",
+            "at least 1 chars long",
+        ),
+        bad(
+            "secret-key-empty",
+            with_secret_ref("ci", ""),
+            "spec.cloudInit.secretRef.key",
+            "at least 1 chars long",
+        ),
+        bad(
+            "port-zero",
+            json!({"mode": "Managed", "provider": "pods", "port": 0}),
+            "spec.port",
+            "greater than or equal to 1",
+        ),
+        bad(
+            "port-high",
+            json!({"mode": "Managed", "provider": "pods", "port": 65536}),
+            "spec.port",
+            "less than or equal to 65535",
+        ),
+        bad(
+            "endpoint-port-zero",
+            json!({"mode": "External", "endpoint": {"host": "203.0.113.10", "port": 0}}),
+            "spec.endpoint.port",
+            "greater than or equal to 1",
+        ),
+        bad(
+            "endpoint-port-high",
+            json!({"mode": "External", "endpoint": {"host": "203.0.113.10", "port": 70000}}),
+            "spec.endpoint.port",
+            "less than or equal to 65535",
+        ),
+        bad(
+            "max-leases-negative",
+            json!({"mode": "Managed", "provider": "pods", "maxLeases": -1}),
+            "spec.maxLeases",
+            "greater than or equal to 0",
+        ),
+        bad(
+            "interval-zero",
+            with_health_check(json!({"intervalSeconds": 0, "timeoutSeconds": 1})),
+            "spec.healthCheck.intervalSeconds",
+            "greater than or equal to 1",
+        ),
+        bad(
+            "timeout-zero",
+            with_health_check(json!({"timeoutSeconds": 0})),
+            "spec.healthCheck.timeoutSeconds",
+            "greater than or equal to 1",
+        ),
+        bad(
+            "failure-threshold-zero",
+            with_health_check(json!({"failureThreshold": 0})),
+            "spec.healthCheck.failureThreshold",
+            "greater than or equal to 1",
+        ),
+        bad(
+            "success-threshold-zero",
+            with_health_check(json!({"successThreshold": 0})),
+            "spec.healthCheck.successThreshold",
+            "greater than or equal to 1",
+        ),
+        bad(
+            "status-codes-empty",
+            with_health_check(json!({"expectedStatusCodes": []})),
+            "spec.healthCheck.expectedStatusCodes",
+            "at least 1 items",
+        ),
+        bad(
+            "status-code-low",
+            with_health_check(json!({"expectedStatusCodes": [200, 99]})),
+            "spec.healthCheck.expectedStatusCodes[1]",
+            "greater than or equal to 100",
+        ),
+        bad(
+            "status-code-high",
+            with_health_check(json!({"expectedStatusCodes": [600]})),
+            "spec.healthCheck.expectedStatusCodes[0]",
+            "less than or equal to 599",
+        ),
+        bad(
+            "placement-zone-empty",
+            json!({"mode": "Managed", "provider": "gcp-eu", "placement": {"zone": ""}}),
+            "spec.placement.zone",
+            "at least 1 chars long",
+        ),
+        bad(
+            "placement-image-empty",
+            json!({"mode": "Managed", "provider": "pods", "placement": {"image": ""}}),
+            "spec.placement.image",
+            "at least 1 chars long",
+        ),
+        bad(
+            "placement-machine-type-empty",
+            json!({"mode": "Managed", "provider": "lab", "placement": {"machineType": ""}}),
+            "spec.placement.machineType",
+            "at least 1 chars long",
+        ),
+        bad(
+            "placement-host-empty",
+            json!({"mode": "Managed", "provider": "lab", "placement": {"host": ""}}),
+            "spec.placement.host",
+            "at least 1 chars long",
+        ),
+    ]
+}
+
+#[tokio::test]
+async fn every_bad_field_is_refused_with_a_message_naming_it() {
+    let bed = Bed::new("crd-bad-fields").await;
+    let mut wrong = Vec::new();
+    for case in bad_fields() {
+        match bed.create(case.name, case.spec.clone()).await {
+            Ok(_) => wrong.push(format!("{}: accepted {}", case.name, case.spec)),
+            Err(message) => {
+                let named = format!("{}: Invalid value", case.path);
+                let required = format!("{}: Required value", case.path);
+                if !(message.contains(&named) || message.contains(&required))
+                    || !message.contains(case.says)
+                {
+                    wrong.push(format!(
+                        "{}: {message:?} does not name {:?} with {:?}",
+                        case.name, case.path, case.says
+                    ));
+                }
+            }
+        }
+    }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}
+
+#[tokio::test]
+async fn values_at_the_edge_of_every_range_are_accepted() {
+    let bed = Bed::new("crd-edges").await;
+    let accepted = [
+        with_health_check(json!({"intervalSeconds": 2, "timeoutSeconds": 1,
+            "failureThreshold": 1, "successThreshold": 1, "expectedStatusCodes": [100, 599],
+            "probeURL": "http://[2001:db8::1]:65535/health?probe=1"})),
+        with_health_check(json!({"probeURL": "HTTPS://Probe.Test:1/status/204#x"})),
+        json!({"mode": "Managed", "provider": "pods", "port": 65535, "maxLeases": 0}),
+        json!({"mode": "External", "endpoint": {"host": "2001:db8::7", "port": 1}}),
+        with_host("squid.crawl.svc.cluster.local"),
+        with_host("Proxy-1.Example.NET"),
+        with_secret_ref("squid-cloud-init.v2", "user_data.yaml"),
+    ];
+    for (i, spec) in accepted.into_iter().enumerate() {
+        let name = format!("edge-{i}");
+        if let Err(message) = bed.create(&name, spec.clone()).await {
+            panic!("{spec} refused: {message}");
+        }
+    }
+}
+
+/// The `examples/` Proxies apply as they are, and each `examples/invalid/proxy-*.yaml` is
+/// refused with what its first comment says.
+#[tokio::test]
+async fn the_example_proxies_apply_and_the_invalid_ones_are_refused() {
+    let plane = ControlPlane::shared();
+    let bed = Bed::new("crd-examples").await;
+    let examples = proxy_tests::bins::repo_root().join("examples");
+    let mut seen = 0;
+    for dir in [examples.clone(), examples.join("invalid")] {
+        let mut files: Vec<_> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|entry| entry.unwrap().path())
+            .filter(|path| {
+                path.file_name()
+                    .and_then(|n| n.to_str())
+                    .is_some_and(|n| n.starts_with("proxy-") && n.ends_with(".yaml"))
+            })
+            .collect();
+        files.sort();
+        for file in files {
+            seen += 1;
+            let text = std::fs::read_to_string(&file).unwrap();
+            let out = plane.kubectl(&["apply", "-n", &bed.ns, "-f", file.to_str().unwrap()]);
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            match text.strip_prefix("# Rejected by the API server: ") {
+                None => assert!(out.status.success(), "{}: {stderr}", file.display()),
+                Some(rest) => {
+                    let says = rest.lines().next().unwrap().trim_end_matches('.');
+                    assert!(!out.status.success(), "{} was accepted", file.display());
+                    assert!(
+                        stderr.contains(says),
+                        "{}: {stderr:?} does not say {says:?}",
+                        file.display()
+                    );
+                }
+            }
+        }
+    }
+    assert!(seen >= 10, "only {seen} example Proxies found");
+}
+
 #[tokio::test]
 async fn mode_is_immutable() {
     let bed = Bed::new("crd-mode-immutable").await;

@@ -58,7 +58,7 @@ impl Api {
 async fn a_crawler_leases_a_ready_proxy_uses_it_reports_a_rate_limit_and_releases_it() {
     let mut bed = Bed::new("leases").await;
     let spec = json!({"mode": "Managed", "provider": "pods", "maxLeases": 1, "healthCheck": {
-        "probeURL": bed.origin.url("/generate_204"), "intervalSeconds": 1, "timeoutSeconds": 1}});
+        "probeURL": bed.origin.url("/generate_204"), "intervalSeconds": 2, "timeoutSeconds": 1}});
     let proxy: proxy_crd::Proxy = serde_json::from_value(json!({
         "apiVersion": "crawl.example.com/v1alpha1", "kind": "Proxy",
         "metadata": {"name": "eu-1", "labels": {"geo": "eu"}}, "spec": spec

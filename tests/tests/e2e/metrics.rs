@@ -34,7 +34,7 @@ async fn scrape_until(url: &str, what: &str, check: impl Fn(&str) -> bool) -> St
 async fn the_metrics_name_what_happens_and_forget_deleted_proxies() {
     let mut bed = Bed::new("metrics").await;
     let spec = json!({"mode": "Managed", "provider": "pods", "healthCheck": {
-        "probeURL": bed.origin.url("/generate_204"), "intervalSeconds": 1, "timeoutSeconds": 1}});
+        "probeURL": bed.origin.url("/generate_204"), "intervalSeconds": 2, "timeoutSeconds": 1}});
     bed.create("m1", spec).await;
     bed.wait_for("m1", "Ready", |p| {
         p.status.as_ref().and_then(|s| s.phase) == Some(Phase::Ready)
