@@ -82,6 +82,7 @@ use proxy_crd::{HealthCheck, ProxySpec, ProxyStatus};
 
 use crate::conditions::{self, FALSE, HEALTHY, TRUE};
 use crate::observed::HealthVerdict;
+use crate::probe_failure::ProbeFailure;
 
 /// A latency change of this many milliseconds or less is never reported.
 pub const LATENCY_FLOOR_MS: u32 = 20;
@@ -172,6 +173,8 @@ pub struct Probe {
     pub latency_ms: u32,
     /// When the probe ran. This is the book's only clock.
     pub at: Timestamp,
+    /// Why it failed, when it failed and the prober could tell; `None` when it passed.
+    pub failure: Option<ProbeFailure>,
 }
 
 /// Why a [`Report`] goes out.
@@ -336,6 +339,7 @@ impl HealthBook {
                 healthy: verdict,
                 latency_ms: probe.latency_ms,
                 probed_at: probe.at,
+                failure: probe.failure.filter(|_| !probe.ok),
             },
         })
     }
@@ -458,6 +462,7 @@ pub fn reported_in_status(status: &ProxyStatus) -> Option<HealthVerdict> {
         healthy,
         latency_ms: u32::try_from(status.last_probe_latency_ms?).ok()?,
         probed_at: status.last_health_check_time.as_deref()?.parse().ok()?,
+        failure: None,
     })
 }
 

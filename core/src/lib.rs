@@ -38,6 +38,7 @@
 //! - [`action`]: the output vocabulary;
 //! - [`decide()`]: the reconcile action table;
 //! - [`conditions`], [`phase`]: how status is written;
+//! - [`health`], [`probe_failure`]: what probes mean, and how a failure is worded;
 //! - [`naming`], [`spec_hash`]: the instance name and the spec hash.
 
 #![warn(missing_docs)]
@@ -54,6 +55,7 @@ pub mod lease;
 pub mod naming;
 pub mod observed;
 pub mod phase;
+pub mod probe_failure;
 pub mod record;
 pub mod spec_hash;
 mod status;
@@ -66,3 +68,4 @@ pub use error::{ErrorClass, ProviderError};
 pub use observed::{
     CloudInitView, HealthVerdict, InstanceView, Metadata, Observed, Outcome, ProviderCall, Timing,
 };
+pub use probe_failure::ProbeFailure;

@@ -11,6 +11,7 @@ use jiff::Timestamp;
 use serde::{Deserialize, Serialize};
 
 use crate::error::ProviderError;
+use crate::probe_failure::ProbeFailure;
 
 /// Everything the shell observed for one reconcile of one `Proxy`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -154,6 +155,11 @@ pub struct HealthVerdict {
     pub latency_ms: u32,
     /// When that probe ran.
     pub probed_at: Timestamp,
+    /// Why that probe failed, when it failed and the prober said why. `None` for a verdict
+    /// seeded from status (the message the status shows is kept) and in recordings made
+    /// before causes were recorded, which therefore still replay.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failure: Option<ProbeFailure>,
 }
 
 /// How long to wait before reconciling again, per situation.

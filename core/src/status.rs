@@ -12,7 +12,7 @@ use crate::action::{Event, EventType};
 use crate::conditions::{
     self, HEALTHY, HealthyReason, PROVISIONED, ProvisionedReason, READY, ReadyReason,
 };
-use crate::observed::Observed;
+use crate::observed::{HealthVerdict, Observed};
 use crate::phase::compute_phase;
 
 /// What a branch of the action table decided about provisioning.
@@ -86,7 +86,7 @@ pub(crate) fn complete(
         HEALTHY,
         healthy.status(),
         healthy.as_str(),
-        healthy_message(healthy).to_owned(),
+        healthy_message(healthy, verdict, previous),
         generation,
         now,
     );
@@ -143,12 +143,33 @@ pub(crate) fn complete(
     (status, events)
 }
 
-fn healthy_message(reason: HealthyReason) -> &'static str {
-    match reason {
-        HealthyReason::ProbeSucceeded => "probes through the proxy succeed",
-        HealthyReason::ProbeFailed => "probes through the proxy fail",
-        HealthyReason::AwaitingProbe => "waiting for the first probe through the proxy",
-        HealthyReason::NoAddress => "nothing to probe until the proxy has an address",
+/// The `Healthy` condition's message. A failing verdict names its cause
+/// ([`ProbeFailure::describe`](crate::ProbeFailure::describe)). One without a cause was
+/// seeded from this very status after a restart or a leader handover, so the message the
+/// status already shows (with the cause the previous leader reported) is kept rather than
+/// replaced by a vaguer one.
+fn healthy_message(
+    reason: HealthyReason,
+    verdict: Option<&HealthVerdict>,
+    previous: &ProxyStatus,
+) -> String {
+    const FAILING: &str = "probes through the proxy fail";
+    match (reason, verdict.and_then(|verdict| verdict.failure)) {
+        (HealthyReason::ProbeFailed, Some(failure)) => {
+            format!("{FAILING}: {}", failure.describe())
+        }
+        (HealthyReason::ProbeFailed, None) => conditions::find(previous, HEALTHY)
+            .filter(|before| {
+                before.reason == reason.as_str() && before.message.starts_with(FAILING)
+            })
+            .map_or_else(|| FAILING.to_owned(), |before| before.message.clone()),
+        (HealthyReason::ProbeSucceeded, _) => "probes through the proxy succeed".to_owned(),
+        (HealthyReason::AwaitingProbe, _) => {
+            "waiting for the first probe through the proxy".to_owned()
+        }
+        (HealthyReason::NoAddress, _) => {
+            "nothing to probe until the proxy has an address".to_owned()
+        }
     }
 }
 

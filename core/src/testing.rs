@@ -21,6 +21,7 @@ use proxy_crd::{CloudInit, Condition, Endpoint, Mode, Phase, Placement, ProxySpe
 use crate::observed::{
     CloudInitView, HealthVerdict, InstanceView, Metadata, Observed, Outcome, Timing,
 };
+use crate::probe_failure::ProbeFailure;
 use crate::spec_hash::{HashInput, spec_hash};
 
 /// UID of the fixture object.
@@ -187,7 +188,18 @@ impl Observed {
             healthy,
             latency_ms: 42,
             probed_at: at(T0),
+            failure: None,
         });
+        self
+    }
+
+    /// With the health engine's verdict that `host` fails its probes because of `failure`
+    /// (probed at [`T0`], 42 ms).
+    pub fn failing(mut self, host: &str, failure: ProbeFailure) -> Self {
+        self = self.health(host, false);
+        if let Some(verdict) = self.health.as_mut() {
+            verdict.failure = Some(failure);
+        }
         self
     }
 }

@@ -5,7 +5,6 @@
 use std::collections::BTreeMap;
 
 use jiff::{SignedDuration, Timestamp};
-use proxy_core::HealthVerdict;
 use proxy_core::conditions::{FALSE, TRUE, UNKNOWN};
 use proxy_core::health::{
     HealthBook, Probe, ProxyKey, Report, ReportReason, Target, Thresholds, reported_in_status,
@@ -13,6 +12,7 @@ use proxy_core::health::{
 use proxy_core::testing::{
     EXTERNAL_HOST, NAME, NAMESPACE, T0, UID, at, external_spec, managed_spec, status_of,
 };
+use proxy_core::{HealthVerdict, ProbeFailure};
 use proxy_crd::{Phase, ProxyStatus};
 
 const IP: &str = "10.0.0.7";
@@ -44,23 +44,28 @@ fn ok(secs: i64, latency_ms: u32) -> Probe {
         ok: true,
         latency_ms,
         at: t(secs),
+        failure: None,
     }
 }
 
+/// A probe that timed out after 5 s.
 fn fail(secs: i64) -> Probe {
     Probe {
         ok: false,
         latency_ms: 5_000,
         at: t(secs),
+        failure: Some(ProbeFailure::Timeout),
     }
 }
 
+/// The verdict a report of `probe` carries: an unhealthy one names the probe's cause.
 fn verdict(healthy: bool, probe: Probe) -> HealthVerdict {
     HealthVerdict {
         host: IP.to_owned(),
         healthy,
         latency_ms: probe.latency_ms,
         probed_at: probe.at,
+        failure: if healthy { None } else { probe.failure },
     }
 }
 
@@ -532,6 +537,7 @@ fn the_seed_is_the_verdict_the_status_shows() {
         healthy,
         latency_ms: 42,
         probed_at: at("2026-01-01T00:05:00Z"),
+        failure: None,
     };
     let time = Some("2026-01-01T00:05:00Z");
     let rows = [
@@ -642,4 +648,48 @@ fn only_a_proxy_with_a_verdict_waits_for_its_place_in_the_interval() {
 #[test]
 fn keys_read_as_namespace_slash_name() {
     assert_eq!(key().to_string(), "crawl/px-1");
+}
+
+#[test]
+fn the_verdict_carries_the_cause_of_the_probe_that_made_it() {
+    let mut book = HealthBook::new();
+    let thresholds = Thresholds::new(2, 1);
+    let refused = |secs| Probe {
+        failure: Some(ProbeFailure::ConnectionRefused),
+        ..fail(secs)
+    };
+    let first = book
+        .record(&key(), &target(), refused(0), thresholds)
+        .unwrap();
+    assert_eq!(first.verdict.failure, Some(ProbeFailure::ConnectionRefused));
+    assert!(book.delivered(&first));
+    // Healthy again: no cause.
+    let back = book
+        .record(&key(), &target(), ok(1, 30), thresholds)
+        .unwrap();
+    assert_eq!(back.verdict.failure, None);
+    assert!(book.delivered(&back));
+    // One failure below the threshold changes nothing; the one that flips it names its own
+    // cause, not the first one's.
+    assert_eq!(book.record(&key(), &target(), refused(2), thresholds), None);
+    let status_500 = Probe {
+        failure: Some(ProbeFailure::UnexpectedStatus { status: 500 }),
+        ..fail(3)
+    };
+    let flipped = book
+        .record(&key(), &target(), status_500, thresholds)
+        .unwrap();
+    assert_eq!(flipped.reason, ReportReason::VerdictChanged);
+    assert_eq!(
+        flipped.verdict.failure,
+        Some(ProbeFailure::UnexpectedStatus { status: 500 })
+    );
+    // A passing probe never carries a cause, even when the prober gave one.
+    let mut fresh = HealthBook::new();
+    let odd = Probe {
+        failure: Some(ProbeFailure::Other),
+        ..ok(0, 30)
+    };
+    let report = fresh.record(&key(), &target(), odd, thresholds).unwrap();
+    assert_eq!(report.verdict.failure, None);
 }

@@ -110,6 +110,7 @@ impl World {
                     ok,
                     latency_ms,
                     at: self.now,
+                    failure: None,
                 };
                 let report = book.record(&key(), &self.target(), probe, thresholds);
                 if let (true, Some(report)) = (deliver, &report) {
@@ -236,7 +237,7 @@ proptest! {
                         prop_assert_eq!(healthy, ok, "a full run decides");
                     }
 
-                    let probe = Probe { ok, latency_ms, at: world.now };
+                    let probe = Probe { ok, latency_ms, at: world.now, failure: None };
                     let expected = model.expected_reason(&probe, healthy).map(|reason| Report {
                         key: key(),
                         uid: target.uid.clone(),
@@ -246,6 +247,7 @@ proptest! {
                             healthy,
                             latency_ms,
                             probed_at: probe.at,
+                            failure: None,
                         },
                     });
                     prop_assert_eq!(&report, &expected);
@@ -296,6 +298,7 @@ proptest! {
                 ok: coins[index] >= failure_rate,
                 latency_ms: low + noise[index] % (high - low + 1),
                 at: at(T0) + SignedDuration::from_secs(n * interval),
+                failure: None,
             };
             if let Some(report) = book.record(&key(), &target, probe, thresholds) {
                 prop_assert!(book.delivered(&report));
@@ -344,7 +347,7 @@ proptest! {
         let step = if new_uid { Step::Recreate } else { Step::Move };
         prop_assert_eq!(world.apply(&mut book, &step, thresholds), None);
 
-        let probe = Probe { ok, latency_ms, at: world.now };
+        let probe = Probe { ok, latency_ms, at: world.now, failure: None };
         let mut fresh = HealthBook::new();
         let expected = fresh.record(&key(), &world.target(), probe, thresholds);
         let report = book.record(&key(), &world.target(), probe, thresholds);

@@ -245,6 +245,7 @@ impl World {
                         healthy: *healthy,
                         latency_ms: 20,
                         probed_at: self.now,
+                        failure: None,
                     });
                     self.dirty = true;
                 }

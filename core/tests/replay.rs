@@ -59,6 +59,7 @@ fn sample() -> Recording {
             ok: true,
             latency_ms: 42,
             at: at("2026-01-01T00:00:30Z"),
+            failure: None,
         },
         &HealthCheck::default(),
     );
@@ -584,6 +585,7 @@ fn every_reachable_health_state_replays_alone_and_in_sequence() {
                             healthy,
                             latency_ms: 30,
                             probed_at: at(T0),
+                            failure: None,
                         },
                     );
                 }
@@ -610,6 +612,7 @@ fn every_reachable_health_state_replays_alone_and_in_sequence() {
                         ok,
                         latency_ms,
                         at: time,
+                        failure: None,
                     };
                     let (report, record) =
                         HealthRecord::call(&mut book, &key, &target("10.0.0.7"), probe, &check);

@@ -599,6 +599,7 @@ impl Story {
             ok,
             latency_ms,
             at: self.now,
+            failure: None,
         };
         let (report, record) = HealthRecord::call(&mut self.book, &key, &target, probe, &check);
         if self.recording_on {

@@ -6,7 +6,8 @@ mod support;
 use proxy_core::phase::{Progress, compute_phase};
 use proxy_core::testing::{self, EXTERNAL_HOST, T0, external_spec, managed_spec, status_of};
 use proxy_core::{
-    Action, CloudInitView, EventType, InstanceView, Observed, Outcome, ProviderError, decide,
+    Action, CloudInitView, EventType, InstanceView, Observed, Outcome, ProbeFailure, ProviderError,
+    decide,
 };
 use proxy_crd::{Phase, ProxyStatus};
 use support::{
@@ -195,6 +196,100 @@ fn unhealthy_verdict_makes_it_unhealthy() {
                 "probes through the proxy fail",
             ),
         ]
+    );
+}
+
+/// The `Healthy` condition's message of `decide` on a Ready proxy whose verdict is `observed`.
+fn healthy_message(previous: &ProxyStatus, observed: &Observed) -> String {
+    let decision = decide(&managed_spec(), previous, observed);
+    let healthy = &decision.status().conditions[1];
+    assert_eq!(
+        (healthy.type_.as_str(), healthy.status.as_str()),
+        ("Healthy", "False")
+    );
+    healthy.message.clone()
+}
+
+#[test]
+fn a_failing_verdict_names_its_cause_in_the_condition_and_the_event() {
+    let cases = [
+        (
+            ProbeFailure::ConnectionRefused,
+            "probes through the proxy fail: connection refused by the proxy: nothing listens on its port",
+        ),
+        (
+            ProbeFailure::UnexpectedStatus { status: 500 },
+            "probes through the proxy fail: the probe URL answered 500, which is not in expectedStatusCodes",
+        ),
+        (
+            ProbeFailure::Timeout,
+            "probes through the proxy fail: no answer within timeoutSeconds",
+        ),
+        (
+            ProbeFailure::TunnelRefused,
+            "probes through the proxy fail: the proxy refused to CONNECT to the probe URL's host (not allowed by the proxy, or unreachable from it)",
+        ),
+        (
+            ProbeFailure::ProxyAnswered { status: 403 },
+            "probes through the proxy fail: the proxy answered 403 itself instead of fetching the probe URL (not allowed by the proxy, or unreachable from it)",
+        ),
+        (
+            ProbeFailure::Tls,
+            "probes through the proxy fail: TLS with the probe URL's host failed (certificate not trusted or for another name)",
+        ),
+        (
+            ProbeFailure::ProxyNameNotResolved,
+            "probes through the proxy fail: the proxy's host name does not resolve",
+        ),
+    ];
+    for (failure, message) in cases {
+        let observed = running(IP).failing(IP, failure).at(T1);
+        assert_eq!(
+            healthy_message(&running_status(), &observed),
+            message,
+            "{failure:?}"
+        );
+        let decision = decide(&managed_spec(), &running_status(), &observed);
+        assert_eq!(
+            decision.actions().last(),
+            Some(&event(EventType::Warning, "ProbeFailed", message)),
+            "{failure:?}"
+        );
+    }
+}
+
+#[test]
+fn a_seeded_failing_verdict_keeps_the_cause_the_status_shows() {
+    // Written by the previous leader, with the cause it knew.
+    let unhealthy = decide(
+        &managed_spec(),
+        &running_status(),
+        &running(IP).failing(IP, ProbeFailure::Timeout).at(T1),
+    )
+    .status()
+    .clone();
+    // The new leader's verdict, seeded from that status, has no cause: the message stays.
+    let seeded = running(IP).health(IP, false).at(T1);
+    let decision = decide(&managed_spec(), &unhealthy, &seeded);
+    assert_eq!(
+        decision.status().conditions[1].message,
+        "probes through the proxy fail: no answer within timeoutSeconds"
+    );
+    assert!(decision.actions().is_empty(), "{:?}", decision.actions());
+    // Without a cause in the status either, the message says only that probes fail.
+    assert_eq!(
+        healthy_message(&running_status(), &seeded),
+        "probes through the proxy fail"
+    );
+    // A new cause replaces the old one.
+    assert_eq!(
+        healthy_message(
+            &unhealthy,
+            &running(IP)
+                .failing(IP, ProbeFailure::ConnectionRefused)
+                .at(T1)
+        ),
+        "probes through the proxy fail: connection refused by the proxy: nothing listens on its port"
     );
 }
 

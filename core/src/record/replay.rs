@@ -364,6 +364,7 @@ fn rebuild(key: &ProxyKey, state: &HealthState) -> Result<HealthBook, String> {
                     ok,
                     latency_ms: 0,
                     at,
+                    failure: None,
                 },
                 thresholds,
             );

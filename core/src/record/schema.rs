@@ -19,6 +19,7 @@ use crate::health::{
     Report, ReportReason, Target, Thresholds,
 };
 use crate::observed::{HealthVerdict, Observed, Timing};
+use crate::probe_failure::ProbeFailure;
 
 /// The schema this build writes and reads.
 pub const SCHEMA: u32 = 1;
@@ -323,6 +324,9 @@ pub struct ProbeResult {
     pub latency_ms: u32,
     /// [`Probe::at`].
     pub at: Timestamp,
+    /// [`Probe::failure`]; absent in recordings made before causes were recorded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failure: Option<ProbeFailure>,
 }
 
 impl ProbeResult {
@@ -332,6 +336,7 @@ impl ProbeResult {
             ok: probe.ok,
             latency_ms: probe.latency_ms,
             at: probe.at,
+            failure: probe.failure,
         }
     }
 
@@ -341,6 +346,7 @@ impl ProbeResult {
             ok: self.ok,
             latency_ms: self.latency_ms,
             at: self.at,
+            failure: self.failure,
         }
     }
 }

@@ -349,7 +349,7 @@ impl HealthEngine {
             at,
         } = finished;
         if let Some(error) = &result.error {
-            tracing::debug!(proxy = %key, %error, "probe failed");
+            tracing::debug!(proxy = %key, cause = ?error.cause, error = %error.detail, "probe failed");
         }
         self.metrics.probe(
             &key.namespace,
@@ -366,6 +366,7 @@ impl HealthEngine {
                 ok: result.ok,
                 latency_ms,
                 at,
+                failure: result.error.map(|error| error.cause),
             },
             thresholds,
         ) else {

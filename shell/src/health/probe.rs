@@ -6,10 +6,16 @@
 //! The whole probe, from connecting to the proxy to the response status, has one deadline:
 //! the health check's timeout. A hung proxy costs its own probe that long, never anyone
 //! else's.
+//!
+//! A failed probe says why, as a [`ProbeFailure`] the core words in the `Healthy` condition:
+//! [`classify`] reads the error chain reqwest returns. Some of its links are private types of
+//! hyper-util (the DNS and tunnel errors), recognised by their text; the tests below pin
+//! each cause with a real socket, so a dependency update that changes them fails there.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use proxy_core::ProbeFailure;
 use rustls::pki_types::CertificateDer;
 use rustls::pki_types::pem::PemObject;
 
@@ -33,8 +39,24 @@ pub struct ProbeResult {
     pub ok: bool,
     /// From the start of the probe to the response status (or to the failure).
     pub latency: Duration,
-    /// Why it failed, for logs; `None` when it succeeded.
-    pub error: Option<String>,
+    /// Why it failed; `None` when it succeeded.
+    pub error: Option<ProbeError>,
+}
+
+/// Why a probe failed: the cause for the `Healthy` condition, and the error for the log.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProbeError {
+    /// The cause, classified.
+    pub cause: ProbeFailure,
+    /// The whole error chain, as the client reported it.
+    pub detail: String,
+}
+
+/// What the probe URL (or the proxy, in its place) answered.
+struct Answer {
+    status: u16,
+    /// Whether the proxy itself answered (squid marks its own answers with `X-Squid-Error`).
+    from_proxy: bool,
 }
 
 /// Probes proxies; cheap to clone and safe to share.
@@ -87,10 +109,20 @@ impl Prober {
         let outcome = tokio::time::timeout(spec.timeout, self.request(spec)).await;
         let latency = started.elapsed();
         let error = match outcome {
-            Ok(Ok(status)) if spec.expected_status_codes.contains(&status) => None,
-            Ok(Ok(status)) => Some(format!("unexpected status {status}")),
+            Ok(Ok(answer)) if spec.expected_status_codes.contains(&answer.status) => None,
+            Ok(Ok(Answer { status, from_proxy })) => Some(ProbeError {
+                cause: if from_proxy {
+                    ProbeFailure::ProxyAnswered { status }
+                } else {
+                    ProbeFailure::UnexpectedStatus { status }
+                },
+                detail: format!("unexpected status {status}"),
+            }),
             Ok(Err(error)) => Some(error),
-            Err(_) => Some(format!("timed out after {:?}", spec.timeout)),
+            Err(_) => Some(ProbeError {
+                cause: ProbeFailure::Timeout,
+                detail: format!("timed out after {:?}", spec.timeout),
+            }),
         };
         ProbeResult {
             ok: error.is_none(),
@@ -99,22 +131,79 @@ impl Prober {
         }
     }
 
-    async fn request(&self, spec: &ProbeSpec) -> Result<u16, String> {
-        let proxy =
-            reqwest::Proxy::all(format!("http://{}", spec.proxy)).map_err(|e| e.to_string())?;
+    async fn request(&self, spec: &ProbeSpec) -> Result<Answer, ProbeError> {
+        let failed = |error: reqwest::Error| ProbeError {
+            cause: classify(&error),
+            detail: error_chain(&error),
+        };
+        let proxy = reqwest::Proxy::all(format!("http://{}", spec.proxy)).map_err(failed)?;
         let client = reqwest::Client::builder()
             .proxy(proxy)
             .use_preconfigured_tls((*self.tls).clone())
             .pool_max_idle_per_host(0)
             .redirect(reqwest::redirect::Policy::none())
             .build()
-            .map_err(|e| e.to_string())?;
-        let response = client
-            .get(&spec.url)
-            .send()
-            .await
-            .map_err(|e| error_chain(&e))?;
-        Ok(response.status().as_u16())
+            .map_err(failed)?;
+        let response = client.get(&spec.url).send().await.map_err(failed)?;
+        Ok(Answer {
+            status: response.status().as_u16(),
+            from_proxy: response.headers().contains_key("x-squid-error"),
+        })
+    }
+}
+
+/// The cause of a failed request: the innermost link of the error chain that says one (a
+/// refused connection deep inside a tunnel error is a refused connection).
+fn classify(error: &(dyn std::error::Error + 'static)) -> ProbeFailure {
+    let mut cause = ProbeFailure::Other;
+    let mut link = Some(error);
+    while let Some(error) = link {
+        if let Some(found) = cause_of(error) {
+            cause = found;
+        }
+        link = error.source();
+    }
+    cause
+}
+
+/// What one link of an error chain says, if anything.
+fn cause_of(error: &(dyn std::error::Error + 'static)) -> Option<ProbeFailure> {
+    use std::io::ErrorKind;
+    if error.is::<rustls::Error>() {
+        return Some(ProbeFailure::Tls);
+    }
+    if let Some(io) = error.downcast_ref::<std::io::Error>() {
+        // tokio-rustls hands TLS errors over inside an io::Error, whose `source()` skips them.
+        // And a peer that closes during the handshake as this one.
+        if io
+            .get_ref()
+            .is_some_and(|inner| inner.is::<rustls::Error>())
+            || io.to_string() == "tls handshake eof"
+        {
+            return Some(ProbeFailure::Tls);
+        }
+        return match io.kind() {
+            ErrorKind::ConnectionRefused => Some(ProbeFailure::ConnectionRefused),
+            ErrorKind::ConnectionReset
+            | ErrorKind::ConnectionAborted
+            | ErrorKind::HostUnreachable
+            | ErrorKind::NetworkUnreachable
+            | ErrorKind::AddrNotAvailable => Some(ProbeFailure::ProxyUnreachable),
+            ErrorKind::UnexpectedEof => Some(ProbeFailure::MalformedAnswer),
+            _ => None,
+        };
+    }
+    // hyper-util's own errors are private types, and hyper is not a dependency of ours:
+    // their text is all there is.
+    match error.to_string().as_str() {
+        "dns error" => Some(ProbeFailure::ProxyNameNotResolved),
+        "tunnel error: unsuccessful" | "tunnel error: proxy authorization required" => {
+            Some(ProbeFailure::TunnelRefused)
+        }
+        "tunnel error: unexpected end of file" | "connection closed before message completed" => {
+            Some(ProbeFailure::MalformedAnswer)
+        }
+        _ => None,
     }
 }
 
@@ -127,4 +216,148 @@ fn error_chain(error: &dyn std::error::Error) -> String {
         source = cause.source();
     }
     text
+}
+
+#[cfg(test)]
+mod tests {
+    //! Each cause from a real socket: a port nobody listens on, and a one-connection stand-in
+    //! for the proxy that answers what a failing squid answers. The e2e tests see the same
+    //! causes through real squid processes.
+
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::TcpListener;
+
+    use super::*;
+
+    /// A proxy at 127.0.0.1 that answers each of the first reads of every connection with
+    /// the next of `answers` (written as is) and then closes it; with no answers it never
+    /// answers at all.
+    async fn stand_in(answers: &'static [&'static [u8]]) -> String {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        tokio::spawn(async move {
+            while let Ok((mut stream, _)) = listener.accept().await {
+                tokio::spawn(async move {
+                    let mut request = [0u8; 4096];
+                    for answer in answers {
+                        let _ = stream.read(&mut request).await;
+                        let _ = stream.write_all(answer).await;
+                    }
+                    if answers.is_empty() {
+                        tokio::time::sleep(Duration::from_secs(60)).await;
+                    }
+                    let _ = stream.shutdown().await;
+                });
+            }
+        });
+        addr
+    }
+
+    async fn cause(proxy: String, url: &str) -> Option<ProbeFailure> {
+        let spec = ProbeSpec {
+            proxy,
+            url: url.to_owned(),
+            timeout: Duration::from_millis(1500),
+            expected_status_codes: vec![204],
+        };
+        let result = Prober::new(None).unwrap().probe(&spec).await;
+        assert_eq!(result.ok, result.error.is_none(), "{result:?}");
+        result.error.map(|error| error.cause)
+    }
+
+    #[tokio::test]
+    async fn a_port_nobody_listens_on_is_a_refused_connection() {
+        let closed = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = closed.local_addr().unwrap().to_string();
+        drop(closed);
+        assert_eq!(
+            cause(addr.clone(), "https://probe.test/").await,
+            Some(ProbeFailure::ConnectionRefused)
+        );
+        assert_eq!(
+            cause(addr, "http://probe.test/").await,
+            Some(ProbeFailure::ConnectionRefused)
+        );
+    }
+
+    #[tokio::test]
+    async fn a_proxy_that_never_answers_is_a_timeout() {
+        let proxy = stand_in(&[]).await;
+        assert_eq!(
+            cause(proxy, "https://probe.test/").await,
+            Some(ProbeFailure::Timeout)
+        );
+    }
+
+    #[tokio::test]
+    async fn a_refused_connect_is_a_refused_tunnel() {
+        let proxy = stand_in(&[b"HTTP/1.1 403 Forbidden\r\nContent-Length: 0\r\n\r\n"]).await;
+        assert_eq!(
+            cause(proxy, "https://probe.test/").await,
+            Some(ProbeFailure::TunnelRefused)
+        );
+    }
+
+    #[tokio::test]
+    async fn squid_answering_itself_is_the_proxy_answering() {
+        let proxy = stand_in(&[
+            b"HTTP/1.1 403 Forbidden\r\nX-Squid-Error: ERR_ACCESS_DENIED 0\r\nContent-Length: 0\r\n\r\n",
+        ])
+        .await;
+        assert_eq!(
+            cause(proxy, "http://probe.test/").await,
+            Some(ProbeFailure::ProxyAnswered { status: 403 })
+        );
+    }
+
+    #[tokio::test]
+    async fn another_status_from_the_origin_is_an_unexpected_status() {
+        let proxy =
+            stand_in(&[b"HTTP/1.1 500 Internal Server Error\r\nContent-Length: 0\r\n\r\n"]).await;
+        assert_eq!(
+            cause(proxy, "http://probe.test/").await,
+            Some(ProbeFailure::UnexpectedStatus { status: 500 })
+        );
+        let proxy = stand_in(&[b"HTTP/1.1 204 No Content\r\n\r\n"]).await;
+        assert_eq!(cause(proxy, "http://probe.test/").await, None);
+    }
+
+    #[tokio::test]
+    async fn a_tunnel_to_something_that_is_not_tls_is_a_tls_failure() {
+        let proxy = stand_in(&[
+            b"HTTP/1.1 200 Connection established\r\n\r\n",
+            b"HTTP/1.1 400 Bad Request\r\n\r\nnot a TLS server hello\r\n",
+        ])
+        .await;
+        assert_eq!(
+            cause(proxy, "https://probe.test/").await,
+            Some(ProbeFailure::Tls)
+        );
+    }
+
+    #[tokio::test]
+    async fn a_proxy_closing_without_an_answer_is_a_malformed_answer() {
+        let proxy = stand_in(&[b""]).await;
+        assert_eq!(
+            cause(proxy.clone(), "https://probe.test/").await,
+            Some(ProbeFailure::MalformedAnswer)
+        );
+        assert_eq!(
+            cause(proxy, "http://probe.test/").await,
+            Some(ProbeFailure::MalformedAnswer)
+        );
+    }
+
+    #[tokio::test]
+    async fn a_proxy_name_that_does_not_resolve_is_named() {
+        // `.invalid` never resolves (RFC 6761).
+        assert_eq!(
+            cause(
+                "no-such-proxy.invalid:3128".to_owned(),
+                "https://probe.test/"
+            )
+            .await,
+            Some(ProbeFailure::ProxyNameNotResolved)
+        );
+    }
 }

@@ -21,6 +21,59 @@ fn phase(proxy: &Proxy) -> Option<Phase> {
     proxy.status.as_ref().and_then(|s| s.phase)
 }
 
+/// The message of the proxy's `Healthy` condition.
+fn healthy_message(proxy: &Proxy) -> String {
+    proxy
+        .status
+        .iter()
+        .flat_map(|s| &s.conditions)
+        .find(|c| c.type_ == "Healthy")
+        .map(|c| c.message.clone())
+        .unwrap_or_default()
+}
+
+/// The notes of the `ProbeFailed` events about `name`, once one of them contains `says`
+/// (events are written after the status, so they may lag it a little).
+async fn probe_failed_events(bed: &Bed, name: &str, says: &str) -> Vec<String> {
+    use k8s_openapi::api::events::v1::Event;
+    use kube::Api;
+    let events: Api<Event> = Api::namespaced(bed.proxies.clone().into_client(), &bed.ns);
+    let mut notes = Vec::new();
+    for _ in 0..100 {
+        notes = events
+            .list(&Default::default())
+            .await
+            .unwrap()
+            .items
+            .into_iter()
+            .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name))
+            .filter(|e| e.reason.as_deref() == Some("ProbeFailed"))
+            .filter_map(|e| e.note)
+            .collect();
+        if notes.iter().any(|note| note.contains(says)) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    notes
+}
+
+/// Asserts that the `Healthy` condition of `proxy` and a `ProbeFailed` event about it both
+/// say `says`.
+async fn assert_cause(bed: &Bed, proxy: &Proxy, says: &str) {
+    let name = proxy.metadata.name.as_deref().unwrap();
+    let message = healthy_message(proxy);
+    assert!(
+        message.starts_with("probes through the proxy fail: ") && message.contains(says),
+        "{name}: the Healthy condition says {message:?}, not {says:?}"
+    );
+    let notes = probe_failed_events(bed, name, says).await;
+    assert!(
+        notes.iter().any(|note| *note == message),
+        "{name}: no ProbeFailed event saying {message:?}: {notes:?}"
+    );
+}
+
 fn pod_of(proxy: &Proxy) -> String {
     proxy_core::naming::instance_name(proxy.metadata.uid.as_deref().unwrap())
 }
@@ -60,8 +113,10 @@ async fn a_proxy_becomes_ready_unhealthy_when_hung_and_ready_again_when_resumed(
     let pod = pod_of(&created);
     bed.runner.with_squid(&pod, |s| s.hang()).unwrap();
     let hung_at = Instant::now();
-    bed.wait_for("h1", "Unhealthy", |p| phase(p) == Some(Phase::Unhealthy))
+    let unhealthy = bed
+        .wait_for("h1", "Unhealthy", |p| phase(p) == Some(Phase::Unhealthy))
         .await;
+    assert_cause(&bed, &unhealthy, "no answer within timeoutSeconds").await;
     // Three failed probes at a 2 s interval cannot all have happened in under 4 s.
     assert!(
         hung_at.elapsed() >= Duration::from_secs(4),
@@ -94,6 +149,7 @@ async fn a_killed_squid_makes_its_proxy_unhealthy() {
         ("False".into(), "ProbeFailed".into())
     );
     assert_eq!(condition(&unhealthy, "Ready").unwrap().0, "False");
+    assert_cause(&bed, &unhealthy, "connection refused by the proxy").await;
 }
 
 #[tokio::test]
@@ -112,6 +168,32 @@ async fn a_probe_url_answering_500_makes_the_proxy_unhealthy() {
             .any(|r| r.path == "/status/500?p=s1"),
         "the origin answered the probes"
     );
+    assert_cause(
+        &bed,
+        &unhealthy,
+        "the probe URL answered 500, which is not in expectedStatusCodes",
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn a_proxy_that_cannot_connect_to_the_probe_url_says_it_refused_the_tunnel() {
+    let mut bed = Bed::new("health-tunnel").await;
+    // Nothing listens on port 1 of the origin's host: squid answers the CONNECT with 503.
+    let spec = json!({"mode": "Managed", "provider": "pods", "healthCheck": {
+        "probeURL": "https://probe.test:1/generate_204", "intervalSeconds": 2, "timeoutSeconds": 1,
+        "failureThreshold": 1
+    }});
+    bed.create("t1", spec).await;
+    let unhealthy = bed
+        .wait_for("t1", "Unhealthy", |p| phase(p) == Some(Phase::Unhealthy))
+        .await;
+    assert_cause(
+        &bed,
+        &unhealthy,
+        "the proxy refused to CONNECT to the probe URL's host",
+    )
+    .await;
 }
 
 #[tokio::test]
