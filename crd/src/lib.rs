@@ -5,10 +5,10 @@
 //! proxy already exists somewhere and the operator only checks its health and leases it.
 //!
 //! What the API server enforces, so that the operator never sees an object it cannot act on:
-//! - the seven cross-field CEL rules on [`ProxySpec`] and [`CloudInit`] (see [`rules`]): `mode` and
-//!   `provider` are immutable; `provider` is required for `Managed` and forbidden for
-//!   `External`; `endpoint` is required for `External` and forbidden for `Managed`; exactly one
-//!   of `cloudInit.inline` and `cloudInit.secretRef`. Immutability rules are kept apart from
+//! - the seven cross-field CEL rules on [`ProxySpec`] and [`CloudInit`] (see [`rules`]):
+//!   `mode` and `provider` are immutable; `provider` is required for `Managed` and forbidden
+//!   for `External`; `endpoint` is required for `External` and forbidden for `Managed`;
+//!   exactly one of `cloudInit.inline` and `cloudInit.secretRef`. Immutability rules are kept apart from
 //!   the required-iff rules because the API server skips every rule that mentions `oldSelf`
 //!   on create: `&&`-ing them together would switch off the required-iff check on create;
 //! - the formats and ranges of single fields, so that a mistake is refused naming the field

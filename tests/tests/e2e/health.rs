@@ -69,7 +69,7 @@ async fn assert_cause(bed: &Bed, proxy: &Proxy, says: &str) {
     );
     let notes = probe_failed_events(bed, name, says).await;
     assert!(
-        notes.iter().any(|note| *note == message),
+        notes.contains(&message),
         "{name}: no ProbeFailed event saying {message:?}: {notes:?}"
     );
 }
