@@ -271,10 +271,11 @@ async fn an_operator_killed_mid_create_and_restarted_with_status_lost_leaves_exa
 #[tokio::test]
 async fn a_permanent_provider_error_latches_failed_until_a_spec_fix() {
     let mut bed = Bed::new("op-permanent").await;
-    // An empty image makes the API server refuse the Pod (422 Invalid): retrying cannot help.
+    // An image name with a trailing space makes the API server refuse the Pod (422 Invalid):
+    // retrying cannot help. (An empty one is refused by the CRD already.)
     bed.create(
         "f1",
-        json!({"mode": "Managed", "provider": "pods", "placement": {"image": ""}}),
+        json!({"mode": "Managed", "provider": "pods", "placement": {"image": "ubuntu/squid "}}),
     )
     .await;
     let failed = bed
