@@ -1,8 +1,9 @@
 //! The test bed: real parts, no mocks of Kubernetes.
 //!
 //! - [`control_plane`]: a real `kube-apiserver` and `etcd` (built from the Go module proxy by
-//!   `tests/bed/provision.sh`) on free loopback ports, started once per test binary and shared;
-//!   each test gets its own namespace ([`control_plane::ControlPlane::namespace`]).
+//!   `tests/bed/provision.sh`) on reserved loopback ports ([`ports`]), started once per test
+//!   binary and shared; each test gets its own namespace
+//!   ([`control_plane::ControlPlane::namespace`]).
 //! - [`pod_runner`]: the kubelet stand-in. It registers a Node, binds Pods to it, starts one
 //!   real `squid` per Pod on its own loopback address and reports the Pod Running.
 //! - [`probe_origin`]: a local HTTPS origin with its own CA, named `probe.test`, that squid
@@ -16,6 +17,7 @@ pub mod certs;
 pub mod control_plane;
 pub mod operator;
 pub mod pod_runner;
+pub mod ports;
 pub mod probe_origin;
 pub mod run_dir;
 pub mod squid;

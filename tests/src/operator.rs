@@ -10,7 +10,8 @@ use std::process::{Child, Command, Stdio};
 use std::sync::OnceLock;
 
 use crate::bins::repo_root;
-use crate::control_plane::{ControlPlane, free_port};
+use crate::control_plane::ControlPlane;
+use crate::ports::Port;
 use crate::run_dir::subdir;
 
 /// The debug operator binary, built on first use (a no-op when it is current).
@@ -67,6 +68,8 @@ pub struct Operator {
     pub metrics: String,
     /// Its identity in the leadership Lease.
     pub identity: String,
+    /// The ports of its discovery and metrics servers, reserved while it runs.
+    _ports: [Port; 2],
 }
 
 /// How often the operator polls, in seconds (its `--*-poll-seconds` flags).
@@ -122,12 +125,10 @@ impl Operator {
             .expect("open the operator log");
         let seconds = |s: f64| s.to_string();
         let mut command = Command::new(binary);
-        let discovery = format!("127.0.0.1:{}", free_port());
-        let metrics = format!("127.0.0.1:{}", free_port());
-        let identity = format!(
-            "operator-{}",
-            discovery.rsplit(':').next().unwrap_or_default()
-        );
+        let ports = [Port::reserve(), Port::reserve()];
+        let discovery = format!("127.0.0.1:{}", ports[0].number());
+        let metrics = format!("127.0.0.1:{}", ports[1].number());
+        let identity = format!("operator-{}", ports[0].number());
         command
             .arg("run")
             .args(["--discovery-addr", &discovery])
@@ -174,6 +175,7 @@ impl Operator {
             discovery: format!("http://{discovery}"),
             metrics: format!("http://{metrics}/metrics"),
             identity,
+            _ports: ports,
         }
     }
 
