@@ -19,6 +19,12 @@
 //!    fails (a conflict: someone else wrote first) it keeps the old one;
 //! 4. runs the next round at [`Plan::next_round`].
 //!
+//! The shell keeps that held-until time in a [`Standing`], which also says, each time the
+//! shell looks (after every round, and when the held-until time passes between rounds),
+//! whether leadership was just gained or lost and why ([`Change`]), for the log. A
+//! [`Plan::Follow`] drops the held-until time at once: the Lease names someone else with a
+//! valid claim, so whatever we wrote last, we no longer lead.
+//!
 //! Before every leader-only write (a GC delete, a status write from the health engine), the
 //! executor checks [`is_leader_at`] with its held-until time and the time of the write, and
 //! drops the write when the claim has run out: a leader that stopped renewing (partitioned
@@ -364,6 +370,99 @@ pub fn is_leader_at(held_until: Option<Timestamp>, now: Timestamp) -> bool {
     held_until.is_some_and(|until| now < until)
 }
 
+/// What a replica knows of its own leadership between rounds: the held-until time of its
+/// last successful write, who else holds the claim if the last round saw someone, and what it
+/// last reported (so that each gain and each loss is reported once). The shell keeps one and
+/// feeds it every round's outcome; see the module doc.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Standing {
+    held_until: Option<Timestamp>,
+    other_holder: Option<String>,
+    reported_leading: bool,
+    lost_at: Option<Timestamp>,
+}
+
+/// A change in whether a replica leads, reported by [`Standing::look`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Change {
+    /// It leads now. `out_since`: when it last stopped leading, `None` the first time.
+    Gained {
+        /// When the loss that this gain ends happened.
+        out_since: Option<Timestamp>,
+    },
+    /// It stopped leading.
+    Lost(Loss),
+}
+
+/// Why a replica stopped leading.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Loss {
+    /// No renew succeeded before the renew deadline (the API server was unreachable or too
+    /// slow, or the writes conflicted): the claim ran out at `at`.
+    Expired {
+        /// The held-until time that passed.
+        at: Timestamp,
+    },
+    /// The Lease names `holder`, whose claim is valid.
+    TakenOver {
+        /// Who holds the claim now.
+        holder: String,
+    },
+}
+
+impl Standing {
+    /// Whether the replica leads at `now` ([`is_leader_at`] with its held-until time).
+    pub fn is_leader_at(&self, now: Timestamp) -> bool {
+        is_leader_at(self.held_until, now)
+    }
+
+    /// The held-until time of the last successful write, while it counts.
+    pub fn held_until(&self) -> Option<Timestamp> {
+        self.held_until
+    }
+
+    /// Records a round's outcome: its `plan`, and whether the claim it wrote (if any) was
+    /// `written`. A failed write keeps the previous held-until time, which runs out unless a
+    /// later renew succeeds; a [`Plan::Follow`] forgets it.
+    pub fn record(&mut self, plan: &Plan, written: bool) {
+        match plan {
+            Plan::Follow { holder, .. } => {
+                self.held_until = None;
+                self.other_holder = Some(holder.clone());
+            }
+            Plan::Lead { held_until, .. } | Plan::Acquire { held_until, .. } if written => {
+                self.held_until = Some(*held_until);
+                self.other_holder = None;
+            }
+            Plan::Lead { .. } | Plan::Acquire { .. } => {}
+        }
+    }
+
+    /// Compares whether the replica leads at `now` with what it last reported, and returns
+    /// the change to report, once.
+    pub fn look(&mut self, now: Timestamp) -> Option<Change> {
+        let leading = self.is_leader_at(now);
+        if leading == self.reported_leading {
+            return None;
+        }
+        self.reported_leading = leading;
+        if leading {
+            return Some(Change::Gained {
+                out_since: self.lost_at.take(),
+            });
+        }
+        self.lost_at = Some(now);
+        Some(Change::Lost(match (&self.other_holder, self.held_until) {
+            (Some(holder), _) => Loss::TakenOver {
+                holder: holder.clone(),
+            },
+            (None, at) => Loss::Expired {
+                at: at.unwrap_or(now),
+            },
+        }))
+    }
+}
+
 /// The claim to write to give leadership up at `now` (on shutdown), so that a follower takes
 /// over in its next round instead of a full duration later; `None` when `candidate` does not
 /// hold `observed`. Write it with the `resourceVersion` precondition, after the executor has
@@ -394,5 +493,158 @@ fn to_micros(at: Timestamp) -> Timestamp {
         Timestamp::from_microsecond(micros - 1).unwrap_or(at)
     } else {
         truncated
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! Table tests of [`Standing`]: each row a sequence of rounds and looks, with the changes
+    //! they report.
+
+    use super::*;
+
+    const ME: &str = "operator-0";
+    const OTHER: &str = "operator-1";
+
+    /// `secs` seconds after a fixed time.
+    fn at(secs: i64) -> Timestamp {
+        Timestamp::from_second(1_780_000_000 + secs).unwrap()
+    }
+
+    fn me() -> Candidate {
+        Candidate::new(ME, Timing::default()).unwrap()
+    }
+
+    /// A claim of `holder`'s renewed at `renewed`.
+    fn claim(holder: &str, renewed: i64) -> Claim {
+        Claim {
+            holder: Some(holder.to_owned()),
+            duration: Some(DURATION),
+            renewed_at: Some(at(renewed)),
+            acquired_at: Some(at(0)),
+            transitions: 1,
+        }
+    }
+
+    /// What happens to a standing, step by step.
+    enum Step {
+        /// A round at `now` that observed `claim` (`None`: no Lease) and whose write did or
+        /// did not succeed.
+        Round(i64, Option<Claim>, bool),
+        /// A look at `now`, between rounds.
+        Look(i64),
+    }
+    use Step::{Look, Round};
+
+    /// Runs `steps` from a fresh standing; returns each reported change with its time.
+    fn run(steps: &[Step]) -> Vec<(i64, Change)> {
+        let mut standing = Standing::default();
+        let mut changes = Vec::new();
+        for step in steps {
+            let now = match step {
+                Round(now, observed, written) => {
+                    standing.record(&plan(observed.as_ref(), &me(), at(*now)), *written);
+                    *now
+                }
+                Look(now) => *now,
+            };
+            changes.extend(standing.look(at(now)).map(|change| (now, change)));
+        }
+        changes
+    }
+
+    fn gained(out_since: Option<i64>) -> Change {
+        Change::Gained {
+            out_since: out_since.map(at),
+        }
+    }
+
+    fn expired(at_secs: i64) -> Change {
+        Change::Lost(Loss::Expired { at: at(at_secs) })
+    }
+
+    fn taken_over() -> Change {
+        Change::Lost(Loss::TakenOver {
+            holder: OTHER.to_owned(),
+        })
+    }
+
+    #[test]
+    fn changes_are_reported_once_with_their_reason() {
+        // The renew deadline is 10 s: a write at t leads until t + 10.
+        let rows: Vec<(&str, Vec<Step>, Vec<(i64, Change)>)> = vec![
+            (
+                "a first acquire, then renewals: one gain",
+                vec![
+                    Round(0, None, true),
+                    Round(2, Some(claim(ME, 0)), true),
+                    Look(11),
+                ],
+                vec![(0, gained(None))],
+            ),
+            (
+                "following from the start reports nothing",
+                vec![Round(0, Some(claim(OTHER, 0)), false), Look(20)],
+                vec![],
+            ),
+            (
+                "no renew succeeds (API server down): lost at the deadline, seen between rounds",
+                vec![Round(0, None, true), Look(9), Look(10), Look(12)],
+                vec![(0, gained(None)), (10, expired(10))],
+            ),
+            (
+                "renew writes fail (conflicts): the old claim runs out",
+                vec![
+                    Round(0, None, true),
+                    Round(2, Some(claim(ME, 0)), false),
+                    Round(4, Some(claim(ME, 0)), false),
+                    Look(10),
+                ],
+                vec![(0, gained(None)), (10, expired(10))],
+            ),
+            (
+                "another holder's valid claim ends leadership at once, before our deadline",
+                vec![Round(0, None, true), Round(2, Some(claim(OTHER, 1)), false)],
+                vec![(0, gained(None)), (2, taken_over())],
+            ),
+            (
+                "regained after an outage: the gain says since when it was out",
+                vec![
+                    Round(0, None, true),
+                    Look(10),
+                    // Nobody took over: our expired claim is still ours to renew.
+                    Round(17, Some(claim(ME, 0)), true),
+                ],
+                vec![(0, gained(None)), (10, expired(10)), (17, gained(Some(10)))],
+            ),
+            (
+                "taken over, then the other's claim ran out and we took it back",
+                vec![
+                    Round(0, None, true),
+                    Round(2, Some(claim(OTHER, 1)), false),
+                    Round(20, Some(claim(OTHER, 1)), true),
+                ],
+                vec![(0, gained(None)), (2, taken_over()), (20, gained(Some(2)))],
+            ),
+            (
+                "a failed first acquire is no gain",
+                vec![Round(0, None, false), Look(1)],
+                vec![],
+            ),
+        ];
+        for (case, steps, expected) in rows {
+            assert_eq!(run(&steps), expected, "{case}");
+        }
+    }
+
+    #[test]
+    fn a_follow_forgets_the_held_until_time() {
+        let mut standing = Standing::default();
+        standing.record(&plan(None, &me(), at(0)), true);
+        assert_eq!(standing.held_until(), Some(at(10)));
+        assert!(standing.is_leader_at(at(9)));
+        standing.record(&plan(Some(&claim(OTHER, 1)), &me(), at(2)), false);
+        assert_eq!(standing.held_until(), None);
+        assert!(!standing.is_leader_at(at(3)));
     }
 }

@@ -9,21 +9,29 @@
 //! provider calls and status writes never come from two replicas at once), reports health
 //! and collects orphans; [`Leadership::is_leader`] is checked right before each of those
 //! writes, so a replica whose claim ran out stops writing even if it has not noticed yet.
+//!
+//! Each gain and each loss of leadership is logged once, with the reason of a loss: the claim
+//! ran out without a renew (an unreachable or slow API server, conflicting writes), or another
+//! replica holds it. A loss is noticed when the held-until time passes, even while a round
+//! still waits on the API server, and each round is bounded by the renew deadline: a later
+//! answer could not extend the claim anyway.
 
-use std::sync::Mutex;
+use std::future::Future;
+use std::sync::{Mutex, PoisonError};
+use std::time::Duration;
 
 use jiff::Timestamp;
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use kube::api::{Api, PostParams};
-use proxy_core::leadership::{Candidate, Claim, Plan, is_leader_at, plan};
+use proxy_core::leadership::{Candidate, Change, Claim, Loss, Plan, Standing, plan};
 use tokio::sync::watch;
 
 /// The leadership of one replica.
 #[derive(Debug)]
 pub struct Leadership {
     candidate: Candidate,
-    held_until: Mutex<Option<Timestamp>>,
+    standing: Mutex<Standing>,
     changes: watch::Sender<bool>,
     /// Leads without a Lease: one replica only (`--no-leader-election`, benchmarks).
     unopposed: bool,
@@ -35,7 +43,7 @@ impl Leadership {
         let (changes, _) = watch::channel(false);
         Self {
             candidate,
-            held_until: Mutex::new(None),
+            standing: Mutex::default(),
             changes,
             unopposed: false,
         }
@@ -47,7 +55,7 @@ impl Leadership {
         let (changes, _) = watch::channel(true);
         Self {
             candidate,
-            held_until: Mutex::new(None),
+            standing: Mutex::default(),
             changes,
             unopposed: true,
         }
@@ -60,11 +68,11 @@ impl Leadership {
 
     /// Whether this replica leads now: it wrote a claim that has not run out.
     pub fn is_leader(&self) -> bool {
-        self.unopposed
-            || is_leader_at(
-                *self.held_until.lock().expect("held until"),
-                Timestamp::now(),
-            )
+        self.unopposed || self.standing().is_leader_at(Timestamp::now())
+    }
+
+    fn standing(&self) -> std::sync::MutexGuard<'_, Standing> {
+        self.standing.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// A receiver that sees `true` each time this replica becomes the leader, `false` when it
@@ -78,15 +86,81 @@ impl Leadership {
         if self.unopposed {
             return;
         }
+        let timing = *self.candidate.timing();
         loop {
-            let next = self.round(&api, &name).await;
-            let leading = self.is_leader();
-            self.changes
-                .send_if_modified(|was| std::mem::replace(was, leading) != leading);
-            let wait = std::time::Duration::try_from(next.duration_since(Timestamp::now()))
-                .unwrap_or_default();
-            tokio::time::sleep(wait.min(self.candidate.timing().retry_period())).await;
+            let round = tokio::time::timeout(timing.renew_deadline(), self.round(&api, &name));
+            let next = match self.watching(round).await {
+                Ok(next) => next,
+                Err(_) => {
+                    tracing::warn!(
+                        timeout = ?timing.renew_deadline(),
+                        "the leadership round got no answer from the API server in time; retrying"
+                    );
+                    Timestamp::now()
+                }
+            };
+            let wait = Duration::try_from(next.duration_since(Timestamp::now()))
+                .unwrap_or_default()
+                .min(timing.retry_period());
+            self.watching(tokio::time::sleep(wait)).await;
         }
+    }
+
+    /// Runs `work`, reporting every change of leadership while it runs and when it ends: the
+    /// claim runs out on the clock, not when a round notices.
+    async fn watching<T>(&self, work: impl Future<Output = T>) -> T {
+        let mut work = std::pin::pin!(work);
+        loop {
+            // While we lead, wake up just after the claim runs out.
+            let lapse = self
+                .is_leader()
+                .then(|| self.standing().held_until())
+                .flatten()
+                .map(|until| {
+                    Duration::try_from(until.duration_since(Timestamp::now())).unwrap_or_default()
+                        + Duration::from_millis(1)
+                });
+            tokio::select! {
+                done = &mut work => {
+                    self.report();
+                    return done;
+                }
+                () = tokio::time::sleep(lapse.unwrap_or_default()), if lapse.is_some() => {
+                    self.report();
+                }
+            }
+        }
+    }
+
+    /// Logs and announces a change of leadership since the last report, if there is one.
+    fn report(&self) {
+        let Some(change) = self.standing().look(Timestamp::now()) else {
+            return;
+        };
+        let identity = self.identity();
+        match &change {
+            Change::Gained { out_since: None } => {
+                tracing::info!(identity, "acquired leadership");
+            }
+            Change::Gained {
+                out_since: Some(since),
+            } => {
+                tracing::info!(identity, lost_at = %since, "regained leadership");
+            }
+            Change::Lost(Loss::Expired { at }) => tracing::warn!(
+                identity,
+                %at,
+                "lost leadership: the claim expired without a renew (API server unreachable or slow, or writes conflicting)"
+            ),
+            Change::Lost(Loss::TakenOver { holder }) => tracing::warn!(
+                identity,
+                holder,
+                "lost leadership: another replica holds the claim"
+            ),
+        }
+        let leading = matches!(change, Change::Gained { .. });
+        self.changes
+            .send_if_modified(|was| std::mem::replace(was, leading) != leading);
     }
 
     /// One round: read, plan, write; returns when to run the next one.
@@ -101,11 +175,12 @@ impl Leadership {
         };
         let observed = existing.as_ref().map(claim_of);
         let plan = plan(observed.as_ref(), &self.candidate, now);
+        let mut written = false;
         if let Some(claim) = plan.write() {
             let mut lease = existing.clone().unwrap_or_default();
             lease.metadata.name = Some(name.to_owned());
             lease.spec = Some(spec_of(claim));
-            let written = match &plan {
+            let write = match &plan {
                 Plan::Acquire { create: true, .. } => {
                     api.create(&PostParams::default(), &lease).await
                 }
@@ -113,16 +188,12 @@ impl Leadership {
                 // wrote in between, this write conflicts and we follow next round.
                 _ => api.replace(name, &PostParams::default(), &lease).await,
             };
-            match written {
-                Ok(_) => {
-                    if matches!(plan, Plan::Acquire { .. }) {
-                        tracing::info!(identity = self.identity(), "acquired leadership");
-                    }
-                    *self.held_until.lock().expect("held until") = plan.held_until();
-                }
+            match write {
+                Ok(_) => written = true,
                 Err(error) => tracing::debug!(%error, "leadership write lost; following"),
             }
         }
+        self.standing().record(&plan, written);
         plan.next_round()
     }
 }

@@ -116,3 +116,76 @@ async fn only_the_leader_acts_and_the_other_takes_over_when_it_dies() {
     assert_eq!((before, uids.len()), (4, 4), "one Pod per Proxy");
     eprintln!("leadership moved {takeover:?} after the leader was killed");
 }
+
+/// Waits until the operator's log has a line containing every one of `parts`, and returns
+/// the log; fails with the log.
+async fn logged(operator: &Operator, parts: &[&str]) -> String {
+    for _ in 0..200 {
+        let log = operator.log();
+        if log.lines().any(|l| parts.iter().all(|p| l.contains(p))) {
+            return log;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!(
+        "no log line with {parts:?} within 20 s; operator log:\n{}",
+        operator.log()
+    );
+}
+
+#[tokio::test]
+async fn a_leader_logs_losing_leadership_to_another_holder_and_regaining_it() {
+    let bed = Bed::new("leadership-log").await;
+    let leases: Api<Lease> = Api::namespaced(bed.proxies.clone().into_client(), &bed.ns);
+    let started = Instant::now();
+    while holder(&leases).await.as_deref() != Some(bed.operator.identity.as_str()) {
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "the operator never led; log:\n{}",
+            bed.operator.log()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    logged(&bed.operator, &["acquired leadership"]).await;
+
+    // Another replica writes a valid claim over ours (the resourceVersion read makes a
+    // concurrent renew conflict, so retry), and never renews it.
+    loop {
+        let mut lease = leases.get("proxy-operator").await.unwrap();
+        let now = k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime(
+            k8s_openapi::jiff::Timestamp::now(),
+        );
+        let spec = lease.spec.get_or_insert_default();
+        spec.holder_identity = Some("intruder".into());
+        spec.renew_time = Some(now.clone());
+        spec.acquire_time = Some(now);
+        spec.lease_duration_seconds = Some(3);
+        match leases
+            .replace("proxy-operator", &Default::default(), &lease)
+            .await
+        {
+            Ok(_) => break,
+            Err(kube::Error::Api(status)) if status.code == 409 => continue,
+            Err(e) => panic!("take the claim over: {e}"),
+        }
+    }
+    let lost = [
+        "lost leadership: another replica holds the claim",
+        "intruder",
+    ];
+    logged(&bed.operator, &lost).await;
+    // The intruder's claim runs out after 3 s; the operator takes it and says so.
+    let log = logged(&bed.operator, &["regained leadership"]).await;
+    let line = |parts: &[&str]| {
+        log.lines()
+            .position(|l| parts.iter().all(|p| l.contains(p)))
+    };
+    assert!(
+        line(&lost) < line(&["regained leadership"]),
+        "the loss is logged before the regain; log:\n{log}"
+    );
+    assert_eq!(
+        holder(&leases).await.as_deref(),
+        Some(bed.operator.identity.as_str())
+    );
+}
