@@ -536,8 +536,14 @@ mod tests {
     }
     use Step::{Look, Round};
 
-    /// Runs `steps` from a fresh standing; returns each reported change with its time.
-    fn run(steps: &[Step]) -> Vec<(i64, Change)> {
+    /// The changes reported, each with the time of the step that reported it.
+    type Reported = Vec<(i64, Change)>;
+
+    /// A case: what it is, its steps, what they report.
+    type Row = (&'static str, Vec<Step>, Reported);
+
+    /// Runs `steps` from a fresh standing.
+    fn run(steps: &[Step]) -> Reported {
         let mut standing = Standing::default();
         let mut changes = Vec::new();
         for step in steps {
@@ -572,7 +578,7 @@ mod tests {
     #[test]
     fn changes_are_reported_once_with_their_reason() {
         // The renew deadline is 10 s: a write at t leads until t + 10.
-        let rows: Vec<(&str, Vec<Step>, Vec<(i64, Change)>)> = vec![
+        let rows: Vec<Row> = vec![
             (
                 "a first acquire, then renewals: one gain",
                 vec![

@@ -274,23 +274,29 @@ impl ControlPlane {
                     .any(|p| matches!(p.try_wait(), Ok(Some(_))))
             };
             if exited || Instant::now() > deadline {
-                let log =
-                    std::fs::read_to_string(self.dir.join("apiserver.log")).unwrap_or_default();
-                let tail: Vec<&str> = log.lines().rev().take(15).collect();
-                let tail = tail.into_iter().rev().collect::<Vec<_>>().join("\n");
                 let why = if exited {
                     "a control-plane process exited".to_owned()
                 } else {
                     format!("timed out after {timeout:?}")
                 };
                 anyhow::bail!(
-                    "{why} while waiting for {what}; logs in {}; apiserver.log ends:\n{tail}",
-                    self.dir.display()
+                    "{why} while waiting for {what}; logs in {}\n{}\n{}",
+                    self.dir.display(),
+                    self.log_tail("etcd.log"),
+                    self.log_tail("apiserver.log")
                 );
             }
             std::thread::sleep(Duration::from_millis(200));
         }
         Ok(())
+    }
+
+    /// The last lines of one of the plane's logs.
+    fn log_tail(&self, name: &str) -> String {
+        let log = std::fs::read_to_string(self.dir.join(name)).unwrap_or_default();
+        let lines: Vec<&str> = log.lines().collect();
+        let tail = &lines[lines.len().saturating_sub(15)..];
+        format!("{name} ends:\n{}", tail.join("\n"))
     }
 
     /// Runs `kubectl` (the one built with the control plane) against this control plane.

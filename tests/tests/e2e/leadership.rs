@@ -11,7 +11,7 @@ use serde_json::json;
 use crate::operated::{Bed, provisioned, start_operator};
 
 /// The holder of the namespace's leadership Lease.
-async fn holder(leases: &Api<Lease>) -> Option<String> {
+pub async fn holder(leases: &Api<Lease>) -> Option<String> {
     leases
         .get_opt("proxy-operator")
         .await

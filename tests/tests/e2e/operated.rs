@@ -15,8 +15,18 @@ use serde_json::json;
 
 /// Starts the debug operator for `ns`, trusting `origin`'s CA, with `extra_args`.
 pub fn start_operator(ns: &str, origin: &ProbeOrigin, extra_args: &[&str]) -> Operator {
+    start_operator_on(ControlPlane::shared(), ns, origin, extra_args)
+}
+
+/// [`start_operator`] against `plane`.
+fn start_operator_on(
+    plane: &ControlPlane,
+    ns: &str,
+    origin: &ProbeOrigin,
+    extra_args: &[&str],
+) -> Operator {
     Operator::start_with(
-        ControlPlane::shared(),
+        plane,
         ns,
         binary(),
         Polls::FAST,
@@ -32,6 +42,7 @@ pub struct Bed {
     pub operator: Operator,
     pub runner: PodRunner,
     pub origin: ProbeOrigin,
+    plane: &'static ControlPlane,
     extra_args: Vec<String>,
 }
 
@@ -42,14 +53,18 @@ impl Bed {
 
     /// A bed whose operator runs with `extra_args`.
     pub async fn new_with(prefix: &str, extra_args: &[&str]) -> Self {
-        let plane = ControlPlane::shared();
+        Self::on(ControlPlane::shared(), prefix, extra_args).await
+    }
+
+    /// A bed on `plane` (a private one, for a test that restarts it).
+    pub async fn on(plane: &'static ControlPlane, prefix: &str, extra_args: &[&str]) -> Self {
         let client = plane.client().await;
         let ns = plane.namespace(&client, prefix).await;
         let origin = ProbeOrigin::start().await.unwrap();
         let runner = PodRunner::start(client.clone(), &ns, origin.hosts_file.clone())
             .await
             .unwrap();
-        let operator = start_operator(&ns, &origin, extra_args);
+        let operator = start_operator_on(plane, &ns, &origin, extra_args);
         Self {
             ns: ns.clone(),
             proxies: Api::namespaced(client.clone(), &ns),
@@ -57,6 +72,7 @@ impl Bed {
             operator,
             runner,
             origin,
+            plane,
             extra_args: extra_args.iter().map(|a| (*a).to_owned()).collect(),
         }
     }
@@ -76,7 +92,7 @@ impl Bed {
     pub fn restart_operator(&mut self) {
         self.operator.kill();
         let extra: Vec<&str> = self.extra_args.iter().map(String::as_str).collect();
-        self.operator = start_operator(&self.ns, &self.origin, &extra);
+        self.operator = start_operator_on(self.plane, &self.ns, &self.origin, &extra);
     }
 
     /// Waits until `check` holds for the Proxy, and returns it; fails with the operator's log.
