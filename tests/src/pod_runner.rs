@@ -8,6 +8,11 @@
 //! When a Pod is being deleted it stops squid and removes the Pod (a Pod bound to a node is
 //! deleted gracefully: the API server waits for the kubelet, i.e. for us).
 //!
+//! Every write names the Pod's UID, as a kubelet's would: events reach the runner late (it
+//! handles them one at a time, and stopping a squid takes a while), and an event about a Pod
+//! that was deleted must not touch the Pod created after it under the same name (a replaced
+//! proxy's instance reuses its name).
+//!
 //! Tests reach a Pod's squid through [`PodRunner::with_squid`] to hang, resume or kill it.
 
 use std::collections::BTreeMap;
@@ -16,7 +21,7 @@ use std::sync::{Arc, Mutex};
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Node, Pod};
-use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams, Preconditions};
 use kube::runtime::watcher;
 use serde_json::json;
 
@@ -25,8 +30,17 @@ use crate::squid::{Squid, next_loopback_addr};
 /// Name of the Node every Pod is bound to.
 pub const NODE_NAME: &str = "bed-node";
 
-/// The Pods this runner made Running, with their squid (`None` in address-only mode).
-type Squids = Arc<Mutex<BTreeMap<String, Option<Squid>>>>;
+/// The Pods this runner made Running, by name.
+type Squids = Arc<Mutex<BTreeMap<String, Running>>>;
+
+/// A Pod this runner made Running.
+#[derive(Debug)]
+struct Running {
+    /// The Pod's UID: another Pod of the same name is another Pod.
+    uid: String,
+    /// Its squid (`None` in address-only mode).
+    squid: Option<Squid>,
+}
 
 /// A running pod runner for one namespace.
 #[derive(Debug)]
@@ -70,7 +84,7 @@ impl PodRunner {
             .lock()
             .expect("squids")
             .get_mut(pod)
-            .and_then(Option::as_mut)
+            .and_then(|running| running.squid.as_mut())
             .map(f)
     }
 
@@ -89,7 +103,7 @@ impl Drop for PodRunner {
     fn drop(&mut self) {
         self.task.abort();
         let squids = std::mem::take(&mut *self.squids.lock().expect("squids"));
-        for mut squid in squids.into_values().flatten() {
+        for mut squid in squids.into_values().filter_map(|running| running.squid) {
             squid.kill();
         }
     }
@@ -127,7 +141,7 @@ async fn run(pods: Api<Pod>, squids: Squids, hosts_file: Option<PathBuf>) {
         let pod = match event {
             Ok(watcher::Event::Apply(pod) | watcher::Event::InitApply(pod)) => pod,
             Ok(watcher::Event::Delete(pod)) => {
-                stop_squid(&squids, &pod_name(&pod)).await;
+                stop_squid(&squids, &pod_name(&pod), &pod_uid(&pod)).await;
                 continue;
             }
             Ok(watcher::Event::Init | watcher::Event::InitDone) => continue,
@@ -150,16 +164,21 @@ async fn step(
     hosts_file: Option<&std::path::Path>,
     pod: &Pod,
 ) -> anyhow::Result<()> {
-    let name = pod_name(pod);
+    let (name, uid) = (pod_name(pod), pod_uid(pod));
     if pod.metadata.deletion_timestamp.is_some() {
-        stop_squid(squids, &name).await;
+        stop_squid(squids, &name, &uid).await;
         let params = DeleteParams {
             grace_period_seconds: Some(0),
+            preconditions: Some(Preconditions {
+                uid: Some(uid),
+                resource_version: None,
+            }),
             ..DeleteParams::default()
         };
         match pods.delete(&name, &params).await {
             Ok(_) => {}
-            Err(kube::Error::Api(status)) if status.code == 404 => {}
+            // Gone, or the name is another Pod's now.
+            Err(kube::Error::Api(status)) if matches!(status.code, 404 | 409) => {}
             Err(e) => return Err(e.into()),
         }
         return Ok(());
@@ -182,8 +201,16 @@ async fn step(
         .await?;
         return Ok(()); // the bind comes back as another event
     }
-    if squids.lock().expect("squids").contains_key(&name) {
-        return Ok(());
+    let earlier = squids
+        .lock()
+        .expect("squids")
+        .get(&name)
+        .map(|r| r.uid.clone());
+    match earlier {
+        Some(earlier) if earlier == uid => return Ok(()),
+        // A squid left from a deleted Pod of that name: its deletion came late.
+        Some(earlier) => stop_squid(squids, &name, &earlier).await,
+        None => {}
     }
     let port = spec
         .containers
@@ -206,7 +233,13 @@ async fn step(
         }
         None => None,
     };
-    squids.lock().expect("squids").insert(name.clone(), squid);
+    squids.lock().expect("squids").insert(
+        name.clone(),
+        Running {
+            uid: uid.clone(),
+            squid,
+        },
+    );
     let now =
         k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(k8s_openapi::jiff::Timestamp::now());
     let ready = |type_: &str| json!({"type": type_, "status": "True", "lastTransitionTime": now});
@@ -218,7 +251,8 @@ async fn step(
             "ready": true, "started": true, "restartCount": 0, "state": {"running": {"startedAt": now}}
         }))
         .collect();
-    let status = json!({"status": {
+    // The UID makes the patch fail on another Pod of that name (the UID is immutable).
+    let status = json!({"metadata": {"uid": uid}, "status": {
         "phase": "Running", "startTime": now, "hostIP": "127.0.0.1", "hostIPs": [{"ip": "127.0.0.1"}],
         "podIP": addr.to_string(), "podIPs": [{"ip": addr.to_string()}],
         "conditions": [ready("PodScheduled"), ready("Initialized"), ready("ContainersReady"), ready("Ready")],
@@ -229,8 +263,15 @@ async fn step(
     Ok(())
 }
 
-async fn stop_squid(squids: &Squids, name: &str) {
-    let squid = squids.lock().expect("squids").remove(name).flatten();
+/// Stops the squid of the Pod `name` if it is the one of UID `uid`.
+async fn stop_squid(squids: &Squids, name: &str, uid: &str) {
+    let squid = {
+        let mut squids = squids.lock().expect("squids");
+        match squids.get(name) {
+            Some(running) if running.uid == uid => squids.remove(name).and_then(|r| r.squid),
+            _ => None,
+        }
+    };
     if let Some(squid) = squid {
         // Stopping waits for squid to exit: keep that off the runtime's threads.
         let _ = tokio::task::spawn_blocking(move || squid.stop()).await;
@@ -239,4 +280,8 @@ async fn stop_squid(squids: &Squids, name: &str) {
 
 fn pod_name(pod: &Pod) -> String {
     pod.metadata.name.clone().unwrap_or_default()
+}
+
+fn pod_uid(pod: &Pod) -> String {
+    pod.metadata.uid.clone().unwrap_or_default()
 }

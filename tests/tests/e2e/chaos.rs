@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Event, Pod};
 use kube::api::{Api, Patch, PatchParams};
 use proxy_crd::Proxy;
 use proxy_operator::providers::labels::PROXY_UID;
@@ -282,6 +282,19 @@ async fn kill_9_at_random_points_while_a_fleet_is_replaced_settles_one_ready_pod
     );
     let settled = settle(&mut bed, &names, 3129, Duration::from_secs(180)).await;
     assert!(bed.operator.is_running());
+    // Only the replacement took instances away: none was lost to anything else (a stale
+    // delete, a sweep) and then recreated, which `settle` alone would not see.
+    let events: Api<Event> = Api::namespaced(bed.proxies.clone().into_client(), &bed.ns);
+    let lost: Vec<String> = events
+        .list(&Default::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|e| e.reason.as_deref() == Some("InstanceGone"))
+        .map(|e| e.message.unwrap_or_default())
+        .collect();
+    assert!(lost.is_empty(), "instances lost during the chaos: {lost:?}");
     eprintln!(
         "chaos: {KILLS} kills ({mid_replacement} mid-replacement); settled {settled:.1?} after the \
          last one, {:.1?} after the spec change; test took {:.1?}",
