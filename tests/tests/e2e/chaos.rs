@@ -303,8 +303,8 @@ async fn kill_9_at_random_points_while_a_fleet_is_replaced_settles_one_ready_pod
     );
 }
 
-/// Reads every Proxy's `Ready` condition every 100 ms whenever the API server answers, and
-/// records each Proxy that left `Ready` after it was seen `True`.
+/// Reads every Proxy's `Ready` condition 100 ms after the previous read ended, whenever the
+/// API server answers, and records each Proxy that left `Ready` after it was seen `True`.
 struct ReadyWatch {
     stop: Arc<AtomicBool>,
     task: tokio::task::JoinHandle<Watched>,
@@ -448,7 +448,7 @@ async fn etcd_and_apiserver_restarts_keep_ready_proxies_ready_and_the_operator_c
         log_tail(&bed.operator)
     );
     assert!(
-        watched.answered > 50 && watched.unanswered > 0,
+        watched.answered >= 20 && watched.unanswered > 0,
         "the Ready watch did not watch through the outages: {watched:?}"
     );
     assert!(
