@@ -20,6 +20,7 @@
 use std::fs::{File, OpenOptions, TryLockError};
 use std::net::{Ipv4Addr, TcpListener};
 use std::path::PathBuf;
+use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU32, Ordering};
 
 /// The lowest port handed out: well above the well-known and common service ports.
@@ -36,7 +37,8 @@ pub struct Port {
 impl Port {
     /// Reserves a port that no other reservation holds and nothing listens on.
     pub fn reserve() -> Self {
-        let candidates = candidates();
+        static CANDIDATES: OnceLock<Vec<u16>> = OnceLock::new();
+        let candidates = CANDIDATES.get_or_init(candidates);
         let count = u32::try_from(candidates.len()).unwrap_or(u32::MAX);
         assert!(count > 0, "no port outside the ephemeral range to reserve");
         // Each process starts at its own place and walks on from its last reservation, so
