@@ -6,6 +6,9 @@
 # A warm run only checks that the cached binaries answer `--version` and returns in seconds.
 # Prints `export` lines for the binaries' directory, so callers can `eval` it.
 #
+# `provision.sh --check-only` only runs that check: exits 0 when the cache is good, 1 when a
+# run would rebuild (nothing is installed or built). CI runs it 50 times in a row (.ci/run).
+#
 # Environment:
 #   K8S_VERSION       kube-apiserver version to build (default 1.36.3)
 #   PROXY_OPERATOR_CACHE  cache root (default ${XDG_CACHE_HOME:-$HOME/.cache}/proxy-operator)
@@ -32,10 +35,19 @@ install_debian_packages() {
   rm -f /usr/sbin/policy-rc.d
 }
 
+# Whether the command succeeds and its output names v$K8S. The output is read whole before it
+# is matched: `cmd | grep -q` under pipefail fails whenever grep exits at the first match
+# while cmd still writes (SIGPIPE), which made warm runs rebuild the control plane.
+says_version() {
+  local out
+  out=$("$@" 2>/dev/null) || return 1
+  [[ $out == *"v$K8S"* ]]
+}
+
 binaries_ok() {
   [ -x "$OUT/kube-apiserver" ] && [ -x "$OUT/etcd" ] && [ -x "$OUT/kubectl" ] \
-    && "$OUT/kube-apiserver" --version 2>/dev/null | grep -q "v$K8S" \
-    && "$OUT/kubectl" version --client 2>/dev/null | grep -q "v$K8S" \
+    && says_version "$OUT/kube-apiserver" --version \
+    && says_version "$OUT/kubectl" version --client \
     && "$OUT/etcd" --version >/dev/null 2>&1
 }
 
@@ -74,6 +86,10 @@ build_control_plane() {
   rm -rf "$OUT" && mv "$OUT.tmp" "$OUT"
 }
 
+if [ "${1:-}" = --check-only ]; then
+  binaries_ok || { log "the cached binaries in $OUT do not answer --version: a run would rebuild"; exit 1; }
+  exit 0
+fi
 install_debian_packages
 if binaries_ok; then
   log "kube-apiserver, kubectl v$K8S and etcd cached in $OUT"
