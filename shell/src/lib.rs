@@ -1,6 +1,7 @@
 //! The effects shell of proxy-operator: everything that does I/O around the pure
 //! `proxy-core`. Each module is one concern; `main.rs` only wires them.
 
+pub mod admin;
 pub mod config;
 pub mod controller;
 pub mod discovery;
@@ -10,5 +11,6 @@ pub mod leadership;
 pub mod metrics;
 pub mod providers;
 pub mod recorder;
+pub mod server;
 pub mod supervise;
 pub mod telemetry;

@@ -20,6 +20,7 @@ use proxy_operator::leadership::Leadership;
 use proxy_operator::metrics::Metrics;
 use proxy_operator::providers::registry::Registry;
 use proxy_operator::recorder::Recorder;
+use proxy_operator::server::BearerToken;
 use proxy_operator::supervise::{self, Loop};
 
 /// Runs fleets of HTTP forward proxies for web crawlers on Kubernetes.
@@ -78,16 +79,30 @@ struct RunArgs {
     /// How many probes may run at once.
     #[arg(long, default_value_t = proxy_operator::health::DEFAULT_CONCURRENCY)]
     probe_concurrency: usize,
-    /// Address of the metrics endpoint (`GET /metrics`, Prometheus text format).
+    /// Address of the admin port: `GET /metrics` (Prometheus text format) for anyone, and
+    /// `GET /debug/recording`, which takes the discovery token (without a token: loopback
+    /// clients only).
     #[arg(long, env = "METRICS_ADDR", default_value = "0.0.0.0:9090")]
     metrics_addr: std::net::SocketAddr,
     /// Address of the discovery API (crawlers lease proxies here).
     #[arg(long, env = "DISCOVERY_ADDR", default_value = "0.0.0.0:8090")]
     discovery_addr: std::net::SocketAddr,
-    /// Bearer token the discovery API requires. Without one the API is open to anyone who
-    /// can reach it (the operator warns loudly at start).
+    /// Bearer token the discovery API and `GET /debug/recording` require. Without one the
+    /// API is open to anyone who can reach it (the operator warns loudly at start).
     #[arg(long, env = "DISCOVERY_TOKEN", hide_env_values = true)]
     discovery_token: Option<String>,
+    /// Seconds a client of the discovery API or the admin port may take to send a request's
+    /// headers (also how long a connection may sit idle between requests).
+    #[arg(long, default_value_t = 10.0)]
+    http_header_timeout_seconds: f64,
+    /// Seconds a request to the discovery API or the admin port may take to arrive, body
+    /// included; past it the answer is 408.
+    #[arg(long, default_value_t = 30.0)]
+    http_request_timeout_seconds: f64,
+    /// Seconds the servers let requests in flight finish after SIGTERM; connections still
+    /// open then are closed.
+    #[arg(long, default_value_t = 10.0)]
+    shutdown_grace_seconds: f64,
     /// The longest lease a client may ask for, in seconds.
     #[arg(long, default_value_t = 3600)]
     max_lease_ttl_seconds: u64,
@@ -250,6 +265,7 @@ fn run(args: RunArgs) -> ExitCode {
 }
 
 async fn serve(args: RunArgs, config: ProvidersConfig) -> anyhow::Result<()> {
+    let stopping = shutdown_signals()?;
     let bundle = match &args.probe_ca_bundle {
         Some(path) => Some(
             std::fs::read(path)
@@ -309,7 +325,8 @@ async fn serve(args: RunArgs, config: ProvidersConfig) -> anyhow::Result<()> {
             .uid
             .unwrap_or_default(),
     };
-    let providers = Registry::build(&config, &client, &installation, &metrics)?;
+    let providers = Registry::build(&config, &client, &installation, &metrics)
+        .map_err(|e| anyhow::anyhow!("{}: {e}", args.providers_config.display()))?;
     let gc = (!args.no_gc).then(|| GcSettings {
         interval: seconds(args.gc_interval_seconds),
         min_age: seconds(args.gc_min_age_seconds),
@@ -381,11 +398,18 @@ async fn serve(args: RunArgs, config: ProvidersConfig) -> anyhow::Result<()> {
             )
         })?,
     );
-    let metrics_server = tokio::spawn(proxy_operator::metrics::serve(
+    let http = proxy_operator::server::Settings {
+        header_read_timeout: seconds(args.http_header_timeout_seconds),
+        request_timeout: seconds(args.http_request_timeout_seconds),
+        shutdown_grace: seconds(args.shutdown_grace_seconds),
+    };
+    let metrics_server = tokio::spawn(proxy_operator::admin::serve(
         metrics.clone(),
         recorder.clone(),
+        BearerToken::new(args.discovery_token.as_deref()),
         metrics_listener,
-        shutdown_signal(),
+        http,
+        stopped(stopping.clone()),
     ));
     let ctx = Arc::new(Context::new(
         client, providers, timing, health, metrics, leadership, recorder,
@@ -393,9 +417,19 @@ async fn serve(args: RunArgs, config: ProvidersConfig) -> anyhow::Result<()> {
     let server = tokio::spawn(discovery::serve(
         discovery.clone(),
         listener,
-        shutdown_signal(),
+        http,
+        stopped(stopping.clone()),
     ));
-    controller::run(ctx, args.namespace, discovery, gc).await;
+    // The controller stops on the same signals and finishes its reconciles in flight; one
+    // that missed the signal (it came while the operator was starting) or does not finish
+    // within the grace is dropped, as a crash would (reconciles are idempotent).
+    tokio::select! {
+        () = controller::run(ctx, args.namespace, discovery, gc) => {}
+        () = async {
+            stopped(stopping).await;
+            tokio::time::sleep(http.shutdown_grace).await;
+        } => tracing::warn!("the controller did not stop within the shutdown grace: stopping it"),
+    }
     elections.abort();
     // The controller stops on the same signals; let the API finish the requests in flight.
     server.await?;
@@ -404,12 +438,27 @@ async fn serve(args: RunArgs, config: ProvidersConfig) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Resolves on SIGTERM (how Kubernetes stops a Pod) or SIGINT.
-async fn shutdown_signal() {
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-        .expect("install a SIGTERM handler");
-    tokio::select! {
-        _ = term.recv() => {}
-        _ = tokio::signal::ctrl_c() => {}
-    }
+/// Listens for SIGTERM (how Kubernetes stops a Pod) and SIGINT from now on, so that a signal
+/// that arrives while the operator starts is not lost: the receiver turns `true` at the first.
+fn shutdown_signals() -> anyhow::Result<tokio::sync::watch::Receiver<bool>> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = signal(SignalKind::terminate())
+        .map_err(|e| anyhow::anyhow!("installing a SIGTERM handler: {e}"))?;
+    let mut interrupt = signal(SignalKind::interrupt())
+        .map_err(|e| anyhow::anyhow!("installing a SIGINT handler: {e}"))?;
+    let (signalled, stopping) = tokio::sync::watch::channel(false);
+    tokio::spawn(async move {
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = interrupt.recv() => {}
+        }
+        tracing::info!("signal received: stopping");
+        let _ = signalled.send(true);
+    });
+    Ok(stopping)
+}
+
+/// Resolves once a shutdown signal has arrived.
+async fn stopped(mut stopping: tokio::sync::watch::Receiver<bool>) {
+    let _ = stopping.wait_for(|signalled| *signalled).await;
 }

@@ -1,4 +1,5 @@
-//! Prometheus metrics, served on their own port (`--metrics-addr`, `GET /metrics`).
+//! Prometheus metrics, served on the admin port (`--metrics-addr`, `GET /metrics`, see
+//! [`crate::admin`]).
 //!
 //! Names follow Prometheus conventions: the `proxy_operator_` prefix, units in the name,
 //! `_total` on counters. What can be read when scraped is read then (proxies by phase,
@@ -291,37 +292,6 @@ impl Collector for ScrapeTime {
         }
         Ok(())
     }
-}
-
-/// Serves the admin port until `shutdown` resolves: `GET /metrics`, and
-/// `GET /debug/recording[?object=namespace/name]`, the recorder's ring buffers as a file
-/// `proxy-operator replay` reads.
-pub async fn serve(
-    metrics: Arc<Metrics>,
-    recorder: Arc<crate::recorder::Recorder>,
-    listener: tokio::net::TcpListener,
-    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
-) {
-    use warp::Filter;
-    let scrape = warp::path!("metrics").and(warp::get()).map(move || {
-        warp::reply::with_header(
-            metrics.encode(),
-            "content-type",
-            "application/openmetrics-text; version=1.0.0; charset=utf-8",
-        )
-    });
-    let recording = warp::path!("debug" / "recording")
-        .and(warp::get())
-        .and(warp::query::<std::collections::BTreeMap<String, String>>())
-        .map(move |query: std::collections::BTreeMap<String, String>| {
-            let dump = recorder.dump(query.get("object").map(String::as_str));
-            warp::reply::with_header(dump, "content-type", "application/jsonl")
-        });
-    warp::serve(scrape.or(recording))
-        .incoming(listener)
-        .graceful(shutdown)
-        .run()
-        .await;
 }
 
 #[cfg(test)]

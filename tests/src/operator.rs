@@ -6,8 +6,9 @@
 //! unnoticed.
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::OnceLock;
+use std::time::{Duration, Instant};
 
 use crate::bins::repo_root;
 use crate::control_plane::ControlPlane;
@@ -188,6 +189,48 @@ impl Operator {
     pub fn kill(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+    }
+
+    /// Asks the operator to stop, as Kubernetes does (SIGTERM), and waits up to `bound` for
+    /// it to exit: its exit status, or `None` while it still runs.
+    pub fn terminate(&mut self, bound: Duration) -> Option<ExitStatus> {
+        let status = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status()
+            .expect("run kill");
+        assert!(status.success(), "kill -TERM {} failed", self.child.id());
+        let deadline = Instant::now() + bound;
+        while Instant::now() < deadline {
+            if let Ok(Some(exit)) = self.child.try_wait() {
+                return Some(exit);
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        None
+    }
+
+    /// The sum of the samples of metric `name` over its series whose labels contain
+    /// `labels` (`""`: every series), scraped now.
+    pub async fn metric_sum(&self, name: &str, labels: &str) -> u64 {
+        let text = reqwest::get(&self.metrics)
+            .await
+            .expect("the metrics endpoint answers")
+            .text()
+            .await
+            .expect("a metrics body");
+        let series = format!("{name}{{");
+        text.lines()
+            .filter_map(|line| line.rsplit_once(' '))
+            .filter(|(id, _)| (*id == name || id.starts_with(&series)) && id.contains(labels))
+            .filter_map(|(_, value)| value.parse::<f64>().ok())
+            .sum::<f64>() as u64
+    }
+
+    /// How many machines it asked its providers to create so far
+    /// (`proxy_operator_provider_requests_total{op="create"}`, every provider and result).
+    pub async fn provider_creates(&self) -> u64 {
+        self.metric_sum("proxy_operator_provider_requests_total", r#"op="create""#)
+            .await
     }
 
     /// Whether the process is still running.

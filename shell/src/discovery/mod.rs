@@ -8,7 +8,8 @@
 //!
 //! Hardening, outermost first: a request log; a panic in a handler is a 500 JSON answer and
 //! the server keeps serving; bodies above 64 KiB are refused (413) without being buffered;
-//! a bearer token, compared in constant time, on everything but `/healthz`.
+//! a bearer token, compared in constant time, on everything but `/healthz`. Under them, the
+//! server's timeouts and bounded shutdown ([`crate::server`]).
 
 mod error;
 mod routes;
@@ -21,7 +22,8 @@ use kube::ResourceExt;
 use kube::runtime::reflector::Store;
 use proxy_core::lease::{LeaseBook, LeaseConfig, ProxyView, Selector, view_of};
 use proxy_crd::Proxy;
-use sha2::{Digest, Sha256};
+
+use crate::server::{BearerToken, Settings};
 
 pub use error::ApiError;
 pub use routes::routes;
@@ -55,7 +57,7 @@ impl Default for Limits {
 #[derive(Debug)]
 pub struct Discovery {
     book: Mutex<LeaseBook>,
-    token_digest: Option<[u8; 32]>,
+    token: BearerToken,
     limits: Limits,
 }
 
@@ -63,8 +65,8 @@ impl Discovery {
     /// A discovery API with this token (`None`: no authentication, loudly warned about),
     /// cooldowns and limits.
     pub fn new(token: Option<&str>, config: LeaseConfig, limits: Limits) -> Self {
-        let token_digest = token.filter(|t| !t.is_empty()).map(digest);
-        if token_digest.is_none() {
+        let token = BearerToken::new(token);
+        if !token.is_set() {
             tracing::warn!(
                 "DISCOVERY API WITHOUT AUTHENTICATION: no --discovery-token (DISCOVERY_TOKEN) is \
                  set, so anyone who can reach the API can lease the fleet's proxies"
@@ -72,7 +74,7 @@ impl Discovery {
         }
         Self {
             book: Mutex::new(LeaseBook::new(config)),
-            token_digest,
+            token,
             limits,
         }
     }
@@ -124,32 +126,17 @@ impl Discovery {
     }
 
     fn authorized(&self, header: Option<&str>) -> bool {
-        let Some(expected) = &self.token_digest else {
-            return true;
-        };
-        let presented = header
-            .and_then(|h| h.strip_prefix("Bearer "))
-            .map(str::trim)
-            .unwrap_or_default();
-        // Digests compare in constant time and have the same length whatever the token's.
-        subtle::ConstantTimeEq::ct_eq(&digest(presented)[..], &expected[..]).into()
+        self.token.accepts(header)
     }
 }
 
-fn digest(token: &str) -> [u8; 32] {
-    Sha256::digest(token.as_bytes()).into()
-}
-
 /// Serves the API on `listener` until `shutdown` resolves, then finishes the requests in
-/// flight.
+/// flight within the shutdown grace (see [`crate::server`]).
 pub async fn serve(
     discovery: Arc<Discovery>,
     listener: tokio::net::TcpListener,
-    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+    settings: Settings,
+    shutdown: impl std::future::Future<Output = ()>,
 ) {
-    warp::serve(routes(discovery))
-        .incoming(listener)
-        .graceful(shutdown)
-        .run()
-        .await;
+    crate::server::serve("discovery", routes(discovery), listener, settings, shutdown).await;
 }

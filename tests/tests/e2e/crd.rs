@@ -685,6 +685,31 @@ async fn the_deploy_manifests_are_accepted_by_the_api_server() {
     ] {
         assert!(stdout.contains(kind), "{kind} missing from:\n{stdout}");
     }
+    // No known default token: the manifest creates no Secret, and the Deployment needs the
+    // one the user creates.
+    assert!(
+        !stdout.contains("secret/"),
+        "the manifest ships a Secret:\n{stdout}"
+    );
+    let secret = plane.kubectl(&["-n", "proxy-operator", "get", "secret", "discovery-token"]);
+    assert!(
+        String::from_utf8_lossy(&secret.stderr).contains("NotFound"),
+        "the discovery-token Secret exists after applying the manifest alone"
+    );
+    let token = plane.kubectl(&[
+        "-n",
+        "proxy-operator",
+        "get",
+        "deployment",
+        "proxy-operator",
+        "-o",
+        r#"jsonpath={.spec.template.spec.containers[0].env[?(@.name=="DISCOVERY_TOKEN")].valueFrom.secretKeyRef}"#,
+    ]);
+    let token = String::from_utf8_lossy(&token.stdout);
+    assert!(
+        token.contains(r#""name":"discovery-token""#) && token.contains(r#""optional":false"#),
+        "DISCOVERY_TOKEN must come from the Secret, not optionally: {token}"
+    );
 }
 
 #[test]

@@ -13,4 +13,5 @@ mod operated;
 mod pods;
 mod reconcile;
 mod replay;
+mod servers;
 mod stays_ready;

@@ -89,12 +89,15 @@ async fn a_recorded_replacement_replays_identically_and_a_changed_rule_diverges_
     let divergence = report.divergence.expect("the changed rule diverges");
     assert_eq!(divergence.index, first_delete, "diverged at {divergence}");
 
-    // The same recording is served from memory on the metrics port.
+    // The same recording is served from memory on the metrics port, to the token's holders.
     let admin = bed
         .operator
         .metrics
         .replace("/metrics", "/debug/recording?object=");
-    let dump = reqwest::get(format!("{admin}{}/r1", bed.ns))
+    let dump = reqwest::Client::new()
+        .get(format!("{admin}{}/r1", bed.ns))
+        .bearer_auth(proxy_tests::operator::DISCOVERY_TOKEN)
+        .send()
         .await
         .unwrap()
         .text()

@@ -1,0 +1,114 @@
+//! The admin port (`--metrics-addr`): `GET /metrics` for Prometheus, open to every scraper,
+//! and `GET /debug/recording[?object=namespace/name]`, the recorder's ring buffers as a file
+//! `proxy-operator replay` reads.
+//!
+//! A recording holds every recorded Proxy's spec and status, so it is not for everyone who
+//! can scrape metrics: with a bearer token set (`--discovery-token`) it takes that token;
+//! without one it answers only clients on the loopback interface (`kubectl port-forward`
+//! arrives there), and refuses the rest.
+
+use std::collections::BTreeMap;
+use std::convert::Infallible;
+use std::sync::Arc;
+
+use warp::http::StatusCode;
+use warp::reply::Response;
+use warp::{Filter, Reply};
+
+use crate::metrics::Metrics;
+use crate::recorder::Recorder;
+use crate::server::{BearerToken, Peer, Settings};
+
+/// Why a request for a recording is refused, if it is.
+fn refusal(
+    token: &BearerToken,
+    authorization: Option<&str>,
+    peer: Option<Peer>,
+) -> Option<Response> {
+    let (status, message) = if token.is_set() {
+        if token.accepts(authorization) {
+            return None;
+        }
+        (
+            StatusCode::UNAUTHORIZED,
+            "a valid bearer token is required (Authorization: Bearer <token>)\n",
+        )
+    } else {
+        if peer.is_some_and(|Peer(addr)| addr.ip().is_loopback()) {
+            return None;
+        }
+        (
+            StatusCode::FORBIDDEN,
+            "without --discovery-token, /debug/recording answers only loopback clients \
+             (kubectl port-forward)\n",
+        )
+    };
+    Some(warp::reply::with_status(message, status).into_response())
+}
+
+/// The admin port's routes.
+pub fn routes(
+    metrics: Arc<Metrics>,
+    recorder: Arc<Recorder>,
+    token: BearerToken,
+) -> impl Filter<Extract = (Response,), Error = Infallible> + Clone {
+    let scrape = warp::path!("metrics").and(warp::get()).map(move || {
+        warp::reply::with_header(
+            metrics.encode(),
+            "content-type",
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )
+        .into_response()
+    });
+    let recording = warp::path!("debug" / "recording")
+        .and(warp::get())
+        .and(warp::header::optional::<String>("authorization"))
+        .and(warp::ext::optional::<Peer>())
+        .and(warp::query::<BTreeMap<String, String>>())
+        .map(
+            move |authorization: Option<String>,
+                  peer: Option<Peer>,
+                  query: BTreeMap<String, String>| {
+                if let Some(refused) = refusal(&token, authorization.as_deref(), peer) {
+                    return refused;
+                }
+                let dump = recorder.dump(query.get("object").map(String::as_str));
+                warp::reply::with_header(dump, "content-type", "application/jsonl").into_response()
+            },
+        );
+    scrape
+        .or(recording)
+        .unify()
+        .recover(|_: warp::Rejection| async {
+            Ok::<_, Infallible>(
+                warp::reply::with_status(
+                    "no such endpoint: GET /metrics or GET /debug/recording\n",
+                    StatusCode::NOT_FOUND,
+                )
+                .into_response(),
+            )
+        })
+        .unify()
+}
+
+/// Serves the admin port on `listener` until `shutdown` resolves (see [`crate::server`]).
+pub async fn serve(
+    metrics: Arc<Metrics>,
+    recorder: Arc<Recorder>,
+    token: BearerToken,
+    listener: tokio::net::TcpListener,
+    settings: Settings,
+    shutdown: impl std::future::Future<Output = ()>,
+) {
+    crate::server::serve(
+        "admin",
+        routes(metrics, recorder, token),
+        listener,
+        settings,
+        shutdown,
+    )
+    .await;
+}
+
+#[cfg(test)]
+mod tests;
