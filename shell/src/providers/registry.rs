@@ -17,8 +17,9 @@ pub struct Registry {
 
 /// Why a provider could not be built.
 #[derive(Debug, thiserror::Error)]
-#[error("provider {name:?} (type {type_name}) is not available in this build yet")]
+#[error("providers[{index}] ({name:?}): type {type_name} is not available in this build yet")]
 pub struct Unsupported {
+    index: usize,
     name: String,
     type_name: &'static str,
 }
@@ -33,7 +34,7 @@ impl Registry {
         metrics: &Arc<Metrics>,
     ) -> Result<Self, Unsupported> {
         let mut providers: BTreeMap<String, Arc<dyn Provider>> = BTreeMap::new();
-        for entry in &config.providers {
+        for (index, entry) in config.providers.iter().enumerate() {
             let provider: Arc<dyn Provider> = match &entry.settings {
                 ProviderSettings::Kubernetes(settings) => Arc::new(KubernetesProvider::new(
                     client.clone(),
@@ -42,6 +43,7 @@ impl Registry {
                 )),
                 other @ (ProviderSettings::Gcp(_) | ProviderSettings::Kvm(_)) => {
                     return Err(Unsupported {
+                        index,
                         name: entry.name.clone(),
                         type_name: other.type_name(),
                     });

@@ -5,7 +5,6 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::api::Api;
-use proxy_tests::operator::Operator;
 use serde_json::json;
 
 use crate::operated::{Bed, provisioned, start_operator};
@@ -21,21 +20,6 @@ pub async fn holder(leases: &Api<Lease>) -> Option<String> {
         .holder_identity
 }
 
-async fn creates(operator: &Operator) -> u64 {
-    let text = reqwest::get(&operator.metrics)
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    text.lines()
-        .filter(|l| {
-            l.starts_with("proxy_operator_provider_requests_total{") && l.contains(r#"op="create""#)
-        })
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum::<f64>() as u64
-}
-
 #[tokio::test]
 async fn only_the_leader_acts_and_the_other_takes_over_when_it_dies() {
     let mut bed = Bed::new("leadership").await;
@@ -49,7 +33,10 @@ async fn only_the_leader_acts_and_the_other_takes_over_when_it_dies() {
         bed.wait_for(name, "Provisioned", provisioned).await;
     }
     let leader = holder(&leases).await.expect("someone leads");
-    let (first_creates, second_creates) = (creates(&bed.operator).await, creates(&second).await);
+    let (first_creates, second_creates) = (
+        bed.operator.provider_creates().await,
+        second.provider_creates().await,
+    );
     let (leading, following) = if leader == bed.operator.identity {
         (first_creates, second_creates)
     } else {

@@ -14,4 +14,5 @@ mod pods;
 mod reconcile;
 mod replay;
 mod servers;
+mod startup;
 mod stays_ready;

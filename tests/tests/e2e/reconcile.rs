@@ -288,8 +288,40 @@ async fn a_permanent_provider_error_latches_failed_until_a_spec_fix() {
         (status.as_str(), reason.as_str()),
         ("False", "PermanentError")
     );
-    // Latched: the operator keeps it as is (same condition, no new attempts) while nothing changes.
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    // Latched: however often it is reconciled, the operator makes no new provider call and
+    // keeps the status as is while the spec does not change. A label change is a reconcile
+    // without a new generation.
+    let creates = bed.operator.provider_creates().await;
+    assert_eq!(creates, 1, "the one refused create is counted");
+    let reconciles = bed
+        .operator
+        .metric_sum("proxy_operator_reconcile_duration_seconds_count", "")
+        .await;
+    let touch = json!({"metadata": {"labels": {"touched": "yes"}}});
+    bed.proxies
+        .patch("f1", &PatchParams::default(), &Patch::Merge(&touch))
+        .await
+        .unwrap();
+    let mut after = reconciles;
+    for _ in 0..300 {
+        after = bed
+            .operator
+            .metric_sum("proxy_operator_reconcile_duration_seconds_count", "")
+            .await;
+        if after > reconciles {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(
+        after > reconciles,
+        "the label change was not reconciled within 30 s"
+    );
+    assert_eq!(
+        bed.operator.provider_creates().await,
+        creates,
+        "a latched proxy gets no new create"
+    );
     let still = bed.proxies.get("f1").await.unwrap();
     assert_eq!(still.status, failed.status, "a latched proxy is left alone");
     assert!(
@@ -321,7 +353,8 @@ async fn the_events_of_a_replaced_proxy_tell_the_story_in_order() {
     let before = bed
         .wait_for("e1", "Provisioned with an IP", provisioned)
         .await;
-    let old_ip = before.status.unwrap().ip;
+    let before = before.status.unwrap();
+    let (old_ip, old_instance) = (before.ip, before.provider_id.unwrap());
     let patch = json!({"spec": {"port": 3129}});
     bed.proxies
         .patch("e1", &PatchParams::default(), &Patch::Merge(&patch))
@@ -363,11 +396,10 @@ async fn the_events_of_a_replaced_proxy_tell_the_story_in_order() {
         .unwrap_or_else(|| panic!("no Created after Creating: {story:?}"));
     let replacing = position("Replacing", created)
         .unwrap_or_else(|| panic!("no Replacing after Created: {story:?}"));
+    let note = &story[replacing].1;
     assert!(
-        story[replacing].1.contains("spec")
-            || story[replacing].1.contains("hash")
-            || !story[replacing].1.is_empty(),
-        "the Replacing event says why: {story:?}"
+        note.starts_with("the spec changed: deleting instance") && note.contains(&old_instance),
+        "the Replacing event says why and which instance goes: {story:?}"
     );
     let out = ControlPlane::shared().kubectl(&["describe", "px", "e1", "-n", &bed.ns]);
     let describe = String::from_utf8_lossy(&out.stdout);
