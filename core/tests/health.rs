@@ -581,6 +581,7 @@ fn seeding_from_status_fills_only_what_the_book_does_not_hold() {
         healthy: true,
         latency_ms: 42,
         probed_at: at(T0),
+        failure: None,
     };
     // (the book probed the proxy before, the status, seeded?, what a reconcile then reads)
     let rows = [

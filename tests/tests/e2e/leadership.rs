@@ -5,6 +5,7 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::api::Api;
+use proxy_tests::operator::Operator;
 use serde_json::json;
 
 use crate::operated::{Bed, provisioned, start_operator};
