@@ -251,7 +251,7 @@ async fn kill_9_at_random_points_while_a_fleet_is_replaced_settles_one_ready_pod
     let leases: Api<Lease> = Api::namespaced(bed.proxies.clone().into_client(), &bed.ns);
     let names: Vec<String> = (0..FLEET).map(|i| format!("p{i:02}")).collect();
     for name in &names {
-        bed.create(name, probed(&bed, 1)).await;
+        bed.create(name, probed(&bed, 2)).await;
     }
     let up = settle(&mut bed, &names, 3128, Duration::from_secs(180)).await;
     eprintln!("chaos: {FLEET} proxies Ready in {up:.1?}");
