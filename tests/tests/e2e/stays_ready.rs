@@ -18,6 +18,7 @@ use kube::api::{Api, ListParams, Patch, PatchParams};
 use proxy_crd::Phase;
 use serde_json::json;
 
+use crate::leadership::holder;
 use crate::operated::{Bed, condition, start_operator};
 
 const PROXIES: usize = 5;
@@ -55,16 +56,6 @@ async fn ready_fleet(bed: &mut Bed) {
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-}
-
-async fn holder(leases: &Api<Lease>) -> Option<String> {
-    leases
-        .get_opt("proxy-operator")
-        .await
-        .ok()
-        .flatten()?
-        .spec?
-        .holder_identity
 }
 
 /// Reads every Proxy's `Ready` condition every 100 ms from `since` until `leader` holds the
