@@ -17,8 +17,15 @@
 //! 2. takes the UIDs of every `Proxy` object its cache holds, in every namespace, including
 //!    objects with a `deletionTimestamp` ([`Sweep::live`]), from a cache that has completed
 //!    its initial list, and
-//! 3. calls [`select`], deletes each [`Orphan`] (logging provider, provider ID and UID) and
-//!    counts what it kept ([`Selection::kept_by_reason`]). In a dry run it only reports.
+//! 3. calls [`select`], then [`plan`] (the brake: at most a share of our instances per
+//!    sweep), deletes each of the plan's orphans (logging provider, provider ID and UID),
+//!    logs and counts what the brake held back, and reports what it kept
+//!    ([`Selection::kept_by_reason`]), naming the instances a human must look at
+//!    ([`KeepReason::needs_human`]). In a dry run it only reports.
+//!
+//! It checks [`gate`] before step 1 and again before step 2: the sweep runs only as the
+//! leader and only from a cache whose last (re-)list has completed ([`CacheSync`], fed
+//! from the watch that fills the cache).
 //!
 //! The order of steps 1 and 2 matters: an instance is created after its `Proxy`, so when the
 //! cloud is listed first, every listed instance's `Proxy` already existed when the UIDs were
@@ -65,6 +72,12 @@ use std::fmt;
 use std::time::Duration;
 
 use jiff::Timestamp;
+
+mod brake;
+mod cache;
+
+pub use brake::{DeleteFraction, FractionError, Plan, plan};
+pub use cache::{CacheSync, Gate, WatchSignal, gate};
 
 /// The labels the GC reads. Every instance carries them, set at creation, in the same call
 /// that creates it (a label added after the create can be missing forever if the operator
@@ -151,6 +164,25 @@ impl KeepReason {
         Self::UnknownAge,
         Self::TooYoung,
     ];
+
+    /// Whether the instance carries our installation identity: the brake's base
+    /// ([`plan`]) counts these, with the orphans.
+    pub fn is_ours(self) -> bool {
+        match self {
+            Self::NoUid | Self::Live | Self::UnknownAge | Self::TooYoung => true,
+            Self::NotManaged | Self::NoInstallation | Self::OtherInstallation => false,
+        }
+    }
+
+    /// Whether a human should look at an instance kept for this reason: it may be an orphan
+    /// that GC will never delete (unknown age, no installation label, no UID). The others
+    /// are kept for good reasons that resolve themselves or are not ours to judge.
+    pub fn needs_human(self) -> bool {
+        match self {
+            Self::NoInstallation | Self::NoUid | Self::UnknownAge => true,
+            Self::NotManaged | Self::OtherInstallation | Self::Live | Self::TooYoung => false,
+        }
+    }
 
     /// A stable snake_case name, for a metric label or a log field.
     pub fn as_str(self) -> &'static str {
