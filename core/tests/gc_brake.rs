@@ -39,7 +39,12 @@ fn the_gate_opens_only_for_a_leader_whose_last_list_completed() {
                 last_error: Some("proxies is forbidden".to_owned()),
             },
         ),
-        ("the first list completed", vec![Start, Done], true, Gate::Sweep),
+        (
+            "the first list completed",
+            vec![Start, Done],
+            true,
+            Gate::Sweep,
+        ),
         (
             "forbidden, then granted",
             vec![Start, forbidden(), Start, Done],
@@ -74,7 +79,12 @@ fn the_gate_opens_only_for_a_leader_whose_last_list_completed() {
             true,
             Gate::Sweep,
         ),
-        ("synced, but a follower", vec![Start, Done], false, Gate::NotLeader),
+        (
+            "synced, but a follower",
+            vec![Start, Done],
+            false,
+            Gate::NotLeader,
+        ),
         ("unsynced follower", vec![], false, Gate::NotLeader),
     ];
     for (name, signals, leader, expected) in rows {

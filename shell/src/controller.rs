@@ -19,8 +19,8 @@ use kube::runtime::controller::{self, Controller};
 use kube::runtime::events::{
     Event as KubeEvent, EventType as KubeEventType, Recorder as EventRecorder, Reporter,
 };
-use kube::runtime::reflector::ObjectRef;
-use kube::runtime::watcher;
+use kube::runtime::reflector::{self, ObjectRef};
+use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Resource, ResourceExt};
 use proxy_core::{
     Action, CloudInitView, Decision, EventType, InstanceView, Metadata, Observed, Outcome,
@@ -30,7 +30,7 @@ use proxy_crd::{CLOUD_INIT_SECRET_LABEL, FINALIZER, Proxy, SPEC_HASH_ANNOTATION}
 use serde_json::json;
 
 use crate::discovery::Discovery;
-use crate::gc::GcSettings;
+use crate::gc::{CacheWatch, Collector, GcSettings};
 use crate::health::HealthEngine;
 use crate::leadership::Leadership;
 use crate::metrics::Metrics;
@@ -119,13 +119,15 @@ impl Context {
 }
 
 /// Runs the controller until SIGTERM or SIGINT, then lets running reconciles finish.
-/// `namespace` restricts it to one namespace. The health engine and the discovery API's lease
-/// book are fed from the controller's cache.
+/// `namespace` restricts it to one namespace; at most `max_concurrent_reconciles` reconciles
+/// run at once (0: unbounded). The health engine and the discovery API's lease book are fed
+/// from the controller's cache.
 pub async fn run(
     ctx: Arc<Context>,
     namespace: Option<String>,
     discovery: Arc<Discovery>,
     gc: Option<GcSettings>,
+    max_concurrent_reconciles: u16,
 ) {
     let (proxies, secrets): (Api<Proxy>, Api<Secret>) = match &namespace {
         Some(ns) => (
@@ -134,8 +136,18 @@ pub async fn run(
         ),
         None => (Api::all(ctx.client.clone()), Api::all(ctx.client.clone())),
     };
-    let controller = Controller::new(proxies, watcher::Config::default());
-    let store = controller.store();
+    // The controller's own watch, as `Controller::new` builds it, with GC's view of the
+    // cache's completeness fed from the same stream, after the reflector applied each event.
+    let (store, writer) = reflector::store();
+    let cache = CacheWatch::default();
+    let proxy_events = reflector::reflector(writer, watcher(proxies, watcher::Config::default()))
+        .inspect({
+            let cache = cache.clone();
+            move |item| cache.observe(item)
+        })
+        .applied_objects();
+    let controller = Controller::for_stream(proxy_events, store.clone())
+        .with_config(controller::Config::default().concurrency(max_concurrent_reconciles));
     ctx.metrics.watch_proxies(store.clone());
     // The health engine probes what the controller's cache holds and asks for a reconcile
     // when a verdict must be written; it never writes status itself.
@@ -160,20 +172,17 @@ pub async fn run(
         },
     ));
     let collector = gc.map(|settings| {
-        let (providers, store, leadership) =
-            (ctx.providers.clone(), store.clone(), ctx.leadership.clone());
-        tokio::spawn(supervise::forever(
-            Loop::Gc,
-            ctx.metrics.clone(),
-            move || {
-                crate::gc::run(
-                    settings.clone(),
-                    providers.clone(),
-                    store.clone(),
-                    leadership.clone(),
-                )
-            },
-        ))
+        let collector = Collector {
+            settings,
+            providers: ctx.providers.clone(),
+            proxies: store.clone(),
+            cache,
+            leadership: ctx.leadership.clone(),
+            metrics: ctx.metrics.clone(),
+        };
+        tokio::spawn(supervise::forever(Loop::Gc, ctx.metrics.clone(), move || {
+            crate::gc::run(collector.clone())
+        }))
     });
     // A replica that becomes the leader reconciles everything: followers skip reconciles.
     let elections = futures::stream::unfold(ctx.leadership.subscribe(), |mut elected| async move {

@@ -1,22 +1,38 @@
 //! Orphan garbage collection: a leader-only loop that deletes instances no Proxy owns.
 //!
-//! Which instances are orphans is the core's decision (`proxy_core::gc::select`: our labels,
-//! our installation, older than the minimum age, a UID no Proxy object has — one being
-//! deleted still counts). This loop lists each provider's instances, takes the live UIDs
-//! from the controller's cache *after* listing (an instance created during the listing has
-//! a live owner by then), and deletes — or in dry-run mode only logs — each orphan. One
-//! provider's failure is logged and the sweep goes on with the next.
+//! Every decision is the core's (`proxy_core::gc`): whether a sweep may run now
+//! ([`gate`]: leader, and a Proxy cache whose last list completed), which instances are
+//! orphans ([`select`]: our labels, our installation, older than the minimum age, a UID no
+//! Proxy object has — one being deleted still counts), and how many of them one sweep may
+//! delete ([`plan`]: the brake, `--gc-max-delete-fraction` of our instances). This loop
+//! lists each provider's instances, takes the live UIDs from the controller's cache *after*
+//! listing (an instance created during the listing has a live owner by then), deletes — or
+//! in dry-run mode only logs — the planned orphans, and reports every sweep: one log line
+//! per provider, what the brake held back, what is kept for a human to look at, and the
+//! metrics `proxy_operator_gc_held_back_total{provider}` and
+//! `proxy_operator_gc_kept{provider,reason}`. One provider's failure is logged and the
+//! sweep goes on with the next.
+//!
+//! The cache's completeness comes from [`CacheWatch`], which the controller feeds from the
+//! same watch stream that fills the cache (kube-runtime's `Store::wait_until_ready` only
+//! covers the first list, and a re-list after a desync is invisible in the store).
 
 use std::collections::BTreeSet;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use kube::ResourceExt;
 use kube::runtime::reflector::Store;
-use proxy_core::gc::{Listed, Sweep, select};
+use kube::runtime::watcher;
+use proxy_core::gc::{
+    CacheSync, DeleteFraction, Gate, Listed, Plan, Selection, Sweep, WatchSignal, gate, plan,
+    select,
+};
 use proxy_crd::Proxy;
 
 use crate::leadership::Leadership;
+use crate::metrics::Metrics;
+use crate::providers::Provider;
 use crate::providers::registry::Registry;
 
 /// How the collector runs.
@@ -30,74 +46,218 @@ pub struct GcSettings {
     pub dry_run: bool,
     /// This installation's identity, carried by every instance it creates.
     pub installation: String,
+    /// The largest share of a provider's instances of ours one sweep deletes.
+    pub max_delete_fraction: DeleteFraction,
+}
+
+/// Whether the Proxy cache holds a complete list: fed by the watch that fills the cache,
+/// read by the GC loop. Cloning shares it.
+#[derive(Debug, Clone, Default)]
+pub struct CacheWatch(Arc<Mutex<CacheSync>>);
+
+impl CacheWatch {
+    /// Takes in one item of the watch stream, after the reflector applied it to the cache
+    /// (call it from an `inspect` placed after `reflector`).
+    pub fn observe<K>(&self, item: &Result<watcher::Event<K>, watcher::Error>) {
+        let signal = match item {
+            Ok(watcher::Event::Init) => WatchSignal::ListStarted,
+            Ok(watcher::Event::InitDone) => WatchSignal::ListCompleted,
+            Ok(
+                watcher::Event::Apply(_) | watcher::Event::Delete(_) | watcher::Event::InitApply(_),
+            ) => return,
+            Err(error) => WatchSignal::Failed(error.to_string()),
+        };
+        self.0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .observe(signal);
+    }
+
+    /// The core's verdict: may GC sweep now?
+    fn gate(&self, leader: bool) -> Gate {
+        gate(
+            leader,
+            &self.0.lock().unwrap_or_else(PoisonError::into_inner),
+        )
+    }
+}
+
+/// What a sweep reads and writes besides the providers.
+#[derive(Debug, Clone)]
+pub struct Collector {
+    /// How it runs.
+    pub settings: GcSettings,
+    /// The providers to sweep.
+    pub providers: Registry,
+    /// The controller's Proxy cache: the live UIDs.
+    pub proxies: Store<Proxy>,
+    /// Whether that cache is complete.
+    pub cache: CacheWatch,
+    /// Only the leader sweeps.
+    pub leadership: Arc<Leadership>,
+    /// Held back and kept.
+    pub metrics: Arc<Metrics>,
 }
 
 /// Sweeps every `settings.interval` while this replica leads, until the task is dropped.
-pub async fn run(
-    settings: GcSettings,
-    providers: Registry,
-    proxies: Store<Proxy>,
-    leadership: Arc<Leadership>,
-) {
-    let mut tick = tokio::time::interval(settings.interval);
-    tick.tick().await; // the first sweep comes one interval after the start, once the cache is warm
+pub async fn run(collector: Collector) {
+    let mut tick = tokio::time::interval(collector.settings.interval);
+    tick.tick().await; // the first sweep comes one interval after the start
     loop {
         tick.tick().await;
-        if leadership.is_leader() {
-            sweep(&settings, &providers, &proxies, &leadership).await;
+        if collector.may_sweep() {
+            collector.sweep().await;
         }
     }
 }
 
-/// One sweep of every provider.
-pub async fn sweep(
-    settings: &GcSettings,
-    providers: &Registry,
-    proxies: &Store<Proxy>,
-    leadership: &Leadership,
-) {
-    for (name, provider) in providers.iter() {
-        let instances = match provider.list_by_tag().await {
-            Ok(instances) => instances,
-            Err(error) => {
-                tracing::warn!(provider = name, class = error.class.label(), message = %error.message, "GC: listing failed; next provider");
-                continue;
+impl Collector {
+    /// Asks the core whether to sweep now; says why not when the cache is the reason.
+    fn may_sweep(&self) -> bool {
+        match self.cache.gate(self.leadership.is_leader()) {
+            Gate::Sweep => true,
+            Gate::NotLeader => false,
+            Gate::NeverListed { last_error } => {
+                tracing::warn!(
+                    cache = "never_listed",
+                    last_error = last_error.as_deref().unwrap_or(""),
+                    "GC: waiting for the Proxy cache's list; not sweeping"
+                );
+                false
             }
-        };
-        let live: BTreeSet<String> = proxies.state().iter().filter_map(|p| p.uid()).collect();
-        let listed: Vec<Listed> = instances
-            .into_iter()
-            .map(|i| Listed {
-                provider_id: i.provider_id,
-                labels: i.labels,
-                created_at: i.created_at,
-            })
+            Gate::Relisting { last_error } => {
+                tracing::warn!(
+                    cache = "relisting",
+                    last_error = last_error.as_deref().unwrap_or(""),
+                    "GC: waiting for the Proxy cache's list; not sweeping"
+                );
+                false
+            }
+        }
+    }
+
+    /// One sweep of every provider.
+    pub async fn sweep(&self) {
+        for (name, provider) in self.providers.iter() {
+            let instances = match provider.list_by_tag().await {
+                Ok(instances) => instances,
+                Err(error) => {
+                    tracing::warn!(provider = name, class = error.class.label(), message = %error.message, "GC: listing failed; next provider");
+                    continue;
+                }
+            };
+            // A re-list may have started while the provider was listed: ask again before
+            // the cache is read.
+            if !self.may_sweep() {
+                return;
+            }
+            let live: BTreeSet<String> = self
+                .proxies
+                .state()
+                .iter()
+                .filter_map(|p| p.uid())
+                .collect();
+            let listed: Vec<Listed> = instances
+                .into_iter()
+                .map(|i| Listed {
+                    provider_id: i.provider_id,
+                    labels: i.labels,
+                    created_at: i.created_at,
+                })
+                .collect();
+            let sweep = Sweep {
+                live,
+                installation: self.settings.installation.clone(),
+                min_age: self.settings.min_age,
+                now: jiff::Timestamp::now(),
+            };
+            let selection = select(&listed, &sweep);
+            let plan = plan(&selection, self.settings.max_delete_fraction);
+            self.report_held(name, &selection, &plan);
+            let Some(deleted) = self.delete(name, provider.as_ref(), &plan).await else {
+                return;
+            };
+            let kept = selection.kept_by_reason();
+            tracing::info!(
+                provider = name,
+                listed = listed.len(),
+                ours = plan.ours,
+                orphans = selection.orphans.len(),
+                allowance = plan.allowance,
+                deleted,
+                held_back = plan.held_back.len(),
+                dry_run = self.settings.dry_run,
+                kept = %kept.iter().map(|(reason, n)| format!("{reason}={n}")).collect::<Vec<_>>().join(" "),
+                "GC: swept"
+            );
+            self.metrics.gc_sweep(
+                name,
+                plan.held_back.len(),
+                kept.into_iter().map(|(reason, n)| (reason.as_str(), n)),
+            );
+        }
+    }
+
+    /// Logs what the brake held back and what is kept for a human, with the instances' IDs.
+    fn report_held(&self, name: &str, selection: &Selection, plan: &Plan) {
+        if !plan.held_back.is_empty() {
+            let ids: Vec<&str> = plan
+                .held_back
+                .iter()
+                .map(|o| o.provider_id.as_str())
+                .collect();
+            tracing::warn!(
+                provider = name,
+                held_back = ids.len(),
+                ours = plan.ours,
+                allowance = plan.allowance,
+                max_delete_fraction = %self.settings.max_delete_fraction,
+                provider_ids = %ids.join(","),
+                action = "delete them by hand if they are orphans, or raise --gc-max-delete-fraction",
+                "GC: the brake held back orphans"
+            );
+        }
+        let for_a_human: Vec<String> = selection
+            .kept
+            .iter()
+            .filter(|k| k.reason.needs_human())
+            .map(|k| format!("{}={}", k.provider_id, k.reason))
             .collect();
-        let sweep = Sweep {
-            live,
-            installation: settings.installation.clone(),
-            min_age: settings.min_age,
-            now: jiff::Timestamp::now(),
-        };
-        let selection = select(&listed, &sweep);
-        for orphan in selection.orphans {
-            if settings.dry_run {
+        if !for_a_human.is_empty() {
+            tracing::warn!(
+                provider = name,
+                count = for_a_human.len(),
+                instances = %for_a_human.join(","),
+                action = "GC never deletes these (unknown age, no installation or UID label): a human decides",
+                "GC: kept instances for a human"
+            );
+        }
+    }
+
+    /// Deletes the planned orphans (only logs them in a dry run); the number deleted, or
+    /// `None` when leadership ran out during the sweep.
+    async fn delete(&self, name: &str, provider: &dyn Provider, plan: &Plan) -> Option<usize> {
+        let mut deleted = 0;
+        for orphan in &plan.delete {
+            if self.settings.dry_run {
                 tracing::warn!(provider = name, provider_id = %orphan.provider_id, uid = %orphan.uid, "GC (dry run): would delete orphan");
                 continue;
             }
             // Leadership can run out during a long sweep: check right before each delete.
-            if !leadership.is_leader() {
+            if !self.leadership.is_leader() {
                 tracing::info!("GC: no longer the leader; stopping the sweep");
-                return;
+                return None;
             }
             match provider.delete(&orphan.provider_id).await {
                 Ok(()) => {
-                    tracing::warn!(provider = name, provider_id = %orphan.provider_id, uid = %orphan.uid, "GC: deleted orphan")
+                    deleted += 1;
+                    tracing::warn!(provider = name, provider_id = %orphan.provider_id, uid = %orphan.uid, "GC: deleted orphan");
                 }
                 Err(error) => {
-                    tracing::warn!(provider = name, provider_id = %orphan.provider_id, uid = %orphan.uid, message = %error.message, "GC: delete failed")
+                    tracing::warn!(provider = name, provider_id = %orphan.provider_id, uid = %orphan.uid, message = %error.message, "GC: delete failed");
                 }
             }
         }
+        Some(deleted)
     }
 }

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 
+use proxy_core::gc::DeleteFraction;
 use proxy_core::leadership::Candidate;
 use proxy_core::lease::LeaseConfig;
 use proxy_core::record::{Config as RecordConfig, Header, Operator, Recording, timeline};
@@ -151,6 +152,12 @@ struct RunArgs {
     /// Minimum age, in seconds, of an instance GC may delete.
     #[arg(long, default_value_t = 600.0)]
     gc_min_age_seconds: f64,
+    /// The largest share of a provider's instances (of this installation) one GC sweep may
+    /// delete, from 0 (delete nothing, report only) to 1 (no brake). Rounded down: below 1 a
+    /// sweep never deletes every instance, so a lone orphan (1 of 1) is held back, logged
+    /// and counted (`proxy_operator_gc_held_back_total`) for a human.
+    #[arg(long, default_value_t = DeleteFraction::DEFAULT)]
+    gc_max_delete_fraction: DeleteFraction,
     /// Log the orphans GC would delete, delete nothing.
     #[arg(long)]
     gc_dry_run: bool,
@@ -162,6 +169,10 @@ struct RunArgs {
     /// Do not run orphan GC.
     #[arg(long, conflicts_with_all = ["gc_allow_namespaced", "gc_dry_run"])]
     no_gc: bool,
+    /// How many reconciles run at once (0: unbounded). Each makes at most one provider call
+    /// at a time, so this bounds what a mass apply fires at a cloud API.
+    #[arg(long, env = "MAX_CONCURRENT_RECONCILES", default_value_t = 4)]
+    max_concurrent_reconciles: u16,
     /// How long a proxy is not leased for a target after a `blocked` report, in seconds.
     #[arg(long, default_value_t = 1800)]
     blocked_cooldown_seconds: u64,
@@ -332,6 +343,7 @@ async fn serve(args: RunArgs, config: ProvidersConfig) -> anyhow::Result<()> {
         min_age: seconds(args.gc_min_age_seconds),
         dry_run: args.gc_dry_run,
         installation: installation.clone(),
+        max_delete_fraction: args.gc_max_delete_fraction,
     });
     let timing = proxy_core::Timing {
         provisioning_poll: seconds(args.provisioning_poll_seconds),
@@ -424,7 +436,13 @@ async fn serve(args: RunArgs, config: ProvidersConfig) -> anyhow::Result<()> {
     // that missed the signal (it came while the operator was starting) or does not finish
     // within the grace is dropped, as a crash would (reconciles are idempotent).
     tokio::select! {
-        () = controller::run(ctx, args.namespace, discovery, gc) => {}
+        () = controller::run(
+            ctx,
+            args.namespace,
+            discovery,
+            gc,
+            args.max_concurrent_reconciles,
+        ) => {}
         () = async {
             stopped(stopping).await;
             tokio::time::sleep(http.shutdown_grace).await;

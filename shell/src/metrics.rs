@@ -14,7 +14,7 @@ use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
-use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 use proxy_crd::{Phase, Proxy};
@@ -53,6 +53,22 @@ pub struct ProxyLabels {
     pub proxy: String,
 }
 
+/// Labels of one provider.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ProviderName {
+    /// The provider's name in the providers config.
+    pub provider: String,
+}
+
+/// Labels of what GC kept, by provider and reason.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct KeptLabels {
+    /// The provider's name in the providers config.
+    pub provider: String,
+    /// The core's `KeepReason`, snake_case.
+    pub reason: &'static str,
+}
+
 /// Labels of reconcile errors.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ErrorLabels {
@@ -78,6 +94,10 @@ pub struct Metrics {
     reconcile_duration: Histogram,
     reconcile_errors: Family<ErrorLabels, Counter>,
     panics: Family<PanicLabels, Counter>,
+    provider_in_flight: Family<ProviderName, Gauge>,
+    provider_in_flight_max: Family<ProviderName, Gauge>,
+    gc_held_back: Family<ProviderName, Counter>,
+    gc_kept: Family<KeptLabels, Gauge>,
     sources: Arc<Sources>,
 }
 
@@ -141,6 +161,30 @@ impl Default for Metrics {
                 r#loop: task.label(),
             }));
         }
+        let provider_in_flight = Family::<ProviderName, Gauge>::default();
+        registry.register(
+            "provider_calls_in_flight",
+            "Provider calls running now, by provider",
+            provider_in_flight.clone(),
+        );
+        let provider_in_flight_max = Family::<ProviderName, Gauge>::default();
+        registry.register(
+            "provider_calls_in_flight_max",
+            "The most provider calls that ran at once since the start, by provider (bounded by --max-concurrent-reconciles, plus one for GC)",
+            provider_in_flight_max.clone(),
+        );
+        let gc_held_back = Family::<ProviderName, Counter>::default();
+        registry.register(
+            "gc_held_back",
+            "Orphans GC's brake did not delete in a sweep (--gc-max-delete-fraction), summed over sweeps",
+            gc_held_back.clone(),
+        );
+        let gc_kept = Family::<KeptLabels, Gauge>::default();
+        registry.register(
+            "gc_kept",
+            "Instances the last GC sweep kept, by provider and reason",
+            gc_kept.clone(),
+        );
         let sources = Arc::new(Sources::default());
         registry.register_collector(Box::new(ScrapeTime(sources.clone())));
         Self {
@@ -151,6 +195,10 @@ impl Default for Metrics {
             reconcile_duration,
             reconcile_errors,
             panics,
+            provider_in_flight,
+            provider_in_flight_max,
+            gc_held_back,
+            gc_kept,
             sources,
         }
     }
@@ -230,6 +278,48 @@ impl Metrics {
                 r#loop: task.label(),
             })
             .inc();
+    /// A provider call starts: counts it in flight, and raises the high-water mark.
+    pub fn provider_call_started(&self, provider: &str) {
+        let labels = ProviderName {
+            provider: provider.to_owned(),
+        };
+        let now = self.provider_in_flight.get_or_create(&labels).inc() + 1;
+        self.provider_in_flight_max
+            .get_or_create(&labels)
+            .inner()
+            .fetch_max(now, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// A provider call ended (returned, failed or was cancelled).
+    pub fn provider_call_finished(&self, provider: &str) {
+        self.provider_in_flight
+            .get_or_create(&ProviderName {
+                provider: provider.to_owned(),
+            })
+            .dec();
+    }
+
+    /// One GC sweep of `provider`: `held_back` orphans the brake kept, and how many
+    /// instances it kept for each reason (every reason, so that no series goes stale).
+    pub fn gc_sweep(
+        &self,
+        provider: &str,
+        held_back: usize,
+        kept: impl IntoIterator<Item = (&'static str, usize)>,
+    ) {
+        self.gc_held_back
+            .get_or_create(&ProviderName {
+                provider: provider.to_owned(),
+            })
+            .inc_by(u64::try_from(held_back).unwrap_or(u64::MAX));
+        for (reason, count) in kept {
+            self.gc_kept
+                .get_or_create(&KeptLabels {
+                    provider: provider.to_owned(),
+                    reason,
+                })
+                .set(i64::try_from(count).unwrap_or(i64::MAX));
+        }
     }
 
     /// The metrics in the OpenMetrics text format.
@@ -307,6 +397,10 @@ mod tests {
         metrics.reconcile(0.01);
         metrics.reconcile_error("transient");
         metrics.panic(Loop::Gc);
+        metrics.provider_call_started("pods");
+        metrics.provider_call_started("pods");
+        metrics.provider_call_finished("pods");
+        metrics.gc_sweep("pods", 2, [("live", 3), ("too_young", 0)]);
         let text = metrics.encode();
         for line in [
             r#"proxy_operator_provider_requests_total{provider="pods",op="create",result="ok"} 1"#,
@@ -317,6 +411,11 @@ mod tests {
             r#"proxy_operator_reconcile_errors_total{class="transient"} 1"#,
             r#"proxy_operator_panics_total{loop="gc"} 1"#,
             r#"proxy_operator_panics_total{loop="reconcile"} 0"#,
+            r#"proxy_operator_provider_calls_in_flight{provider="pods"} 1"#,
+            r#"proxy_operator_provider_calls_in_flight_max{provider="pods"} 2"#,
+            r#"proxy_operator_gc_held_back_total{provider="pods"} 2"#,
+            r#"proxy_operator_gc_kept{provider="pods",reason="live"} 3"#,
+            r#"proxy_operator_gc_kept{provider="pods",reason="too_young"} 0"#,
         ] {
             assert!(
                 text.lines().any(|l| l == line),

@@ -110,6 +110,26 @@ impl Operator {
         probe_ca_pem: Option<&str>,
         extra_args: &[&str],
     ) -> Self {
+        Self::start_with_kubeconfig(
+            &plane.kubeconfig,
+            namespace,
+            binary,
+            polls,
+            probe_ca_pem,
+            extra_args,
+        )
+    }
+
+    /// As [`Operator::start_with`], but the operator talks to the API server with
+    /// `kubeconfig` (a user with less than the admin's rights, for RBAC tests).
+    pub fn start_with_kubeconfig(
+        kubeconfig: &Path,
+        namespace: &str,
+        binary: &Path,
+        polls: Polls,
+        probe_ca_pem: Option<&str>,
+        extra_args: &[&str],
+    ) -> Self {
         let dir = subdir(&format!("operator-{namespace}"));
         let config = dir.join("providers.yaml");
         std::fs::write(
@@ -163,7 +183,7 @@ impl Operator {
             .args(["--provisioning-poll-seconds", &seconds(polls.provisioning)])
             .args(["--deletion-poll-seconds", &seconds(polls.deletion)])
             .args(["--drift-poll-seconds", &seconds(polls.drift)])
-            .env("KUBECONFIG", &plane.kubeconfig)
+            .env("KUBECONFIG", kubeconfig)
             .env("RUST_LOG", "info,proxy_operator=debug,kube=warn")
             .stdin(Stdio::null())
             .stdout(out.try_clone().expect("log file"))

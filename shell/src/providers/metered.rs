@@ -1,6 +1,9 @@
 //! The one decorator every provider goes through: a tracing span per operation (with the
-//! provider, the operation and the instance) and the `proxy_operator_provider_requests_total`
-//! counter by provider, operation and result. A new provider gets both for free.
+//! provider, the operation and the instance), the `proxy_operator_provider_requests_total`
+//! counter by provider, operation and result, and the calls in flight
+//! (`proxy_operator_provider_calls_in_flight` and its high-water mark `..._max`, which shows
+//! that `--max-concurrent-reconciles` bounds what a mass apply fires at a cloud API). A new
+//! provider gets all of it for free.
 
 use std::sync::Arc;
 
@@ -29,6 +32,13 @@ impl Metered {
         }
     }
 
+    /// Counts a call in flight until the guard drops: when the call returns, or when its
+    /// future is dropped (a cancelled reconcile).
+    fn in_flight(&self) -> InFlight<'_> {
+        self.metrics.provider_call_started(&self.name);
+        InFlight(self)
+    }
+
     fn count<T>(&self, op: &'static str, result: &Result<T, ProviderError>) {
         let outcome = match result {
             Ok(_) => "ok",
@@ -41,18 +51,31 @@ impl Metered {
     }
 }
 
+/// One call in flight of a [`Metered`] provider.
+struct InFlight<'a>(&'a Metered);
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.0.metrics.provider_call_finished(&self.0.name);
+    }
+}
+
 #[async_trait]
 impl Provider for Metered {
     async fn create(&self, request: &CreateRequest) -> Result<String, ProviderError> {
         let span = tracing::info_span!("provider", provider = %self.name, op = "create", instance = %request.instance_name, proxy = %format!("{}/{}", request.namespace, request.name));
+        let in_flight = self.in_flight();
         let result = self.inner.create(request).instrument(span).await;
+        drop(in_flight);
         self.count("create", &result);
         result
     }
 
     async fn get(&self, provider_id: &str) -> Result<InstanceState, ProviderError> {
         let span = tracing::info_span!("provider", provider = %self.name, op = "get", provider_id);
+        let in_flight = self.in_flight();
         let result = self.inner.get(provider_id).instrument(span).await;
+        drop(in_flight);
         self.count("get", &result);
         result
     }
@@ -60,14 +83,18 @@ impl Provider for Metered {
     async fn delete(&self, provider_id: &str) -> Result<(), ProviderError> {
         let span =
             tracing::info_span!("provider", provider = %self.name, op = "delete", provider_id);
+        let in_flight = self.in_flight();
         let result = self.inner.delete(provider_id).instrument(span).await;
+        drop(in_flight);
         self.count("delete", &result);
         result
     }
 
     async fn list_by_tag(&self) -> Result<Vec<Instance>, ProviderError> {
         let span = tracing::info_span!("provider", provider = %self.name, op = "list");
+        let in_flight = self.in_flight();
         let result = self.inner.list_by_tag().instrument(span).await;
+        drop(in_flight);
         self.count("list", &result);
         result
     }

@@ -11,6 +11,12 @@
 //! operator's API writes per proxy (from the API server's own `apiserver_request_total`), and
 //! (c) its status writes per proxy per minute in steady state (target 0).
 //!
+//! Step 2 runs once per value of `--max-concurrent-reconciles` in
+//! `BENCH_MAX_CONCURRENT_RECONCILES` (default `1,4,16,0`; 0 is unbounded), each with a fresh
+//! operator in a fresh namespace, so the rows compare side by side against one baseline.
+//! Each row also gives (d) the most provider calls the operator had in flight at once
+//! (`proxy_operator_provider_calls_in_flight_max`, from its metrics).
+//!
 //! Run: `just bench-reconcile` (or `cargo run -p proxy-tests --bin bench-reconcile`).
 //! `BENCH_PROXIES` (default 200) and `BENCH_PROVISIONING_POLL` (seconds, default 1) change
 //! the size and the operator's provisioning poll.
@@ -26,6 +32,7 @@ use proxy_tests::control_plane::ControlPlane;
 use proxy_tests::operator::{Operator, Polls, release_binary};
 use proxy_tests::pod_runner::PodRunner;
 use serde_json::json;
+use std::path::Path;
 
 const CONCURRENCY: usize = 16;
 const STEADY_STATE: Duration = Duration::from_secs(60);
@@ -140,10 +147,112 @@ fn operator_writes(
     by_kind
 }
 
+/// What one operator run measured.
+struct Run {
+    concurrency: u16,
+    to_provisioned: Duration,
+    writes: BTreeMap<String, f64>,
+    first_verdicts: BTreeMap<String, f64>,
+    steady_state: BTreeMap<String, f64>,
+    max_in_flight: f64,
+}
+
+/// The operator's high-water mark of provider calls in flight, from its metrics.
+async fn max_in_flight(operator: &Operator) -> anyhow::Result<f64> {
+    let text = reqwest::get(&operator.metrics).await?.text().await?;
+    Ok(text
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix(r#"proxy_operator_provider_calls_in_flight_max{provider="pods"} "#)
+        })
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0.0))
+}
+
+/// Step 2 for one `--max-concurrent-reconciles`: a fresh operator creates `n` Proxies' Pods.
+async fn operator_run(
+    plane: &ControlPlane,
+    client: &kube::Client,
+    binary: &Path,
+    n: usize,
+    provisioning_poll: f64,
+    concurrency: u16,
+) -> anyhow::Result<Run> {
+    let ns = plane
+        .namespace(client, &format!("bench-operator-c{concurrency}"))
+        .await;
+    let _runner = PodRunner::start_address_only(client.clone(), &ns).await?;
+    let polls = Polls {
+        provisioning: provisioning_poll,
+        deletion: 1.0,
+        drift: 10.0,
+    };
+    let concurrency_arg = concurrency.to_string();
+    let operator = Operator::start_with(
+        plane,
+        &ns,
+        binary,
+        polls,
+        None,
+        &["--max-concurrent-reconciles", &concurrency_arg],
+    );
+    tokio::time::sleep(Duration::from_secs(2)).await; // its watches are up
+    let proxies: Api<Proxy> = Api::namespaced(client.clone(), &ns);
+    let before = writes(plane);
+    let started = Instant::now();
+    create_proxies(&proxies, n).await?;
+    if let Err(e) = wait_until(&proxies, "Proxies provisioned by the operator", |items| {
+        items.iter().filter(|p| provisioned(p)).count() == n
+    })
+    .await
+    {
+        anyhow::bail!("{e}; operator log:\n{}", operator.log());
+    }
+    let to_provisioned = started.elapsed();
+    let provisioned_writes = writes(plane);
+    // Steady state starts once every proxy has its first health verdict (that first verdict
+    // is a status write by design). The address-only Pods run no squid, so the verdicts are
+    // Unhealthy; a verdict that does not change is never written again.
+    wait_until(&proxies, "a health verdict on every proxy", |items| {
+        items
+            .iter()
+            .filter(|p| {
+                p.status.as_ref().is_some_and(|s| {
+                    s.conditions
+                        .iter()
+                        .any(|c| c.type_ == "Healthy" && c.status != "Unknown")
+                })
+            })
+            .count()
+            == n
+    })
+    .await?;
+    let settled = writes(plane);
+    tokio::time::sleep(STEADY_STATE).await;
+    let steady = writes(plane);
+    Ok(Run {
+        concurrency,
+        to_provisioned,
+        writes: operator_writes(&before, &provisioned_writes),
+        first_verdicts: operator_writes(&provisioned_writes, &settled),
+        steady_state: operator_writes(&settled, &steady),
+        max_in_flight: max_in_flight(&operator).await?,
+    })
+}
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let n: usize = env_or("BENCH_PROXIES", 200);
     let provisioning_poll: f64 = env_or("BENCH_PROVISIONING_POLL", 1.0);
+    let concurrencies: Vec<u16> = std::env::var("BENCH_MAX_CONCURRENT_RECONCILES")
+        .unwrap_or_else(|_| "1,4,16,0".to_owned())
+        .split(',')
+        .map(|v| {
+            v.trim()
+                .parse()
+                .map_err(|e| anyhow::anyhow!("BENCH_MAX_CONCURRENT_RECONCILES: {v:?}: {e}"))
+        })
+        .collect::<anyhow::Result<_>>()?;
     let plane = ControlPlane::shared();
     let client = plane.client().await;
     let binary = release_binary();
@@ -211,61 +320,13 @@ async fn main() -> anyhow::Result<()> {
     .await?;
     let baseline = started.elapsed();
 
-    // 2. The operator, from the Proxies alone.
-    let ns = plane.namespace(&client, "bench-operator").await;
-    let _runner = PodRunner::start_address_only(client.clone(), &ns).await?;
-    let polls = Polls {
-        provisioning: provisioning_poll,
-        deletion: 1.0,
-        drift: 10.0,
-    };
-    let operator = Operator::start_with(plane, &ns, binary, polls, None, &[]);
-    tokio::time::sleep(Duration::from_secs(2)).await; // its watches are up
-    let proxies: Api<Proxy> = Api::namespaced(client.clone(), &ns);
-    let before = writes(plane);
-    let started = Instant::now();
-    create_proxies(&proxies, n).await?;
-    if let Err(e) = wait_until(&proxies, "Proxies provisioned by the operator", |items| {
-        items.iter().filter(|p| provisioned(p)).count() == n
-    })
-    .await
-    {
-        anyhow::bail!("{e}; operator log:\n{}", operator.log());
+    // 2. The operator, from the Proxies alone, once per concurrency bound.
+    let mut runs = Vec::new();
+    for &concurrency in &concurrencies {
+        runs.push(operator_run(plane, &client, binary, n, provisioning_poll, concurrency).await?);
     }
-    let with_operator = started.elapsed();
-    let provisioned_writes = writes(plane);
-    // Steady state starts once every proxy has its first health verdict (that first verdict
-    // is a status write by design). The address-only Pods run no squid, so the verdicts are
-    // Unhealthy; a verdict that does not change is never written again.
-    wait_until(&proxies, "a health verdict on every proxy", |items| {
-        items
-            .iter()
-            .filter(|p| {
-                p.status.as_ref().is_some_and(|s| {
-                    s.conditions
-                        .iter()
-                        .any(|c| c.type_ == "Healthy" && c.status != "Unknown")
-                })
-            })
-            .count()
-            == n
-    })
-    .await?;
-    let settled = writes(plane);
-    tokio::time::sleep(STEADY_STATE).await;
-    let steady = writes(plane);
 
-    let to_provisioned = operator_writes(&before, &provisioned_writes);
-    let total: f64 = to_provisioned.values().sum();
-    let first_verdicts = operator_writes(&provisioned_writes, &settled);
-    let in_steady_state = operator_writes(&settled, &steady);
-    let status_writes: f64 = in_steady_state
-        .iter()
-        .filter(|(k, _)| k.ends_with("proxies/status"))
-        .map(|(_, v)| v)
-        .sum();
     let minutes = STEADY_STATE.as_secs_f64() / 60.0;
-
     println!(
         "bench-reconcile: {n} Proxies, operator provisioning poll {provisioning_poll} s (release build)"
     );
@@ -273,30 +334,51 @@ async fn main() -> anyhow::Result<()> {
         "  baseline (create Proxies + Pods, write status directly): {:.2} s",
         baseline.as_secs_f64()
     );
-    println!(
-        "  operator (create Proxies only):                          {:.2} s",
-        with_operator.as_secs_f64()
-    );
-    println!(
-        "  (a) time to all Provisioned, operator / baseline:        {:.2}",
-        with_operator.as_secs_f64() / baseline.as_secs_f64()
-    );
-    println!(
-        "  (b) API writes per proxy to get there:                   {:.2}",
-        total / n as f64
-    );
-    for (kind, count) in &to_provisioned {
-        println!("        {kind:<28} {:.2} per proxy", count / n as f64);
+    for run in &runs {
+        let bound = match run.concurrency {
+            0 => "unbounded".to_owned(),
+            c => c.to_string(),
+        };
+        let total: f64 = run.writes.values().sum();
+        let status_writes: f64 = run
+            .steady_state
+            .iter()
+            .filter(|(k, _)| k.ends_with("proxies/status"))
+            .map(|(_, v)| v)
+            .sum();
+        println!("  --max-concurrent-reconciles {bound}:");
+        println!(
+            "    operator (create Proxies only):                        {:.2} s",
+            run.to_provisioned.as_secs_f64()
+        );
+        println!(
+            "    (a) time to all Provisioned, operator / baseline:      {:.2}",
+            run.to_provisioned.as_secs_f64() / baseline.as_secs_f64()
+        );
+        println!(
+            "    (b) API writes per proxy to get there:                 {:.2}",
+            total / n as f64
+        );
+        for (kind, count) in &run.writes {
+            println!("          {kind:<28} {:.2} per proxy", count / n as f64);
+        }
+        println!(
+            "        then, until every proxy had its first health verdict: {:?}",
+            run.first_verdicts
+        );
+        println!(
+            "    (c) status writes per proxy per minute, steady state:  {:.3}",
+            (status_writes / n as f64 / minutes).max(0.0)
+        );
+        println!(
+            "        all operator writes in the {:.0} s steady-state window: {:?}",
+            STEADY_STATE.as_secs_f64(),
+            run.steady_state
+        );
+        println!(
+            "    (d) most provider calls in flight at once:             {}",
+            run.max_in_flight
+        );
     }
-    println!("      then, until every proxy had its first health verdict: {first_verdicts:?}");
-    println!(
-        "  (c) status writes per proxy per minute, steady state:    {:.3}",
-        (status_writes / n as f64 / minutes).max(0.0)
-    );
-    println!(
-        "      all operator writes in the {:.0} s steady-state window: {:?}",
-        STEADY_STATE.as_secs_f64(),
-        in_steady_state
-    );
     Ok(())
 }

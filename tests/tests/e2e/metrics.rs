@@ -8,7 +8,7 @@ use serde_json::json;
 
 use crate::operated::Bed;
 
-async fn scrape(url: &str) -> String {
+pub(crate) async fn scrape(url: &str) -> String {
     reqwest::get(url)
         .await
         .expect("the metrics endpoint answers")

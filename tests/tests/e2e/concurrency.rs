@@ -1,0 +1,84 @@
+//! `--max-concurrent-reconciles` bounds what a mass apply fires at a provider: with 40
+//! Proxies applied at once and a bound of 2, the operator never has more than 2 provider
+//! calls in flight (the metered decorator's high-water mark, read from its metrics).
+
+use std::time::Duration;
+
+use futures::{StreamExt, TryStreamExt, stream};
+use kube::api::{Api, PostParams};
+use proxy_crd::Proxy;
+use proxy_tests::control_plane::ControlPlane;
+use proxy_tests::operator::{Operator, Polls, binary};
+use proxy_tests::pod_runner::PodRunner;
+use serde_json::json;
+
+use crate::metrics::scrape;
+use crate::operated::provisioned;
+
+const PROXIES: usize = 40;
+const BOUND: &str = "2";
+
+#[tokio::test]
+async fn a_mass_apply_never_has_more_provider_calls_in_flight_than_the_bound() {
+    let plane = ControlPlane::shared();
+    let client = plane.client().await;
+    let ns = plane.namespace(&client, "bounded").await;
+    // Pods get an address but run no squid: provisioning is what is measured.
+    let _runner = PodRunner::start_address_only(client.clone(), &ns)
+        .await
+        .unwrap();
+    let operator = Operator::start_with(
+        plane,
+        &ns,
+        binary(),
+        Polls::FAST,
+        None,
+        &["--max-concurrent-reconciles", BOUND],
+    );
+    let proxies: Api<Proxy> = Api::namespaced(client, &ns);
+    stream::iter(0..PROXIES)
+        .map(|i| {
+            let proxies = proxies.clone();
+            async move {
+                let proxy: Proxy = serde_json::from_value(json!({
+                    "apiVersion": "crawl.example.com/v1alpha1", "kind": "Proxy",
+                    "metadata": {"name": format!("mass-{i:02}")},
+                    "spec": {"mode": "Managed", "provider": "pods"}
+                }))
+                .unwrap();
+                proxies.create(&PostParams::default(), &proxy).await
+            }
+        })
+        .buffer_unordered(PROXIES)
+        .try_collect::<Vec<_>>()
+        .await
+        .unwrap();
+    let mut done = 0;
+    for _ in 0..1200 {
+        let list = proxies.list(&Default::default()).await.unwrap();
+        done = list.items.iter().filter(|p| provisioned(p)).count();
+        if done == PROXIES {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(
+        done,
+        PROXIES,
+        "not every Proxy was provisioned within 120 s; operator log:\n{}",
+        operator.log()
+    );
+    let metrics = scrape(&operator.metrics).await;
+    let max = metrics
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix(r#"proxy_operator_provider_calls_in_flight_max{provider="pods"} "#)
+        })
+        .and_then(|v| v.trim().parse::<u32>().ok())
+        .unwrap_or_else(|| panic!("no in-flight high-water mark in:\n{metrics}"));
+    let bound: u32 = BOUND.parse().unwrap();
+    assert!(
+        (1..=bound).contains(&max),
+        "{max} provider calls were in flight at once, bound {bound}"
+    );
+}
