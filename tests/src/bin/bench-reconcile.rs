@@ -340,12 +340,14 @@ async fn main() -> anyhow::Result<()> {
             c => c.to_string(),
         };
         let total: f64 = run.writes.values().sum();
+        // An empty f64 sum is -0.0; adding 0.0 prints it as 0.000.
         let status_writes: f64 = run
             .steady_state
             .iter()
             .filter(|(k, _)| k.ends_with("proxies/status"))
             .map(|(_, v)| v)
-            .sum();
+            .sum::<f64>()
+            + 0.0;
         println!("  --max-concurrent-reconciles {bound}:");
         println!(
             "    operator (create Proxies only):                        {:.2} s",
