@@ -180,9 +180,11 @@ pub async fn run(
             leadership: ctx.leadership.clone(),
             metrics: ctx.metrics.clone(),
         };
-        tokio::spawn(supervise::forever(Loop::Gc, ctx.metrics.clone(), move || {
-            crate::gc::run(collector.clone())
-        }))
+        tokio::spawn(supervise::forever(
+            Loop::Gc,
+            ctx.metrics.clone(),
+            move || crate::gc::run(collector.clone()),
+        ))
     });
     // A replica that becomes the leader reconciles everything: followers skip reconciles.
     let elections = futures::stream::unfold(ctx.leadership.subscribe(), |mut elected| async move {

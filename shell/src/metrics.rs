@@ -278,6 +278,8 @@ impl Metrics {
                 r#loop: task.label(),
             })
             .inc();
+    }
+
     /// A provider call starts: counts it in flight, and raises the high-water mark.
     pub fn provider_call_started(&self, provider: &str) {
         let labels = ProviderName {
