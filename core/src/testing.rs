@@ -86,6 +86,20 @@ pub fn external_spec() -> ProxySpec {
     }
 }
 
+/// The header of a fixture recording: version `0.1.0`, commit `abc1234`, the default
+/// timing, the provider [`PROVIDER`], recorded at [`T0`].
+pub fn record_header() -> crate::record::Header {
+    use crate::record::{Config, Header, Operator};
+    Header::new(
+        Operator {
+            version: "0.1.0".to_owned(),
+            commit: "abc1234".to_owned(),
+        },
+        Config::new(Timing::default(), [PROVIDER.to_owned()]),
+        at(T0),
+    )
+}
+
 /// The spec hash of [`managed_spec`] with [`CLOUD_INIT`].
 pub fn hash() -> String {
     hash_of(&managed_spec(), Some(CLOUD_INIT))

@@ -27,13 +27,11 @@ use std::sync::OnceLock;
 use proptest::prelude::*;
 use proptest::test_runner::FileFailurePersistence;
 use proxy_core::conditions::{self, ProvisionedReason};
-use proxy_core::record::{
-    Config, DecideRecord, Header, Operator, Record, Recording, placeholder, replay,
-};
-use proxy_core::testing::{self, at, external_spec, managed_spec};
+use proxy_core::record::{DecideRecord, Header, Record, Recording, placeholder, replay};
+use proxy_core::testing::{self, external_spec, managed_spec};
 use proxy_core::{
     Action, CloudInitView, ErrorClass, InstanceView, Observed, Outcome, ProviderCall,
-    ProviderError, Timing, decide,
+    ProviderError, decide,
 };
 use proxy_crd::{CloudInit, Phase, ProxySpec, ProxyStatus, SecretKeyRef};
 use serde_json::Value;
@@ -300,14 +298,7 @@ fn external_records() -> Vec<DecideRecord> {
 }
 
 fn header() -> Header {
-    Header::new(
-        Operator {
-            version: "0.1.0".to_owned(),
-            commit: "abc1234".to_owned(),
-        },
-        Config::new(Timing::default(), ["pods".to_owned()]),
-        at(testing::T0),
-    )
+    testing::record_header()
 }
 
 /// Every string a record can hold: every string and key of the records of both lives with

@@ -4,11 +4,11 @@
 
 use proxy_core::health::{HealthBook, Probe, ProxyKey, Target};
 use proxy_core::record::{
-    Config, DecideRecord, Header, HealthRecord, Operator, Record, Recording, ReplayError, SCHEMA,
-    placeholder, replay, replay_with, timeline,
+    DecideRecord, Header, HealthRecord, Record, Recording, ReplayError, SCHEMA, placeholder,
+    replay, replay_with, timeline,
 };
 use proxy_core::testing::{self, CLOUD_INIT, T0, at, managed_spec};
-use proxy_core::{CloudInitView, Decision, InstanceView, Observed, Outcome, Timing, decide};
+use proxy_core::{CloudInitView, Decision, InstanceView, Observed, Outcome, decide};
 use proxy_crd::{HealthCheck, ProxySpec, ProxyStatus};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
@@ -16,14 +16,7 @@ use sha2::{Digest, Sha256};
 const ID: &str = "crawl/proxy-kbqzhquppopaia3n";
 
 fn header() -> Header {
-    Header::new(
-        Operator {
-            version: "0.1.0".to_owned(),
-            commit: "abc1234".to_owned(),
-        },
-        Config::new(Timing::default(), ["pods".to_owned()]),
-        at(T0),
-    )
+    testing::record_header()
 }
 
 /// Records `decide(spec, status, observed)` into `recording`, and returns the decision.
