@@ -17,6 +17,7 @@
 //! is the debug build the e2e tests run: what is measured is scheduling, in seconds, not CPU.
 //! `BENCH_PROVISIONING_POLL` (seconds, default 1) is the operator's provisioning poll.
 
+use proxy_tests::proxy_status::provisioned;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
@@ -36,15 +37,6 @@ fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(default)
-}
-
-fn provisioned(p: &Proxy) -> bool {
-    p.status.as_ref().is_some_and(|s| {
-        s.ip.is_some()
-            && s.conditions
-                .iter()
-                .any(|c| c.type_ == "Provisioned" && c.status == "True")
-    })
 }
 
 /// The median and the worst of `durations`, in seconds.

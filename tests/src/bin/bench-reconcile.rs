@@ -21,6 +21,7 @@
 //! `BENCH_PROXIES` (default 200) and `BENCH_PROVISIONING_POLL` (seconds, default 1) change
 //! the size and the operator's provisioning poll.
 
+use proxy_tests::proxy_status::provisioned;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
@@ -76,15 +77,6 @@ where
         anyhow::ensure!(Instant::now() < deadline, "timed out waiting for {what}");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-}
-
-fn provisioned(p: &Proxy) -> bool {
-    p.status.as_ref().is_some_and(|s| {
-        s.ip.is_some()
-            && s.conditions
-                .iter()
-                .any(|c| c.type_ == "Provisioned" && c.status == "True")
-    })
 }
 
 /// The API server's write counters, by (resource, subresource, verb).

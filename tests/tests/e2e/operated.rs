@@ -11,6 +11,7 @@ use proxy_tests::control_plane::ControlPlane;
 use proxy_tests::operator::{Operator, Polls, binary};
 use proxy_tests::pod_runner::PodRunner;
 use proxy_tests::probe_origin::ProbeOrigin;
+pub use proxy_tests::proxy_status::{condition, provisioned};
 use serde_json::json;
 
 /// Starts the debug operator for `ns`, trusting `origin`'s CA, with `extra_args`.
@@ -116,15 +117,4 @@ impl Bed {
             self.operator.log()
         );
     }
-}
-
-pub fn condition(proxy: &Proxy, type_: &str) -> Option<(String, String)> {
-    let status = proxy.status.as_ref()?;
-    let c = status.conditions.iter().find(|c| c.type_ == type_)?;
-    Some((c.status.clone(), c.reason.clone()))
-}
-
-pub fn provisioned(proxy: &Proxy) -> bool {
-    condition(proxy, "Provisioned").is_some_and(|(s, _)| s == "True")
-        && proxy.status.as_ref().is_some_and(|s| s.ip.is_some())
 }
