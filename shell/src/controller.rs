@@ -10,7 +10,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Secret;
@@ -247,8 +247,7 @@ fn error_policy(proxy: Arc<Proxy>, error: &Error, ctx: Arc<Context>) -> controll
         *n += 1;
         *n
     };
-    let delay = Duration::from_millis(500u64.saturating_mul(1 << attempts.min(10)))
-        .min(Duration::from_secs(300));
+    let delay = proxy_core::backoff::retry_delay(attempts);
     tracing::warn!(proxy = %key(&proxy), %error, attempts, ?delay, "reconcile failed, retrying");
     controller::Action::requeue(delay)
 }
