@@ -18,7 +18,7 @@
 //! covers the first list, and a re-list after a desync is invisible in the store).
 
 use std::collections::BTreeSet;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use kube::ResourceExt;
@@ -67,18 +67,12 @@ impl CacheWatch {
             ) => return,
             Err(error) => WatchSignal::Failed(error.to_string()),
         };
-        self.0
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .observe(signal);
+        crate::supervise::lock(&self.0).observe(signal);
     }
 
     /// The core's verdict: may GC sweep now?
     fn gate(&self, leader: bool) -> Gate {
-        gate(
-            leader,
-            &self.0.lock().unwrap_or_else(PoisonError::into_inner),
-        )
+        gate(leader, &crate::supervise::lock(&self.0))
     }
 }
 

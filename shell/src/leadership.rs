@@ -17,7 +17,7 @@
 //! answer could not extend the claim anyway.
 
 use std::future::Future;
-use std::sync::{Mutex, PoisonError};
+use std::sync::Mutex;
 use std::time::Duration;
 
 use jiff::Timestamp;
@@ -72,7 +72,7 @@ impl Leadership {
     }
 
     fn standing(&self) -> std::sync::MutexGuard<'_, Standing> {
-        self.standing.lock().unwrap_or_else(PoisonError::into_inner)
+        crate::supervise::lock(&self.standing)
     }
 
     /// A receiver that sees `true` each time this replica becomes the leader, `false` when it

@@ -17,7 +17,7 @@
 use std::collections::{BTreeMap, VecDeque};
 use std::io::Write;
 use std::path::PathBuf;
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::{Mutex, MutexGuard};
 
 use proxy_core::record::{DecideRecord, Header, Record, Recording};
 use proxy_core::{Decision, Observed};
@@ -149,7 +149,7 @@ impl Recorder {
 
     /// The state, also after a panic while it was held.
     fn lock(&self) -> MutexGuard<'_, Inner> {
-        self.inner.lock().unwrap_or_else(PoisonError::into_inner)
+        crate::supervise::lock(&self.inner)
     }
 
     /// The ring buffers as a recording (all objects, or one), records in the order they

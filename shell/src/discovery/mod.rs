@@ -15,7 +15,7 @@ mod error;
 mod routes;
 
 use std::collections::BTreeSet;
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use kube::ResourceExt;
@@ -82,7 +82,7 @@ impl Discovery {
     /// The lease book. A handler that panicked while holding it leaves it as it was at the
     /// panic; the book's operations are single steps, so serving on is the better choice.
     fn book(&self) -> MutexGuard<'_, LeaseBook> {
-        self.book.lock().unwrap_or_else(PoisonError::into_inner)
+        crate::supervise::lock(&self.book)
     }
 
     /// Active leases of this replica, for metrics.
