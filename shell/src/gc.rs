@@ -108,26 +108,18 @@ pub async fn run(collector: Collector) {
 impl Collector {
     /// Asks the core whether to sweep now; says why not when the cache is the reason.
     fn may_sweep(&self) -> bool {
-        match self.cache.gate(self.leadership.is_leader()) {
-            Gate::Sweep => true,
-            Gate::NotLeader => false,
-            Gate::NeverListed { last_error } => {
-                tracing::warn!(
-                    cache = "never_listed",
-                    last_error = last_error.as_deref().unwrap_or(""),
-                    "GC: waiting for the Proxy cache's list; not sweeping"
-                );
-                false
-            }
-            Gate::Relisting { last_error } => {
-                tracing::warn!(
-                    cache = "relisting",
-                    last_error = last_error.as_deref().unwrap_or(""),
-                    "GC: waiting for the Proxy cache's list; not sweeping"
-                );
-                false
-            }
-        }
+        let (cache, last_error) = match self.cache.gate(self.leadership.is_leader()) {
+            Gate::Sweep => return true,
+            Gate::NotLeader => return false,
+            Gate::NeverListed { last_error } => ("never_listed", last_error),
+            Gate::Relisting { last_error } => ("relisting", last_error),
+        };
+        tracing::warn!(
+            cache,
+            last_error = last_error.as_deref().unwrap_or(""),
+            "GC: waiting for the Proxy cache's list; not sweeping"
+        );
+        false
     }
 
     /// One sweep of every provider.

@@ -17,9 +17,10 @@
 //! not push the next one later). A proxy with no verdict (a new one, a replaced machine) is
 //! probed as soon as the schedule takes it in; one with a verdict (seeded after a start or a
 //! handover) is served on it meanwhile, and its first probe is jittered over one interval so
-//! that a restart never fires every probe at once (`HealthBook::first_probe_in`). A probe that cannot get a concurrency
-//! permit stays due and runs as soon as one frees up; a hung proxy holds one permit for at
-//! most its timeout, so it never delays anyone else's probes while permits remain.
+//! that a restart never fires every probe at once (`HealthBook::first_probe_in`). A probe
+//! that cannot get a concurrency permit stays due and runs as soon as one frees up; a hung
+//! proxy holds one permit for at most its timeout, so it never delays anyone else's probes
+//! while permits remain.
 
 pub mod probe;
 
