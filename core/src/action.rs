@@ -9,10 +9,9 @@ use std::time::Duration;
 use proxy_crd::{Placement, ProxyStatus};
 use serde::{Deserialize, Serialize};
 
-/// One thing the shell must do. Each variant says exactly what.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all_fields = "camelCase")]
-pub enum Action {
+/// A write to the object's metadata. The shell executes these first, in order.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum MetadataWrite {
     /// Add [`proxy_crd::FINALIZER`] to `metadata.finalizers` (a metadata update of the
     /// object). The write triggers the next reconcile.
     AddFinalizer,
@@ -24,23 +23,103 @@ pub enum Action {
         /// The spec hash the instance now corresponds to.
         hash: String,
     },
-    /// Call the provider's `create`, then feed the [`Outcome`](crate::Outcome) back into
-    /// [`decide`](fn@crate::decide).
+}
+
+/// The provider call a decision asks for: at most one per reconcile, after the metadata
+/// writes. Its [`Outcome`](crate::Outcome) goes back into the driver
+/// ([`PendingCall::after`](crate::reconcile::PendingCall::after)).
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[expect(
+    clippy::large_enum_variant,
+    reason = "one per reconcile at most, and moved once: boxing would only cost an allocation"
+)]
+pub enum ProviderRequest {
+    /// Call the provider's `create`.
     Create(CreateRequest),
-    /// Call the provider's `delete(provider_id)`, then feed the
-    /// [`Outcome`](crate::Outcome) back into [`decide`](fn@crate::decide). Deleting an instance
-    /// that is already gone must succeed.
+    /// Call the provider's `delete(provider_id)`. Deleting an instance that is already gone
+    /// must succeed.
     Delete {
         /// Name of the provider in the providers config (`spec.provider`).
         provider: String,
         /// The instance to delete (`status.providerID`).
         provider_id: String,
     },
-    /// Write this status to the status subresource, whole: it replaces what is there. Emitted
-    /// only when it differs from the status `decide` was given.
+}
+
+impl ProviderRequest {
+    /// Which call this is, for the [`Outcome`](crate::Outcome) of a failure.
+    pub fn call(&self) -> crate::ProviderCall {
+        match self {
+            Self::Create(_) => crate::ProviderCall::Create,
+            Self::Delete { .. } => crate::ProviderCall::Delete,
+        }
+    }
+
+    /// The name of the provider (`spec.provider`) to call.
+    pub fn provider(&self) -> &str {
+        match self {
+            Self::Create(request) => &request.provider,
+            Self::Delete { provider, .. } => provider,
+        }
+    }
+}
+
+/// One step of a [`Decision`] in its flat, recorded form: the order of a decision's
+/// [`actions`](Decision::actions) is the order of its effects. This is how a decision is
+/// written to a recording and compared in tests; the shell executes the typed parts
+/// ([`MetadataWrite`], [`ProviderRequest`], the status, [`Event`]) through the driver
+/// ([`crate::reconcile`]).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all_fields = "camelCase")]
+pub enum Action {
+    /// [`MetadataWrite::AddFinalizer`].
+    AddFinalizer,
+    /// [`MetadataWrite::RemoveFinalizer`].
+    RemoveFinalizer,
+    /// [`MetadataWrite::SetSpecHash`].
+    SetSpecHash {
+        /// The spec hash the instance now corresponds to.
+        hash: String,
+    },
+    /// [`ProviderRequest::Create`].
+    Create(CreateRequest),
+    /// [`ProviderRequest::Delete`].
+    Delete {
+        /// Name of the provider in the providers config (`spec.provider`).
+        provider: String,
+        /// The instance to delete (`status.providerID`).
+        provider_id: String,
+    },
+    /// Write this status to the status subresource, whole: it replaces what is there. Present
+    /// only when it differs from the status the decision was given.
     PatchStatus(ProxyStatus),
     /// Record a Kubernetes Event on the object, so `kubectl describe px` tells the story.
     Event(Event),
+}
+
+impl From<MetadataWrite> for Action {
+    fn from(write: MetadataWrite) -> Self {
+        match write {
+            MetadataWrite::AddFinalizer => Self::AddFinalizer,
+            MetadataWrite::RemoveFinalizer => Self::RemoveFinalizer,
+            MetadataWrite::SetSpecHash { hash } => Self::SetSpecHash { hash },
+        }
+    }
+}
+
+impl From<ProviderRequest> for Action {
+    fn from(request: ProviderRequest) -> Self {
+        match request {
+            ProviderRequest::Create(request) => Self::Create(request),
+            ProviderRequest::Delete {
+                provider,
+                provider_id,
+            } => Self::Delete {
+                provider,
+                provider_id,
+            },
+        }
+    }
 }
 
 /// Everything a provider needs to create the instance behind one `Proxy`.
@@ -106,31 +185,127 @@ pub enum Requeue {
     AwaitChange,
 }
 
-/// What [`decide`](fn@crate::decide) concluded: actions to execute in order, the desired
-/// status, and when to look again.
-#[must_use = "a Decision does nothing until the shell executes its actions"]
+/// What [`decide`](fn@crate::decide) concluded, typed by the order of its effects:
+/// metadata writes, at most one provider call, the desired status (written only when it
+/// changed), events, and when to look again.
+///
+/// In a recording (and in JSON) a decision is its flat [`actions`](Decision::actions) list,
+/// the desired status and the requeue; reading one back checks that the list has the shape
+/// only `decide` can produce.
+#[must_use = "a Decision does nothing until the shell executes it through the driver"]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(into = "Recorded", try_from = "Recorded")]
+pub struct Decision {
+    metadata: Vec<MetadataWrite>,
+    call: Option<ProviderRequest>,
+    status: ProxyStatus,
+    status_changed: bool,
+    events: Vec<Event>,
+    requeue: Requeue,
+}
+
+impl Decision {
+    /// Assemble a decision from its parts; `input` is the status the decision was given,
+    /// which says whether `status` is a change to write.
+    pub(crate) fn new(
+        metadata: Vec<MetadataWrite>,
+        call: Option<ProviderRequest>,
+        input: &ProxyStatus,
+        status: ProxyStatus,
+        events: Vec<Event>,
+        requeue: Requeue,
+    ) -> Self {
+        let status_changed = status != *input;
+        Self {
+            metadata,
+            call,
+            status,
+            status_changed,
+            events,
+            requeue,
+        }
+    }
+
+    /// The metadata writes, in the order the shell must execute them.
+    pub fn metadata(&self) -> &[MetadataWrite] {
+        &self.metadata
+    }
+
+    /// The provider call this decision asks for, if any. When there is one, its outcome goes
+    /// into a second decision (the driver, [`crate::reconcile`], makes it).
+    pub fn provider_call(&self) -> Option<&ProviderRequest> {
+        self.call.as_ref()
+    }
+
+    /// The status this decision wants the object to have, whether or not it differs from
+    /// the one it was given. This is the `status` the second decision of a reconcile starts
+    /// from.
+    pub fn status(&self) -> &ProxyStatus {
+        &self.status
+    }
+
+    /// The status to write, when it differs from the status the decision was given.
+    pub fn status_write(&self) -> Option<&ProxyStatus> {
+        self.status_changed.then_some(&self.status)
+    }
+
+    /// The events, in order.
+    pub fn events(&self) -> &[Event] {
+        &self.events
+    }
+
+    /// When to reconcile again.
+    pub fn requeue(&self) -> Requeue {
+        self.requeue
+    }
+
+    /// Every effect in execution order, as one flat list (the recorded form): metadata
+    /// writes, the provider call, the status write, then events.
+    pub fn actions(&self) -> Vec<Action> {
+        Recorded::from(self.clone()).actions
+    }
+
+    /// The cloud-init content of the create this decision asks for, to redact in place.
+    pub(crate) fn cloud_init_mut(&mut self) -> Option<&mut String> {
+        match &mut self.call {
+            Some(ProviderRequest::Create(request)) => request.cloud_init.as_mut(),
+            Some(ProviderRequest::Delete { .. }) | None => None,
+        }
+    }
+
+    /// The spec hashes this decision writes, to map in place (recording and replay).
+    pub(crate) fn spec_hashes_mut(&mut self) -> impl Iterator<Item = &mut String> {
+        self.metadata.iter_mut().filter_map(|write| match write {
+            MetadataWrite::SetSpecHash { hash } => Some(hash),
+            MetadataWrite::AddFinalizer | MetadataWrite::RemoveFinalizer => None,
+        })
+    }
+}
+
+/// A [`Decision`] in its recorded form.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct Decision {
+struct Recorded {
     actions: Vec<Action>,
     status: ProxyStatus,
     requeue: Requeue,
 }
 
-impl Decision {
-    /// Assemble a decision in the contract's order: metadata writes, at most one provider
-    /// call, the status write, then events.
-    pub(crate) fn new(
-        metadata: Vec<Action>,
-        call: Option<Action>,
-        patch: Option<ProxyStatus>,
-        events: Vec<Event>,
-        status: ProxyStatus,
-        requeue: Requeue,
-    ) -> Self {
-        let mut actions = metadata;
-        actions.extend(call);
-        actions.extend(patch.map(Action::PatchStatus));
+impl From<Decision> for Recorded {
+    fn from(decision: Decision) -> Self {
+        let Decision {
+            metadata,
+            call,
+            status,
+            status_changed,
+            events,
+            requeue,
+        } = decision;
+        let mut actions: Vec<Action> = metadata.into_iter().map(Action::from).collect();
+        actions.extend(call.map(Action::from));
+        if status_changed {
+            actions.push(Action::PatchStatus(status.clone()));
+        }
         actions.extend(events.into_iter().map(Action::Event));
         Self {
             actions,
@@ -138,42 +313,113 @@ impl Decision {
             requeue,
         }
     }
+}
 
-    /// The actions, in the order the shell must execute them.
-    pub fn actions(&self) -> &[Action] {
-        &self.actions
+/// Why a recorded decision is not one `decide` could have made.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OutOfOrder {
+    index: usize,
+    action: &'static str,
+}
+
+impl std::fmt::Display for OutOfOrder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "actions[{}] ({}) is out of place: a decision is metadata writes, at most one \
+             provider call, at most one status write (equal to its status), then events",
+            self.index, self.action
+        )
+    }
+}
+
+impl std::error::Error for OutOfOrder {}
+
+/// The stages of a decision's effects, in their order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Stage {
+    Metadata,
+    Call,
+    Status,
+    Events,
+}
+
+impl Stage {
+    fn of(action: &Action) -> Self {
+        match action {
+            Action::AddFinalizer | Action::RemoveFinalizer | Action::SetSpecHash { .. } => {
+                Self::Metadata
+            }
+            Action::Create(_) | Action::Delete { .. } => Self::Call,
+            Action::PatchStatus(_) => Self::Status,
+            Action::Event(_) => Self::Events,
+        }
     }
 
-    /// The actions, to change in place: the recorder redacts the cloud-init content of a
-    /// create by type (`record`), and replay maps the spec hash the same way.
-    pub(crate) fn actions_mut(&mut self) -> &mut [Action] {
-        &mut self.actions
+    fn name(self) -> &'static str {
+        match self {
+            Self::Metadata => "a metadata write",
+            Self::Call => "a provider call",
+            Self::Status => "a status write",
+            Self::Events => "an event",
+        }
     }
+}
 
-    /// The provider call ([`Action::Create`] or [`Action::Delete`]) this decision asks for,
-    /// if any. When there is one, the shell must call [`decide`](fn@crate::decide) again with
-    /// its outcome.
-    pub fn provider_call(&self) -> Option<&Action> {
-        self.actions.iter().find(|action| match action {
-            Action::Create(_) | Action::Delete { .. } => true,
-            Action::AddFinalizer
-            | Action::RemoveFinalizer
-            | Action::SetSpecHash { .. }
-            | Action::PatchStatus(_)
-            | Action::Event(_) => false,
-        })
-    }
+impl TryFrom<Recorded> for Decision {
+    type Error = OutOfOrder;
 
-    /// The status this decision wants the object to have, whether or not it differs from
-    /// the one it was given. This is the `status` to pass to the second
-    /// [`decide`](fn@crate::decide) call of a reconcile.
-    pub fn status(&self) -> &ProxyStatus {
-        &self.status
-    }
-
-    /// When to reconcile again.
-    pub fn requeue(&self) -> Requeue {
-        self.requeue
+    fn try_from(recorded: Recorded) -> Result<Self, OutOfOrder> {
+        // Each action belongs to a stage; a list never goes back to an earlier stage, and the
+        // provider call and the status write appear once at most.
+        let mut decision = Decision {
+            metadata: Vec::new(),
+            call: None,
+            status: recorded.status,
+            status_changed: false,
+            events: Vec::new(),
+            requeue: recorded.requeue,
+        };
+        let mut last: Option<Stage> = None;
+        for (index, action) in recorded.actions.into_iter().enumerate() {
+            let stage = Stage::of(&action);
+            let single = matches!(stage, Stage::Call | Stage::Status);
+            if last > Some(stage) || (single && last == Some(stage)) {
+                return Err(OutOfOrder {
+                    index,
+                    action: stage.name(),
+                });
+            }
+            last = Some(stage);
+            match action {
+                Action::AddFinalizer => decision.metadata.push(MetadataWrite::AddFinalizer),
+                Action::RemoveFinalizer => decision.metadata.push(MetadataWrite::RemoveFinalizer),
+                Action::SetSpecHash { hash } => {
+                    decision.metadata.push(MetadataWrite::SetSpecHash { hash });
+                }
+                Action::Create(request) => decision.call = Some(ProviderRequest::Create(request)),
+                Action::Delete {
+                    provider,
+                    provider_id,
+                } => {
+                    decision.call = Some(ProviderRequest::Delete {
+                        provider,
+                        provider_id,
+                    });
+                }
+                Action::PatchStatus(status) => {
+                    if status != decision.status {
+                        return Err(OutOfOrder {
+                            index,
+                            action: stage.name(),
+                        });
+                    }
+                    decision.status_changed = true;
+                }
+                Action::Event(event) => decision.events.push(event),
+            }
+        }
+        Ok(decision)
     }
 }
 
@@ -181,29 +427,89 @@ impl Decision {
 mod tests {
     use super::*;
 
-    #[test]
-    fn round_trips_through_json_in_a_readable_shape() {
-        let decision = Decision::new(
-            vec![Action::SetSpecHash { hash: "h".into() }],
-            Some(Action::Delete {
+    fn sample(status_changed: bool) -> Decision {
+        let changed = ProxyStatus {
+            provider_id: Some("crawl/proxy-x".into()),
+            ..ProxyStatus::default()
+        };
+        let input = if status_changed {
+            ProxyStatus::default()
+        } else {
+            changed.clone()
+        };
+        Decision::new(
+            vec![MetadataWrite::SetSpecHash { hash: "h".into() }],
+            Some(ProviderRequest::Delete {
                 provider: "pods".into(),
                 provider_id: "crawl/proxy-x".into(),
             }),
-            None,
+            &input,
+            changed,
             vec![Event {
                 type_: EventType::Warning,
                 reason: "InstanceStopped".into(),
                 message: "m".into(),
             }],
-            ProxyStatus::default(),
             Requeue::After(Duration::from_secs(10)),
-        );
+        )
+    }
+
+    #[test]
+    fn round_trips_through_json_in_a_readable_shape() {
+        let decision = sample(true);
         let json = serde_json::to_value(&decision).unwrap();
         assert_eq!(json["actions"][0]["SetSpecHash"]["hash"], "h");
         assert_eq!(json["actions"][1]["Delete"]["providerId"], "crawl/proxy-x");
-        assert_eq!(json["actions"][2]["Event"]["type"], "Warning");
+        assert_eq!(
+            json["actions"][2]["PatchStatus"]["providerID"],
+            "crawl/proxy-x"
+        );
+        assert_eq!(json["actions"][3]["Event"]["type"], "Warning");
         assert_eq!(json["requeue"]["After"], "10s");
         let back: Decision = serde_json::from_value(json).unwrap();
         assert_eq!(back, decision);
+
+        let unchanged = sample(false);
+        let json = serde_json::to_value(&unchanged).unwrap();
+        assert_eq!(json["actions"].as_array().unwrap().len(), 3);
+        assert_eq!(unchanged.status_write(), None);
+        assert_eq!(serde_json::from_value::<Decision>(json).unwrap(), unchanged);
+    }
+
+    #[test]
+    fn a_recorded_decision_out_of_the_contract_order_is_refused_by_position() {
+        let recorded = serde_json::to_value(sample(true)).unwrap();
+        let actions = recorded["actions"].as_array().unwrap().clone();
+        let with = |actions: Vec<serde_json::Value>| {
+            let mut json = recorded.clone();
+            json["actions"] = actions.into();
+            serde_json::from_value::<Decision>(json)
+                .unwrap_err()
+                .to_string()
+        };
+        // An event before the status write, a second provider call, a metadata write after
+        // the call, and a status write that is not the decision's status.
+        let cases = [
+            (
+                vec![actions[0].clone(), actions[3].clone(), actions[2].clone()],
+                "actions[2] (a status write)",
+            ),
+            (
+                vec![actions[1].clone(), actions[1].clone()],
+                "actions[1] (a provider call)",
+            ),
+            (
+                vec![actions[1].clone(), actions[0].clone()],
+                "actions[1] (a metadata write)",
+            ),
+            (
+                vec![serde_json::json!({"PatchStatus": {"phase": "Ready"}})],
+                "actions[0] (a status write)",
+            ),
+        ];
+        for (actions, expected) in cases {
+            let error = with(actions);
+            assert!(error.contains(expected), "{error}");
+        }
     }
 }

@@ -8,11 +8,13 @@
 
 use proxy_crd::{FINALIZER, Mode, ProxySpec, ProxyStatus};
 
-use crate::action::{Action, CreateRequest, Decision, Event, EventType, Requeue};
+use crate::action::{
+    CreateRequest, Decision, Event, EventType, MetadataWrite, ProviderRequest, Requeue,
+};
 use crate::conditions::{self, PROVISIONED, ProvisionedReason};
 use crate::error::{ErrorClass, ProviderError};
 use crate::naming::instance_name;
-use crate::observed::{CloudInitView, InstanceView, Observed, Outcome, ProviderCall};
+use crate::observed::{CloudInitView, InstanceView, Observed, Outcome, ProviderCall, instance_id};
 use crate::spec_hash::{HashInput, spec_hash};
 use crate::status::{self, Provisioning};
 
@@ -24,52 +26,43 @@ use crate::status::{self, Provisioning};
 /// - `spec` and `status`: the object as read at the start of the reconcile (the status as
 ///   returned by the first decision on the second call, see below);
 /// - `observed`: everything else ([`Observed`]): the metadata that matters, the resolved
-///   cloud-init, whether the provider is configured, the provider's `get(status.providerID)`
-///   (the shell calls it whenever status has a providerID and the provider is configured),
-///   the health verdict, the timing policy, and `now`. The core has no clock: `now` is the
+///   cloud-init, whether the provider is configured, the provider's `get` of
+///   [`instance_id`] (the shell calls it whenever status names an instance and the provider
+///   is configured), the health verdict, the timing policy, and `now`. The core has no clock: `now` is the
 ///   only time it knows, and every `lastTransitionTime` it writes is `now`.
 ///
 /// # Outputs
 ///
-/// A [`Decision`]: [`actions`](Decision::actions) to execute in order,
-/// the desired [`status`](Decision::status), and a [`requeue`](Decision::requeue).
+/// A [`Decision`]: metadata writes, at most one provider call, the desired
+/// [`status`](Decision::status) (and whether it changed), events, and a
+/// [`requeue`](Decision::requeue).
 ///
 /// # Driving contract
 ///
-/// One reconcile of one object is:
+/// Shells do not call `decide` directly: [`Reconcile`](crate::reconcile::Reconcile) drives it,
+/// twice when the first decision asks for a provider call, and says what to execute in
+/// between. What the driver relies on:
 ///
-/// 1. **Observe.** Gather an [`Observed`] with `outcome: None`. Read `now` once.
-/// 2. **Decide.** `let first = decide(spec, status, &observed);` Every call's arguments and
-///    result are what the shell records: replaying them gives the same decision.
-/// 3. **Execute metadata writes first**: [`Action::AddFinalizer`], [`Action::RemoveFinalizer`],
-///    [`Action::SetSpecHash`], in order.
-/// 4. **Then at most one provider call**: [`Action::Create`] or [`Action::Delete`], always
-///    the last action that is neither a status write nor an event
-///    ([`Decision::provider_call`] finds it). If there is one, execute it and call `decide`
-///    **again**, with the same `spec` and `observed` except `observed.outcome = Some(..)`,
-///    and with `first.status()` as `status`: the status the first decision wanted, **not** a
-///    status re-read from the API server. A metadata write returns the whole object,
-///    including a status that does not hold this reconcile's changes yet; feeding that back
-///    in would lose them (seed 001's "update clobbers staged status" bug). Execute the second
-///    decision's metadata writes. The second decision never asks for a provider call.
-/// 5. **Write status at most once**, after all metadata writes and provider calls: the last
-///    [`Action::PatchStatus`] of the reconcile wins. Each decision emits one only when its
-///    status differs from the status it was given, so when the second decision has none,
-///    the first decision's is the one to write (the second wanted the same status).
-///    [`Action::RemoveFinalizer`] never comes with a status write: the object may be gone.
-/// 6. **Emit the events** of both decisions, in order. There is one per change of the
-///    `Provisioned` condition's status or reason, one per health verdict turning `Healthy`
-///    `True` or `False`, one per failed provider call that changes neither, and one for each
-///    adoption and finalizer removal.
-/// 7. **Requeue** as the last decision says ([`Requeue::Backoff`]: let the controller's
-///    error backoff apply).
+/// - the first call has `observed.outcome: None`; a [`Decision`] lists its metadata writes
+///   ([`Decision::metadata`]), then at most one provider call ([`Decision::provider_call`]);
+/// - the second call gets the first decision's status ([`Decision::status`]), **not** a status
+///   re-read from the API server (a metadata write returns an object whose status does not
+///   hold this reconcile's changes yet; feeding it back would lose them, seed 001's "update
+///   clobbers staged status" bug), and the same observation plus the call's outcome. It never
+///   asks for a provider call;
+/// - a decision writes status only when it changed ([`Decision::status_write`]), never along
+///   with the removal of the finalizer of an object being deleted (it may be gone);
+/// - events: one per change of the `Provisioned` condition's status or reason, one per health
+///   verdict turning `Healthy` `True` or `False`, one per failed provider call that changes
+///   neither, and one for each adoption and finalizer removal;
+/// - [`Requeue::Backoff`] is a transient failure: the driver turns it into a delay from the
+///   object's consecutive failures ([`Observed::failures`]).
 ///
-/// Nothing else may happen in between: in particular, the shell must not make provider calls
-/// of its own beyond the `get` it observes with.
+/// The shell must make no provider calls of its own beyond the `get` it observes with.
 ///
 /// # Guarantees
 ///
-/// - Finalizer first: a Managed proxy gets [`Action::AddFinalizer`] and nothing else until
+/// - Finalizer first: a Managed proxy gets [`MetadataWrite::AddFinalizer`] and nothing else until
 ///   the finalizer is there, so no instance can exist without the finalizer guarding it.
 /// - A create never runs while an instance may exist under the same name: a replacement
 ///   deletes the old instance and creates only after `get` answers
@@ -94,8 +87,8 @@ pub fn decide(spec: &ProxySpec, status: &ProxyStatus, observed: &Observed) -> De
 /// What one branch of the table decided, before the status is completed.
 #[derive(Debug)]
 struct Step {
-    metadata: Vec<Action>,
-    call: Option<Action>,
+    metadata: Vec<MetadataWrite>,
+    call: Option<ProviderRequest>,
     status: NextStatus,
     events: Vec<Event>,
     requeue: Requeue,
@@ -129,12 +122,12 @@ impl Step {
         }
     }
 
-    fn with_metadata(mut self, action: Action) -> Self {
+    fn with_metadata(mut self, action: MetadataWrite) -> Self {
         self.metadata.push(action);
         self
     }
 
-    fn with_call(mut self, action: Action) -> Self {
+    fn with_call(mut self, action: ProviderRequest) -> Self {
         self.call = Some(action);
         self
     }
@@ -164,8 +157,7 @@ impl Step {
                 desired
             }
         };
-        let patch = (desired != *input).then(|| desired.clone());
-        Decision::new(metadata, call, patch, events, desired, requeue)
+        Decision::new(metadata, call, input, desired, events, requeue)
     }
 }
 
@@ -182,7 +174,7 @@ fn plan(spec: &ProxySpec, status: &ProxyStatus, observed: &Observed) -> Step {
         (false, Mode::External, _) => external(spec, observed),
         // The write triggers the next reconcile, which finds the finalizer in place.
         (false, Mode::Managed, false) => {
-            Step::untouched(Requeue::AwaitChange).with_metadata(Action::AddFinalizer)
+            Step::untouched(Requeue::AwaitChange).with_metadata(MetadataWrite::AddFinalizer)
         }
         (false, Mode::Managed, true) => managed(spec, status, observed),
     }
@@ -190,7 +182,7 @@ fn plan(spec: &ProxySpec, status: &ProxyStatus, observed: &Observed) -> Step {
 
 /// Deletion rows: delete the instance, and remove the finalizer once it is gone.
 fn deletion(spec: &ProxySpec, status: &ProxyStatus, observed: &Observed) -> Step {
-    let Some(provider_id) = status.provider_id.as_deref() else {
+    let Some(provider_id) = instance_id(status) else {
         // Any instance a crashed create left behind carries our labels: orphan GC reaps it.
         return finalizer_removed("no instance was created".to_owned());
     };
@@ -236,7 +228,7 @@ fn deletion(spec: &ProxySpec, status: &ProxyStatus, observed: &Observed) -> Step
 
 fn finalizer_removed(why: String) -> Step {
     Step::untouched(Requeue::AwaitChange)
-        .with_metadata(Action::RemoveFinalizer)
+        .with_metadata(MetadataWrite::RemoveFinalizer)
         .with_event(
             EventType::Normal,
             "FinalizerRemoved",
@@ -262,7 +254,7 @@ fn external(spec: &ProxySpec, observed: &Observed) -> Step {
     let step = Step::set(facts, Requeue::AwaitChange);
     if observed.object.has_finalizer {
         // Put there by hand or by mistake: on an External proxy it would only block deletion.
-        step.with_metadata(Action::RemoveFinalizer)
+        step.with_metadata(MetadataWrite::RemoveFinalizer)
     } else {
         step
     }
@@ -276,7 +268,7 @@ fn managed(spec: &ProxySpec, status: &ProxyStatus, observed: &Observed) -> Step 
         Err(problem) => {
             return Step::set(
                 facts(
-                    status.provider_id.as_deref(),
+                    instance_id(status),
                     ProvisionedReason::ProviderNotConfigured,
                     problem,
                 ),
@@ -287,7 +279,7 @@ fn managed(spec: &ProxySpec, status: &ProxyStatus, observed: &Observed) -> Step 
     if let Some(message) = latched(status, observed.object.generation) {
         return Step::set(
             facts(
-                status.provider_id.as_deref(),
+                instance_id(status),
                 ProvisionedReason::PermanentError,
                 message.to_owned(),
             ),
@@ -300,7 +292,7 @@ fn managed(spec: &ProxySpec, status: &ProxyStatus, observed: &Observed) -> Step 
             let message = format!("{problem}; nothing is created or replaced until it is");
             return Step::set(
                 facts(
-                    status.provider_id.as_deref(),
+                    instance_id(status),
                     ProvisionedReason::CloudInitUnavailable,
                     message,
                 ),
@@ -308,7 +300,7 @@ fn managed(spec: &ProxySpec, status: &ProxyStatus, observed: &Observed) -> Step 
             );
         }
     };
-    let Some(provider_id) = status.provider_id.as_deref() else {
+    let Some(provider_id) = instance_id(status) else {
         return create(spec, observed, provider, &machine);
     };
     match HashState::of(&observed.object.spec_hash_annotation, &machine.hash) {
@@ -317,7 +309,7 @@ fn managed(spec: &ProxySpec, status: &ProxyStatus, observed: &Observed) -> Step 
         // are adopted: otherwise the first release that adds a field to the hash input
         // would replace the whole fleet.
         HashState::Missing => observe(status, observed, provider, provider_id)
-            .with_metadata(Action::SetSpecHash { hash: machine.hash })
+            .with_metadata(MetadataWrite::SetSpecHash { hash: machine.hash })
             .with_event(
                 EventType::Normal,
                 "Adopted",
@@ -354,7 +346,7 @@ fn create(spec: &ProxySpec, observed: &Observed, provider: &str, machine: &Machi
         ),
         Requeue::After(observed.timing.provisioning_poll),
     )
-    .with_call(Action::Create(request))
+    .with_call(ProviderRequest::Create(request))
 }
 
 /// The hash annotation names another spec: delete the instance, and once `get` answers
@@ -524,7 +516,7 @@ fn after_call(
                     match HashState::of(&observed.object.spec_hash_annotation, &machine.hash) {
                         HashState::Matches => step,
                         HashState::Missing | HashState::Differs => {
-                            step.with_metadata(Action::SetSpecHash { hash: machine.hash })
+                            step.with_metadata(MetadataWrite::SetSpecHash { hash: machine.hash })
                         }
                     }
                 }
@@ -550,7 +542,7 @@ fn call_failed(
     call: ProviderCall,
     error: &ProviderError,
 ) -> Step {
-    let provider_id = status.provider_id.as_deref();
+    let provider_id = instance_id(status);
     let (what, fallback) = match call {
         ProviderCall::Create => {
             let name = instance_name(&observed.object.uid);
@@ -700,7 +692,7 @@ fn awaits_deletion(reason: ProvisionedReason) -> bool {
 
 /// What a delete was for, when the status does not say (only if the shell broke the contract).
 fn deletion_fallback(status: &ProxyStatus, observed: &Observed) -> Provisioning {
-    let provider_id = status.provider_id.as_deref();
+    let provider_id = instance_id(status);
     let instance = provider_id.unwrap_or("(unknown)");
     if observed.object.deletion_requested {
         facts(
@@ -743,8 +735,8 @@ fn facts(provider_id: Option<&str>, reason: ProvisionedReason, message: String) 
     }
 }
 
-fn delete(provider: &str, provider_id: &str) -> Action {
-    Action::Delete {
+fn delete(provider: &str, provider_id: &str) -> ProviderRequest {
+    ProviderRequest::Delete {
         provider: provider.to_owned(),
         provider_id: provider_id.to_owned(),
     }

@@ -12,22 +12,22 @@
 //!
 //! # Reconciling a `Proxy`
 //!
-//! One reconcile is `observe (shell) → decide (core) → record (shell) → execute (shell) →
-//! report (shell)`:
+//! One reconcile is `observe (shell) → decide (core) → record (shell) → execute (shell)`,
+//! once or twice, driven by [`Reconcile`] (module [`reconcile`]), which owns the order:
 //!
 //! - the shell gathers an [`Observed`]: the metadata that matters, the resolved cloud-init,
-//!   whether the provider is configured, the provider's `get(status.providerID)`, the health
-//!   verdict, the timing policy and `now`;
-//! - [`decide()`] returns a [`Decision`]: [`Action`]s in execution order (metadata writes, at
-//!   most one provider call, at most one status write, events), the desired status, and a
-//!   [`Requeue`];
-//! - when the decision asks for a provider call, the shell makes it and calls [`decide()`]
-//!   again with its [`Outcome`] and the first decision's status; that second decision never
-//!   asks for another call.
+//!   whether the provider is configured, the provider's `get` of [`instance_id`], the health
+//!   verdict, the timing policy, the object's consecutive failures and `now`;
+//! - [`Reconcile::start`] makes the first [`decide()`]: a typed [`Decision`] (metadata
+//!   writes, at most one [`ProviderRequest`], the desired status, events, a [`Requeue`]);
+//! - the shell executes the metadata writes and, when asked, the provider call, whose
+//!   [`Outcome`] makes the second decision ([`PendingCall::after`]);
+//! - the [`Plan`] says the status to write (once), the events to emit, and the
+//!   [`Followup`]: when to reconcile again and the failure count to keep.
 //!
-//! The full contract, with the order the shell must follow and why, is on [`decide()`].
-//! Outputs are deterministic: the same inputs always give the same decision, so a recorded
-//! observation replays exactly.
+//! The rules of each step are on [`decide()`] and in [`reconcile`]. Outputs are
+//! deterministic: the same inputs always give the same decision, so a recorded observation
+//! replays exactly.
 //!
 //! Naming: our [`Action`] is not kube-runtime's `controller::Action` (a requeue); the shell
 //! maps [`Requeue`] to that one and always writes kube's qualified.
@@ -36,7 +36,8 @@
 //!
 //! - [`observed`], [`error`]: the input vocabulary;
 //! - [`action`]: the output vocabulary;
-//! - [`decide()`]: the reconcile action table;
+//! - [`decide()`]: the reconcile action table; [`reconcile`]: the driver that runs it;
+//! - [`backoff`]: retry delays;
 //! - [`conditions`], [`phase`]: how status is written;
 //! - [`health`], [`probe_failure`]: what probes mean, and how a failure is worded;
 //! - [`naming`], [`spec_hash`]: the instance name and the spec hash.
@@ -56,16 +57,23 @@ pub mod naming;
 pub mod observed;
 pub mod phase;
 pub mod probe_failure;
+pub mod reconcile;
 pub mod record;
 pub mod spec_hash;
 mod status;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
 
-pub use action::{Action, CreateRequest, Decision, Event, EventType, Requeue};
+pub use action::{
+    Action, CreateRequest, Decision, Event, EventType, MetadataWrite, ProviderRequest, Requeue,
+};
 pub use decide::decide;
 pub use error::{ErrorClass, ProviderError};
 pub use observed::{
     CloudInitView, HealthVerdict, InstanceView, Metadata, Observed, Outcome, ProviderCall, Timing,
+    instance_id,
 };
 pub use probe_failure::ProbeFailure;
+pub use reconcile::{
+    AfterCall, Decided, Followup, Interruption, Next, PendingCall, Plan, Reconcile, Wake,
+};

@@ -8,6 +8,7 @@
 use std::time::Duration;
 
 use jiff::Timestamp;
+use proxy_crd::ProxyStatus;
 use serde::{Deserialize, Serialize};
 
 use crate::error::ProviderError;
@@ -36,6 +37,25 @@ pub struct Observed {
     pub health: Option<HealthVerdict>,
     /// How long to wait before looking again, per situation.
     pub timing: Timing,
+    /// How many reconciles of this object in a row failed before this one (the shell keeps
+    /// the count that [`Followup`](crate::reconcile::Followup) gives it). `decide` does not
+    /// read it; the driver's plan turns a [`Requeue::Backoff`](crate::Requeue::Backoff)
+    /// into a delay with it. Left out of a recording when 0, so recordings made before it
+    /// existed replay unchanged.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub failures: u32,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
+}
+
+/// The instance `status` names: `status.providerID`, unless it is missing or empty (an
+/// empty ID names no instance). The shell looks this one up with the provider's `get`
+/// (when the provider is configured) and [`decide`](fn@crate::decide) reads the same, so
+/// the two never disagree about whether there is an instance.
+pub fn instance_id(status: &ProxyStatus) -> Option<&str> {
+    status.provider_id.as_deref().filter(|id| !id.is_empty())
 }
 
 /// The parts of the `Proxy`'s metadata that decide anything.

@@ -138,6 +138,7 @@ impl Observed {
             outcome: None,
             health: None,
             timing: Timing::default(),
+            failures: 0,
         }
     }
 

@@ -8,7 +8,7 @@ use std::time::Duration;
 use proxy_core::testing::{self, T0, managed_spec, status_of};
 use proxy_core::{
     Action, CloudInitView, EventType, InstanceView, Observed, Outcome, ProviderCall, ProviderError,
-    Requeue, decide,
+    ProviderRequest, Requeue, decide,
 };
 use proxy_crd::{Phase, ProxyStatus};
 use support::{
@@ -157,7 +157,10 @@ fn quota_exceeded_creates_again_on_the_next_pass() {
         Observed::test().outcome(create_failed(ProviderError::quota("CPUS quota exceeded")));
     let waiting = decide(&managed_spec(), &creating_status(), &observed);
     let retry = decide(&managed_spec(), waiting.status(), &Observed::test().at(T1));
-    assert!(matches!(retry.provider_call(), Some(Action::Create(_))));
+    assert!(matches!(
+        retry.provider_call(),
+        Some(ProviderRequest::Create(_))
+    ));
     assert_eq!(retry.requeue(), PROVISIONING_POLL);
 }
 
@@ -269,8 +272,8 @@ fn new_generation_releases_the_latch() {
         ],
     );
     assert!(matches!(
-        decision.actions(),
-        [Action::Create(_), Action::PatchStatus(status), Action::Event(_)] if *status == creating
+        decision.actions()[..],
+        [Action::Create(_), Action::PatchStatus(ref status), Action::Event(_)] if *status == creating
     ));
     assert_eq!(decision.requeue(), PROVISIONING_POLL);
 }
@@ -331,7 +334,10 @@ fn permanent_delete_error_during_deletion_never_latches() {
         .deleting()
         .instance(InstanceView::Running { ip: IP.to_owned() });
     let retry = decide(&managed_spec(), decision.status(), &observed);
-    assert_eq!(retry.provider_call(), Some(&delete()));
+    assert_eq!(
+        retry.provider_call().cloned().map(Action::from),
+        Some(delete())
+    );
     assert_eq!(retry.requeue(), DELETION_POLL);
 }
 

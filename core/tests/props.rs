@@ -5,7 +5,7 @@
 //! and the health engine's verdict. Proptest generates sequences of [`Transition`]s: the
 //! world changes (spec edits, Secret rotation, instances stopping or vanishing, provider
 //! faults, deletion, a stripped annotation, probes, time) and the operator reconciles. A
-//! reconcile drives `decide` exactly as the shell must (see the contract on `decide`),
+//! reconcile runs through the core's driver (`Reconcile`), as the controller does,
 //! applies its actions to the model, and checks the invariants after every step. At the end,
 //! faults stop and the model settles: the proxy must converge (or be latched by a permanent
 //! error, which is by design).
@@ -24,8 +24,9 @@ use proxy_core::conditions::{self, HEALTHY, PROVISIONED, READY};
 use proxy_core::naming::instance_name;
 use proxy_core::testing::{self, UID, external_spec, managed_spec};
 use proxy_core::{
-    Action, CloudInitView, Decision, ErrorClass, HealthVerdict, InstanceView, Observed, Outcome,
-    ProviderCall, ProviderError, Requeue, decide,
+    AfterCall, CloudInitView, Decision, ErrorClass, HealthVerdict, InstanceView, MetadataWrite,
+    Next, Observed, Outcome, PendingCall, ProviderCall, ProviderError, ProviderRequest, Reconcile,
+    Requeue,
 };
 use proxy_crd::{CloudInit, Mode, Phase, ProxySpec, ProxyStatus, SecretKeyRef};
 
@@ -349,73 +350,58 @@ impl World {
         observed
     }
 
-    /// One reconcile, driven exactly as the contract on `decide` says.
+    /// One reconcile, through the core's driver: the same protocol the controller runs.
     fn reconcile(&mut self) -> Result<(), TestCaseError> {
         if !self.exists {
             return Ok(());
         }
-        let spec = self.spec.clone();
         let status = self.status.clone();
         let observed = self.observe();
-
-        let first = decide_twice(&spec, &status, &observed)?;
-        check_shape(&first, false)?;
-        check_story(&status, &first)?;
-        self.execute_metadata(&first)?;
-        let mut decisions = vec![first];
-        if let Some(call) = decisions[0].provider_call().cloned() {
-            let outcome = self.call(&call, &observed)?;
-            let observed = Observed {
-                outcome: Some(outcome),
-                ..observed
-            };
-            let second = decide_twice(&spec, decisions[0].status(), &observed)?;
-            check_shape(&second, true)?;
-            check_story(decisions[0].status(), &second)?;
-            self.execute_metadata(&second)?;
-            decisions.push(second);
-        }
-        // Status is written once: the last PatchStatus of the reconcile wins.
-        let patch = decisions
-            .iter()
-            .flat_map(|decision| decision.actions())
-            .rev()
-            .find_map(|action| match action {
-                Action::PatchStatus(status) => Some(status),
-                Action::AddFinalizer
-                | Action::RemoveFinalizer
-                | Action::SetSpecHash { .. }
-                | Action::Create(_)
-                | Action::Delete { .. }
-                | Action::Event(_) => None,
-            });
-        if let Some(status) = patch {
+        let started = start_twice(&self.spec, &status, &observed)?;
+        check_story(&status, started.decided().decision)?;
+        self.execute_metadata(started.metadata())?;
+        let plan = match started.metadata_written() {
+            Next::Done(plan) => plan,
+            Next::Call(pending) => {
+                let outcome = self.call(pending.request(), &observed)?;
+                let second = after_twice(pending, outcome)?;
+                let decided = second.decided();
+                prop_assert_eq!(
+                    decided.decision.provider_call(),
+                    None,
+                    "a second provider call"
+                );
+                check_story(decided.status, decided.decision)?;
+                self.execute_metadata(second.metadata())?;
+                second.metadata_written()
+            }
+        };
+        if let Some(status) = plan.status_write() {
             prop_assert!(self.exists, "status written after the object was removed");
             self.status = status.clone();
             self.dirty = true;
         }
-        let last = decisions.last().expect("one decision at least");
         if self.exists {
             prop_assert_eq!(
                 &self.status,
-                last.status(),
+                plan.status(),
                 "the status written is not the one the last decision wanted"
             );
         }
-        self.last_requeue = last.requeue();
+        self.last_requeue = plan.requeue();
         self.check_status()
     }
 
-    fn execute_metadata(&mut self, decision: &Decision) -> Result<(), TestCaseError> {
-        for action in decision.actions() {
-            match action {
-                Action::AddFinalizer => {
+    fn execute_metadata(&mut self, writes: &[MetadataWrite]) -> Result<(), TestCaseError> {
+        for write in writes {
+            match write {
+                MetadataWrite::AddFinalizer => {
                     prop_assert_eq!(self.mode, Mode::Managed, "finalizer on an External proxy");
                     prop_assert!(!self.deletion_requested, "finalizer added during deletion");
                     self.has_finalizer = true;
                     self.dirty = true;
                 }
-                Action::RemoveFinalizer => {
+                MetadataWrite::RemoveFinalizer => {
                     prop_assert!(
                         self.instances.is_empty(),
                         "finalizer removed while an instance may exist: {:?}",
@@ -427,30 +413,30 @@ impl World {
                         self.exists = false;
                     }
                 }
-                Action::SetSpecHash { hash } => {
+                MetadataWrite::SetSpecHash { hash } => {
                     prop_assert_eq!(self.mode, Mode::Managed);
                     prop_assert!(!hash.is_empty());
                     self.annotation = Some(hash.clone());
                     self.dirty = true;
                 }
-                Action::Create(_)
-                | Action::Delete { .. }
-                | Action::PatchStatus(_)
-                | Action::Event(_) => {}
             }
         }
         Ok(())
     }
 
     /// The provider call, with the invariants that guard it.
-    fn call(&mut self, call: &Action, observed: &Observed) -> Result<Outcome, TestCaseError> {
+    fn call(
+        &mut self,
+        call: &ProviderRequest,
+        observed: &Observed,
+    ) -> Result<Outcome, TestCaseError> {
         prop_assert_eq!(
             self.mode,
             Mode::Managed,
             "provider call for an External proxy"
         );
         match call {
-            Action::Create(request) => {
+            ProviderRequest::Create(request) => {
                 let name = &request.instance_name;
                 prop_assert_eq!(name, &Self::name());
                 prop_assert!(
@@ -488,7 +474,7 @@ impl World {
                 self.last_lookup = None;
                 Ok(Outcome::Created { provider_id: id })
             }
-            Action::Delete { provider_id, .. } => {
+            ProviderRequest::Delete { provider_id, .. } => {
                 if !self.deletion_requested {
                     match &observed.instance {
                         InstanceView::Stopped | InstanceView::Terminated => {}
@@ -533,13 +519,6 @@ impl World {
                 }
                 Ok(Outcome::Deleted)
             }
-            Action::AddFinalizer
-            | Action::RemoveFinalizer
-            | Action::SetSpecHash { .. }
-            | Action::PatchStatus(_)
-            | Action::Event(_) => Err(TestCaseError::fail(format!(
-                "not a provider call: {call:?}"
-            ))),
         }
     }
 
@@ -661,51 +640,32 @@ impl World {
     }
 }
 
-/// `decide`, called twice: the same input must give the same output.
-fn decide_twice(
+/// The reconcile's first decision, made twice: the same input must give the same output.
+fn start_twice(
     spec: &ProxySpec,
     status: &ProxyStatus,
     observed: &Observed,
-) -> Result<Decision, TestCaseError> {
-    let decision = decide(spec, status, observed);
+) -> Result<Reconcile, TestCaseError> {
+    let start = || Reconcile::start(spec.clone(), status.clone(), observed.clone());
+    let (reconcile, again) = (start(), start());
     prop_assert_eq!(
-        &decision,
-        &decide(spec, status, observed),
+        reconcile.decided().decision,
+        again.decided().decision,
         "not deterministic"
     );
-    Ok(decision)
+    Ok(reconcile)
 }
 
-/// The order the contract promises: metadata writes, at most one provider call (none in a
-/// second decision), at most one status write (carrying the decision's status), events. That
-/// no status is written after the finalizer of a deleted object is gone is checked by the
-/// model, which removes the object.
-fn check_shape(decision: &Decision, second: bool) -> Result<(), TestCaseError> {
-    let rank = |action: &Action| match action {
-        Action::AddFinalizer | Action::RemoveFinalizer | Action::SetSpecHash { .. } => 0,
-        Action::Create(_) | Action::Delete { .. } => 1,
-        Action::PatchStatus(_) => 2,
-        Action::Event(_) => 3,
-    };
-    let actions = decision.actions();
-    prop_assert!(
-        actions.windows(2).all(|w| rank(&w[0]) <= rank(&w[1])),
-        "out of order: {:?}",
-        actions
+/// The reconcile's second decision, made twice.
+fn after_twice(pending: PendingCall, outcome: Outcome) -> Result<AfterCall, TestCaseError> {
+    let again = pending.clone().after(outcome.clone());
+    let second = pending.after(outcome);
+    prop_assert_eq!(
+        second.decided().decision,
+        again.decided().decision,
+        "not deterministic"
     );
-    let count = |r| actions.iter().filter(|a| rank(a) == r).count();
-    prop_assert!(
-        count(1) <= usize::from(!second),
-        "provider calls: {:?}",
-        actions
-    );
-    prop_assert!(count(2) <= 1);
-    for action in actions {
-        if let Action::PatchStatus(status) = action {
-            prop_assert_eq!(status, decision.status());
-        }
-    }
-    Ok(())
+    Ok(second)
 }
 
 /// `kubectl describe px` tells the story: every change of the `Provisioned` condition's
@@ -719,13 +679,10 @@ fn check_story(input: &ProxyStatus, decision: &Decision) -> Result<(), TestCaseE
     };
     if state(input) != state(decision.status()) {
         prop_assert!(
-            decision
-                .actions()
-                .iter()
-                .any(|action| matches!(action, Action::Event(event) if event.reason == reason)),
+            decision.events().iter().any(|event| event.reason == reason),
             "no event for the change to {}: {:?}",
             reason,
-            decision.actions()
+            decision.events()
         );
     }
     Ok(())

@@ -30,8 +30,8 @@ use proxy_core::conditions::{self, ProvisionedReason};
 use proxy_core::record::{DecideRecord, Header, Record, Recording, placeholder, replay};
 use proxy_core::testing::{self, external_spec, managed_spec};
 use proxy_core::{
-    Action, CloudInitView, ErrorClass, InstanceView, Observed, Outcome, ProviderCall,
-    ProviderError, decide,
+    Action, CloudInitView, ErrorClass, InstanceView, MetadataWrite, Next, Observed, Outcome,
+    ProviderError, ProviderRequest, Reconcile, decide,
 };
 use proxy_crd::{CloudInit, Phase, ProxySpec, ProxyStatus, SecretKeyRef};
 use serde_json::Value;
@@ -117,8 +117,9 @@ fn scenes() -> Vec<Scene> {
     ]
 }
 
-/// One Proxy driven through [`scenes`] the way the shell drives `decide`: two calls per
-/// reconcile when the first asks for a provider call, metadata writes applied to the object.
+/// One Proxy driven through [`scenes`] by the core's driver, as the controller drives it:
+/// two `decide` calls per reconcile when the first asks for a provider call, metadata writes
+/// applied to the object.
 struct Life {
     source: Source,
     content: String,
@@ -213,55 +214,37 @@ impl Life {
         if let Some(healthy) = health {
             observed = observed.health(IP, healthy);
         }
-        let first = self.call(&observed);
-        let outcome = first.provider_call().map(|call| match (call, fails) {
-            (Action::Create(_), None) => Outcome::Created {
-                provider_id: ID.to_owned(),
-            },
-            (Action::Create(_), Some(class)) => Outcome::Failed {
-                call: ProviderCall::Create,
-                error: refusal(class),
-            },
-            (_, None) => Outcome::Deleted,
-            (_, Some(class)) => Outcome::Failed {
-                call: ProviderCall::Delete,
-                error: refusal(class),
-            },
-        });
-        self.apply(&first);
-        let last = match outcome {
-            Some(outcome) => {
-                self.status = first.status().clone();
-                let second = self.call(&observed.outcome(outcome));
-                self.apply(&second);
-                second
+        let started = Reconcile::start(self.spec.clone(), self.status.clone(), observed);
+        self.records.push(DecideRecord::of(started.decided()));
+        self.apply(started.metadata());
+        let plan = match started.metadata_written() {
+            Next::Done(plan) => plan,
+            Next::Call(pending) => {
+                let outcome = match (pending.request(), fails) {
+                    (ProviderRequest::Create(_), None) => Outcome::Created {
+                        provider_id: ID.to_owned(),
+                    },
+                    (ProviderRequest::Delete { .. }, None) => Outcome::Deleted,
+                    (request, Some(class)) => Outcome::Failed {
+                        call: request.call(),
+                        error: refusal(class),
+                    },
+                };
+                let second = pending.after(outcome);
+                self.records.push(DecideRecord::of(second.decided()));
+                self.apply(second.metadata());
+                second.metadata_written()
             }
-            None => first,
         };
-        self.status = last.status().clone();
+        self.status = plan.status().clone();
     }
 
-    fn call(&mut self, observed: &Observed) -> proxy_core::Decision {
-        let decision = decide(&self.spec, &self.status, observed);
-        self.records.push(DecideRecord::new(
-            &self.spec,
-            &self.status,
-            observed,
-            &decision,
-        ));
-        decision
-    }
-
-    fn apply(&mut self, decision: &proxy_core::Decision) {
-        for action in decision.actions() {
-            match action {
-                Action::AddFinalizer => self.has_finalizer = true,
-                Action::RemoveFinalizer => self.has_finalizer = false,
-                Action::SetSpecHash { hash } => self.annotation = Some(hash.clone()),
-                Action::Create(_)
-                | Action::Delete { .. }
-                | Action::PatchStatus(_)
-                | Action::Event(_) => {}
+    fn apply(&mut self, writes: &[MetadataWrite]) {
+        for write in writes {
+            match write {
+                MetadataWrite::AddFinalizer => self.has_finalizer = true,
+                MetadataWrite::RemoveFinalizer => self.has_finalizer = false,
+                MetadataWrite::SetSpecHash { hash } => self.annotation = Some(hash.clone()),
             }
         }
     }

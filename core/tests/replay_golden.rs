@@ -25,8 +25,8 @@ use proxy_core::record::{
 };
 use proxy_core::testing::{self, at};
 use proxy_core::{
-    Action, CloudInitView, Decision, InstanceView, Metadata, Observed, Outcome, ProviderCall,
-    ProviderError, Requeue, Timing, decide,
+    CloudInitView, Decided, Decision, InstanceView, Metadata, MetadataWrite, Next, Observed,
+    Outcome, ProviderCall, ProviderError, ProviderRequest, Reconcile, Requeue, Timing, decide,
 };
 use proxy_crd::{CloudInit, Phase, ProxySpec, ProxyStatus, SecretKeyRef};
 use serde_json::Value;
@@ -324,7 +324,7 @@ fn a_changed_hash_rule_diverges_although_the_recording_is_redacted() {
         .iter()
         .position(|record| {
             matches!(record, Record::Decide(r)
-                if r.output.actions().iter().any(|a| matches!(a, Action::SetSpecHash { .. })))
+                if r.output.metadata().iter().any(|w| matches!(w, MetadataWrite::SetSpecHash { .. })))
         })
         .unwrap();
     let report = replay_with(
@@ -501,75 +501,65 @@ impl Story {
             outcome: None,
             health: self.book.reported(&self.key(), &self.meta.uid).cloned(),
             timing: Timing::default(),
+            failures: 0,
         }
     }
 
-    /// One reconcile, as the driving contract on `decide` says.
+    /// One reconcile, through the core's driver: the same protocol the controller runs.
     fn reconcile(&mut self) -> Requeue {
         assert!(!self.gone, "the object is gone");
-        let observed = self.observe();
-        let status = self.status.clone();
-        let first = decide(&self.spec, &status, &observed);
-        self.note(&status, &observed, &first);
-        self.apply(&first);
-        let last = match first.provider_call().cloned() {
-            Some(call) => {
-                let observed = Observed {
-                    outcome: Some(self.execute(&call)),
-                    ..observed
-                };
-                let second = decide(&self.spec, first.status(), &observed);
-                assert_eq!(second.provider_call(), None);
-                self.note(first.status(), &observed, &second);
-                self.apply(&second);
-                second
+        let started = Reconcile::start(self.spec.clone(), self.status.clone(), self.observe());
+        self.note(started.decided());
+        self.apply(started.metadata());
+        let plan = match started.metadata_written() {
+            Next::Done(plan) => plan,
+            Next::Call(pending) => {
+                let outcome = self.execute(pending.request());
+                let second = pending.after(outcome);
+                self.note(second.decided());
+                self.apply(second.metadata());
+                second.metadata_written()
             }
-            None => first,
         };
         if !self.gone {
-            self.status = last.status().clone();
+            self.status = plan.status().clone();
         }
-        last.requeue()
+        plan.requeue()
     }
 
-    fn note(&mut self, status: &ProxyStatus, observed: &Observed, decision: &Decision) {
+    fn note(&mut self, decided: Decided<'_>) {
         if self.recording_on {
-            let record = DecideRecord::new(&self.spec, status, observed, decision);
-            self.recording.push(Record::from(record));
+            self.recording.push(Record::from(DecideRecord::of(decided)));
         }
     }
 
-    fn apply(&mut self, decision: &Decision) {
-        for action in decision.actions() {
-            match action {
-                Action::AddFinalizer => self.meta.has_finalizer = true,
-                Action::RemoveFinalizer => {
+    fn apply(&mut self, writes: &[MetadataWrite]) {
+        for write in writes {
+            match write {
+                MetadataWrite::AddFinalizer => self.meta.has_finalizer = true,
+                MetadataWrite::RemoveFinalizer => {
                     self.meta.has_finalizer = false;
                     self.gone = self.meta.deletion_requested;
                 }
-                Action::SetSpecHash { hash } => {
+                MetadataWrite::SetSpecHash { hash } => {
                     self.meta.spec_hash_annotation = Some(hash.clone());
                 }
-                Action::Create(_)
-                | Action::Delete { .. }
-                | Action::PatchStatus(_)
-                | Action::Event(_) => {}
             }
         }
     }
 
     /// The provider executes `call`.
-    fn execute(&mut self, call: &Action) -> Outcome {
-        let kind = match call {
-            Action::Create(_) => ProviderCall::Create,
-            _ => ProviderCall::Delete,
-        };
-        if self.failures.front().is_some_and(|(c, _)| *c == kind) {
-            let (call, error) = self.failures.pop_front().unwrap();
+    fn execute(&mut self, call: &ProviderRequest) -> Outcome {
+        if self
+            .failures
+            .front()
+            .is_some_and(|(failing, _)| *failing == call.call())
+            && let Some((call, error)) = self.failures.pop_front()
+        {
             return Outcome::Failed { call, error };
         }
         match call {
-            Action::Create(request) => {
+            ProviderRequest::Create(request) => {
                 // The provider gets the real content; only the recording is redacted.
                 assert_eq!(request.cloud_init.as_deref(), Some(SECRET));
                 let id = format!("{}/{}", request.namespace, request.instance_name);
@@ -577,14 +567,13 @@ impl Story {
                     .insert(id.clone(), InstanceView::Provisioning);
                 Outcome::Created { provider_id: id }
             }
-            Action::Delete { provider_id, .. } => {
+            ProviderRequest::Delete { provider_id, .. } => {
                 // Accepted: the instance shuts down until the provider reports it gone.
                 if let Some(view) = self.instances.get_mut(provider_id) {
                     *view = InstanceView::Terminated;
                 }
                 Outcome::Deleted
             }
-            other => panic!("not a provider call: {other:?}"),
         }
     }
 

@@ -79,7 +79,7 @@ fn every_condition_carries_the_current_generation() {
         assert_eq!(condition.last_transition_time, T0, "{condition:?}");
     }
     // Only the generations changed, and that is worth one write.
-    assert!(matches!(decision.actions(), [Action::PatchStatus(_)]));
+    assert!(matches!(decision.actions()[..], [Action::PatchStatus(_)]));
 }
 
 // ---- When nothing is written --------------------------------------------------------------

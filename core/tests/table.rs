@@ -9,8 +9,8 @@ use proxy_core::testing::{
     managed_spec, status_of,
 };
 use proxy_core::{
-    Action, CreateRequest, EventType, InstanceView, Observed, Outcome, ProviderError, Requeue,
-    decide,
+    Action, CreateRequest, EventType, InstanceView, Observed, Outcome, ProviderError,
+    ProviderRequest, Requeue, decide,
 };
 use proxy_crd::{Phase, ProxyStatus};
 use support::{
@@ -86,7 +86,7 @@ fn no_provider_id_creates_whatever_the_annotation_says() {
     let decision = decide(&managed_spec(), &ProxyStatus::default(), &observed);
     assert_eq!(
         decision.provider_call(),
-        Some(&Action::Create(create_request()))
+        Some(&ProviderRequest::Create(create_request()))
     );
 }
 
@@ -412,7 +412,7 @@ fn replacement_creates_on_the_next_pass() {
     let decision = decide(&managed_spec(), &cleared, &observed);
     assert_eq!(
         decision.provider_call(),
-        Some(&Action::Create(create_request()))
+        Some(&ProviderRequest::Create(create_request()))
     );
     let observed = observed.outcome(Outcome::Created {
         provider_id: ID.to_owned(),
@@ -471,8 +471,8 @@ fn absent_annotation_adopts_without_replacing() {
 fn adopting_a_gone_instance_records_the_hash_and_clears_it() {
     let observed = Observed::test().instance(InstanceView::NotFound);
     let decision = decide(&managed_spec(), &running_status(), &observed);
-    let kinds: Vec<_> = decision
-        .actions()
+    let actions = decision.actions();
+    let kinds: Vec<_> = actions
         .iter()
         .map(|action| match action {
             Action::SetSpecHash { .. } => "SetSpecHash",
@@ -576,7 +576,10 @@ fn deletion_with_permanent_get_error_still_deletes() {
                 "permission denied",
             )));
     let decision = decide(&managed_spec(), &running_status(), &observed);
-    assert_eq!(decision.provider_call(), Some(&delete()));
+    assert_eq!(
+        decision.provider_call().cloned().map(Action::from),
+        Some(delete())
+    );
     assert_eq!(decision.status().phase, Some(Phase::Deleting));
 }
 
@@ -596,7 +599,10 @@ fn deletion_ignores_drift() {
         .annotated("an-older-hash")
         .instance(InstanceView::Running { ip: IP.to_owned() });
     let decision = decide(&managed_spec(), &running_status(), &observed);
-    assert_eq!(decision.provider_call(), Some(&delete()));
+    assert_eq!(
+        decision.provider_call().cloned().map(Action::from),
+        Some(delete())
+    );
     assert_eq!(decision.status().phase, Some(Phase::Deleting));
 }
 

@@ -5,6 +5,7 @@ pub mod admin;
 pub mod config;
 pub mod controller;
 pub mod discovery;
+pub mod gate;
 pub mod gc;
 pub mod health;
 pub mod leadership;

@@ -20,6 +20,7 @@ use prometheus_client::registry::Registry;
 use proxy_crd::{Phase, Proxy};
 
 use crate::discovery::Discovery;
+use crate::gate::Write;
 use crate::supervise::Loop;
 
 /// Labels of provider requests.
@@ -84,6 +85,13 @@ pub struct PanicLabels {
     pub r#loop: &'static str,
 }
 
+/// Labels of writes the leader gate refused.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct WriteLabels {
+    /// `metadata`, `provider_call`, `status` or `event` ([`Write::label`]).
+    pub kind: &'static str,
+}
+
 /// Every metric of one operator process.
 #[derive(Debug)]
 pub struct Metrics {
@@ -98,6 +106,7 @@ pub struct Metrics {
     provider_in_flight_max: Family<ProviderName, Gauge>,
     gc_held_back: Family<ProviderName, Counter>,
     gc_kept: Family<KeptLabels, Gauge>,
+    writes_dropped: Family<WriteLabels, Counter>,
     sources: Arc<Sources>,
 }
 
@@ -185,6 +194,17 @@ impl Default for Metrics {
             "Instances the last GC sweep kept, by provider and reason",
             gc_kept.clone(),
         );
+        let writes_dropped = Family::<WriteLabels, Counter>::default();
+        registry.register(
+            "writes_dropped",
+            "Writes of a reconcile refused because this replica's leadership claim had run out, by kind",
+            writes_dropped.clone(),
+        );
+        for write in Write::ALL {
+            drop(writes_dropped.get_or_create(&WriteLabels {
+                kind: write.label(),
+            }));
+        }
         let sources = Arc::new(Sources::default());
         registry.register_collector(Box::new(ScrapeTime(sources.clone())));
         Self {
@@ -199,6 +219,7 @@ impl Default for Metrics {
             provider_in_flight_max,
             gc_held_back,
             gc_kept,
+            writes_dropped,
             sources,
         }
     }
@@ -268,6 +289,15 @@ impl Metrics {
     pub fn reconcile_error(&self, class: &'static str) {
         self.reconcile_errors
             .get_or_create(&ErrorLabels { class })
+            .inc();
+    }
+
+    /// Counts a write the leader gate refused.
+    pub fn write_dropped(&self, write: Write) {
+        self.writes_dropped
+            .get_or_create(&WriteLabels {
+                kind: write.label(),
+            })
             .inc();
     }
 

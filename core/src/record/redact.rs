@@ -13,8 +13,9 @@ use proxy_crd::{ProxySpec, ProxyStatus};
 use sha2::{Digest, Sha256};
 
 use super::schema::{DecideInput, DecideRecord, Redaction};
-use crate::action::{Action, Decision};
+use crate::action::Decision;
 use crate::observed::{CloudInitView, Observed};
+use crate::reconcile::Decided;
 use crate::spec_hash::{HashInput, spec_hash};
 
 /// Prefix of a redacted cloud-init content.
@@ -55,6 +56,16 @@ impl DecideRecord {
         record
     }
 
+    /// The record of one `decide` call of the driver ([`Decided`]), redacted.
+    pub fn of(decided: Decided<'_>) -> Self {
+        Self::new(
+            decided.spec,
+            decided.status,
+            decided.observed,
+            decided.decision,
+        )
+    }
+
     /// Replaces the cloud-init content, which may carry credentials, by its
     /// [`placeholder`] in the fields that carry it, and only there: `spec.cloudInit.inline`,
     /// `observed.cloudInit` when resolved, and the user data of each create in the output
@@ -76,7 +87,7 @@ impl DecideRecord {
         let carried: Vec<&mut String> = inline_mut(spec)
             .into_iter()
             .chain(resolved_mut(observed))
-            .chain(created_mut(&mut self.output))
+            .chain(self.output.cloud_init_mut())
             .collect();
         if carried.is_empty() {
             return;
@@ -112,39 +123,6 @@ fn resolved_mut(observed: &mut Observed) -> Option<&mut String> {
     }
 }
 
-/// The cloud-init content of a decision: the user data of its creates. Every action is
-/// named, so that a new one that carries cloud-init cannot be forgotten here.
-fn created_mut(decision: &mut Decision) -> impl Iterator<Item = &mut String> {
-    decision
-        .actions_mut()
-        .iter_mut()
-        .filter_map(|action| match action {
-            Action::Create(request) => request.cloud_init.as_mut(),
-            Action::AddFinalizer
-            | Action::RemoveFinalizer
-            | Action::SetSpecHash { .. }
-            | Action::Delete { .. }
-            | Action::PatchStatus(_)
-            | Action::Event(_) => None,
-        })
-}
-
-/// The spec hashes a decision writes: `decide` writes the hash it computed nowhere else.
-fn spec_hashes_mut(decision: &mut Decision) -> impl Iterator<Item = &mut String> {
-    decision
-        .actions_mut()
-        .iter_mut()
-        .filter_map(|action| match action {
-            Action::SetSpecHash { hash } => Some(hash),
-            Action::AddFinalizer
-            | Action::RemoveFinalizer
-            | Action::Create(_)
-            | Action::Delete { .. }
-            | Action::PatchStatus(_)
-            | Action::Event(_) => None,
-        })
-}
-
 /// The spec hash `decide` computes for `spec` with the resolved cloud-init `content`.
 pub(super) fn machine_hash(spec: &ProxySpec, content: &str) -> String {
     spec_hash(&HashInput {
@@ -159,7 +137,7 @@ pub(super) fn machine_hash(spec: &ProxySpec, content: &str) -> String {
 ///
 /// `decide` hashes the cloud-init content, and the redacted input holds the placeholder, so
 /// its machine hash is another value (the stand-in). The hash is only ever compared for
-/// equality with the annotation, and written out by [`SetSpecHash`](crate::Action::SetSpecHash):
+/// equality with the annotation, and written out by [`SetSpecHash`](crate::MetadataWrite::SetSpecHash):
 /// replacing the real hash by the stand-in in the annotation before the call, and the
 /// stand-in by the real hash in the hashes the output writes after it, gives exactly the
 /// comparisons and the output of the real call.
@@ -194,14 +172,14 @@ where
     }
     let mut output = decide(spec, status, &observed);
     if let Some((stand_in, real)) = &mapping {
-        for hash in spec_hashes_mut(&mut output).filter(|hash| *hash == stand_in) {
+        for hash in output.spec_hashes_mut().filter(|hash| *hash == stand_in) {
             *hash = (*real).to_owned();
         }
     }
-    for content in created_mut(&mut output) {
-        if !stand_ins.contains(content.as_str()) {
-            *content = placeholder(content);
-        }
+    if let Some(content) = output.cloud_init_mut()
+        && !stand_ins.contains(content.as_str())
+    {
+        *content = placeholder(content);
     }
     output
 }

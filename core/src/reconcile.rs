@@ -1,0 +1,321 @@
+//! The reconcile driver: the protocol of one reconcile of one `Proxy`, as types.
+//!
+//! [`decide`](fn@crate::decide) is one pure step; a reconcile is one or two of them with
+//! effects in between, in an order that matters (seed 001's "update clobbers staged status"
+//! bug came from getting it wrong). This module owns that order, so that the controller, the
+//! property tests and the golden replay all drive the same protocol instead of writing their
+//! own copy of it. The driver is sans-IO: it never performs an effect, it hands the shell the
+//! next one and waits to be told it happened.
+//!
+//! ```text
+//! Reconcile::start(spec, status, observed)      first decide()
+//!   .metadata()            -> execute each MetadataWrite, in order
+//!   .metadata_written()    -> Next
+//!      Next::Done(plan)
+//!      Next::Call(pending)
+//!        .request()        -> execute the ProviderRequest
+//!        .after(outcome)   -> AfterCall             second decide(), outcome observed
+//!          .metadata()     -> execute each MetadataWrite, in order
+//!          .metadata_written() -> plan
+//! plan.status_write()      -> write it (whole), at most once
+//! plan.events()            -> emit them, in order
+//! plan.followup()          -> when to reconcile again, and the failure count to keep
+//! ```
+//!
+//! Each stage consumes the previous one, so a provider call cannot be reached before the
+//! metadata writes were reported done, and there is no way to ask for a second call. The
+//! shell records [`Reconcile::decided`] and [`AfterCall::decided`]: they are the inputs and
+//! outputs of the `decide` calls, which is what replay needs.
+
+use std::time::Duration;
+
+use proxy_crd::{ProxySpec, ProxyStatus};
+
+use crate::action::{Decision, Event, MetadataWrite, ProviderRequest, Requeue};
+use crate::backoff::retry_delay;
+use crate::decide::decide;
+use crate::observed::{Observed, Outcome};
+
+/// One `decide` call of a reconcile, with its inputs: what the shell records.
+#[derive(Clone, Copy, Debug)]
+pub struct Decided<'a> {
+    /// The spec, as read at the start of the reconcile.
+    pub spec: &'a ProxySpec,
+    /// The status the call was given: the object's on the first call, the first decision's
+    /// on the second.
+    pub status: &'a ProxyStatus,
+    /// The observation; on the second call it holds the provider call's outcome.
+    pub observed: &'a Observed,
+    /// What `decide` returned.
+    pub decision: &'a Decision,
+}
+
+/// A reconcile after its first decision: its metadata writes are next.
+#[must_use = "a reconcile goes on with metadata_written()"]
+#[derive(Clone, Debug)]
+pub struct Reconcile {
+    spec: ProxySpec,
+    status: ProxyStatus,
+    observed: Observed,
+    first: Decision,
+}
+
+impl Reconcile {
+    /// Starts a reconcile of an object read as `spec` and `status`, with everything else the
+    /// shell observed (any `observed.outcome` is ignored: a reconcile starts without one).
+    pub fn start(spec: ProxySpec, status: ProxyStatus, mut observed: Observed) -> Self {
+        observed.outcome = None;
+        let first = decide(&spec, &status, &observed);
+        Self {
+            spec,
+            status,
+            observed,
+            first,
+        }
+    }
+
+    /// The first `decide` call, to record.
+    pub fn decided(&self) -> Decided<'_> {
+        Decided {
+            spec: &self.spec,
+            status: &self.status,
+            observed: &self.observed,
+            decision: &self.first,
+        }
+    }
+
+    /// The metadata writes to execute now, in order.
+    pub fn metadata(&self) -> &[MetadataWrite] {
+        self.first.metadata()
+    }
+
+    /// The metadata writes are done: what comes next.
+    pub fn metadata_written(self) -> Next {
+        let Some(request) = self.first.provider_call().cloned() else {
+            return Next::Done(Plan::of(&self.first, self.observed.failures));
+        };
+        Next::Call(PendingCall {
+            spec: self.spec,
+            observed: self.observed,
+            first: self.first,
+            request,
+        })
+    }
+}
+
+/// What a reconcile does after its first decision's metadata writes.
+#[derive(Clone, Debug)]
+#[expect(
+    clippy::large_enum_variant,
+    reason = "one per reconcile, consumed at once: boxing would only cost an allocation"
+)]
+pub enum Next {
+    /// A provider call, whose outcome makes the second decision.
+    Call(PendingCall),
+    /// No provider call: the plan is final.
+    Done(Plan),
+}
+
+/// A reconcile waiting for the outcome of its provider call.
+#[must_use = "a provider call's outcome goes back with after()"]
+#[derive(Clone, Debug)]
+pub struct PendingCall {
+    spec: ProxySpec,
+    observed: Observed,
+    first: Decision,
+    request: ProviderRequest,
+}
+
+impl PendingCall {
+    /// The call to make.
+    pub fn request(&self) -> &ProviderRequest {
+        &self.request
+    }
+
+    /// The call was made: the second decision, on the first decision's status (not a status
+    /// re-read from the API server: a metadata write returns an object whose status does not
+    /// hold this reconcile's changes yet) and the same observation plus `outcome`.
+    pub fn after(self, outcome: Outcome) -> AfterCall {
+        let Self {
+            spec,
+            mut observed,
+            first,
+            request: _,
+        } = self;
+        observed.outcome = Some(outcome);
+        let second = decide(&spec, first.status(), &observed);
+        AfterCall {
+            spec,
+            observed,
+            first,
+            second,
+        }
+    }
+}
+
+/// A reconcile after its second decision: its metadata writes are next, then the plan.
+#[must_use = "a reconcile goes on with metadata_written()"]
+#[derive(Clone, Debug)]
+pub struct AfterCall {
+    spec: ProxySpec,
+    observed: Observed,
+    first: Decision,
+    second: Decision,
+}
+
+impl AfterCall {
+    /// The second `decide` call, to record.
+    pub fn decided(&self) -> Decided<'_> {
+        Decided {
+            spec: &self.spec,
+            status: self.first.status(),
+            observed: &self.observed,
+            decision: &self.second,
+        }
+    }
+
+    /// The second decision's metadata writes, to execute now, in order.
+    pub fn metadata(&self) -> &[MetadataWrite] {
+        self.second.metadata()
+    }
+
+    /// The metadata writes are done: the rest of the reconcile. The second decision never
+    /// asks for a provider call (the property tests hold `decide` to that), so nothing of it
+    /// is left out of the plan.
+    pub fn metadata_written(self) -> Plan {
+        let mut plan = Plan::of(&self.first, self.observed.failures);
+        plan.then(&self.second, self.observed.failures);
+        plan
+    }
+}
+
+/// The end of a reconcile: the status to write, the events to emit, and what next.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Plan {
+    status: ProxyStatus,
+    status_changed: bool,
+    events: Vec<Event>,
+    requeue: Requeue,
+    followup: Followup,
+}
+
+impl Plan {
+    fn of(decision: &Decision, failures: u32) -> Self {
+        Self {
+            status: decision.status().clone(),
+            status_changed: decision.status_write().is_some(),
+            events: decision.events().to_vec(),
+            requeue: decision.requeue(),
+            followup: Followup::after(decision.requeue(), failures),
+        }
+    }
+
+    /// Folds in the reconcile's next decision: its status is the one to write (the last
+    /// decision wants the final status; when it wrote none, it wanted the same as the one
+    /// before), its events come after, and its requeue is the one that counts.
+    fn then(&mut self, next: &Decision, failures: u32) {
+        self.status = next.status().clone();
+        self.status_changed |= next.status_write().is_some();
+        self.events.extend_from_slice(next.events());
+        self.requeue = next.requeue();
+        self.followup = Followup::after(next.requeue(), failures);
+    }
+
+    /// The status to write to the status subresource, whole, after every metadata write and
+    /// the provider call; `None` when no decision of the reconcile changed it (and always
+    /// after the finalizer was removed from an object being deleted: it may be gone).
+    pub fn status_write(&self) -> Option<&ProxyStatus> {
+        self.status_changed.then_some(&self.status)
+    }
+
+    /// The status the last decision wants, written or not.
+    pub fn status(&self) -> &ProxyStatus {
+        &self.status
+    }
+
+    /// The events of every decision, in order, to emit after the status write.
+    pub fn events(&self) -> &[Event] {
+        &self.events
+    }
+
+    /// The last decision's requeue, as `decide` said it.
+    pub fn requeue(&self) -> Requeue {
+        self.requeue
+    }
+
+    /// When to reconcile again, and the failure count to observe next time.
+    pub fn followup(&self) -> Followup {
+        self.followup
+    }
+}
+
+/// When the controller reconciles an object again, and how many consecutive failures it
+/// has had by then.
+///
+/// The shell keeps the count (it is state: one number per object) and hands it back in
+/// [`Observed::failures`]; every rule about it is here.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Followup {
+    /// When.
+    pub wake: Wake,
+    /// Consecutive failed reconciles, this one included; 0 after a success.
+    pub failures: u32,
+}
+
+/// When the controller reconciles an object again.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Wake {
+    /// After this long, unless a watch event comes first.
+    After(Duration),
+    /// On the next change of the object, its Secret, its health, or the leadership.
+    OnChange,
+}
+
+/// Why a reconcile stopped before its plan was carried out.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Interruption {
+    /// This replica's leadership claim ran out: the new leader reconciles every object, and
+    /// so does this replica if it leads again. It is not the object's failure.
+    NotLeader,
+    /// A read or a write failed (the API server, a panic): retry with backoff.
+    Failed,
+}
+
+impl Followup {
+    /// After a reconcile that ended with `requeue`, when the object had `failures`
+    /// consecutive failures before it: [`Requeue::Backoff`] is one more failure and waits
+    /// [`retry_delay`] of it; any other requeue is a success and resets the count.
+    pub fn after(requeue: Requeue, failures: u32) -> Self {
+        match requeue {
+            Requeue::After(delay) => Self {
+                wake: Wake::After(delay),
+                failures: 0,
+            },
+            Requeue::AwaitChange => Self {
+                wake: Wake::OnChange,
+                failures: 0,
+            },
+            Requeue::Backoff => Self::failed(failures),
+        }
+    }
+
+    /// After a reconcile that was interrupted, when the object had `failures` consecutive
+    /// failures before it.
+    pub fn interrupted(interruption: Interruption, failures: u32) -> Self {
+        match interruption {
+            Interruption::NotLeader => Self {
+                wake: Wake::OnChange,
+                failures,
+            },
+            Interruption::Failed => Self::failed(failures),
+        }
+    }
+
+    fn failed(failures: u32) -> Self {
+        let failures = failures.saturating_add(1);
+        Self {
+            wake: Wake::After(retry_delay(failures)),
+            failures,
+        }
+    }
+}

@@ -1,0 +1,193 @@
+//! Execute: carries out what the core's driver hands the controller, one effect at a time
+//! (client and provider required). Every write asks the leader gate first
+//! ([`crate::gate`]). Nothing is decided here: the order is the driver's, the content the
+//! core's.
+//!
+//! Writes: metadata (finalizer, hash annotation) by merge patches on the object, status by
+//! server-side apply under [`FIELD_MANAGER`] on the status subresource.
+
+use kube::api::{Api, Patch, PatchParams};
+use kube::runtime::events::{Event as KubeEvent, EventType as KubeEventType};
+use kube::{Resource, ResourceExt};
+use proxy_core::{Event, EventType, MetadataWrite, Outcome, ProviderError, ProviderRequest};
+use proxy_crd::{FINALIZER, Proxy, ProxyStatus, SPEC_HASH_ANNOTATION};
+use serde_json::json;
+
+use super::{Context, FIELD_MANAGER};
+use crate::gate::{NotLeader, Write};
+
+/// Why an effect could not be carried out.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The leader gate refused the write.
+    #[error(transparent)]
+    NotLeader(#[from] NotLeader),
+    /// A metadata patch failed.
+    #[error("writing metadata ({write})")]
+    Metadata {
+        /// Which write: `AddFinalizer`, `RemoveFinalizer` or `SetSpecHash`.
+        write: &'static str,
+        /// Why.
+        #[source]
+        source: kube::Error,
+    },
+    /// The status write failed.
+    #[error("writing the status")]
+    Status(#[source] kube::Error),
+}
+
+impl Error {
+    /// The `class` label of `proxy_operator_reconcile_errors_total`.
+    pub fn metric_label(&self) -> &'static str {
+        match self {
+            Self::NotLeader(_) => "not_leader",
+            Self::Metadata { .. } => "write_metadata",
+            Self::Status(_) => "write_status",
+        }
+    }
+}
+
+/// Executes the effects of one reconcile of `proxy`.
+#[derive(Debug)]
+pub struct Executor<'a> {
+    proxy: &'a Proxy,
+    ctx: &'a Context,
+}
+
+impl<'a> Executor<'a> {
+    /// An executor for the reconcile of `proxy`, as read at its start.
+    pub fn new(proxy: &'a Proxy, ctx: &'a Context) -> Self {
+        Self { proxy, ctx }
+    }
+
+    fn api(&self) -> Api<Proxy> {
+        Api::namespaced(
+            self.ctx.client.clone(),
+            &self.proxy.namespace().unwrap_or_default(),
+        )
+    }
+
+    /// Executes `writes`, in order.
+    pub async fn metadata(&self, writes: &[MetadataWrite]) -> Result<(), Error> {
+        for write in writes {
+            self.ctx.gate.pass(Write::Metadata)?;
+            let (name, patch) = match write {
+                MetadataWrite::AddFinalizer | MetadataWrite::RemoveFinalizer => {
+                    let mut finalizers: Vec<String> = self
+                        .proxy
+                        .finalizers()
+                        .iter()
+                        .filter(|f| *f != FINALIZER)
+                        .cloned()
+                        .collect();
+                    let name = if matches!(write, MetadataWrite::AddFinalizer) {
+                        finalizers.push(FINALIZER.to_owned());
+                        "AddFinalizer"
+                    } else {
+                        "RemoveFinalizer"
+                    };
+                    // The resourceVersion makes this a compare-and-swap: a concurrent change
+                    // of the list fails with a conflict and the reconcile retries.
+                    let patch = json!({"metadata": {"finalizers": finalizers, "resourceVersion": self.proxy.resource_version()}});
+                    (name, patch)
+                }
+                MetadataWrite::SetSpecHash { hash } => (
+                    "SetSpecHash",
+                    json!({"metadata": {"annotations": {SPEC_HASH_ANNOTATION: hash}}}),
+                ),
+            };
+            match self
+                .api()
+                .patch(
+                    &self.proxy.name_any(),
+                    &PatchParams::default(),
+                    &Patch::Merge(&patch),
+                )
+                .await
+            {
+                Ok(_) => {}
+                // Removing the finalizer of an object that is already gone is done.
+                Err(kube::Error::Api(status))
+                    if status.code == 404 && matches!(write, MetadataWrite::RemoveFinalizer) => {}
+                Err(source) => {
+                    return Err(Error::Metadata {
+                        write: name,
+                        source,
+                    });
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Makes the provider call; its failure is an [`Outcome`] for the core, not an error.
+    pub async fn provider_call(&self, request: &ProviderRequest) -> Result<Outcome, Error> {
+        self.ctx.gate.pass(Write::ProviderCall)?;
+        let Some(provider) = self.ctx.providers.get(request.provider()) else {
+            // `decide` asks only for configured providers; a config reload could change that.
+            return Ok(Outcome::Failed {
+                call: request.call(),
+                error: ProviderError::permanent(format!(
+                    "provider {:?} is not configured",
+                    request.provider()
+                )),
+            });
+        };
+        let result = match request {
+            ProviderRequest::Create(create) => provider
+                .create(create)
+                .await
+                .map(|provider_id| Outcome::Created { provider_id }),
+            ProviderRequest::Delete { provider_id, .. } => provider
+                .delete(provider_id)
+                .await
+                .map(|()| Outcome::Deleted),
+        };
+        Ok(result.unwrap_or_else(|error| Outcome::Failed {
+            call: request.call(),
+            error,
+        }))
+    }
+
+    /// Writes `status` to the status subresource, whole. An object gone in the meantime
+    /// needs no status.
+    pub async fn status(&self, status: &ProxyStatus) -> Result<(), Error> {
+        self.ctx.gate.pass(Write::Status)?;
+        let body =
+            json!({"apiVersion": "crawl.example.com/v1alpha1", "kind": "Proxy", "status": status});
+        let params = PatchParams::apply(FIELD_MANAGER).force();
+        match self
+            .api()
+            .patch_status(&self.proxy.name_any(), &params, &Patch::Apply(&body))
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+            Err(error) => Err(Error::Status(error)),
+        }
+    }
+
+    /// Records `events` on the object, in order. An event that cannot be recorded is logged:
+    /// it must not fail the reconcile that caused it.
+    pub async fn events(&self, events: &[Event]) -> Result<(), Error> {
+        let reference = self.proxy.object_ref(&());
+        for event in events {
+            self.ctx.gate.pass(Write::Event)?;
+            let type_ = match event.type_ {
+                EventType::Normal => KubeEventType::Normal,
+                EventType::Warning => KubeEventType::Warning,
+            };
+            let published = KubeEvent {
+                type_,
+                reason: event.reason.clone(),
+                note: Some(event.message.clone()),
+                action: "Reconcile".into(),
+                secondary: None,
+            };
+            if let Err(error) = self.ctx.events.publish(&published, &reference).await {
+                tracing::warn!(%error, reason = %event.reason, "could not record an event");
+            }
+        }
+        Ok(())
+    }
+}

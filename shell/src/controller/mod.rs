@@ -1,0 +1,369 @@
+//! The Proxy controller: observe, then run the core's reconcile driver, executing each
+//! effect it hands out.
+//!
+//! Every decision is the core's: `proxy_core::Reconcile` owns the protocol (two `decide`
+//! calls around at most one provider call, which status to write, the events, when to look
+//! again and how failures back off). This module gathers the observation ([`observe`]),
+//! executes the effects in the order the driver gives them ([`execute`]), each through the
+//! leader gate ([`crate::gate`]), and maps the driver's follow-up onto kube-runtime's requeue.
+
+pub mod execute;
+pub mod observe;
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Secret;
+use kube::ResourceExt;
+use kube::api::Api;
+use kube::runtime::controller::{self, Controller};
+use kube::runtime::events::{Recorder as EventRecorder, Reporter};
+use kube::runtime::reflector::{self, ObjectRef};
+use kube::runtime::{WatchStreamExt, watcher};
+use proxy_core::{Followup, Interruption, Next, Outcome, Reconcile, Requeue, Timing, Wake};
+use proxy_crd::{CLOUD_INIT_SECRET_LABEL, Proxy};
+
+use self::execute::Executor;
+use crate::discovery::Discovery;
+use crate::gate::Gate;
+use crate::gc::{CacheWatch, Collector, GcSettings};
+use crate::health::HealthEngine;
+use crate::leadership::Leadership;
+use crate::metrics::Metrics;
+use crate::providers::registry::Registry;
+use crate::recorder::Recorder;
+use crate::supervise::{self, Loop, Panicked};
+
+/// The field manager of every write this operator makes.
+pub const FIELD_MANAGER: &str = "proxy-operator";
+
+/// What every reconcile shares.
+pub struct Context {
+    /// The API client.
+    pub client: kube::Client,
+    /// The configured providers.
+    pub providers: Registry,
+    /// The requeue intervals handed to the core.
+    pub timing: Timing,
+    /// The health engine, whose delivered verdicts the reconciles read.
+    pub health: Arc<HealthEngine>,
+    /// Reconcile durations and errors.
+    pub metrics: Arc<Metrics>,
+    /// Only the leader reconciles.
+    pub leadership: Arc<Leadership>,
+    /// Every decide call, for replay.
+    pub recorder: Arc<Recorder>,
+    gate: Gate,
+    events: EventRecorder,
+    // Consecutive failed reconciles per object, which the core's driver turns into a
+    // backoff ([`Followup`]); an object without an entry has none.
+    failures: Mutex<BTreeMap<String, u32>>,
+}
+
+/// Why a reconcile did not finish.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The observation could not be made.
+    #[error("observing: {0}")]
+    Observe(#[from] observe::Error),
+    /// An effect could not be carried out (or the leader gate refused it).
+    #[error("executing: {0}")]
+    Execute(#[from] execute::Error),
+    /// The reconcile panicked (caught at the panic boundary, `supervise`).
+    #[error("reconcile {0}")]
+    Panicked(#[from] Panicked),
+}
+
+impl Error {
+    /// The `class` label of `proxy_operator_reconcile_errors_total`.
+    pub fn metric_label(&self) -> &'static str {
+        match self {
+            Self::Observe(error) => error.metric_label(),
+            Self::Execute(error) => error.metric_label(),
+            Self::Panicked(_) => "panic",
+        }
+    }
+
+    /// What the core's backoff makes of it.
+    fn interruption(&self) -> Interruption {
+        match self {
+            Self::Execute(execute::Error::NotLeader(_)) => Interruption::NotLeader,
+            Self::Observe(_) | Self::Execute(_) | Self::Panicked(_) => Interruption::Failed,
+        }
+    }
+}
+
+impl std::fmt::Debug for Context {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Context")
+            .field("providers", &self.providers)
+            .field("timing", &self.timing)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Context {
+    /// A context for the controller.
+    pub fn new(
+        client: kube::Client,
+        providers: Registry,
+        timing: Timing,
+        health: Arc<HealthEngine>,
+        metrics: Arc<Metrics>,
+        leadership: Arc<Leadership>,
+        recorder: Arc<Recorder>,
+    ) -> Self {
+        let reporter = Reporter {
+            controller: FIELD_MANAGER.into(),
+            instance: std::env::var("POD_NAME").ok(),
+        };
+        let events = EventRecorder::new(client.clone(), reporter);
+        let gate = Gate::new(leadership.clone(), metrics.clone());
+        Self {
+            client,
+            providers,
+            timing,
+            health,
+            metrics,
+            leadership,
+            recorder,
+            gate,
+            events,
+            failures: Mutex::default(),
+        }
+    }
+
+    /// Consecutive failed reconciles of `object` so far.
+    fn failures(&self, object: &str) -> u32 {
+        supervise::lock(&self.failures)
+            .get(object)
+            .copied()
+            .unwrap_or(0)
+    }
+
+    /// Keeps the failure count `followup` gives `object`, and turns its wake-up into
+    /// kube-runtime's requeue.
+    fn follow(&self, object: &str, followup: Followup) -> controller::Action {
+        let mut failures = supervise::lock(&self.failures);
+        if followup.failures == 0 {
+            failures.remove(object);
+        } else {
+            failures.insert(object.to_owned(), followup.failures);
+        }
+        match followup.wake {
+            Wake::After(delay) => controller::Action::requeue(delay),
+            Wake::OnChange => controller::Action::await_change(),
+        }
+    }
+}
+
+/// Runs the controller until SIGTERM or SIGINT, then lets running reconciles finish.
+/// `namespace` restricts it to one namespace; at most `max_concurrent_reconciles` reconciles
+/// run at once (0: unbounded). The health engine and the discovery API's lease book are fed
+/// from the controller's cache.
+pub async fn run(
+    ctx: Arc<Context>,
+    namespace: Option<String>,
+    discovery: Arc<Discovery>,
+    gc: Option<GcSettings>,
+    max_concurrent_reconciles: u16,
+) {
+    let (proxies, secrets): (Api<Proxy>, Api<Secret>) = match &namespace {
+        Some(ns) => (
+            Api::namespaced(ctx.client.clone(), ns),
+            Api::namespaced(ctx.client.clone(), ns),
+        ),
+        None => (Api::all(ctx.client.clone()), Api::all(ctx.client.clone())),
+    };
+    // The controller's own watch, as `Controller::new` builds it, with GC's view of the
+    // cache's completeness fed from the same stream, after the reflector applied each event.
+    let (store, writer) = reflector::store();
+    let cache = CacheWatch::default();
+    let proxy_events = reflector::reflector(writer, watcher(proxies, watcher::Config::default()))
+        .inspect({
+            let cache = cache.clone();
+            move |item| cache.observe(item)
+        })
+        .applied_objects();
+    let controller = Controller::for_stream(proxy_events, store.clone())
+        .with_config(controller::Config::default().concurrency(max_concurrent_reconciles));
+    ctx.metrics.watch_proxies(store.clone());
+    // The health engine probes what the controller's cache holds and asks for a reconcile
+    // when a verdict must be written; it never writes status itself.
+    let (health_tx, mut health_rx) = tokio::sync::mpsc::channel(1024);
+    // Each loop runs under the panic boundary: a panic restarts it after a backoff.
+    let health = tokio::spawn(supervise::forever(Loop::Health, ctx.metrics.clone(), {
+        let (health, store, leadership) =
+            (ctx.health.clone(), store.clone(), ctx.leadership.clone());
+        move || {
+            health
+                .clone()
+                .run(store.clone(), health_tx.clone(), leadership.clone())
+        }
+    }));
+    let health_triggers = futures::stream::poll_fn(move |cx| health_rx.poll_recv(cx));
+    let leases = tokio::spawn(supervise::forever(
+        Loop::DiscoverySync,
+        ctx.metrics.clone(),
+        {
+            let store = store.clone();
+            move || discovery.clone().sync(store.clone())
+        },
+    ));
+    let collector = gc.map(|settings| {
+        let collector = Collector {
+            settings,
+            providers: ctx.providers.clone(),
+            proxies: store.clone(),
+            cache,
+            leadership: ctx.leadership.clone(),
+            metrics: ctx.metrics.clone(),
+        };
+        tokio::spawn(supervise::forever(
+            Loop::Gc,
+            ctx.metrics.clone(),
+            move || crate::gc::run(collector.clone()),
+        ))
+    });
+    // A replica that becomes the leader reconciles everything: followers skip reconciles.
+    let elections = futures::stream::unfold(ctx.leadership.subscribe(), |mut elected| async move {
+        elected.changed().await.ok()?;
+        let leading = *elected.borrow_and_update();
+        Some((leading, elected))
+    })
+    .filter(|leading| std::future::ready(*leading))
+    .map(|_| ());
+    // Rotating a cloud-init Secret must replace the machines built from it; only labelled
+    // Secrets are watched (and read), so the operator never caches unrelated secrets.
+    let secret_watch =
+        watcher::Config::default().labels(&format!("{CLOUD_INIT_SECRET_LABEL}=true"));
+    controller
+        .watches(secrets, secret_watch, move |secret: Secret| {
+            let (ns, name) = (secret.namespace(), secret.name_any());
+            store
+                .state()
+                .into_iter()
+                .filter(|p| p.namespace() == ns)
+                .filter(|p| {
+                    p.spec
+                        .cloud_init
+                        .as_ref()
+                        .and_then(|c| c.secret_ref.as_ref())
+                        .is_some_and(|r| r.name == name)
+                })
+                .map(|p| ObjectRef::from_obj(&*p))
+                .collect::<Vec<_>>()
+        })
+        .reconcile_on(health_triggers)
+        .reconcile_all_on(elections)
+        .shutdown_on_signal()
+        .run(reconcile, error_policy, ctx)
+        .for_each(|result| async move {
+            if let Err(error) = result {
+                tracing::debug!(%error, "reconcile failed");
+            }
+        })
+        .await;
+    health.abort();
+    leases.abort();
+    if let Some(collector) = collector {
+        collector.abort();
+    }
+}
+
+fn key(proxy: &Proxy) -> String {
+    format!(
+        "{}/{}",
+        proxy.namespace().unwrap_or_default(),
+        proxy.name_any()
+    )
+}
+
+fn error_policy(proxy: Arc<Proxy>, error: &Error, ctx: Arc<Context>) -> controller::Action {
+    let object = key(&proxy);
+    let followup = Followup::interrupted(error.interruption(), ctx.failures(&object));
+    match followup.wake {
+        Wake::OnChange => tracing::info!(proxy = %object, %error, "reconcile stopped"),
+        Wake::After(delay) => tracing::warn!(
+            proxy = %object, %error, failures = followup.failures, ?delay,
+            "reconcile failed, retrying"
+        ),
+    }
+    ctx.follow(&object, followup)
+}
+
+/// One reconcile under the panic boundary: a panic is an [`Error::Panicked`], so the object
+/// is requeued with backoff like any failure and every other object goes on being served.
+#[tracing::instrument(skip_all, fields(proxy = %key(&cached)))]
+async fn reconcile(cached: Arc<Proxy>, ctx: Arc<Context>) -> Result<controller::Action, Error> {
+    let started = Instant::now();
+    let object = key(&cached);
+    let result = supervise::guard(
+        Loop::Reconcile,
+        &object,
+        &ctx.metrics,
+        reconcile_once(cached, &ctx),
+    )
+    .await
+    .unwrap_or_else(|panicked| Err(panicked.into()));
+    ctx.metrics.reconcile(started.elapsed().as_secs_f64());
+    if let Err(error) = &result {
+        ctx.metrics.reconcile_error(error.metric_label());
+    }
+    result
+}
+
+/// Observe, then drive the core's reconcile to its end, executing each effect it hands out.
+async fn reconcile_once(
+    cached: Arc<Proxy>,
+    ctx: &Arc<Context>,
+) -> Result<controller::Action, Error> {
+    // Followers do nothing: the replica that becomes the leader reconciles every object.
+    if !ctx.leadership.is_leader() {
+        return Ok(controller::Action::await_change());
+    }
+    let Some(proxy) = observe::current(&cached, ctx).await? else {
+        return Ok(controller::Action::await_change());
+    };
+    let object = key(&proxy);
+    let observed = observe::observe(&proxy, ctx.failures(&object), ctx).await?;
+    let status = proxy.status.clone().unwrap_or_default();
+    let execute = Executor::new(&proxy, ctx);
+    let started = Reconcile::start(proxy.spec.clone(), status, observed);
+    record(ctx, &object, started.decided());
+    execute.metadata(started.metadata()).await?;
+    let plan = match started.metadata_written() {
+        Next::Done(plan) => plan,
+        Next::Call(pending) => {
+            let outcome = execute.provider_call(pending.request()).await?;
+            if let Outcome::Failed { error, .. } = &outcome {
+                ctx.metrics.reconcile_error(error.class.label());
+            }
+            let second = pending.after(outcome);
+            record(ctx, &object, second.decided());
+            execute.metadata(second.metadata()).await?;
+            second.metadata_written()
+        }
+    };
+    if let Some(status) = plan.status_write() {
+        execute.status(status).await?;
+    }
+    execute.events(plan.events()).await?;
+    let followup = plan.followup();
+    if plan.requeue() == Requeue::Backoff {
+        tracing::warn!(failures = followup.failures, wake = ?followup.wake, "provider call failed, retrying with backoff");
+    }
+    Ok(ctx.follow(&object, followup))
+}
+
+fn record(ctx: &Context, object: &str, decided: proxy_core::Decided<'_>) {
+    ctx.recorder.decide(
+        object,
+        decided.spec,
+        decided.status,
+        decided.observed,
+        decided.decision,
+    );
+}

@@ -1,0 +1,133 @@
+//! Observe: everything `decide` needs about one `Proxy`, read from the API server and the
+//! provider (client and provider required). No decision is taken here: which instance to look
+//! up is the core's [`instance_id`], and what the answers mean is `decide`'s.
+
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::Api;
+use kube::{Resource, ResourceExt};
+use proxy_core::{CloudInitView, InstanceView, Metadata, Observed, instance_id};
+use proxy_crd::{CLOUD_INIT_SECRET_LABEL, FINALIZER, Proxy, SPEC_HASH_ANNOTATION};
+
+use super::Context;
+
+/// Why an observation could not be made.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The Proxy could not be read.
+    #[error("reading the Proxy")]
+    Proxy(#[source] kube::Error),
+    /// The cloud-init Secret the spec references could not be read (a missing one is an
+    /// observation, not an error).
+    #[error("reading the cloud-init Secret {name:?}")]
+    Secret {
+        /// The Secret's name.
+        name: String,
+        /// Why.
+        #[source]
+        source: kube::Error,
+    },
+}
+
+impl Error {
+    /// The `class` label of `proxy_operator_reconcile_errors_total`.
+    pub fn metric_label(&self) -> &'static str {
+        match self {
+            Self::Proxy(_) => "read_proxy",
+            Self::Secret { .. } => "read_secret",
+        }
+    }
+}
+
+/// The object as it is now, not as the cache last saw it: right after this operator's own
+/// writes the cache can lag, and a decision on a stale status repeats the step it just took
+/// (a second create, a second status write, a duplicate event). `None` when it is gone.
+pub async fn current(cached: &Proxy, ctx: &Context) -> Result<Option<Proxy>, Error> {
+    let api: Api<Proxy> =
+        Api::namespaced(ctx.client.clone(), &cached.namespace().unwrap_or_default());
+    api.get_opt(&cached.name_any()).await.map_err(Error::Proxy)
+}
+
+/// Gathers everything `decide` needs about `proxy`, whose object has had `failures`
+/// consecutive failed reconciles.
+pub async fn observe(proxy: &Proxy, failures: u32, ctx: &Context) -> Result<Observed, Error> {
+    let status = proxy.status.clone().unwrap_or_default();
+    let provider = proxy
+        .spec
+        .provider
+        .as_deref()
+        .and_then(|name| ctx.providers.get(name));
+    let instance = match (provider, instance_id(&status)) {
+        (Some(provider), Some(id)) => match provider.get(id).await {
+            Ok(state) => InstanceView::from(state),
+            Err(error) => InstanceView::Error(error),
+        },
+        _ => InstanceView::NotLookedUp,
+    };
+    Ok(Observed {
+        now: jiff::Timestamp::now(),
+        object: Metadata {
+            namespace: proxy.namespace().unwrap_or_default(),
+            name: proxy.name_any(),
+            uid: proxy.uid().unwrap_or_default(),
+            generation: proxy.meta().generation.unwrap_or_default(),
+            deletion_requested: proxy.meta().deletion_timestamp.is_some(),
+            has_finalizer: proxy.finalizers().iter().any(|f| f == FINALIZER),
+            spec_hash_annotation: proxy.annotations().get(SPEC_HASH_ANNOTATION).cloned(),
+        },
+        cloud_init: resolve_cloud_init(proxy, &ctx.client).await?,
+        provider_configured: provider.is_some(),
+        instance,
+        outcome: None,
+        health: ctx.health.reported(proxy),
+        timing: ctx.timing,
+        failures,
+    })
+}
+
+/// The cloud-init content: inline, or from a labelled Secret in the Proxy's namespace.
+async fn resolve_cloud_init(proxy: &Proxy, client: &kube::Client) -> Result<CloudInitView, Error> {
+    let Some(cloud_init) = &proxy.spec.cloud_init else {
+        return Ok(CloudInitView::NotSet);
+    };
+    if let Some(inline) = &cloud_init.inline {
+        return Ok(CloudInitView::Resolved {
+            content: inline.clone(),
+        });
+    }
+    let Some(reference) = &cloud_init.secret_ref else {
+        return Ok(CloudInitView::NotSet);
+    };
+    let secrets: Api<Secret> =
+        Api::namespaced(client.clone(), &proxy.namespace().unwrap_or_default());
+    let unavailable = |message: String| Ok(CloudInitView::Unavailable { message });
+    let secret = secrets
+        .get_opt(&reference.name)
+        .await
+        .map_err(|source| Error::Secret {
+            name: reference.name.clone(),
+            source,
+        })?;
+    let Some(secret) = secret else {
+        return unavailable(format!("Secret {:?} not found", reference.name));
+    };
+    if secret
+        .labels()
+        .get(CLOUD_INIT_SECRET_LABEL)
+        .map(String::as_str)
+        != Some("true")
+    {
+        return unavailable(format!(
+            "Secret {:?} lacks the label {CLOUD_INIT_SECRET_LABEL}=true",
+            reference.name
+        ));
+    }
+    match secret.data.as_ref().and_then(|d| d.get(&reference.key)) {
+        Some(bytes) => Ok(CloudInitView::Resolved {
+            content: String::from_utf8_lossy(&bytes.0).into_owned(),
+        }),
+        None => unavailable(format!(
+            "Secret {:?} has no key {:?}",
+            reference.name, reference.key
+        )),
+    }
+}

@@ -1,0 +1,128 @@
+//! The leader gate: the one door every write of a reconcile goes through.
+//!
+//! Only the leader writes. A reconcile checks at its start, but a claim can run out in the
+//! middle of one (a slow provider call, a paused process), and another replica may already
+//! lead by then: every metadata write, provider call, status write and event therefore asks
+//! the gate first, and a refused write is dropped, counted
+//! (`proxy_operator_writes_dropped_total{kind}`) and ends the reconcile
+//! ([`Interruption::NotLeader`](proxy_core::Interruption::NotLeader): the new leader
+//! reconciles the object).
+
+use std::sync::Arc;
+
+use crate::leadership::Leadership;
+use crate::metrics::Metrics;
+
+/// What kind of write asks the gate.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Write {
+    /// A finalizer or annotation patch of the object.
+    Metadata,
+    /// A provider `create` or `delete`.
+    ProviderCall,
+    /// The status write.
+    Status,
+    /// A Kubernetes Event.
+    Event,
+}
+
+impl Write {
+    /// Every kind, for the metric's series.
+    pub const ALL: [Self; 4] = [
+        Self::Metadata,
+        Self::ProviderCall,
+        Self::Status,
+        Self::Event,
+    ];
+
+    /// The `kind` label of `proxy_operator_writes_dropped_total`.
+    pub fn label(self) -> &'static str {
+        match self {
+            Self::Metadata => "metadata",
+            Self::ProviderCall => "provider_call",
+            Self::Status => "status",
+            Self::Event => "event",
+        }
+    }
+}
+
+/// A write the gate refused: this replica no longer holds the leadership.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("no longer the leader: a {} write was dropped", .0.label())]
+pub struct NotLeader(pub Write);
+
+/// The leader gate of one operator process.
+#[derive(Clone, Debug)]
+pub struct Gate {
+    leadership: Arc<Leadership>,
+    metrics: Arc<Metrics>,
+}
+
+impl Gate {
+    /// A gate that lets writes through while `leadership` holds, and counts refusals in
+    /// `metrics`.
+    pub fn new(leadership: Arc<Leadership>, metrics: Arc<Metrics>) -> Self {
+        Self {
+            leadership,
+            metrics,
+        }
+    }
+
+    /// Lets `write` through if this replica leads now; counts and refuses it otherwise.
+    pub fn pass(&self, write: Write) -> Result<(), NotLeader> {
+        if self.leadership.is_leader() {
+            Ok(())
+        } else {
+            self.metrics.write_dropped(write);
+            Err(NotLeader(write))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use proxy_core::leadership::{Candidate, Timing};
+
+    use super::*;
+
+    fn gate(leading: bool) -> (Gate, Arc<Metrics>) {
+        let candidate = Candidate::new("replica-a", Timing::default()).unwrap();
+        let leadership = if leading {
+            Leadership::unopposed(candidate)
+        } else {
+            Leadership::new(candidate)
+        };
+        let metrics = Arc::new(Metrics::default());
+        (Gate::new(Arc::new(leadership), metrics.clone()), metrics)
+    }
+
+    fn dropped(metrics: &Metrics, kind: &str) -> String {
+        let needle = format!("proxy_operator_writes_dropped_total{{kind=\"{kind}\"}} ");
+        metrics
+            .encode()
+            .lines()
+            .find_map(|line| line.strip_prefix(&needle).map(str::to_owned))
+            .unwrap_or_else(|| panic!("no series for {kind}"))
+    }
+
+    #[test]
+    fn the_leader_writes_and_a_follower_is_refused_and_counted_by_kind() {
+        let (leader, metrics) = gate(true);
+        for write in Write::ALL {
+            assert_eq!(leader.pass(write), Ok(()));
+            assert_eq!(dropped(&metrics, write.label()), "0");
+        }
+
+        let (follower, metrics) = gate(false);
+        assert_eq!(follower.pass(Write::Status), Err(NotLeader(Write::Status)));
+        assert_eq!(follower.pass(Write::Event), Err(NotLeader(Write::Event)));
+        assert_eq!(follower.pass(Write::Event), Err(NotLeader(Write::Event)));
+        assert_eq!(dropped(&metrics, "status"), "1");
+        assert_eq!(dropped(&metrics, "event"), "2");
+        assert_eq!(dropped(&metrics, "metadata"), "0");
+        assert_eq!(
+            NotLeader(Write::ProviderCall).to_string(),
+            "no longer the leader: a provider_call write was dropped"
+        );
+    }
+}
