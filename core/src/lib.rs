@@ -75,5 +75,5 @@ pub use observed::{
 };
 pub use probe_failure::ProbeFailure;
 pub use reconcile::{
-    AfterCall, Decided, Followup, Interruption, Next, PendingCall, Plan, Reconcile, Wake,
+    AfterCall, Decided, Effects, Followup, Interruption, Next, PendingCall, Plan, Reconcile, Wake,
 };

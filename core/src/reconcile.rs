@@ -22,7 +22,8 @@
 //! plan.followup()          -> when to reconcile again, and the failure count to keep
 //! ```
 //!
-//! Each stage consumes the previous one, so a provider call cannot be reached before the
+//! Synchronous callers implement [`Effects`] and call [`Reconcile::run`]. Each stage
+//! consumes the previous one, so a provider call cannot be reached before the
 //! metadata writes were reported done, and there is no way to ask for a second call. The
 //! shell records [`Reconcile::decided`] and [`AfterCall::decided`]: they are the inputs and
 //! outputs of the `decide` calls, which is what replay needs.
@@ -100,6 +101,42 @@ impl Reconcile {
             first: self.first,
             request,
         })
+    }
+}
+
+/// The effects of a reconcile, for a synchronous caller (a simulation, a replay, a test):
+/// [`Reconcile::run`] calls them in the protocol's order. The async shell walks the stages
+/// itself, one `.await` per effect.
+pub trait Effects {
+    /// Why an effect could not be carried out; it ends the reconcile.
+    type Error;
+
+    /// A `decide` call was made (the first, or the second after the provider call).
+    fn decided(&mut self, decided: Decided<'_>) -> Result<(), Self::Error>;
+
+    /// Execute these metadata writes, in order.
+    fn metadata(&mut self, writes: &[MetadataWrite]) -> Result<(), Self::Error>;
+
+    /// Make this provider call and say how it went.
+    fn call(&mut self, request: &ProviderRequest) -> Result<Outcome, Self::Error>;
+}
+
+impl Reconcile {
+    /// Runs the reconcile to its plan with `effects`; the caller then writes the plan's
+    /// status and events.
+    pub fn run<E: Effects>(self, effects: &mut E) -> Result<Plan, E::Error> {
+        effects.decided(self.decided())?;
+        effects.metadata(self.metadata())?;
+        match self.metadata_written() {
+            Next::Done(plan) => Ok(plan),
+            Next::Call(pending) => {
+                let outcome = effects.call(pending.request())?;
+                let second = pending.after(outcome);
+                effects.decided(second.decided())?;
+                effects.metadata(second.metadata())?;
+                Ok(second.metadata_written())
+            }
+        }
     }
 }
 

@@ -24,9 +24,9 @@ use proxy_core::conditions::{self, HEALTHY, PROVISIONED, READY};
 use proxy_core::naming::instance_name;
 use proxy_core::testing::{self, UID, external_spec, managed_spec};
 use proxy_core::{
-    AfterCall, CloudInitView, Decision, ErrorClass, HealthVerdict, InstanceView, MetadataWrite,
-    Next, Observed, Outcome, PendingCall, ProviderCall, ProviderError, ProviderRequest, Reconcile,
-    Requeue,
+    CloudInitView, Decided, Decision, Effects, ErrorClass, HealthVerdict, InstanceView,
+    MetadataWrite, Observed, Outcome, ProviderCall, ProviderError, ProviderRequest, Reconcile,
+    Requeue, decide,
 };
 use proxy_crd::{CloudInit, Mode, Phase, ProxySpec, ProxyStatus, SecretKeyRef};
 
@@ -355,27 +355,12 @@ impl World {
         if !self.exists {
             return Ok(());
         }
-        let status = self.status.clone();
         let observed = self.observe();
-        let started = start_twice(&self.spec, &status, &observed)?;
-        check_story(&status, started.decided().decision)?;
-        self.execute_metadata(started.metadata())?;
-        let plan = match started.metadata_written() {
-            Next::Done(plan) => plan,
-            Next::Call(pending) => {
-                let outcome = self.call(pending.request(), &observed)?;
-                let second = after_twice(pending, outcome)?;
-                let decided = second.decided();
-                prop_assert_eq!(
-                    decided.decision.provider_call(),
-                    None,
-                    "a second provider call"
-                );
-                check_story(decided.status, decided.decision)?;
-                self.execute_metadata(second.metadata())?;
-                second.metadata_written()
-            }
-        };
+        let started = Reconcile::start(self.spec.clone(), self.status.clone(), observed.clone());
+        let plan = started.run(&mut Turn {
+            world: self,
+            observed,
+        })?;
         if let Some(status) = plan.status_write() {
             prop_assert!(self.exists, "status written after the object was removed");
             self.status = status.clone();
@@ -640,32 +625,40 @@ impl World {
     }
 }
 
-/// The reconcile's first decision, made twice: the same input must give the same output.
-fn start_twice(
-    spec: &ProxySpec,
-    status: &ProxyStatus,
-    observed: &Observed,
-) -> Result<Reconcile, TestCaseError> {
-    let start = || Reconcile::start(spec.clone(), status.clone(), observed.clone());
-    let (reconcile, again) = (start(), start());
-    prop_assert_eq!(
-        reconcile.decided().decision,
-        again.decided().decision,
-        "not deterministic"
-    );
-    Ok(reconcile)
+/// One reconcile's effects on the world, with the invariants that guard each.
+struct Turn<'a> {
+    world: &'a mut World,
+    /// The reconcile's observation, which the provider call's checks read.
+    observed: Observed,
 }
 
-/// The reconcile's second decision, made twice.
-fn after_twice(pending: PendingCall, outcome: Outcome) -> Result<AfterCall, TestCaseError> {
-    let again = pending.clone().after(outcome.clone());
-    let second = pending.after(outcome);
-    prop_assert_eq!(
-        second.decided().decision,
-        again.decided().decision,
-        "not deterministic"
-    );
-    Ok(second)
+impl Effects for Turn<'_> {
+    type Error = TestCaseError;
+
+    /// Each decision: deterministic, no provider call in a second one, and its story told.
+    fn decided(&mut self, decided: Decided<'_>) -> Result<(), TestCaseError> {
+        prop_assert_eq!(
+            &decide(decided.spec, decided.status, decided.observed),
+            decided.decision,
+            "not deterministic"
+        );
+        if decided.observed.outcome.is_some() {
+            prop_assert_eq!(
+                decided.decision.provider_call(),
+                None,
+                "a second provider call"
+            );
+        }
+        check_story(decided.status, decided.decision)
+    }
+
+    fn metadata(&mut self, writes: &[MetadataWrite]) -> Result<(), TestCaseError> {
+        self.world.execute_metadata(writes)
+    }
+
+    fn call(&mut self, request: &ProviderRequest) -> Result<Outcome, TestCaseError> {
+        self.world.call(request, &self.observed)
+    }
 }
 
 /// `kubectl describe px` tells the story: every change of the `Provisioned` condition's

@@ -21,6 +21,7 @@
 //! Failing cases are saved under `core/proptest-regressions/record_props.txt`: commit it.
 
 use std::collections::BTreeSet;
+use std::convert::Infallible;
 use std::path::Path;
 use std::sync::OnceLock;
 
@@ -30,8 +31,8 @@ use proxy_core::conditions::{self, ProvisionedReason};
 use proxy_core::record::{DecideRecord, Header, Record, Recording, placeholder, replay};
 use proxy_core::testing::{self, external_spec, managed_spec};
 use proxy_core::{
-    Action, CloudInitView, ErrorClass, InstanceView, MetadataWrite, Next, Observed, Outcome,
-    ProviderError, ProviderRequest, Reconcile, decide,
+    Action, CloudInitView, Decided, Effects, ErrorClass, InstanceView, MetadataWrite, Observed,
+    Outcome, ProviderError, ProviderRequest, Reconcile, decide,
 };
 use proxy_crd::{CloudInit, Phase, ProxySpec, ProxyStatus, SecretKeyRef};
 use serde_json::Value;
@@ -129,6 +130,8 @@ struct Life {
     annotation: Option<String>,
     generation: i64,
     deleting: bool,
+    /// The error class the provider fails this reconcile's call with.
+    fails: Option<ErrorClass>,
     records: Vec<DecideRecord>,
 }
 
@@ -160,6 +163,7 @@ impl Life {
             annotation: None,
             generation: 1,
             deleting: false,
+            fails: None,
             records: Vec::new(),
         };
         // The first reconcile only adds the finalizer.
@@ -214,32 +218,24 @@ impl Life {
         if let Some(healthy) = health {
             observed = observed.health(IP, healthy);
         }
+        self.fails = fails;
         let started = Reconcile::start(self.spec.clone(), self.status.clone(), observed);
-        self.records.push(DecideRecord::of(started.decided()));
-        self.apply(started.metadata());
-        let plan = match started.metadata_written() {
-            Next::Done(plan) => plan,
-            Next::Call(pending) => {
-                let outcome = match (pending.request(), fails) {
-                    (ProviderRequest::Create(_), None) => Outcome::Created {
-                        provider_id: ID.to_owned(),
-                    },
-                    (ProviderRequest::Delete { .. }, None) => Outcome::Deleted,
-                    (request, Some(class)) => Outcome::Failed {
-                        call: request.call(),
-                        error: refusal(class),
-                    },
-                };
-                let second = pending.after(outcome);
-                self.records.push(DecideRecord::of(second.decided()));
-                self.apply(second.metadata());
-                second.metadata_written()
-            }
-        };
+        let Ok(plan) = started.run(self);
         self.status = plan.status().clone();
     }
+}
 
-    fn apply(&mut self, writes: &[MetadataWrite]) {
+/// The life's object and provider carry out each effect of a reconcile; the provider fails
+/// the call with the scene's error class, if it has one.
+impl Effects for Life {
+    type Error = Infallible;
+
+    fn decided(&mut self, decided: Decided<'_>) -> Result<(), Infallible> {
+        self.records.push(DecideRecord::of(decided));
+        Ok(())
+    }
+
+    fn metadata(&mut self, writes: &[MetadataWrite]) -> Result<(), Infallible> {
         for write in writes {
             match write {
                 MetadataWrite::AddFinalizer => self.has_finalizer = true,
@@ -247,6 +243,20 @@ impl Life {
                 MetadataWrite::SetSpecHash { hash } => self.annotation = Some(hash.clone()),
             }
         }
+        Ok(())
+    }
+
+    fn call(&mut self, request: &ProviderRequest) -> Result<Outcome, Infallible> {
+        Ok(match (request, self.fails) {
+            (ProviderRequest::Create(_), None) => Outcome::Created {
+                provider_id: ID.to_owned(),
+            },
+            (ProviderRequest::Delete { .. }, None) => Outcome::Deleted,
+            (request, Some(class)) => Outcome::Failed {
+                call: request.call(),
+                error: refusal(class),
+            },
+        })
     }
 }
 

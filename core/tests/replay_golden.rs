@@ -15,6 +15,7 @@
 //! picks up every `*.jsonl` there.
 
 use std::collections::{BTreeMap, VecDeque};
+use std::convert::Infallible;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -25,7 +26,7 @@ use proxy_core::record::{
 };
 use proxy_core::testing::{self, at};
 use proxy_core::{
-    CloudInitView, Decided, Decision, InstanceView, Metadata, MetadataWrite, Next, Observed,
+    CloudInitView, Decided, Decision, Effects, InstanceView, Metadata, MetadataWrite, Observed,
     Outcome, ProviderCall, ProviderError, ProviderRequest, Reconcile, Requeue, Timing, decide,
 };
 use proxy_crd::{CloudInit, Phase, ProxySpec, ProxyStatus, SecretKeyRef};
@@ -509,18 +510,7 @@ impl Story {
     fn reconcile(&mut self) -> Requeue {
         assert!(!self.gone, "the object is gone");
         let started = Reconcile::start(self.spec.clone(), self.status.clone(), self.observe());
-        self.note(started.decided());
-        self.apply(started.metadata());
-        let plan = match started.metadata_written() {
-            Next::Done(plan) => plan,
-            Next::Call(pending) => {
-                let outcome = self.execute(pending.request());
-                let second = pending.after(outcome);
-                self.note(second.decided());
-                self.apply(second.metadata());
-                second.metadata_written()
-            }
-        };
+        let Ok(plan) = started.run(self);
         if !self.gone {
             self.status = plan.status().clone();
         }
@@ -606,6 +596,25 @@ impl Story {
 }
 
 /// `decision`, changed through its JSON form (a `Decision` is built by `decide` only).
+/// The story's world carries out each effect of a reconcile.
+impl Effects for Story {
+    type Error = Infallible;
+
+    fn decided(&mut self, decided: Decided<'_>) -> Result<(), Infallible> {
+        self.note(decided);
+        Ok(())
+    }
+
+    fn metadata(&mut self, writes: &[MetadataWrite]) -> Result<(), Infallible> {
+        self.apply(writes);
+        Ok(())
+    }
+
+    fn call(&mut self, request: &ProviderRequest) -> Result<Outcome, Infallible> {
+        Ok(self.execute(request))
+    }
+}
+
 fn tweak(decision: Decision, change: impl FnOnce(&mut Value)) -> Decision {
     let mut value = serde_json::to_value(decision).unwrap();
     change(&mut value);
