@@ -19,11 +19,13 @@
 //!
 //! A reconcile reads [`HealthBook::reported`] into
 //! [`Observed::health`](crate::Observed::health): the verdict last delivered, never one that
-//! was dropped on the way. On every scheduling pass the shell calls [`HealthBook::prune`]
-//! with the proxies it can probe ([`Target::of`]). After a start or a leader handover, before
-//! the first [`HealthBook::reported`] of each object (before its reconcile can write), it
-//! calls [`HealthBook::seed_from_status`], which seeds the verdict the status already shows
-//! ([`reported_in_status`]). [`HealthBook::first_probe_in`] says when a proxy new to the
+//! was dropped on the way. Every refresh of the probe schedule
+//! ([`ProbeSchedule::refresh`](crate::probe_schedule::ProbeSchedule::refresh)) calls
+//! [`HealthBook::prune`] with the proxies it can probe ([`Target::of`]). After a start or a
+//! leader handover, before the first [`HealthBook::reported`] of each object (before its
+//! reconcile can write), the shell calls [`HealthBook::seed_from_status`], which seeds the
+//! verdict the status already shows ([`reported_in_status`]); the schedule's refresh does too,
+//! for each proxy it takes in. [`HealthBook::first_probe_in`] says when a proxy new to the
 //! schedule gets its first probe: at once when it has no verdict, spread over one interval
 //! when it has one.
 //!
@@ -397,8 +399,8 @@ impl HealthBook {
     }
 
     /// When the first probe of `target` under `key` is due, counted from the moment the
-    /// schedule takes it in. `spread` places the proxy in the interval (the shell hashes the
-    /// key): `spread % 10_000` ten-thousandths of `interval`.
+    /// schedule takes it in. `spread` places the proxy in the interval (the schedule hashes
+    /// the key with a salt): `spread % 10_000` ten-thousandths of `interval`.
     ///
     /// - The book holds a verdict for `target` (seeded from status after a start or a
     ///   handover, or probed before): the proxy is served on that verdict meanwhile, so its

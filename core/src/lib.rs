@@ -40,6 +40,7 @@
 //! - [`backoff`]: retry delays;
 //! - [`conditions`], [`phase`]: how status is written;
 //! - [`health`], [`probe_failure`]: what probes mean, and how a failure is worded;
+//! - [`probe_schedule`]: which proxy is probed when;
 //! - [`naming`], [`spec_hash`]: the instance name and the spec hash.
 
 #![warn(missing_docs)]
@@ -57,6 +58,7 @@ pub mod naming;
 pub mod observed;
 pub mod phase;
 pub mod probe_failure;
+pub mod probe_schedule;
 pub mod reconcile;
 pub mod record;
 pub mod spec_hash;

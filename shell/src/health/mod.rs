@@ -13,19 +13,24 @@
 //! or a handover (the new leader reconciles every object at once) would find no verdict and
 //! write `Healthy=Unknown`, and a Ready proxy would leave the lease book until its next probe.
 //!
-//! Scheduling: each proxy is due every `intervalSeconds`, on a fixed grid (a slow probe does
-//! not push the next one later). A proxy with no verdict (a new one, a replaced machine) is
-//! probed as soon as the schedule takes it in; one with a verdict (seeded after a start or a
-//! handover) is served on it meanwhile, and its first probe is jittered over one interval so
-//! that a restart never fires every probe at once (`HealthBook::first_probe_in`). A probe
-//! that cannot get a concurrency permit stays due and runs as soon as one frees up; a hung
-//! proxy holds one permit for at most its timeout, so it never delays anyone else's probes
-//! while permits remain.
+//! Scheduling: the core's `ProbeSchedule` says which proxy to probe when (a fixed grid per
+//! proxy, never two probes of one proxy at once, a seeded proxy's first probe spread over one
+//! interval; its module docs say why). This loop only keeps the time and sleeps: until the
+//! schedule's next wake-up (when a permit is free), a probe ending, a change of leadership,
+//! or the next refresh from the cache, whichever comes first. A probe that cannot get a
+//! concurrency permit stays due and runs as soon as one frees up; a hung proxy holds one
+//! permit for at most its timeout, so it never delays anyone else's probes while permits
+//! remain.
+//!
+//! The refresh from the cache is periodic ([`REFRESH_EVERY`]), not driven by changes: the
+//! cache is the controller's reflector store, which tells no one what changed, and a refresh
+//! costs a few microseconds per proxy (`docs/benchmarks.md`, health probing), so once a second
+//! is cheap even on a large fleet, and a new proxy waits at most that long for its first
+//! probe.
 
 pub mod probe;
 
-use std::collections::{BTreeMap, BTreeSet};
-use std::hash::BuildHasher;
+use std::hash::{BuildHasher, RandomState};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -33,11 +38,12 @@ use kube::ResourceExt;
 use kube::runtime::reflector::{ObjectRef, Store};
 use proxy_core::HealthVerdict;
 use proxy_core::health::{HealthBook, Probe, ProxyKey, Target, Thresholds};
+use proxy_core::probe_schedule::{Listed, Moment, ProbeSchedule, Start};
 use proxy_crd::Proxy;
 use tokio::sync::{Semaphore, mpsc};
-use tokio::time::Instant;
+use tokio::time::{Instant, MissedTickBehavior};
 
-use self::probe::{ProbeResult, ProbeSpec, Prober};
+use self::probe::{ProbeResult, Prober};
 use crate::leadership::Leadership;
 use crate::metrics::Metrics;
 use crate::supervise::{self, Loop, lock};
@@ -46,14 +52,11 @@ use crate::supervise::{self, Loop, lock};
 /// many of them hang until their timeout.
 pub const DEFAULT_CONCURRENCY: usize = 512;
 
-/// How often the engine starts the probes that are due.
-const TICK: Duration = Duration::from_millis(100);
-
 /// How often the engine brings its schedule in line with the cache (proxies added, gone,
 /// readdressed or with a new health check). Rebuilding it costs a few microseconds per
-/// proxy, so doing it on every tick would be most of the engine's CPU on a large fleet
+/// proxy, so doing it much more often would be most of the engine's CPU on a large fleet
 /// (`docs/benchmarks.md`, health probing); a second of delay for a new proxy costs nothing.
-const REFRESH_EVERY: u32 = 10;
+pub const REFRESH_EVERY: Duration = Duration::from_secs(1);
 
 /// The health engine of one operator process.
 #[derive(Debug)]
@@ -64,17 +67,6 @@ pub struct HealthEngine {
     metrics: Arc<Metrics>,
 }
 
-/// One proxy the engine probes.
-#[derive(Debug, Clone, PartialEq)]
-struct Scheduled {
-    target: Target,
-    spec: ProbeSpec,
-    thresholds: Thresholds,
-    interval: Duration,
-    due: Instant,
-    in_flight: bool,
-}
-
 /// What a probe task sends back.
 #[derive(Debug)]
 enum Done {
@@ -82,14 +74,15 @@ enum Done {
     Probed(Finished),
     /// The probe panicked (logged and counted at the boundary): the proxy is free for its
     /// next slot.
-    Panicked(ProxyKey),
+    Panicked(ProxyKey, Target),
 }
 
 impl Done {
-    fn key(&self) -> &ProxyKey {
+    /// The proxy and the target that were probed.
+    fn probed(&self) -> (&ProxyKey, &Target) {
         match self {
-            Self::Probed(finished) => &finished.key,
-            Self::Panicked(key) => key,
+            Self::Probed(finished) => (&finished.key, &finished.target),
+            Self::Panicked(key, target) => (key, target),
         }
     }
 }
@@ -101,6 +94,30 @@ struct Finished {
     target: Target,
     result: ProbeResult,
     at: jiff::Timestamp,
+}
+
+/// The schedule's clock: [`Moment`]s are counted from the engine's start, on tokio's
+/// monotonic clock (the one its timers sleep on).
+#[derive(Debug, Clone, Copy)]
+struct Clock {
+    epoch: Instant,
+}
+
+impl Clock {
+    fn start() -> Self {
+        Self {
+            epoch: Instant::now(),
+        }
+    }
+
+    fn now(self) -> Moment {
+        Moment::after(self.epoch.elapsed())
+    }
+
+    /// The instant of `moment`; `None` past the end of tokio's time.
+    fn instant(self, moment: Moment) -> Option<Instant> {
+        self.epoch.checked_add(moment.since_epoch())
+    }
 }
 
 impl HealthEngine {
@@ -135,41 +152,49 @@ impl HealthEngine {
     ///
     /// Only the leader probes: a follower keeps no state, so when it becomes the leader it
     /// starts from the verdicts the statuses show (seeded by the first of
-    /// [`HealthEngine::reported`] and the refresh).
+    /// [`HealthEngine::reported`] and the refresh, which runs at once on a gain).
     pub async fn run(
         self: Arc<Self>,
         store: Store<Proxy>,
         reconcile: mpsc::Sender<ObjectRef<Proxy>>,
         leadership: Arc<Leadership>,
     ) {
-        let mut scheduled: BTreeMap<ProxyKey, Scheduled> = BTreeMap::new();
-        let mut due: BTreeSet<(Instant, ProxyKey)> = BTreeSet::new();
+        let clock = Clock::start();
+        // Random per process: no two operators spread the same proxy to the same point.
+        let mut schedule = ProbeSchedule::new(RandomState::new().hash_one(leadership.identity()));
         let (finished_tx, mut finished_rx) = mpsc::unbounded_channel::<Done>();
-        let jitter = std::collections::hash_map::RandomState::new();
-        let mut tick = tokio::time::interval(TICK);
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        let mut ticks: u32 = 0;
+        let mut elections = leadership.subscribe();
+        let mut refresh = tokio::time::interval(REFRESH_EVERY);
+        refresh.set_missed_tick_behavior(MissedTickBehavior::Delay);
         loop {
+            // Probes left waiting for a permit start when a probe ends and frees one, so the
+            // next slot is worth waking for only while a permit is free.
+            let wakeup = schedule
+                .next_wakeup()
+                .filter(|_| self.permits.available_permits() > 0)
+                .and_then(|moment| clock.instant(moment));
             tokio::select! {
-                _ = tick.tick() => {
-                    if !leadership.is_leader() {
-                        if !scheduled.is_empty() {
-                            self.forget_everything(&mut scheduled, &mut due);
-                        }
-                        continue;
+                _ = refresh.tick() => {
+                    if self.leads(&leadership, &mut schedule) {
+                        self.refresh(&store, &mut schedule, clock.now());
+                        self.launch_due(&mut schedule, clock.now(), &finished_tx);
                     }
-                    let now = Instant::now();
-                    if ticks.is_multiple_of(REFRESH_EVERY) {
-                        self.refresh(&store, &mut scheduled, &mut due, now, &jitter);
+                }
+                // A gain refreshes at once; a loss forgets at once.
+                Ok(()) = elections.changed() => {
+                    if self.leads(&leadership, &mut schedule) {
+                        self.refresh(&store, &mut schedule, clock.now());
+                        self.launch_due(&mut schedule, clock.now(), &finished_tx);
                     }
-                    ticks = ticks.wrapping_add(1);
-                    self.launch_due(&mut scheduled, &mut due, now, &finished_tx);
+                }
+                () = tokio::time::sleep_until(wakeup.unwrap_or_else(Instant::now)), if wakeup.is_some() => {
+                    if self.leads(&leadership, &mut schedule) {
+                        self.launch_due(&mut schedule, clock.now(), &finished_tx);
+                    }
                 }
                 Some(done) = finished_rx.recv() => {
-                    let thresholds = scheduled.get_mut(done.key()).map(|entry| {
-                        entry.in_flight = false;
-                        entry.thresholds
-                    });
+                    let (key, target) = done.probed();
+                    let thresholds = schedule.finished(key, target, clock.now());
                     if let (Done::Probed(finished), Some(thresholds)) = (done, thresholds) {
                         self.deliver(finished, thresholds, &reconcile);
                     }
@@ -178,150 +203,64 @@ impl HealthEngine {
         }
     }
 
-    /// Drops every schedule, verdict and per-proxy series (leadership was lost).
-    fn forget_everything(
-        &self,
-        scheduled: &mut BTreeMap<ProxyKey, Scheduled>,
-        due: &mut BTreeSet<(Instant, ProxyKey)>,
-    ) {
-        for key in scheduled.keys() {
-            self.metrics.forget_proxy(&key.namespace, &key.name);
+    /// Whether this replica leads now; when it does not, drops every schedule, verdict and
+    /// per-proxy series first (leadership was lost), once.
+    fn leads(&self, leadership: &Leadership, schedule: &mut ProbeSchedule) -> bool {
+        if leadership.is_leader() {
+            return true;
         }
-        scheduled.clear();
-        due.clear();
-        *lock(&self.book) = HealthBook::new();
+        if !schedule.is_empty() {
+            for key in schedule.clear() {
+                self.metrics.forget_proxy(&key.namespace, &key.name);
+            }
+            *lock(&self.book) = HealthBook::new();
+        }
+        false
     }
 
-    /// Brings the schedule in line with the proxies that have a probeable address.
-    fn refresh(
-        &self,
-        store: &Store<Proxy>,
-        scheduled: &mut BTreeMap<ProxyKey, Scheduled>,
-        due: &mut BTreeSet<(Instant, ProxyKey)>,
-        now: Instant,
-        jitter: &std::collections::hash_map::RandomState,
-    ) {
-        let mut live = BTreeMap::new();
-        let mut book = lock(&self.book);
-        for proxy in store.state() {
-            let uid = proxy.uid().unwrap_or_default();
-            let Some(target) = Target::of(&uid, &proxy.spec, proxy.status.as_ref()) else {
-                continue;
-            };
-            let key = ProxyKey::new(proxy.namespace().unwrap_or_default(), proxy.name_any());
-            let check = proxy.spec.health_check_or_default();
-            let interval =
-                Duration::from_secs(u64::try_from(check.interval_seconds).unwrap_or(1).max(1));
-            let host = if target.host.contains(':') {
-                format!("[{}]", target.host)
-            } else {
-                target.host.clone()
-            };
-            let spec = ProbeSpec {
-                proxy: format!("{host}:{}", proxy.spec.effective_port()),
-                url: check.probe_url.clone(),
-                timeout: Duration::from_secs(
-                    u64::try_from(check.timeout_seconds).unwrap_or(1).max(1),
-                ),
-                expected_status_codes: check
-                    .expected_status_codes
-                    .iter()
-                    .filter_map(|c| u16::try_from(*c).ok())
-                    .collect(),
-            };
-            let thresholds = Thresholds::of(&check);
-            match scheduled.get_mut(&key) {
-                Some(entry) if entry.target == target => {
-                    entry.spec = spec;
-                    entry.thresholds = thresholds;
-                    entry.interval = interval;
-                }
-                _ => {
-                    // New here, or a new object or address under this name: seed the verdict
-                    // the status already shows, unless a reconcile did (a restart or a new
-                    // leader must not flap it); then the first probe: at once without a
-                    // verdict, jittered over one interval with one.
-                    if let Some(status) = &proxy.status {
-                        book.seed_from_status(&key, &uid, status);
-                    }
-                    let first =
-                        now + book.first_probe_in(&key, &target, interval, jitter.hash_one(&key));
-                    if let Some(old) = scheduled.insert(
-                        key.clone(),
-                        Scheduled {
-                            target: target.clone(),
-                            spec,
-                            thresholds,
-                            interval,
-                            due: first,
-                            in_flight: false,
-                        },
-                    ) {
-                        due.remove(&(old.due, key.clone()));
-                    }
-                    due.insert((first, key.clone()));
-                }
-            }
-            live.insert(key, target);
-        }
-        for gone in book.prune(&live) {
+    /// Brings the schedule in line with the proxies of `store`, and drops the metric series
+    /// of the proxies it no longer probes.
+    fn refresh(&self, store: &Store<Proxy>, schedule: &mut ProbeSchedule, now: Moment) {
+        let proxies = store.state();
+        let listed = proxies.iter().map(|proxy| Listed {
+            key: ProxyKey::new(proxy.namespace().unwrap_or_default(), proxy.name_any()),
+            uid: proxy.metadata.uid.as_deref().unwrap_or_default(),
+            spec: &proxy.spec,
+            status: proxy.status.as_ref(),
+        });
+        let gone = schedule.refresh(listed, now, &mut lock(&self.book));
+        for gone in gone {
             tracing::debug!(proxy = %gone, "no longer probed");
             self.metrics.forget_proxy(&gone.namespace, &gone.name);
         }
-        scheduled.retain(|key, entry| {
-            let keep = live.contains_key(key);
-            if !keep {
-                due.remove(&(entry.due, key.clone()));
-            }
-            keep
-        });
     }
 
-    /// Starts every due probe that gets a permit.
+    /// Starts the probes that are due, as many as there are free permits.
     fn launch_due(
         &self,
-        scheduled: &mut BTreeMap<ProxyKey, Scheduled>,
-        due: &mut BTreeSet<(Instant, ProxyKey)>,
-        now: Instant,
+        schedule: &mut ProbeSchedule,
+        now: Moment,
         finished: &mpsc::UnboundedSender<Done>,
     ) {
-        while let Some((at, key)) = due.first().cloned() {
-            if at > now {
-                break;
-            }
-            let Some(entry) = scheduled.get_mut(&key) else {
-                due.pop_first();
-                continue;
-            };
-            if entry.in_flight {
-                // The previous probe still runs (it can take up to its timeout): skip this
-                // slot rather than pile probes onto one proxy.
-                due.pop_first();
-                entry.due = next_slot(at, entry.interval, now);
-                due.insert((entry.due, key));
-                continue;
-            }
+        for start in schedule.due(now, self.permits.available_permits()) {
+            // Only this loop takes permits, and it asked for no more than were free; were one
+            // missing after all, the proxy is freed for its next slot, not left in flight.
             let Ok(permit) = self.permits.clone().try_acquire_owned() else {
-                break;
+                let _ = schedule.finished(&start.key, &start.target, now);
+                continue;
             };
-            due.pop_first();
-            entry.in_flight = true;
-            entry.due = next_slot(at, entry.interval, now);
-            due.insert((entry.due, key.clone()));
-            let (prober, spec, target, finished, metrics) = (
-                self.prober.clone(),
-                entry.spec.clone(),
-                entry.target.clone(),
-                finished.clone(),
-                self.metrics.clone(),
-            );
+            let Start {
+                key, target, probe, ..
+            } = start;
+            let (prober, finished, metrics) =
+                (self.prober.clone(), finished.clone(), self.metrics.clone());
             // Under the panic boundary: a probe task that died would leave its proxy in
             // flight, never probed again.
             tokio::spawn(async move {
                 let at = jiff::Timestamp::now();
                 let object = key.to_string();
                 let probed =
-                    supervise::guard(Loop::Health, &object, &metrics, prober.probe(&spec)).await;
+                    supervise::guard(Loop::Health, &object, &metrics, prober.probe(&probe)).await;
                 drop(permit);
                 let _ = finished.send(match probed {
                     Ok(result) => Done::Probed(Finished {
@@ -330,7 +269,7 @@ impl HealthEngine {
                         result,
                         at,
                     }),
-                    Err(_) => Done::Panicked(key),
+                    Err(_) => Done::Panicked(key, target),
                 });
             });
         }
@@ -381,13 +320,4 @@ impl HealthEngine {
             tracing::info!(proxy = %key, healthy = report.verdict.healthy, latency_ms = report.verdict.latency_ms, reason = ?report.reason, "health reported");
         }
     }
-}
-
-/// The first slot of the fixed grid `scheduled + k * interval` that is after `now`.
-fn next_slot(scheduled: Instant, interval: Duration, now: Instant) -> Instant {
-    let mut next = scheduled + interval;
-    while next <= now {
-        next += interval;
-    }
-    next
 }

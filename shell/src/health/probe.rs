@@ -16,21 +16,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use proxy_core::ProbeFailure;
+use proxy_core::probe_schedule::ProbeSpec;
 use rustls::pki_types::CertificateDer;
 use rustls::pki_types::pem::PemObject;
-
-/// What a probe checks.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ProbeSpec {
-    /// The proxy, `host:port`.
-    pub proxy: String,
-    /// The URL requested through it.
-    pub url: String,
-    /// The deadline of the whole probe.
-    pub timeout: Duration,
-    /// Status codes that count as a good probe.
-    pub expected_status_codes: Vec<u16>,
-}
 
 /// What a probe found.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -548,8 +548,8 @@ fn main() -> anyhow::Result<()> {
         100.0 * measured.bed_cpu / measured.seconds()
     );
 
-    // The part of (c) that is not probing: on every 100 ms tick the engine refreshes its
-    // schedule from the store, for every proxy, whatever the interval. The same fleet at a
+    // The part of (c) that is not probing: once a second the engine refreshes its schedule
+    // from the store, for every proxy, whatever the interval. The same fleet at a
     // 1 h interval has almost no probe due in the window (the first probes are jittered over
     // the hour); the few that run are charged at (b)'s cost and taken out.
     let proxies: Vec<Proxy> = names

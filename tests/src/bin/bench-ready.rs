@@ -6,8 +6,8 @@
 //! Managed Proxies at once, each probed through itself with the default interval. Every
 //! 100 ms the benchmark lists them and notes when each first shows `Provisioned=True` and
 //! when it first shows phase `Ready`. The part that health scheduling owns is the wait
-//! between the two: a proxy that was never probed should be probed on the engine's next
-//! tick, not up to one interval later.
+//! between the two: a proxy that was never probed should be probed as soon as the engine's
+//! schedule takes it in (it is refreshed once a second), not up to one interval later.
 //!
 //! Prints, over the proxies: apply→Provisioned and Provisioned→Ready (median and worst), and
 //! the worst Provisioned→Ready divided by the interval (near 0 when new proxies are probed
