@@ -14,8 +14,9 @@
 //!    prunes the book;
 //! 2. [`ProbeSchedule::due`] with the permits it has free: the probes to start now
 //!    ([`Start`]), each marked in flight; the shell runs each one under one permit;
-//! 3. for each probe that ends (or whose task died), [`ProbeSchedule::finished`]: it frees
-//!    the proxy for its next slot and gives the thresholds to record the result with;
+//! 3. for each probe that ends (or whose task died), [`ProbeSchedule::finished`] with its
+//!    [`ProbeId`]: it frees the proxy for its next slot and gives the thresholds to record
+//!    the result with;
 //! 4. sleeps until [`ProbeSchedule::next_wakeup`] (when it has a permit free), a probe ends,
 //!    or the next refresh, whichever comes first.
 //!
@@ -41,8 +42,11 @@
 //!   the shell gives [`ProbeSchedule::new`] (random per process, so that no two operators
 //!   place the same proxy at the same point).
 //! - **A new object or a new address under the same name starts over**: a fresh grid, as a
-//!   new proxy, and the result of a probe of the old one, still in flight, frees nothing and
-//!   is not recorded (it describes an address no longer probed).
+//!   new proxy, and so does a proxy that left the schedule and came back. The result of a
+//!   probe started before, still in flight, frees nothing and is not recorded: it is about
+//!   a schedule entry that no longer exists (often an address no longer probed), and
+//!   freeing the new entry with it could start a second probe while the new one runs. Each
+//!   probe has its own [`ProbeId`] for this.
 //! - **New health-check settings apply at once, on the same grid**: a new probe URL,
 //!   timeout, status codes or thresholds reach the next probe; a new interval the slot after
 //!   the one already planned.
@@ -152,14 +156,20 @@ pub struct Listed<'a> {
     pub status: Option<&'a ProxyStatus>,
 }
 
+/// Which probe a result is of: one per [`Start`], never reused by a schedule (also not
+/// after [`ProbeSchedule::clear`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ProbeId(u64);
+
 /// A probe to start now, from [`ProbeSchedule::due`]. Its proxy is in flight until
-/// [`ProbeSchedule::finished`] is called with its key and target.
+/// [`ProbeSchedule::finished`] is called with its key and id.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Start {
     /// The proxy.
     pub key: ProxyKey,
-    /// The object and address probed: give it back to [`ProbeSchedule::finished`] and to
-    /// [`HealthBook::record`].
+    /// This probe: give it back to [`ProbeSchedule::finished`].
+    pub id: ProbeId,
+    /// The object and address probed, for [`HealthBook::record`].
     pub target: Target,
     /// What to probe.
     pub probe: ProbeSpec,
@@ -176,7 +186,8 @@ struct Entry {
     interval: Duration,
     /// Its next slot; it is in the queue under this moment.
     slot: Moment,
-    in_flight: bool,
+    /// The probe in flight, if one is.
+    in_flight: Option<ProbeId>,
 }
 
 /// The probe schedule of every proxy the engine probes. See the [module docs](self) for how
@@ -184,6 +195,8 @@ struct Entry {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ProbeSchedule {
     salt: u64,
+    /// The id of the next probe started.
+    next_id: u64,
     entries: BTreeMap<ProxyKey, Entry>,
     /// Every entry under its next slot, earliest first.
     queue: BTreeSet<(Moment, ProxyKey)>,
@@ -246,7 +259,7 @@ impl ProbeSchedule {
                         thresholds,
                         interval,
                         slot,
-                        in_flight: false,
+                        in_flight: None,
                     };
                     if let Some(old) = self.entries.insert(proxy.key.clone(), entry) {
                         self.queue.remove(&(old.slot, proxy.key.clone()));
@@ -286,7 +299,7 @@ impl ProbeSchedule {
                 self.queue.pop_first();
                 continue;
             };
-            if !entry.in_flight && starts.len() >= permits {
+            if entry.in_flight.is_none() && starts.len() >= permits {
                 break;
             }
             let Some((slot, key)) = self.queue.pop_first() else {
@@ -294,12 +307,15 @@ impl ProbeSchedule {
             };
             entry.slot = next_slot(slot, entry.interval, now);
             self.queue.insert((entry.slot, key.clone()));
-            if entry.in_flight {
+            if entry.in_flight.is_some() {
                 continue;
             }
-            entry.in_flight = true;
+            let id = ProbeId(self.next_id);
+            self.next_id = self.next_id.wrapping_add(1);
+            entry.in_flight = Some(id);
             starts.push(Start {
                 key,
+                id,
                 target: entry.target.clone(),
                 probe: entry.probe.clone(),
                 slot,
@@ -308,20 +324,21 @@ impl ProbeSchedule {
         starts
     }
 
-    /// Records that the probe of `target` under `key` ended (or its task died) at `now`, and
-    /// returns the thresholds to record its result with.
+    /// Records that the probe `id` of the proxy under `key` ended (or its task died) at
+    /// `now`, and returns the thresholds to record its result with.
     ///
     /// The proxy is free again for its next slot; when that slot passed while the probe ran,
     /// it is skipped for the first one after `now`, as if the proxy had been in flight when
-    /// the schedule looked (it was). Returns `None`, changing nothing, when `key` is no longer
-    /// scheduled at `target` (it was dropped, recreated or readdressed meanwhile): that
-    /// result is about a proxy no longer probed, and must not be recorded.
-    pub fn finished(&mut self, key: &ProxyKey, target: &Target, now: Moment) -> Option<Thresholds> {
+    /// the schedule looked (it was). Returns `None`, changing nothing, when `id` is not the
+    /// probe in flight for `key` (the proxy was dropped, recreated or readdressed meanwhile,
+    /// or the schedule cleared): that result is about a schedule entry that no longer exists,
+    /// and must not be recorded.
+    pub fn finished(&mut self, key: &ProxyKey, id: ProbeId, now: Moment) -> Option<Thresholds> {
         let entry = self
             .entries
             .get_mut(key)
-            .filter(|entry| entry.target == *target)?;
-        entry.in_flight = false;
+            .filter(|entry| entry.in_flight == Some(id))?;
+        entry.in_flight = None;
         if entry.slot < now {
             self.queue.remove(&(entry.slot, key.clone()));
             entry.slot = next_slot(entry.slot, entry.interval, now);
@@ -361,7 +378,9 @@ impl ProbeSchedule {
 
     /// Whether the probe of the proxy under `key` is in flight.
     pub fn in_flight(&self, key: &ProxyKey) -> bool {
-        self.entries.get(key).is_some_and(|entry| entry.in_flight)
+        self.entries
+            .get(key)
+            .is_some_and(|entry| entry.in_flight.is_some())
     }
 
     /// Where in its interval the proxy under `key` gets its first probe, when it has a

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use proxy_core::health::{HealthBook, ProxyKey, Target, Thresholds};
 use proxy_core::probe_schedule::{
-    Listed, Moment, ProbeSchedule, ProbeSpec, Start, interval_of, next_slot,
+    Listed, Moment, ProbeId, ProbeSchedule, ProbeSpec, Start, interval_of, next_slot,
 };
 use proxy_core::testing::{EXTERNAL_HOST, UID, external_spec, managed_spec};
 use proxy_crd::{Condition, Endpoint, HealthCheck, ProxySpec, ProxyStatus};
@@ -97,10 +97,12 @@ impl Object {
     }
 }
 
-/// A schedule and a book, refreshed from a test's cache.
+/// A schedule and a book, refreshed from a test's cache, and the last probe started of
+/// each proxy.
 struct Engine {
     schedule: ProbeSchedule,
     book: HealthBook,
+    last: BTreeMap<ProxyKey, ProbeId>,
 }
 
 impl Engine {
@@ -108,6 +110,7 @@ impl Engine {
         Self {
             schedule: ProbeSchedule::new(SALT),
             book: HealthBook::new(),
+            last: BTreeMap::new(),
         }
     }
 
@@ -116,17 +119,27 @@ impl Engine {
             .refresh(objects.iter().map(Object::listed), now, &mut self.book)
     }
 
-    /// The keys and slots of the probes due at `now` with `permits` free.
+    /// The probes due at `now` with `permits` free.
+    fn starts(&mut self, now: Moment, permits: usize) -> Vec<Start> {
+        let starts = self.schedule.due(now, permits);
+        for start in &starts {
+            self.last.insert(start.key.clone(), start.id);
+        }
+        starts
+    }
+
+    /// The names and slots of the probes due at `now` with `permits` free.
     fn due(&mut self, now: Moment, permits: usize) -> Vec<(String, Moment)> {
-        self.schedule
-            .due(now, permits)
+        self.starts(now, permits)
             .into_iter()
             .map(|start| (start.key.name, start.slot))
             .collect()
     }
 
+    /// The last probe started of `object` ends at `now`.
     fn finish(&mut self, object: &Object, now: Moment) -> Option<Thresholds> {
-        self.schedule.finished(&object.key, &object.target(), now)
+        let id = *self.last.get(&object.key)?;
+        self.schedule.finished(&object.key, id, now)
     }
 }
 
@@ -360,25 +373,39 @@ fn a_recreated_or_readdressed_proxy_starts_over_and_its_old_probe_frees_nothing(
         uid: OTHER_UID.to_owned(),
         ..old.clone()
     };
-    for new in [readdressed, recreated] {
+    // Readdressed, recreated, or gone and back (with the same target) while the old probe
+    // runs.
+    let changes: [&[&[Object]]; 3] = [
+        &[&[readdressed.clone()]],
+        &[&[recreated.clone()]],
+        &[&[], &[old.clone()]],
+    ];
+    for change in changes {
         let mut engine = Engine::new();
         engine.refresh(std::slice::from_ref(&old), s(0));
-        assert_eq!(engine.due(s(0), 1).len(), 1);
-        // Changed at 3 s while the old probe runs: a fresh grid, due at once (no verdict for
-        // the new target), not in flight.
-        engine.refresh(std::slice::from_ref(&new), s(3));
+        let [before] = <[Start; 1]>::try_from(engine.starts(s(0), 1)).expect("one probe");
+        // Changed at 3 s: a fresh grid, due at once (no verdict for the target), not in
+        // flight.
+        for cache in change {
+            engine.refresh(cache, s(3));
+        }
+        let new = change
+            .last()
+            .and_then(|cache| cache.first())
+            .expect("a proxy");
         assert_eq!(engine.schedule.slot(&new.key), Some(s(3)));
         assert!(!engine.schedule.in_flight(&new.key));
-        let started = engine.schedule.due(s(3), 1);
+        let started = engine.starts(s(3), 1);
         assert_eq!(
             started.iter().map(|s| &s.target).collect::<Vec<_>>(),
             [&new.target()]
         );
+        assert_ne!(started[0].id, before.id);
         // The old probe ends: its result is not recorded and the new probe stays in flight.
-        assert_eq!(engine.finish(&old, s(4)), None);
+        assert_eq!(engine.schedule.finished(&old.key, before.id, s(4)), None);
         assert!(engine.schedule.in_flight(&new.key));
         assert!(engine.due(s(13), 1).is_empty());
-        assert!(engine.finish(&new, s(14)).is_some());
+        assert!(engine.finish(new, s(14)).is_some());
     }
 }
 
@@ -407,7 +434,7 @@ fn new_health_check_settings_apply_to_the_next_probe_on_the_same_grid() {
     assert!(engine.schedule.in_flight(&proxy.key));
     assert_eq!(engine.schedule.slot(&proxy.key), Some(s(10)));
     assert_eq!(engine.finish(&proxy, s(6)), Some(Thresholds::new(4, 2)));
-    let [start] = <[Start; 1]>::try_from(engine.schedule.due(s(10), 1)).expect("one probe");
+    let [start] = <[Start; 1]>::try_from(engine.starts(s(10), 1)).expect("one probe");
     assert_eq!(start.slot, s(10));
     assert_eq!(start.probe.url, "https://probe.example.org/ok");
     assert_eq!(start.probe.timeout, Duration::from_secs(9));
@@ -575,25 +602,24 @@ fn a_fleet_of_ten_thousand_starts_every_probe_on_its_slot_and_never_piles_up() {
     let mut first: BTreeMap<ProxyKey, Moment> = BTreeMap::new();
     let mut free_from: BTreeMap<ProxyKey, Moment> = BTreeMap::new();
     let mut in_flight: BTreeSet<ProxyKey> = BTreeSet::new();
-    let mut ending: BTreeSet<(Moment, ProxyKey)> = BTreeSet::new();
+    let mut ending: BTreeSet<(Moment, ProxyKey, ProbeId)> = BTreeSet::new();
     let mut last_slot: BTreeMap<ProxyKey, Moment> = BTreeMap::new();
     let mut probes = 0_u64;
     let mut skipped = 0_u64;
     loop {
         let wakeup = engine.schedule.next_wakeup();
-        let next_end = ending.first().map(|(at, _)| *at);
+        let next_end = ending.first().map(|(at, ..)| *at);
         let Some(now) = [wakeup, next_end].into_iter().flatten().min() else {
             break;
         };
         if now > end {
             break;
         }
-        while let Some((_, key)) = ending.first().filter(|(at, _)| *at <= now).cloned() {
+        while let Some((_, key, id)) = ending.first().filter(|(at, ..)| *at <= now).cloned() {
             ending.pop_first();
-            let (target, _) = &by_key[&key];
             assert!(
-                engine.schedule.finished(&key, target, now).is_some(),
-                "{key} was scheduled"
+                engine.schedule.finished(&key, id, now).is_some(),
+                "{key} was in flight"
             );
             assert!(in_flight.remove(&key));
             free_from.insert(key, now);
@@ -633,7 +659,7 @@ fn a_fleet_of_ten_thousand_starts_every_probe_on_its_slot_and_never_piles_up() {
             } else {
                 Duration::from_millis(1 + dice.below(900 * interval.as_secs()))
             };
-            ending.insert((now + took, key));
+            ending.insert((now + took, key, started.id));
             probes += 1;
         }
     }

@@ -38,7 +38,7 @@ use kube::ResourceExt;
 use kube::runtime::reflector::{ObjectRef, Store};
 use proxy_core::HealthVerdict;
 use proxy_core::health::{HealthBook, Probe, ProxyKey, Target, Thresholds};
-use proxy_core::probe_schedule::{Listed, Moment, ProbeSchedule, Start};
+use proxy_core::probe_schedule::{Listed, Moment, ProbeId, ProbeSchedule, Start};
 use proxy_crd::Proxy;
 use tokio::sync::{Semaphore, mpsc};
 use tokio::time::{Instant, MissedTickBehavior};
@@ -74,15 +74,15 @@ enum Done {
     Probed(Finished),
     /// The probe panicked (logged and counted at the boundary): the proxy is free for its
     /// next slot.
-    Panicked(ProxyKey, Target),
+    Panicked(ProxyKey, ProbeId),
 }
 
 impl Done {
-    /// The proxy and the target that were probed.
-    fn probed(&self) -> (&ProxyKey, &Target) {
+    /// The proxy and the probe.
+    fn probe(&self) -> (&ProxyKey, ProbeId) {
         match self {
-            Self::Probed(finished) => (&finished.key, &finished.target),
-            Self::Panicked(key, target) => (key, target),
+            Self::Probed(finished) => (&finished.key, finished.id),
+            Self::Panicked(key, id) => (key, *id),
         }
     }
 }
@@ -91,6 +91,7 @@ impl Done {
 #[derive(Debug)]
 struct Finished {
     key: ProxyKey,
+    id: ProbeId,
     target: Target,
     result: ProbeResult,
     at: jiff::Timestamp,
@@ -193,8 +194,8 @@ impl HealthEngine {
                     }
                 }
                 Some(done) = finished_rx.recv() => {
-                    let (key, target) = done.probed();
-                    let thresholds = schedule.finished(key, target, clock.now());
+                    let (key, id) = done.probe();
+                    let thresholds = schedule.finished(key, id, clock.now());
                     if let (Done::Probed(finished), Some(thresholds)) = (done, thresholds) {
                         self.deliver(finished, thresholds, &reconcile);
                     }
@@ -246,11 +247,15 @@ impl HealthEngine {
             // Only this loop takes permits, and it asked for no more than were free; were one
             // missing after all, the proxy is freed for its next slot, not left in flight.
             let Ok(permit) = self.permits.clone().try_acquire_owned() else {
-                let _ = schedule.finished(&start.key, &start.target, now);
+                let _ = schedule.finished(&start.key, start.id, now);
                 continue;
             };
             let Start {
-                key, target, probe, ..
+                key,
+                id,
+                target,
+                probe,
+                ..
             } = start;
             let (prober, finished, metrics) =
                 (self.prober.clone(), finished.clone(), self.metrics.clone());
@@ -265,11 +270,12 @@ impl HealthEngine {
                 let _ = finished.send(match probed {
                     Ok(result) => Done::Probed(Finished {
                         key,
+                        id,
                         target,
                         result,
                         at,
                     }),
-                    Err(_) => Done::Panicked(key, target),
+                    Err(_) => Done::Panicked(key, id),
                 });
             });
         }
@@ -287,6 +293,7 @@ impl HealthEngine {
             target,
             result,
             at,
+            ..
         } = finished;
         if let Some(error) = &result.error {
             tracing::debug!(proxy = %key, cause = ?error.cause, error = %error.detail, "probe failed");
