@@ -376,9 +376,9 @@ fn a_recreated_or_readdressed_proxy_starts_over_and_its_old_probe_frees_nothing(
     // Readdressed, recreated, or gone and back (with the same target) while the old probe
     // runs.
     let changes: [&[&[Object]]; 3] = [
-        &[&[readdressed.clone()]],
-        &[&[recreated.clone()]],
-        &[&[], &[old.clone()]],
+        &[std::slice::from_ref(&readdressed)],
+        &[std::slice::from_ref(&recreated)],
+        &[&[], std::slice::from_ref(&old)],
     ];
     for change in changes {
         let mut engine = Engine::new();

@@ -67,6 +67,18 @@ pub struct HealthEngine {
     metrics: Arc<Metrics>,
 }
 
+/// Why the engine's loop woke up.
+#[derive(Debug)]
+enum Woken {
+    /// Time to bring the schedule in line with the cache (also after a change of
+    /// leadership), then start what is due.
+    Refresh,
+    /// The schedule's next wake-up came.
+    Due,
+    /// A probe ended.
+    Finished(Done),
+}
+
 /// What a probe task sends back.
 #[derive(Debug)]
 enum Done {
@@ -174,32 +186,30 @@ impl HealthEngine {
                 .next_wakeup()
                 .filter(|_| self.permits.available_permits() > 0)
                 .and_then(|moment| clock.instant(moment));
-            tokio::select! {
-                _ = refresh.tick() => {
-                    if self.leads(&leadership, &mut schedule) {
-                        self.refresh(&store, &mut schedule, clock.now());
-                        self.launch_due(&mut schedule, clock.now(), &finished_tx);
-                    }
-                }
+            let woken = tokio::select! {
+                _ = refresh.tick() => Woken::Refresh,
                 // A gain refreshes at once; a loss forgets at once.
-                Ok(()) = elections.changed() => {
-                    if self.leads(&leadership, &mut schedule) {
-                        self.refresh(&store, &mut schedule, clock.now());
-                        self.launch_due(&mut schedule, clock.now(), &finished_tx);
-                    }
-                }
-                () = tokio::time::sleep_until(wakeup.unwrap_or_else(Instant::now)), if wakeup.is_some() => {
-                    if self.leads(&leadership, &mut schedule) {
-                        self.launch_due(&mut schedule, clock.now(), &finished_tx);
-                    }
-                }
-                Some(done) = finished_rx.recv() => {
+                Ok(()) = elections.changed() => Woken::Refresh,
+                () = tokio::time::sleep_until(wakeup.unwrap_or_else(Instant::now)), if wakeup.is_some() => Woken::Due,
+                Some(done) = finished_rx.recv() => Woken::Finished(done),
+            };
+            let refresh_first = match woken {
+                Woken::Refresh => true,
+                Woken::Due => false,
+                Woken::Finished(done) => {
                     let (key, id) = done.probe();
                     let thresholds = schedule.finished(key, id, clock.now());
                     if let (Done::Probed(finished), Some(thresholds)) = (done, thresholds) {
                         self.deliver(finished, thresholds, &reconcile);
                     }
+                    continue;
                 }
+            };
+            if self.leads(&leadership, &mut schedule) {
+                if refresh_first {
+                    self.refresh(&store, &mut schedule, clock.now());
+                }
+                self.launch_due(&mut schedule, clock.now(), &finished_tx);
             }
         }
     }
