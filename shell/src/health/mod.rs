@@ -23,10 +23,11 @@
 //! remain.
 //!
 //! The refresh from the cache is periodic ([`REFRESH_EVERY`]), not driven by changes: the
-//! cache is the controller's reflector store, which tells no one what changed, and a refresh
-//! costs a few microseconds per proxy (`docs/benchmarks.md`, health probing), so once a second
-//! is cheap even on a large fleet, and a new proxy waits at most that long for its first
-//! probe.
+//! cache is the controller's plain reflector store, which notifies no one of a change (a
+//! subscribing store would change how the controller builds its cache, and every
+//! benchmark's), and a refresh costs a few microseconds per proxy (`docs/benchmarks.md`,
+//! health probing), so once a second is cheap even on a large fleet, and a new proxy waits at
+//! most that long for its first probe.
 
 pub mod probe;
 
