@@ -37,7 +37,7 @@ fn fleet(n: usize) -> LeaseBook {
     let mut book = LeaseBook::new(LeaseConfig::default());
     for i in 0..n {
         book.upsert(ProxyView {
-            key: format!("crawl/proxy-{i:05}"),
+            key: proxy_core::ProxyKey::new("crawl", format!("proxy-{i:05}")),
             labels: [("geo".to_owned(), GEOS[i % GEOS.len()].to_owned())].into(),
             healthy: true,
             latency_ms: u32::try_from(i * 7_919 % 500).expect("below 500"),

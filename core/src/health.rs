@@ -76,13 +76,13 @@
 //!   and a replacement machine always starts fresh.
 
 use std::collections::BTreeMap;
-use std::fmt;
 use std::time::Duration;
 
 use jiff::Timestamp;
 use proxy_crd::{HealthCheck, ProxySpec, ProxyStatus};
 
 use crate::conditions::{self, FALSE, HEALTHY, TRUE};
+use crate::key::ProxyKey;
 use crate::observed::HealthVerdict;
 use crate::probe_failure::ProbeFailure;
 
@@ -91,31 +91,6 @@ pub const LATENCY_FLOOR_MS: u32 = 20;
 
 /// The least time between a report and a latency-only report of the same proxy.
 pub const LATENCY_REPORT_INTERVAL: Duration = Duration::from_secs(60);
-
-/// A proxy, by `metadata.namespace` and `metadata.name`. Shown as `namespace/name`.
-#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct ProxyKey {
-    /// `metadata.namespace`.
-    pub namespace: String,
-    /// `metadata.name`.
-    pub name: String,
-}
-
-impl ProxyKey {
-    /// The key of the proxy `name` in `namespace`.
-    pub fn new(namespace: impl Into<String>, name: impl Into<String>) -> Self {
-        Self {
-            namespace: namespace.into(),
-            name: name.into(),
-        }
-    }
-}
-
-impl fmt::Display for ProxyKey {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}/{}", self.namespace, self.name)
-    }
-}
 
 /// What is probed: one object, at one address. State about another target says nothing
 /// about this one.

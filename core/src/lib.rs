@@ -39,6 +39,8 @@
 //! - [`decide()`]: the reconcile action table; [`reconcile`]: the driver that runs it;
 //! - [`backoff`]: retry delays;
 //! - [`conditions`], [`phase`]: how status is written;
+//! - [`ProxyKey`]: a proxy's identity, `namespace/name`, wherever something is kept per proxy;
+//! - [`InstanceState`]: what a provider's `get` answers, as [`InstanceView`] takes it in;
 //! - [`health`], [`probe_failure`]: what probes mean, and how a failure is worded;
 //! - [`probe_schedule`]: which proxy is probed when;
 //! - [`naming`], [`spec_hash`]: the instance name and the spec hash.
@@ -52,6 +54,8 @@ mod decide;
 pub mod error;
 pub mod gc;
 pub mod health;
+mod instance;
+mod key;
 pub mod leadership;
 pub mod lease;
 pub mod naming;
@@ -71,6 +75,8 @@ pub use action::{
 };
 pub use decide::decide;
 pub use error::{ErrorClass, ProviderError};
+pub use instance::InstanceState;
+pub use key::{InvalidProxyKey, KeyProblem, ProxyKey};
 pub use observed::{
     CloudInitView, HealthVerdict, InstanceView, Metadata, Observed, Outcome, ProviderCall, Timing,
     instance_id,

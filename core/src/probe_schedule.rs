@@ -58,7 +58,8 @@ use std::time::Duration;
 
 use proxy_crd::{HealthCheck, ProxySpec, ProxyStatus};
 
-use crate::health::{HealthBook, ProxyKey, Target, Thresholds};
+use crate::health::{HealthBook, Target, Thresholds};
+use crate::key::ProxyKey;
 
 /// A point on the schedule's monotonic clock: the time since an epoch the shell picks. Only
 /// differences mean anything; the shell converts to and from its own clock.

@@ -7,12 +7,12 @@ use std::collections::BTreeMap;
 use jiff::{SignedDuration, Timestamp};
 use proxy_core::conditions::{FALSE, TRUE, UNKNOWN};
 use proxy_core::health::{
-    HealthBook, Probe, ProxyKey, Report, ReportReason, Target, Thresholds, reported_in_status,
+    HealthBook, Probe, Report, ReportReason, Target, Thresholds, reported_in_status,
 };
 use proxy_core::testing::{
     EXTERNAL_HOST, NAME, NAMESPACE, T0, UID, at, external_spec, managed_spec, status_of,
 };
-use proxy_core::{HealthVerdict, ProbeFailure};
+use proxy_core::{HealthVerdict, ProbeFailure, ProxyKey};
 use proxy_crd::{Phase, ProxyStatus};
 
 const IP: &str = "10.0.0.7";

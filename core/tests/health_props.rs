@@ -17,7 +17,8 @@ use proptest::collection::vec;
 use proptest::prelude::*;
 use proptest::test_runner::FileFailurePersistence;
 use proxy_core::HealthVerdict;
-use proxy_core::health::{HealthBook, Probe, ProxyKey, Report, ReportReason, Target, Thresholds};
+use proxy_core::ProxyKey;
+use proxy_core::health::{HealthBook, Probe, Report, ReportReason, Target, Thresholds};
 use proxy_core::testing::{NAME, NAMESPACE, T0, at};
 
 /// Something that happens to the one proxy under test.

@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use jiff::Timestamp;
+use proxy_core::ProxyKey;
 use proxy_core::lease::{
     AcquireError, AcquireRequest, Cooldown, Lease, LeaseBook, LeaseConfig, NoMatch, ProxyView,
     ReportResult, Selector, UnknownLease,
@@ -16,10 +17,15 @@ fn at(secs: i64) -> Timestamp {
     Timestamp::from_second(1_780_000_000 + secs).unwrap()
 }
 
+/// The key of the proxy `default/{name}`.
+fn key(name: &str) -> ProxyKey {
+    ProxyKey::new("default", name)
+}
+
 /// A healthy, unlabelled proxy `default/{name}`.
 fn proxy(name: &str, latency_ms: u32, max_leases: u32) -> ProxyView {
     ProxyView {
-        key: format!("default/{name}"),
+        key: key(name),
         labels: Default::default(),
         healthy: true,
         latency_ms,
@@ -78,7 +84,9 @@ fn acquire(
 
 /// The key of the proxy [`acquire`] leases, or `None` when it grants nothing.
 fn leased(book: &mut LeaseBook, id: &str, target: Option<&str>, now: i64) -> Option<String> {
-    acquire(book, id, target, now).ok().map(|lease| lease.proxy)
+    acquire(book, id, target, now)
+        .ok()
+        .map(|lease| lease.proxy.to_string())
 }
 
 fn no_match(considered: u32, at_capacity: u32, in_cooldown: u32, unhealthy: u32) -> AcquireError {
@@ -111,7 +119,7 @@ fn a_lease_carries_the_proxy_address_target_and_times() {
         .unwrap();
     let expected = Lease {
         id: "l1".into(),
-        proxy: "default/a".into(),
+        proxy: key("a"),
         host: "10.0.0.1".into(),
         port: 3128,
         target: Some("example.com".into()),
@@ -126,7 +134,7 @@ fn a_lease_carries_the_proxy_address_target_and_times() {
 fn max_leases_zero_is_never_leased() {
     let mut book = book([proxy("drained", 1, 0)]);
     assert_eq!(acquire(&mut book, "l1", None, 0), Err(no_match(1, 1, 0, 0)));
-    assert_eq!(book.active_leases("default/drained"), 0);
+    assert_eq!(book.active_leases(&key("drained")), 0);
 }
 
 #[test]
@@ -138,8 +146,8 @@ fn capacity_is_never_exceeded() {
     let a = Some("default/a".to_owned());
     let b = Some("default/b".to_owned());
     assert_eq!(got, [a.clone(), b, a, None]);
-    assert_eq!(book.active_leases("default/a"), 2);
-    assert_eq!(book.active_leases("default/b"), 1);
+    assert_eq!(book.active_leases(&key("a")), 2);
+    assert_eq!(book.active_leases(&key("b")), 1);
     assert_eq!(book.active_total(), 3);
 }
 
@@ -180,7 +188,7 @@ fn a_cooldown_holds_for_its_target_only() {
     assert_eq!(lease.proxy, "default/fast");
     let cooldown = book.report("l1", ReportResult::RateLimited, None, at(10));
     let expected = Cooldown {
-        proxy: "default/fast".into(),
+        proxy: key("fast"),
         target: Some("a.example".into()),
         until: at(10 + 5 * MINUTE),
     };
@@ -293,10 +301,10 @@ fn ttl_expiry_frees_capacity_without_a_release() {
     assert_eq!(book.acquire(ttl("l2"), at(59)), Err(no_match(1, 1, 0, 0)));
     assert_eq!(book.active_total(), 1);
     assert_eq!(book.acquire(ttl("l3"), at(60)).unwrap().proxy, "default/a");
-    assert_eq!(book.active_leases("default/a"), 1);
+    assert_eq!(book.active_leases(&key("a")), 1);
     book.expire(at(120));
     assert_eq!(book.active_total(), 0);
-    assert_eq!(book.active_leases("default/a"), 0);
+    assert_eq!(book.active_leases(&key("a")), 0);
 }
 
 #[test]
@@ -399,19 +407,42 @@ fn selectors_match_every_term() {
         let names: Vec<_> = book
             .list(&selector(terms), false)
             .iter()
-            .map(|listed| listed.proxy.key.trim_start_matches("default/").to_owned())
+            .map(|listed| listed.proxy.key.name().to_owned())
             .collect();
         assert_eq!(names, listed, "list {terms:?}");
         let id = format!("s{i}");
         let lease = book.acquire(request(&id, selector(terms), None, 60), at(0));
         let got = lease.ok().map(|lease| lease.proxy);
-        assert_eq!(
-            got,
-            chosen.map(|name| format!("default/{name}")),
-            "acquire {terms:?}"
-        );
+        assert_eq!(got, chosen.map(key), "acquire {terms:?}");
         book.release(&id, at(0));
     }
+}
+
+#[test]
+fn the_key_tie_break_is_the_order_of_the_namespace_slash_name_text() {
+    // `-` sorts before `/`: `crawl-eu/b` before `crawl/a`, as when keys were strings.
+    let view = |namespace: &str, name: &str| ProxyView {
+        key: ProxyKey::new(namespace, name),
+        ..proxy(name, 10, 1)
+    };
+    let mut book = book([
+        view("crawl", "a"),
+        view("crawl-eu", "b"),
+        view("crawl", "c"),
+    ]);
+    let listed: Vec<String> = book
+        .list(&Selector::all(), false)
+        .iter()
+        .map(|listed| listed.proxy.key.to_string())
+        .collect();
+    assert_eq!(listed, ["crawl-eu/b", "crawl/a", "crawl/c"]);
+    let order: Vec<Option<String>> = (0..4)
+        .map(|i| leased(&mut book, &format!("l{i}"), None, 0))
+        .collect();
+    assert_eq!(
+        order,
+        [Some("crawl-eu/b"), Some("crawl/a"), Some("crawl/c"), None].map(|k| k.map(String::from))
+    );
 }
 
 #[test]
@@ -425,7 +456,7 @@ fn listing_is_ordered_by_key_with_an_optional_health_filter() {
     let listing = |book: &LeaseBook, healthy_only| -> Vec<(String, u32)> {
         book.list(&Selector::all(), healthy_only)
             .iter()
-            .map(|listed| (listed.proxy.key.clone(), listed.active))
+            .map(|listed| (listed.proxy.key.to_string(), listed.active))
             .collect()
     };
     let all = [("default/a", 0), ("default/b", 0), ("default/c", 1)];
@@ -443,7 +474,7 @@ fn an_unhealthy_proxy_leaves_selection_and_keeps_its_leases() {
         Some("default/a")
     );
     book.upsert(unhealthy(proxy("a", 10, 2)));
-    assert_eq!(book.active_leases("default/a"), 1);
+    assert_eq!(book.active_leases(&key("a")), 1);
     assert_eq!(
         leased(&mut book, "l2", None, 0).as_deref(),
         Some("default/b")
@@ -458,7 +489,7 @@ fn an_unhealthy_proxy_leaves_selection_and_keeps_its_leases() {
         leased(&mut book, "l5", None, 0).as_deref(),
         Some("default/a")
     );
-    assert_eq!(book.active_leases("default/a"), 2);
+    assert_eq!(book.active_leases(&key("a")), 2);
 }
 
 #[test]
@@ -468,7 +499,7 @@ fn lowering_max_leases_revokes_nothing_and_takes_no_new_lease_until_below() {
         acquire(&mut book, id, None, 0).unwrap();
     }
     book.upsert(proxy("a", 10, 1));
-    assert_eq!(book.active_leases("default/a"), 3);
+    assert_eq!(book.active_leases(&key("a")), 3);
     assert!(book.release("l1", at(1)));
     assert_eq!(acquire(&mut book, "l4", None, 1), Err(no_match(1, 1, 0, 0)));
     assert!(book.release("l2", at(1)));
@@ -487,10 +518,10 @@ fn a_removed_proxy_leaves_selection_and_listing_but_its_leases_stay() {
         leased(&mut book, "l1", Some("t.example"), 0).as_deref(),
         Some("default/a")
     );
-    assert!(book.remove("default/a"));
-    assert!(!book.remove("default/a"));
+    assert!(book.remove(&key("a")));
+    assert!(!book.remove(&key("a")));
     assert_eq!(book.list(&Selector::all(), false).len(), 1);
-    assert_eq!(book.active_leases("default/a"), 1);
+    assert_eq!(book.active_leases(&key("a")), 1);
     assert_eq!(book.active_total(), 1);
     let report = book.report("l1", ReportResult::RateLimited, None, at(1));
     assert!(matches!(report, Ok(Some(_))));

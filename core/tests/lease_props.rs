@@ -26,12 +26,17 @@ use proptest::collection::vec;
 use proptest::prelude::*;
 use proptest::sample::Index;
 use proptest::test_runner::FileFailurePersistence;
+use proxy_core::ProxyKey;
 use proxy_core::lease::{
     AcquireError, AcquireRequest, Cooldown, Labels, Lease, LeaseBook, LeaseConfig, NoMatch,
     ProxyView, ReportResult, Selector, UnknownLease,
 };
 
-const PROXIES: [&str; 6] = ["ns/a", "ns/b", "ns/c", "ns/d", "other/a", "other/e"];
+/// `ns-x/f` sorts before `ns/a` as text (`-` before `/`): the selection order's last key is
+/// the text `namespace/name`.
+const PROXIES: [&str; 7] = [
+    "ns/a", "ns/b", "ns/c", "ns/d", "other/a", "other/e", "ns-x/f",
+];
 const GEOS: [&str; 2] = ["eu", "us"];
 const TIERS: [&str; 2] = ["a", "b"];
 /// Mixed case on purpose: targets compare case-insensitively.
@@ -153,7 +158,7 @@ fn step() -> impl Strategy<Value = Step> {
 #[derive(Clone, Debug)]
 enum Call {
     Upsert(ProxyView),
-    Remove(String),
+    Remove(ProxyKey),
     Acquire(AcquireRequest),
     Release(String),
     Report {
@@ -207,7 +212,7 @@ impl Driver {
                 *latency_ms,
                 *max_leases,
             )),
-            Step::Remove(proxy) => Call::Remove(PROXIES[*proxy].to_owned()),
+            Step::Remove(proxy) => Call::Remove(key(*proxy)),
             Step::Acquire {
                 selector,
                 target,
@@ -258,6 +263,10 @@ impl Driver {
     }
 }
 
+fn key(proxy: usize) -> ProxyKey {
+    PROXIES[proxy].parse().unwrap()
+}
+
 fn view(
     proxy: usize,
     geo: usize,
@@ -271,7 +280,7 @@ fn view(
         labels.insert("tier".to_owned(), TIERS[tier].to_owned());
     }
     ProxyView {
-        key: PROXIES[proxy].to_owned(),
+        key: key(proxy),
         labels,
         healthy,
         latency_ms,
@@ -335,7 +344,7 @@ impl Model {
             }
             Call::Remove(key) => {
                 let before = self.proxies.len();
-                self.proxies.retain(|p| &p.key != key);
+                self.proxies.retain(|p| p.key != *key);
                 Answer::Removed(self.proxies.len() < before)
             }
             Call::Acquire(request) => Answer::Acquired(self.acquire(request, now)),
@@ -387,10 +396,14 @@ impl Model {
             .proxies
             .iter()
             .filter(|p| request.selector.matches(&p.labels))
-            .filter(|p| p.healthy && self.active(&p.key) < p.max_leases)
-            .filter(|p| !self.cooling(&p.key, target.as_deref(), now))
+            .filter(|p| p.healthy && self.active(&p.key.to_string()) < p.max_leases)
+            .filter(|p| !self.cooling(&p.key.to_string(), target.as_deref(), now))
             .collect();
-        candidates.sort_by_key(|p| (self.active(&p.key), p.latency_ms, p.key.clone()));
+        // The spec's order, with the key compared as its text.
+        candidates.sort_by_key(|p| {
+            let key = p.key.to_string();
+            (self.active(&key), p.latency_ms, key)
+        });
         let Some(chosen) = candidates.first() else {
             return Err(AcquireError::NoMatch(self.no_match(
                 &request.selector,
@@ -423,9 +436,10 @@ impl Model {
         NoMatch {
             considered: count(&|_| true),
             unhealthy: count(&|p| !p.healthy),
-            at_capacity: count(&|p| p.healthy && self.active(&p.key) >= p.max_leases),
+            at_capacity: count(&|p| p.healthy && self.active(&p.key.to_string()) >= p.max_leases),
             in_cooldown: count(&|p| {
-                p.healthy && self.active(&p.key) < p.max_leases && self.cooling(&p.key, target, now)
+                let key = p.key.to_string();
+                p.healthy && self.active(&key) < p.max_leases && self.cooling(&key, target, now)
             }),
         }
     }
@@ -490,7 +504,7 @@ fn later(at: Timestamp, duration: Duration) -> Timestamp {
 fn active_counts(book: &LeaseBook) -> BTreeMap<&'static str, u32> {
     PROXIES
         .iter()
-        .map(|key| (*key, book.active_leases(key)))
+        .map(|text| (*text, book.active_leases(&text.parse().unwrap())))
         .collect()
 }
 
@@ -543,12 +557,12 @@ fn check_counts(
     let listed: Vec<(String, u32)> = book
         .list(&Selector::all(), false)
         .iter()
-        .map(|listed| (listed.proxy.key.clone(), listed.active))
+        .map(|listed| (listed.proxy.key.to_string(), listed.active))
         .collect();
     let mut expected: Vec<(String, u32)> = model
         .proxies
         .iter()
-        .map(|p| (p.key.clone(), model.active(&p.key)))
+        .map(|p| (p.key.to_string(), model.active(&p.key.to_string())))
         .collect();
     expected.sort();
     prop_assert_eq!(listed, expected);
@@ -572,7 +586,8 @@ fn check_call(
     let grown = |key: &str| after[key] > before[key];
     match (call, answer) {
         (Call::Acquire(_), Answer::Acquired(Ok(lease))) => {
-            let key = lease.proxy.as_str();
+            let key = lease.proxy.to_string();
+            let key = key.as_str();
             let proxy = model.proxies.iter().find(|p| p.key == key).unwrap();
             prop_assert!(proxy.healthy, "granted an unhealthy proxy");
             // One more than before, less whatever expired at `now` on the way.
@@ -589,7 +604,8 @@ fn check_call(
         }
         (Call::Release(id), Answer::Released(true)) => {
             let released = model.leases.iter().find(|entry| &entry.lease.id == id);
-            let proxy = released.unwrap().lease.proxy.as_str();
+            let proxy = released.unwrap().lease.proxy.to_string();
+            let proxy = proxy.as_str();
             prop_assert!(after[proxy] < before[proxy], "a release freed nothing");
             prop_assert!(!PROXIES.iter().any(|key| grown(key)));
         }

@@ -6,7 +6,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-use proxy_core::health::{HealthBook, ProxyKey, Target, Thresholds};
+use proxy_core::ProxyKey;
+use proxy_core::health::{HealthBook, Target, Thresholds};
 use proxy_core::probe_schedule::{
     Listed, Moment, ProbeId, ProbeSchedule, ProbeSpec, Start, interval_of, next_slot,
 };
@@ -132,7 +133,7 @@ impl Engine {
     fn due(&mut self, now: Moment, permits: usize) -> Vec<(String, Moment)> {
         self.starts(now, permits)
             .into_iter()
-            .map(|start| (start.key.name, start.slot))
+            .map(|start| (start.key.name().to_owned(), start.slot))
             .collect()
     }
 

@@ -19,7 +19,8 @@ use std::time::Duration;
 use proptest::collection::vec;
 use proptest::prelude::*;
 use proptest::test_runner::FileFailurePersistence;
-use proxy_core::health::{HealthBook, ProxyKey, Target};
+use proxy_core::ProxyKey;
+use proxy_core::health::{HealthBook, Target};
 use proxy_core::probe_schedule::{Listed, Moment, ProbeId, ProbeSchedule};
 use proxy_crd::{Endpoint, HealthCheck, ProxySpec};
 
@@ -180,7 +181,7 @@ impl Sim {
                 start.id,
             ));
             self.starts
-                .push((self.now, start.key.name.clone(), start.slot));
+                .push((self.now, start.key.name().to_owned(), start.slot));
         }
         // Nothing is left due while a permit is free.
         if let Some(wakeup) = self.schedule.next_wakeup() {

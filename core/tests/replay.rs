@@ -2,7 +2,8 @@
 //! canonical bytes, errors that name their line, redaction, health state rebuilding, and
 //! the timeline. The golden incident corpus is replayed by `replay_golden.rs`.
 
-use proxy_core::health::{HealthBook, Probe, ProxyKey, Target};
+use proxy_core::ProxyKey;
+use proxy_core::health::{HealthBook, Probe, Target};
 use proxy_core::record::{
     DecideRecord, Header, HealthRecord, Record, Recording, ReplayError, SCHEMA, placeholder,
     replay, replay_with, timeline,

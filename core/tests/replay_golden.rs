@@ -20,7 +20,8 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use jiff::Timestamp;
-use proxy_core::health::{HealthBook, Probe, ProxyKey, ReportReason, Target};
+use proxy_core::ProxyKey;
+use proxy_core::health::{HealthBook, Probe, ReportReason, Target};
 use proxy_core::record::{
     Config, DecideRecord, Header, HealthRecord, Operator, Record, Recording, replay_with,
 };

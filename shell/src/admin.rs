@@ -11,6 +11,7 @@ use std::collections::BTreeMap;
 use std::convert::Infallible;
 use std::sync::Arc;
 
+use proxy_core::ProxyKey;
 use warp::http::StatusCode;
 use warp::reply::Response;
 use warp::{Filter, Reply};
@@ -72,7 +73,18 @@ pub fn routes(
                 if let Some(refused) = refusal(&token, authorization.as_deref(), peer) {
                     return refused;
                 }
-                let dump = recorder.dump(query.get("object").map(String::as_str));
+                let object = query.get("object").map(|text| text.parse::<ProxyKey>());
+                let object = match object.transpose() {
+                    Ok(object) => object,
+                    Err(error) => {
+                        return warp::reply::with_status(
+                            format!("object: {error}\n"),
+                            StatusCode::BAD_REQUEST,
+                        )
+                        .into_response();
+                    }
+                };
+                let dump = recorder.dump(object.as_ref());
                 warp::reply::with_header(dump, "content-type", "application/jsonl").into_response()
             },
         );

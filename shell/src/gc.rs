@@ -25,8 +25,7 @@ use kube::ResourceExt;
 use kube::runtime::reflector::Store;
 use kube::runtime::watcher;
 use proxy_core::gc::{
-    CacheSync, DeleteFraction, Gate, Listed, Plan, Selection, Sweep, WatchSignal, gate, plan,
-    select,
+    CacheSync, DeleteFraction, Gate, Plan, Selection, Sweep, WatchSignal, gate, plan, select,
 };
 use proxy_crd::Proxy;
 
@@ -125,8 +124,8 @@ impl Collector {
     /// One sweep of every provider.
     pub async fn sweep(&self) {
         for (name, provider) in self.providers.iter() {
-            let instances = match provider.list_by_tag().await {
-                Ok(instances) => instances,
+            let listed = match provider.list_by_tag().await {
+                Ok(listed) => listed,
                 Err(error) => {
                     tracing::warn!(provider = name, class = error.class.label(), message = %error.message, "GC: listing failed; next provider");
                     continue;
@@ -142,14 +141,6 @@ impl Collector {
                 .state()
                 .iter()
                 .filter_map(|p| p.uid())
-                .collect();
-            let listed: Vec<Listed> = instances
-                .into_iter()
-                .map(|i| Listed {
-                    provider_id: i.provider_id,
-                    labels: i.labels,
-                    created_at: i.created_at,
-                })
                 .collect();
             let sweep = Sweep {
                 live,

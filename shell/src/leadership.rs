@@ -27,6 +27,8 @@ use kube::api::{Api, PostParams};
 use proxy_core::leadership::{Candidate, Change, Claim, Loss, Plan, Standing, plan};
 use tokio::sync::watch;
 
+use crate::time::{from_kube, to_kube};
+
 /// The leadership of one replica.
 #[derive(Debug)]
 pub struct Leadership {
@@ -198,18 +200,6 @@ impl Leadership {
     }
 }
 
-fn time(t: &MicroTime) -> Option<Timestamp> {
-    t.0.to_string().parse().ok()
-}
-
-fn micro(t: Timestamp) -> MicroTime {
-    MicroTime(
-        t.to_string()
-            .parse()
-            .expect("a jiff 1 timestamp reads as a jiff 0.2 timestamp"),
-    )
-}
-
 /// The claim a Lease records.
 fn claim_of(lease: &Lease) -> Claim {
     let spec = lease.spec.clone().unwrap_or_default();
@@ -218,8 +208,8 @@ fn claim_of(lease: &Lease) -> Claim {
         duration: spec
             .lease_duration_seconds
             .map(|s| std::time::Duration::from_secs(u64::try_from(s.max(0)).unwrap_or(0))),
-        renewed_at: spec.renew_time.as_ref().and_then(time),
-        acquired_at: spec.acquire_time.as_ref().and_then(time),
+        renewed_at: spec.renew_time.and_then(|MicroTime(at)| from_kube(at)),
+        acquired_at: spec.acquire_time.and_then(|MicroTime(at)| from_kube(at)),
         transitions: spec.lease_transitions.unwrap_or(0),
     }
 }
@@ -231,8 +221,8 @@ fn spec_of(claim: &Claim) -> LeaseSpec {
         lease_duration_seconds: claim
             .duration
             .map(|d| i32::try_from(d.as_secs()).unwrap_or(i32::MAX)),
-        renew_time: claim.renewed_at.map(micro),
-        acquire_time: claim.acquired_at.map(micro),
+        renew_time: claim.renewed_at.and_then(to_kube).map(MicroTime),
+        acquire_time: claim.acquired_at.and_then(to_kube).map(MicroTime),
         lease_transitions: Some(claim.transitions),
         ..LeaseSpec::default()
     }

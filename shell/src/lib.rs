@@ -15,3 +15,4 @@ pub mod recorder;
 pub mod server;
 pub mod supervise;
 pub mod telemetry;
+pub mod time;

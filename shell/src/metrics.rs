@@ -17,6 +17,7 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
+use proxy_core::ProxyKey;
 use proxy_crd::{Phase, Proxy};
 
 use crate::discovery::Discovery;
@@ -52,6 +53,25 @@ pub struct ProxyLabels {
     pub namespace: String,
     /// The Proxy's name.
     pub proxy: String,
+}
+
+impl ProbeLabels {
+    fn of(proxy: &ProxyKey, result: &'static str) -> Self {
+        Self {
+            namespace: proxy.namespace().to_owned(),
+            proxy: proxy.name().to_owned(),
+            result,
+        }
+    }
+}
+
+impl ProxyLabels {
+    fn of(proxy: &ProxyKey) -> Self {
+        Self {
+            namespace: proxy.namespace().to_owned(),
+            proxy: proxy.name().to_owned(),
+        }
+    }
 }
 
 /// Labels of one provider.
@@ -248,36 +268,22 @@ impl Metrics {
     }
 
     /// Records one probe of one proxy.
-    pub fn probe(&self, namespace: &str, proxy: &str, ok: bool, seconds: f64) {
+    pub fn probe(&self, proxy: &ProxyKey, ok: bool, seconds: f64) {
         let result = if ok { "success" } else { "failure" };
         self.probes
-            .get_or_create(&ProbeLabels {
-                namespace: namespace.to_owned(),
-                proxy: proxy.to_owned(),
-                result,
-            })
+            .get_or_create(&ProbeLabels::of(proxy, result))
             .inc();
         self.probe_latency
-            .get_or_create(&ProxyLabels {
-                namespace: namespace.to_owned(),
-                proxy: proxy.to_owned(),
-            })
+            .get_or_create(&ProxyLabels::of(proxy))
             .observe(seconds);
     }
 
     /// Removes every series of a proxy that is no longer probed.
-    pub fn forget_proxy(&self, namespace: &str, proxy: &str) {
+    pub fn forget_proxy(&self, proxy: &ProxyKey) {
         for result in ["success", "failure"] {
-            self.probes.remove(&ProbeLabels {
-                namespace: namespace.to_owned(),
-                proxy: proxy.to_owned(),
-                result,
-            });
+            self.probes.remove(&ProbeLabels::of(proxy, result));
         }
-        self.probe_latency.remove(&ProxyLabels {
-            namespace: namespace.to_owned(),
-            proxy: proxy.to_owned(),
-        });
+        self.probe_latency.remove(&ProxyLabels::of(proxy));
     }
 
     /// Records one reconcile's duration.
@@ -424,8 +430,9 @@ mod tests {
     fn names_follow_prometheus_conventions_and_proxy_series_are_removed() {
         let metrics = Metrics::default();
         metrics.provider_request("pods", "create", "ok");
-        metrics.probe("crawl", "p1", true, 0.042);
-        metrics.probe("crawl", "p2", false, 5.0);
+        let (p1, p2) = (ProxyKey::new("crawl", "p1"), ProxyKey::new("crawl", "p2"));
+        metrics.probe(&p1, true, 0.042);
+        metrics.probe(&p2, false, 5.0);
         metrics.reconcile(0.01);
         metrics.reconcile_error("transient");
         metrics.panic(Loop::Gc);
@@ -454,7 +461,7 @@ mod tests {
                 "missing {line:?} in:\n{text}"
             );
         }
-        metrics.forget_proxy("crawl", "p1");
+        metrics.forget_proxy(&p1);
         let text = metrics.encode();
         assert!(
             !text.contains(r#"proxy="p1""#),

@@ -19,9 +19,8 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::sync::{Mutex, MutexGuard};
 
+use proxy_core::ProxyKey;
 use proxy_core::record::{DecideRecord, Header, Record, Recording};
-use proxy_core::{Decision, Observed};
-use proxy_crd::{ProxySpec, ProxyStatus};
 
 /// Where recorded lines go besides the ring buffers.
 #[derive(Debug)]
@@ -69,7 +68,7 @@ impl FileSink {
 #[derive(Debug)]
 struct Inner {
     next_seq: u64,
-    rings: BTreeMap<String, VecDeque<Record>>,
+    rings: BTreeMap<ProxyKey, VecDeque<Record>>,
     file: Option<FileSink>,
 }
 
@@ -108,22 +107,15 @@ impl Recorder {
         self.capacity
     }
 
-    /// Records one `decide` call.
-    pub fn decide(
-        &self,
-        object: &str,
-        spec: &ProxySpec,
-        status: &ProxyStatus,
-        observed: &Observed,
-        decision: &Decision,
-    ) {
-        let mut record = Record::from(DecideRecord::new(spec, status, observed, decision));
+    /// Records one `decide` call, in the ring of the object it was about.
+    pub fn decide(&self, record: DecideRecord) {
+        let mut record = Record::from(record);
         let mut inner = self.lock();
         record.set_seq(inner.next_seq);
         let line = match record.to_line() {
             Ok(line) => line,
             Err(error) => {
-                tracing::error!(object, %error, "a decide record does not serialize: dropped");
+                tracing::error!(object = %record.object(), %error, "a decide record does not serialize: dropped");
                 return;
             }
         };
@@ -135,7 +127,7 @@ impl Recorder {
             tracing::error!(%error, "recording to the file failed; the file is closed");
             inner.file = None;
         }
-        let ring = inner.rings.entry(object.to_owned()).or_default();
+        let ring = inner.rings.entry(record.object().clone()).or_default();
         if ring.len() == self.capacity {
             ring.pop_front();
         }
@@ -143,7 +135,7 @@ impl Recorder {
     }
 
     /// Forgets an object that is gone.
-    pub fn forget(&self, object: &str) {
+    pub fn forget(&self, object: &ProxyKey) {
         self.lock().rings.remove(object);
     }
 
@@ -155,12 +147,12 @@ impl Recorder {
     /// The ring buffers as a recording (all objects, or one), records in the order they
     /// were made: what `proxy-operator replay` reads. Empty (and logged) if it cannot be
     /// serialized, which no record kept here can fail: each serialized once already.
-    pub fn dump(&self, object: Option<&str>) -> String {
+    pub fn dump(&self, object: Option<&ProxyKey>) -> String {
         let inner = self.lock();
         let mut records: Vec<&Record> = inner
             .rings
             .iter()
-            .filter(|(key, _)| object.is_none_or(|o| o == key.as_str()))
+            .filter(|(key, _)| object.is_none_or(|o| o == *key))
             .flat_map(|(_, ring)| ring.iter())
             .collect();
         records.sort_by_key(|r| r.seq());
@@ -179,6 +171,7 @@ impl Recorder {
 mod tests {
     use proxy_core::testing::managed_spec;
     use proxy_core::{Observed, decide};
+    use proxy_crd::ProxyStatus;
 
     use super::*;
 
@@ -198,16 +191,28 @@ mod tests {
         let recorder = Recorder::new(header(), 2, None).unwrap();
         let spec = managed_spec();
         let status = ProxyStatus::default();
-        let observed = Observed::test();
-        for object in ["ns/a", "ns/a", "ns/a", "ns/b"] {
+        for name in ["a", "a", "a", "b"] {
+            let mut observed = Observed::test();
+            observed.object.namespace = "ns".into();
+            observed.object.name = name.into();
             let decision = decide(&spec, &status, &observed);
-            recorder.decide(object, &spec, &status, &observed, &decision);
+            recorder.decide(DecideRecord::new(&spec, &status, &observed, &decision));
         }
         let dump = recorder.dump(None);
         assert_eq!(dump.lines().count(), 1 + 2 + 1, "{dump}");
         let report = proxy_core::record::replay(&dump).unwrap();
         assert!(report.is_identical(), "{:?}", report.divergence);
-        assert_eq!(recorder.dump(Some("ns/b")).lines().count(), 2);
+        let only_b = recorder.dump(Some(&ProxyKey::new("ns", "b")));
+        assert_eq!(only_b.lines().count(), 2);
+        assert!(
+            only_b
+                .lines()
+                .nth(1)
+                .unwrap()
+                .contains(r#""object":"ns/b""#)
+        );
+        recorder.forget(&ProxyKey::new("ns", "a"));
+        assert_eq!(recorder.dump(None).lines().count(), 2, "a's ring is gone");
     }
 
     #[test]
@@ -225,8 +230,8 @@ mod tests {
         let status = ProxyStatus::default();
         let observed = Observed::test();
         let decision = decide(&spec, &status, &observed);
-        recorder.decide("ns/a", &spec, &status, &observed, &decision);
-        recorder.forget("ns/b");
+        recorder.decide(DecideRecord::new(&spec, &status, &observed, &decision));
+        recorder.forget(&ProxyKey::new("ns", "b"));
         let dump = recorder.dump(None);
         assert_eq!(dump.lines().count(), 2, "{dump}");
         assert!(proxy_core::record::replay(&dump).unwrap().is_identical());
@@ -249,7 +254,7 @@ mod tests {
         let max = header().to_line().unwrap().len() as u64 + 1 + 3 * (one_record + 1) + 10;
         let recorder = Recorder::new(header(), 8, Some((path.clone(), max))).unwrap();
         for _ in 0..5 {
-            recorder.decide("ns/a", &spec, &status, &observed, &decision);
+            recorder.decide(DecideRecord::new(&spec, &status, &observed, &decision));
         }
         let rotated = dir.join("decisions.jsonl.1");
         for file in [&path, &rotated] {

@@ -1,12 +1,13 @@
 //! Cooldowns: which proxy is kept away from which target until when.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::Arc;
 
 use jiff::Timestamp;
 
+use crate::key::ProxyKey;
+
 /// Cooldown ends by proxy, for one target.
-type ByProxy = BTreeMap<Arc<str>, Timestamp>;
+type ByProxy = BTreeMap<ProxyKey, Timestamp>;
 
 /// Every running cooldown, looked up by target then proxy, and ordered by end so that
 /// ended ones are dropped without a scan.
@@ -15,7 +16,7 @@ pub(super) struct Cooldowns {
     /// Cooldowns reported without a target: they hold for requests without a target.
     untargeted: ByProxy,
     targeted: BTreeMap<String, ByProxy>,
-    ends: BTreeSet<(Timestamp, Option<String>, Arc<str>)>,
+    ends: BTreeSet<(Timestamp, Option<String>, ProxyKey)>,
 }
 
 /// The cooldowns that hold for one target.
@@ -24,7 +25,7 @@ pub(super) struct ForTarget<'a>(Option<&'a ByProxy>);
 
 impl ForTarget<'_> {
     /// Whether `proxy` is cooling down at `now`: O(log c) for c cooldowns on the target.
-    pub(super) fn holds(self, proxy: &str, now: Timestamp) -> bool {
+    pub(super) fn holds(self, proxy: &ProxyKey, now: Timestamp) -> bool {
         self.0
             .and_then(|by_proxy| by_proxy.get(proxy))
             .is_some_and(|until| *until > now)
@@ -44,7 +45,7 @@ impl Cooldowns {
     /// end: a report never shortens a running cooldown.
     pub(super) fn extend(
         &mut self,
-        proxy: Arc<str>,
+        proxy: ProxyKey,
         target: Option<String>,
         until: Timestamp,
     ) -> Timestamp {
@@ -71,7 +72,7 @@ impl Cooldowns {
         }
     }
 
-    fn forget(&mut self, target: Option<String>, proxy: &str) {
+    fn forget(&mut self, target: Option<String>, proxy: &ProxyKey) {
         match target {
             None => {
                 self.untargeted.remove(proxy);

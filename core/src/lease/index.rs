@@ -2,9 +2,9 @@
 //! once for the whole fleet and once per label term.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::Arc;
 
 use super::types::{Labels, Selector};
+use crate::key::ProxyKey;
 
 /// A proxy's place in the selection order: fewest active leases, then lowest latency, then
 /// key. The field order is the order (derived `Ord`).
@@ -12,7 +12,7 @@ use super::types::{Labels, Selector};
 pub(super) struct Rank {
     pub(super) active: u32,
     pub(super) latency_ms: u32,
-    pub(super) key: Arc<str>,
+    pub(super) key: ProxyKey,
 }
 
 /// Eligible proxies by rank, in one set for the fleet and one per `label=value` term.

@@ -7,6 +7,7 @@ use jiff::Timestamp;
 
 use super::later;
 use super::types::Lease;
+use crate::key::ProxyKey;
 
 /// Whether a lease still holds its proxy.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -60,7 +61,7 @@ impl Ledger {
 
     /// Ends the first active lease that expired at or before `now` and returns its proxy;
     /// `None` when no lease is due. It is retained for `retention` after its expiry.
-    pub(super) fn expire_next(&mut self, now: Timestamp, retention: Duration) -> Option<String> {
+    pub(super) fn expire_next(&mut self, now: Timestamp, retention: Duration) -> Option<ProxyKey> {
         if self.expiries.first()?.0 > now {
             return None;
         }
@@ -75,7 +76,7 @@ impl Ledger {
         id: &str,
         now: Timestamp,
         retention: Duration,
-    ) -> Option<String> {
+    ) -> Option<ProxyKey> {
         let entry = self.entries.get(id)?;
         match entry.state {
             State::Retained => None,
@@ -96,7 +97,7 @@ impl Ledger {
         }
     }
 
-    fn retain(&mut self, id: String, forget_at: Timestamp) -> Option<String> {
+    fn retain(&mut self, id: String, forget_at: Timestamp) -> Option<ProxyKey> {
         let entry = self.entries.get_mut(&id)?;
         entry.state = State::Retained;
         let proxy = entry.lease.proxy.clone();

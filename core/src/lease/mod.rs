@@ -27,7 +27,8 @@
 //!
 //! - **Selection.** Among the proxies the selector matches that are healthy, below capacity
 //!   and not cooling down for the target, the one with the fewest active leases, then the
-//!   lowest latency, then the smallest key.
+//!   lowest latency, then the smallest key ([`ProxyKey`]s order as their `namespace/name`
+//!   text).
 //! - **Capacity.** A grant never takes a proxy's active leases above its `max_leases`; 0
 //!   means never leased. Lowering `max_leases` revokes nothing: the proxy takes no new lease
 //!   until it is below the new limit.
@@ -84,11 +85,11 @@ mod types;
 mod view;
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
 use std::time::Duration;
 
 use jiff::Timestamp;
 
+use crate::key::ProxyKey;
 use cooldown::Cooldowns;
 use index::{EligibleIndex, Rank};
 use ledger::Ledger;
@@ -113,9 +114,9 @@ pub struct LeaseBook {
 /// and where it ranks.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 struct Fleet {
-    proxies: BTreeMap<Arc<str>, ProxyView>,
+    proxies: BTreeMap<ProxyKey, ProxyView>,
     /// Active leases per proxy key, also for removed proxies; absent means 0.
-    active: BTreeMap<Arc<str>, u32>,
+    active: BTreeMap<ProxyKey, u32>,
 }
 
 /// Why a proxy cannot take a lease, before cooldowns are looked at.
@@ -136,7 +137,7 @@ impl LeaseBook {
 
     /// Adds the proxy, or replaces the one with the same key. Its active leases are kept.
     pub fn upsert(&mut self, proxy: ProxyView) {
-        let key: Arc<str> = Arc::from(proxy.key.as_str());
+        let key = proxy.key.clone();
         self.unindex(&key);
         self.fleet.proxies.insert(key.clone(), proxy);
         self.index(&key);
@@ -144,7 +145,7 @@ impl LeaseBook {
 
     /// Removes the proxy from selection and listing; returns whether it was in the book.
     /// Its leases and cooldowns stay until they end (see the module's rules).
-    pub fn remove(&mut self, key: &str) -> bool {
+    pub fn remove(&mut self, key: &ProxyKey) -> bool {
         self.unindex(key);
         self.fleet.proxies.remove(key).is_some()
     }
@@ -211,11 +212,9 @@ impl LeaseBook {
         let target = target
             .map(str::to_ascii_lowercase)
             .or_else(|| lease.target.clone());
-        let until = self.cooldowns.extend(
-            Arc::from(proxy.as_str()),
-            target.clone(),
-            later(now, cooldown),
-        );
+        let until = self
+            .cooldowns
+            .extend(proxy.clone(), target.clone(), later(now, cooldown));
         Ok(Some(Cooldown {
             proxy,
             target,
@@ -241,7 +240,7 @@ impl LeaseBook {
     }
 
     /// How many leases are active on the proxy with this key (0 for an unknown key).
-    pub fn active_leases(&self, key: &str) -> u32 {
+    pub fn active_leases(&self, key: &ProxyKey) -> u32 {
         self.fleet.active(key)
     }
 
@@ -262,7 +261,7 @@ impl LeaseBook {
 
     /// The key of the first proxy in rank order that the selector matches and that is not
     /// cooling down for the target.
-    fn best(&self, selector: &Selector, target: Option<&str>, now: Timestamp) -> Option<Arc<str>> {
+    fn best(&self, selector: &Selector, target: Option<&str>, now: Timestamp) -> Option<ProxyKey> {
         let cooling = self.cooldowns.for_target(target);
         self.eligible
             .narrowest(selector)?
@@ -271,7 +270,7 @@ impl LeaseBook {
             .map(|rank| rank.key.clone())
     }
 
-    fn selects(&self, selector: &Selector, key: &str) -> bool {
+    fn selects(&self, selector: &Selector, key: &ProxyKey) -> bool {
         self.fleet
             .proxies
             .get(key)
@@ -280,7 +279,7 @@ impl LeaseBook {
 
     fn grant(
         &mut self,
-        key: Arc<str>,
+        key: ProxyKey,
         id: String,
         target: Option<String>,
         ttl: Duration,
@@ -289,7 +288,7 @@ impl LeaseBook {
         let proxy = &self.fleet.proxies[&key];
         let lease = Lease {
             id,
-            proxy: key.to_string(),
+            proxy: proxy.key.clone(),
             host: proxy.host.clone(),
             port: proxy.port,
             target,
@@ -304,7 +303,7 @@ impl LeaseBook {
         lease
     }
 
-    fn lease_ended(&mut self, key: &str) {
+    fn lease_ended(&mut self, key: &ProxyKey) {
         self.unindex(key);
         if let Some(active) = self.fleet.active.get_mut(key) {
             *active -= 1;
@@ -335,14 +334,14 @@ impl LeaseBook {
 
     /// Takes the proxy out of the eligible index if it is in it. Call before changing
     /// anything that [`Fleet::rank`] reads, and [`index`](Self::index) after.
-    fn unindex(&mut self, key: &str) {
+    fn unindex(&mut self, key: &ProxyKey) {
         if let Some((rank, labels)) = self.fleet.rank(key) {
             self.eligible.remove(&rank, labels);
         }
     }
 
     /// Puts the proxy in the eligible index if it can take a lease.
-    fn index(&mut self, key: &str) {
+    fn index(&mut self, key: &ProxyKey) {
         if let Some((rank, labels)) = self.fleet.rank(key) {
             self.eligible.insert(rank, labels);
         }
@@ -350,12 +349,12 @@ impl LeaseBook {
 }
 
 impl Fleet {
-    fn active(&self, key: &str) -> u32 {
+    fn active(&self, key: &ProxyKey) -> u32 {
         self.active.get(key).copied().unwrap_or(0)
     }
 
     /// The proxy's rank and labels if it is in the book and can take a lease.
-    fn rank(&self, key: &str) -> Option<(Rank, &Labels)> {
+    fn rank(&self, key: &ProxyKey) -> Option<(Rank, &Labels)> {
         let (key, proxy) = self.proxies.get_key_value(key)?;
         let active = self.active(key);
         unavailable(proxy, active).is_none().then(|| {

@@ -6,6 +6,8 @@ use std::time::Duration;
 use jiff::Timestamp;
 use serde::{Deserialize, Serialize};
 
+use crate::key::ProxyKey;
+
 /// A proxy's labels: `metadata.labels` of its `Proxy` object.
 pub type Labels = BTreeMap<String, String>;
 
@@ -15,9 +17,9 @@ pub type Labels = BTreeMap<String, String>;
 /// [removes](super::LeaseBook::remove) it when the `Proxy` object goes away.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ProxyView {
-    /// `namespace/name` of the `Proxy` object: the proxy's identity in the book, and the
-    /// last key of the selection order.
-    pub key: String,
+    /// The `Proxy` object: the proxy's identity in the book, and the last key of the
+    /// selection order.
+    pub key: ProxyKey,
     /// The object's labels, which [`Selector`]s match.
     pub labels: Labels,
     /// Whether the proxy may take new leases: its `Ready` condition is `True` (it has an
@@ -94,8 +96,8 @@ pub struct AcquireRequest {
 pub struct Lease {
     /// The ID the request supplied.
     pub id: String,
-    /// `namespace/name` of the leased proxy.
-    pub proxy: String,
+    /// The leased proxy.
+    pub proxy: ProxyKey,
     /// The host to connect to, as it was when the lease was granted.
     pub host: String,
     /// The port to connect to, as it was when the lease was granted.
@@ -210,8 +212,8 @@ pub struct UnknownLease;
 /// `until`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Cooldown {
-    /// `namespace/name` of the proxy.
-    pub proxy: String,
+    /// The proxy cooling down.
+    pub proxy: ProxyKey,
     /// The target, lowercased; `None` cools the proxy down for requests without a target.
     pub target: Option<String>,
     /// The end of the cooldown: the later of the previous end and `now` plus this report's

@@ -4,6 +4,7 @@
 use proxy_crd::{Phase, ProxySpec, ProxyStatus};
 
 use super::types::{Labels, ProxyView, Selector};
+use crate::key::ProxyKey;
 
 /// The view of one `Proxy` for the lease book, or `None` when it has no address crawlers
 /// could connect to (a Managed proxy whose machine is not running, or a port out of range).
@@ -11,7 +12,7 @@ use super::types::{Labels, ProxyView, Selector};
 /// A proxy is `healthy` (leasable) exactly when its phase is `Ready`: provisioned and passing
 /// its probes. Its latency is the last reported probe latency (0 before any probe).
 pub fn view_of(
-    key: String,
+    key: ProxyKey,
     labels: Labels,
     spec: &ProxySpec,
     status: Option<&ProxyStatus>,
@@ -119,6 +120,10 @@ mod tests {
 
     use super::*;
 
+    fn key(name: &str) -> ProxyKey {
+        ProxyKey::new("ns", name)
+    }
+
     fn managed() -> ProxySpec {
         serde_json::from_value(serde_json::json!({"mode": "Managed", "provider": "pods"})).unwrap()
     }
@@ -137,11 +142,11 @@ mod tests {
     fn views() {
         let labels = Labels::from([("geo".into(), "eu".into())]);
         let ready = status(Phase::Ready, Some("10.0.0.7"), Some(42));
-        let view = view_of("ns/p".into(), labels.clone(), &managed(), Some(&ready)).unwrap();
+        let view = view_of(key("p"), labels.clone(), &managed(), Some(&ready)).unwrap();
         assert_eq!(
             view,
             ProxyView {
-                key: "ns/p".into(),
+                key: key("p"),
                 labels,
                 healthy: true,
                 latency_ms: 42,
@@ -151,23 +156,15 @@ mod tests {
             }
         );
         let unhealthy = status(Phase::Unhealthy, Some("10.0.0.7"), None);
-        let view = view_of("ns/p".into(), Labels::new(), &managed(), Some(&unhealthy)).unwrap();
+        let view = view_of(key("p"), Labels::new(), &managed(), Some(&unhealthy)).unwrap();
         assert!(!view.healthy);
         assert_eq!(view.latency_ms, 0);
         let provisioning = status(Phase::Provisioning, None, None);
         assert_eq!(
-            view_of(
-                "ns/p".into(),
-                Labels::new(),
-                &managed(),
-                Some(&provisioning)
-            ),
+            view_of(key("p"), Labels::new(), &managed(), Some(&provisioning)),
             None
         );
-        assert_eq!(
-            view_of("ns/p".into(), Labels::new(), &managed(), None),
-            None
-        );
+        assert_eq!(view_of(key("p"), Labels::new(), &managed(), None), None);
         let external = ProxySpec {
             mode: Mode::External,
             provider: None,
@@ -178,7 +175,7 @@ mod tests {
             max_leases: Some(0),
             ..managed()
         };
-        let view = view_of("ns/e".into(), Labels::new(), &external, None).unwrap();
+        let view = view_of(key("e"), Labels::new(), &external, None).unwrap();
         assert_eq!(
             (view.host.as_str(), view.port, view.max_leases, view.healthy),
             ("proxy.example", 8080, 0, false)

@@ -5,7 +5,8 @@ use std::fmt;
 use serde_json::Value;
 
 use super::canonical;
-use super::schema::{DecideRecord, Header, Record, SCHEMA, key_of};
+use super::schema::{DecideRecord, Header, Record, SCHEMA};
+use crate::key::ProxyKey;
 
 /// A recording: the header and the records, in file order.
 ///
@@ -201,21 +202,15 @@ fn check(record: &Record) -> Result<(), String> {
         Record::Decide(record) => {
             let DecideRecord { object, input, .. } = &**record;
             let meta = &input.observed.object;
-            let expected = format!("{}/{}", meta.namespace, meta.name);
+            let expected = ProxyKey::new(&meta.namespace, &meta.name);
             if *object != expected {
                 return Err(format!(
-                    "object {object:?} is not the input's object {expected:?}"
+                    "object \"{object}\" is not the input's object \"{expected}\""
                 ));
             }
         }
-        Record::Health(record) => {
-            if key_of(&record.object).is_none() {
-                return Err(format!(
-                    "object {:?} is not of the form namespace/name",
-                    record.object
-                ));
-            }
-        }
+        // Its object parsed as a `ProxyKey`, and nothing else in it names the proxy.
+        Record::Health(_) => {}
     }
     Ok(())
 }

@@ -14,6 +14,7 @@ use sha2::{Digest, Sha256};
 
 use super::schema::{DecideInput, DecideRecord, Redaction};
 use crate::action::Decision;
+use crate::key::ProxyKey;
 use crate::observed::{CloudInitView, Observed};
 use crate::reconcile::Decided;
 use crate::spec_hash::{HashInput, spec_hash};
@@ -43,7 +44,7 @@ impl DecideRecord {
     ) -> Self {
         let mut record = Self {
             seq: 0,
-            object: format!("{}/{}", observed.object.namespace, observed.object.name),
+            object: ProxyKey::new(&observed.object.namespace, &observed.object.name),
             input: DecideInput {
                 spec: spec.clone(),
                 status: status.clone(),

@@ -11,13 +11,13 @@ use super::canonical;
 use super::file::{Recording, ReplayError};
 use super::redact;
 use super::schema::{
-    DecideRecord, Header, HealthOutput, HealthRecord, HealthReport, HealthState, Record, key_of,
+    DecideRecord, Header, HealthOutput, HealthRecord, HealthReport, HealthState, Record,
 };
 use crate::action::Decision;
 use crate::health::{
-    HealthBook, LATENCY_FLOOR_MS, LATENCY_REPORT_INTERVAL, Probe, ProxyKey, Report, ReportReason,
-    Thresholds,
+    HealthBook, LATENCY_FLOOR_MS, LATENCY_REPORT_INTERVAL, Probe, Report, ReportReason, Thresholds,
 };
+use crate::key::ProxyKey;
 use crate::observed::{HealthVerdict, Observed};
 
 /// Replays `text`, a recording, through this build's [`decide`](fn@crate::decide) and health
@@ -98,7 +98,7 @@ impl Recording {
                     line,
                     seq: record.seq(),
                     kind: record.kind(),
-                    object: record.object().to_owned(),
+                    object: record.object().clone(),
                     at: record.at(),
                     path,
                     recorded: canonical::pretty(&recorded),
@@ -153,8 +153,8 @@ pub struct Divergence {
     pub seq: u64,
     /// `"decide"` or `"health"`.
     pub kind: &'static str,
-    /// The object, as `namespace/name`.
-    pub object: String,
+    /// The object.
+    pub object: ProxyKey,
     /// The time of the call ([`Record::at`]).
     pub at: Timestamp,
     /// Where the outputs first differ, as a JSON pointer into the output (`/actions/0`);
@@ -229,18 +229,17 @@ struct Books {
 
 impl Books {
     fn replay(&mut self, record: &HealthRecord) -> Result<(Value, Value), String> {
-        let key = key_of(&record.object)
-            .ok_or_else(|| format!("object {:?} is not namespace/name", record.object))?;
+        let key = &record.object;
         let input = &record.input;
-        let book = self.book_at(&key, input.state.as_ref())?;
+        let book = self.book_at(key, input.state.as_ref())?;
         let report = book.record(
-            &key,
+            key,
             &input.target.to_core(),
             input.probe.to_core(),
             input.thresholds.to_core(),
         );
         let state = book
-            .get(&key)
+            .get(key)
             .map(HealthState::of)
             .ok_or("HealthBook::record kept no state for the key it recorded")?;
         let replayed = HealthOutput {

@@ -15,9 +15,10 @@ use serde::{Deserialize, Serialize};
 
 use crate::action::Decision;
 use crate::health::{
-    self, HealthBook, LATENCY_FLOOR_MS, LATENCY_REPORT_INTERVAL, Probe, ProxyHealth, ProxyKey,
-    Report, ReportReason, Target, Thresholds,
+    HealthBook, LATENCY_FLOOR_MS, LATENCY_REPORT_INTERVAL, Probe, ProxyHealth, Report,
+    ReportReason, Target, Thresholds,
 };
+use crate::key::ProxyKey;
 use crate::observed::{HealthVerdict, Observed, Timing};
 use crate::probe_failure::ProbeFailure;
 
@@ -128,8 +129,8 @@ impl Record {
         }
     }
 
-    /// The object the call was about, as `namespace/name`.
-    pub fn object(&self) -> &str {
+    /// The object the call was about.
+    pub fn object(&self) -> &ProxyKey {
         match self {
             Self::Decide(record) => &record.object,
             Self::Health(record) => &record.object,
@@ -170,8 +171,8 @@ impl Record {
 pub struct DecideRecord {
     /// Position in the file, set by [`Recording::push`](super::Recording::push).
     pub seq: u64,
-    /// `namespace/name` of the object, from the input's metadata (for grep).
-    pub object: String,
+    /// The object, from the input's metadata, written `namespace/name` (for grep).
+    pub object: ProxyKey,
     /// The arguments of the call.
     pub input: DecideInput,
     /// What the call returned (with the cloud-init content redacted).
@@ -216,8 +217,8 @@ pub struct Redaction {
 pub struct HealthRecord {
     /// Position in the file, set by [`Recording::push`](super::Recording::push).
     pub seq: u64,
-    /// The proxy's key, as `namespace/name`.
-    pub object: String,
+    /// The proxy's key, written `namespace/name`.
+    pub object: ProxyKey,
     /// The arguments of the call, and the book's state for this proxy before it.
     pub input: HealthInput,
     /// The report it returned, and the book's state for this proxy after it.
@@ -246,7 +247,7 @@ impl HealthRecord {
         };
         let record = Self {
             seq: 0,
-            object: key.to_string(),
+            object: key.clone(),
             input: HealthInput {
                 target: ProbeTarget::of(target),
                 probe: ProbeResult::of(probe),
@@ -462,10 +463,4 @@ impl HealthReportReason {
             Self::Latency => ReportReason::Latency,
         }
     }
-}
-
-/// `namespace/name` as a [`ProxyKey`]; `None` without a `/`.
-pub(super) fn key_of(object: &str) -> Option<ProxyKey> {
-    let (namespace, name) = object.split_once('/')?;
-    Some(health::ProxyKey::new(namespace, name))
 }

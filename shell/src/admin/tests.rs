@@ -101,3 +101,16 @@ async fn without_a_token_the_recording_refuses_a_client_from_elsewhere() {
         .await;
     assert_eq!(unknown.status(), 403);
 }
+
+#[tokio::test]
+async fn the_object_of_a_recording_is_namespace_slash_name() {
+    let (url, _stop) = start(None).await;
+    let (status, body) = get(&format!("{url}/debug/recording?object=crawl/px-1"), None).await;
+    assert_eq!(status, 200, "{body}");
+    let (status, body) = get(&format!("{url}/debug/recording?object=px-1"), None).await;
+    assert_eq!(status, 400, "{body}");
+    assert!(
+        body.contains(r#""px-1" is not of the form namespace/name: it has no '/'"#),
+        "{body}"
+    );
+}

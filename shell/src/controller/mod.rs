@@ -22,7 +22,10 @@ use kube::runtime::controller::{self, Controller};
 use kube::runtime::events::{Recorder as EventRecorder, Reporter};
 use kube::runtime::reflector::{self, ObjectRef};
 use kube::runtime::{WatchStreamExt, watcher};
-use proxy_core::{Followup, Interruption, Next, Outcome, Reconcile, Requeue, Timing, Wake};
+use proxy_core::record::DecideRecord;
+use proxy_core::{
+    Followup, Interruption, Next, Outcome, ProxyKey, Reconcile, Requeue, Timing, Wake,
+};
 use proxy_crd::{CLOUD_INIT_SECRET_LABEL, Proxy};
 
 use self::execute::Executor;
@@ -59,7 +62,7 @@ pub struct Context {
     events: EventRecorder,
     // Consecutive failed reconciles per object, which the core's driver turns into a
     // backoff ([`Followup`]); an object without an entry has none.
-    failures: Mutex<BTreeMap<String, u32>>,
+    failures: Mutex<BTreeMap<ProxyKey, u32>>,
 }
 
 /// Why a reconcile did not finish.
@@ -136,7 +139,7 @@ impl Context {
     }
 
     /// Consecutive failed reconciles of `object` so far.
-    fn failures(&self, object: &str) -> u32 {
+    fn failures(&self, object: &ProxyKey) -> u32 {
         supervise::lock(&self.failures)
             .get(object)
             .copied()
@@ -145,12 +148,12 @@ impl Context {
 
     /// Keeps the failure count `followup` gives `object`, and turns its wake-up into
     /// kube-runtime's requeue.
-    fn follow(&self, object: &str, followup: Followup) -> controller::Action {
+    fn follow(&self, object: &ProxyKey, followup: Followup) -> controller::Action {
         let mut failures = supervise::lock(&self.failures);
         if followup.failures == 0 {
             failures.remove(object);
         } else {
-            failures.insert(object.to_owned(), followup.failures);
+            failures.insert(object.clone(), followup.failures);
         }
         match followup.wake {
             Wake::After(delay) => controller::Action::requeue(delay),
@@ -273,16 +276,8 @@ pub async fn run(
     }
 }
 
-fn key(proxy: &Proxy) -> String {
-    format!(
-        "{}/{}",
-        proxy.namespace().unwrap_or_default(),
-        proxy.name_any()
-    )
-}
-
 fn error_policy(proxy: Arc<Proxy>, error: &Error, ctx: Arc<Context>) -> controller::Action {
-    let object = key(&proxy);
+    let object = ProxyKey::of(&proxy);
     let followup = Followup::interrupted(error.interruption(), ctx.failures(&object));
     match followup.wake {
         Wake::OnChange => tracing::info!(proxy = %object, %error, "reconcile stopped"),
@@ -296,13 +291,13 @@ fn error_policy(proxy: Arc<Proxy>, error: &Error, ctx: Arc<Context>) -> controll
 
 /// One reconcile under the panic boundary: a panic is an [`Error::Panicked`], so the object
 /// is requeued with backoff like any failure and every other object goes on being served.
-#[tracing::instrument(skip_all, fields(proxy = %key(&cached)))]
+#[tracing::instrument(skip_all, fields(proxy = %ProxyKey::of(&cached)))]
 async fn reconcile(cached: Arc<Proxy>, ctx: Arc<Context>) -> Result<controller::Action, Error> {
     let started = Instant::now();
-    let object = key(&cached);
+    let object = ProxyKey::of(&cached);
     let result = supervise::guard(
         Loop::Reconcile,
-        &object,
+        object.as_str(),
         &ctx.metrics,
         reconcile_once(cached, &ctx),
     )
@@ -327,12 +322,12 @@ async fn reconcile_once(
     let Some(proxy) = observe::current(&cached, ctx).await? else {
         return Ok(controller::Action::await_change());
     };
-    let object = key(&proxy);
+    let object = ProxyKey::of(&proxy);
     let observed = observe::observe(&proxy, ctx.failures(&object), ctx).await?;
     let status = proxy.status.clone().unwrap_or_default();
     let execute = Executor::new(&proxy, ctx);
     let started = Reconcile::start(proxy.spec.clone(), status, observed);
-    record(ctx, &object, started.decided());
+    ctx.recorder.decide(DecideRecord::of(started.decided()));
     execute.metadata(started.metadata()).await?;
     let plan = match started.metadata_written() {
         Next::Done(plan) => plan,
@@ -342,7 +337,7 @@ async fn reconcile_once(
                 ctx.metrics.reconcile_error(error.class.label());
             }
             let second = pending.after(outcome);
-            record(ctx, &object, second.decided());
+            ctx.recorder.decide(DecideRecord::of(second.decided()));
             execute.metadata(second.metadata()).await?;
             second.metadata_written()
         }
@@ -356,14 +351,4 @@ async fn reconcile_once(
         tracing::warn!(failures = followup.failures, wake = ?followup.wake, "provider call failed, retrying with backoff");
     }
     Ok(ctx.follow(&object, followup))
-}
-
-fn record(ctx: &Context, object: &str, decided: proxy_core::Decided<'_>) {
-    ctx.recorder.decide(
-        object,
-        decided.spec,
-        decided.status,
-        decided.observed,
-        decided.decision,
-    );
 }

@@ -57,10 +57,7 @@ pub async fn observe(proxy: &Proxy, failures: u32, ctx: &Context) -> Result<Obse
         .as_deref()
         .and_then(|name| ctx.providers.get(name));
     let instance = match (provider, instance_id(&status)) {
-        (Some(provider), Some(id)) => match provider.get(id).await {
-            Ok(state) => InstanceView::from(state),
-            Err(error) => InstanceView::Error(error),
-        },
+        (Some(provider), Some(id)) => InstanceView::from(provider.get(id).await),
         _ => InstanceView::NotLookedUp,
     };
     Ok(Observed {

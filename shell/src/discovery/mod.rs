@@ -20,6 +20,7 @@ use std::time::Duration;
 
 use kube::ResourceExt;
 use kube::runtime::reflector::Store;
+use proxy_core::ProxyKey;
 use proxy_core::lease::{LeaseBook, LeaseConfig, ProxyView, Selector, view_of};
 use proxy_crd::Proxy;
 
@@ -96,13 +97,13 @@ impl Discovery {
         loop {
             tick.tick().await;
             let views = store.state().into_iter().filter_map(|proxy| {
-                let key = format!(
-                    "{}/{}",
-                    proxy.namespace().unwrap_or_default(),
-                    proxy.name_any()
-                );
                 let labels = proxy.labels().clone().into_iter().collect();
-                view_of(key, labels, &proxy.spec, proxy.status.as_ref())
+                view_of(
+                    ProxyKey::of(&proxy),
+                    labels,
+                    &proxy.spec,
+                    proxy.status.as_ref(),
+                )
             });
             self.replace_fleet(views);
         }
@@ -111,7 +112,7 @@ impl Discovery {
     /// Makes `views` the fleet: upserts each, and removes the proxies not among them.
     pub fn replace_fleet(&self, views: impl IntoIterator<Item = ProxyView>) {
         let mut book = self.book();
-        let mut gone: BTreeSet<String> = book
+        let mut gone: BTreeSet<ProxyKey> = book
             .list(&Selector::all(), false)
             .into_iter()
             .map(|listed| listed.proxy.key.clone())

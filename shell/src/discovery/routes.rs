@@ -156,10 +156,9 @@ struct ProxyItem<'a> {
 impl<'a> From<Listed<'a>> for ProxyItem<'a> {
     fn from(listed: Listed<'a>) -> Self {
         let proxy = listed.proxy;
-        let (namespace, name) = proxy.key.split_once('/').unwrap_or(("", &proxy.key));
         Self {
-            namespace,
-            name,
+            namespace: proxy.key.namespace(),
+            name: proxy.key.name(),
             host: &proxy.host,
             port: proxy.port,
             url: proxy_url(&proxy.host, proxy.port),
@@ -258,17 +257,16 @@ struct LeasedProxy {
 
 impl From<Lease> for LeaseGranted {
     fn from(lease: Lease) -> Self {
-        let (namespace, name) = lease.proxy.split_once('/').unwrap_or(("", &lease.proxy));
         Self {
-            lease_id: lease.id.clone(),
             proxy: LeasedProxy {
-                namespace: namespace.to_owned(),
-                name: name.to_owned(),
+                namespace: lease.proxy.namespace().to_owned(),
+                name: lease.proxy.name().to_owned(),
                 url: proxy_url(&lease.host, lease.port),
-                host: lease.host.clone(),
+                host: lease.host,
                 port: lease.port,
             },
-            target: lease.target.clone(),
+            lease_id: lease.id,
+            target: lease.target,
             expires_at: lease.expires_at.to_string(),
             ttl_seconds: lease.ttl.as_secs(),
         }

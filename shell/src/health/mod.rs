@@ -38,7 +38,8 @@ use std::time::Duration;
 use kube::ResourceExt;
 use kube::runtime::reflector::{ObjectRef, Store};
 use proxy_core::HealthVerdict;
-use proxy_core::health::{HealthBook, Probe, ProxyKey, Target, Thresholds};
+use proxy_core::ProxyKey;
+use proxy_core::health::{HealthBook, Probe, Target, Thresholds};
 use proxy_core::probe_schedule::{Listed, Moment, ProbeId, ProbeSchedule, Start};
 use proxy_crd::Proxy;
 use tokio::sync::{Semaphore, mpsc};
@@ -152,7 +153,7 @@ impl HealthEngine {
     /// status shows: the reconcile that asks is about to decide, and without the seed it
     /// would write "awaiting probe" over a Ready proxy.
     pub fn reported(&self, proxy: &Proxy) -> Option<HealthVerdict> {
-        let key = ProxyKey::new(proxy.namespace().unwrap_or_default(), proxy.name_any());
+        let key = ProxyKey::of(proxy);
         let uid = proxy.uid().unwrap_or_default();
         let mut book = lock(&self.book);
         if let Some(status) = &proxy.status {
@@ -223,7 +224,7 @@ impl HealthEngine {
         }
         if !schedule.is_empty() {
             for key in schedule.clear() {
-                self.metrics.forget_proxy(&key.namespace, &key.name);
+                self.metrics.forget_proxy(&key);
             }
             *lock(&self.book) = HealthBook::new();
         }
@@ -235,7 +236,7 @@ impl HealthEngine {
     fn refresh(&self, store: &Store<Proxy>, schedule: &mut ProbeSchedule, now: Moment) {
         let proxies = store.state();
         let listed = proxies.iter().map(|proxy| Listed {
-            key: ProxyKey::new(proxy.namespace().unwrap_or_default(), proxy.name_any()),
+            key: ProxyKey::of(proxy),
             uid: proxy.metadata.uid.as_deref().unwrap_or_default(),
             spec: &proxy.spec,
             status: proxy.status.as_ref(),
@@ -243,7 +244,7 @@ impl HealthEngine {
         let gone = schedule.refresh(listed, now, &mut lock(&self.book));
         for gone in gone {
             tracing::debug!(proxy = %gone, "no longer probed");
-            self.metrics.forget_proxy(&gone.namespace, &gone.name);
+            self.metrics.forget_proxy(&gone);
         }
     }
 
@@ -309,12 +310,8 @@ impl HealthEngine {
         if let Some(error) = &result.error {
             tracing::debug!(proxy = %key, cause = ?error.cause, error = %error.detail, "probe failed");
         }
-        self.metrics.probe(
-            &key.namespace,
-            &key.name,
-            result.ok,
-            result.latency.as_secs_f64(),
-        );
+        self.metrics
+            .probe(&key, result.ok, result.latency.as_secs_f64());
         let latency_ms = u32::try_from(result.latency.as_millis()).unwrap_or(u32::MAX);
         let mut book = lock(&self.book);
         let Some(report) = book.record(
@@ -332,7 +329,7 @@ impl HealthEngine {
         };
         // Never wait on the controller: when its queue is full the report is not marked
         // delivered, and the next probe reports again.
-        let reference = ObjectRef::new(&key.name).within(&key.namespace);
+        let reference = ObjectRef::new(key.name()).within(key.namespace());
         if reconcile.try_send(reference).is_ok() {
             book.delivered(&report);
             tracing::info!(proxy = %key, healthy = report.verdict.healthy, latency_ms = report.verdict.latency_ms, reason = ?report.reason, "health reported");

@@ -6,11 +6,13 @@
 
 use async_trait::async_trait;
 use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
-use proxy_core::{CreateRequest, ProviderError};
+use proxy_core::gc::Listed;
+use proxy_core::{CreateRequest, InstanceState, ProviderError};
 use serde_json::json;
 
-use super::{Instance, InstanceState, Provider, labels};
+use super::{Provider, labels};
 use crate::config::KubernetesSettings;
 
 /// Creates squid Pods through the Kubernetes API.
@@ -131,6 +133,22 @@ pub fn classify(error: kube::Error) -> ProviderError {
     }
 }
 
+/// A listed Pod as the GC reads it: its provider ID, its labels, its creation time.
+pub fn listed(pod: Pod) -> Listed {
+    let metadata = pod.metadata;
+    Listed {
+        provider_id: format!(
+            "{}/{}",
+            metadata.namespace.unwrap_or_default(),
+            metadata.name.unwrap_or_default()
+        ),
+        labels: metadata.labels.unwrap_or_default(),
+        created_at: metadata
+            .creation_timestamp
+            .and_then(|Time(at)| crate::time::from_kube(at)),
+    }
+}
+
 fn split_id(provider_id: &str) -> Result<(&str, &str), ProviderError> {
     provider_id.split_once('/').ok_or_else(|| {
         ProviderError::permanent(format!(
@@ -178,7 +196,7 @@ impl Provider for KubernetesProvider {
         }
     }
 
-    async fn list_by_tag(&self) -> Result<Vec<Instance>, ProviderError> {
+    async fn list_by_tag(&self) -> Result<Vec<Listed>, ProviderError> {
         let pods: Api<Pod> = Api::all(self.client.clone());
         let list = pods
             .list(&ListParams::default().labels(&format!(
@@ -188,23 +206,7 @@ impl Provider for KubernetesProvider {
             )))
             .await
             .map_err(classify)?;
-        Ok(list
-            .items
-            .into_iter()
-            .map(|pod| Instance {
-                provider_id: format!(
-                    "{}/{}",
-                    pod.metadata.namespace.clone().unwrap_or_default(),
-                    pod.metadata.name.clone().unwrap_or_default()
-                ),
-                labels: pod.metadata.labels.clone().unwrap_or_default(),
-                created_at: pod
-                    .metadata
-                    .creation_timestamp
-                    .as_ref()
-                    .and_then(|t| t.0.to_string().parse().ok()),
-            })
-            .collect())
+        Ok(list.items.into_iter().map(listed).collect())
     }
 }
 
@@ -300,11 +302,32 @@ mod tests {
             assert_eq!(state_of(&pod), want, "{:?}", pod.status);
         }
         let mut deleting = with(Some("Running"), Some("10.1.2.3"));
-        deleting.metadata.deletion_timestamp =
-            Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
-                k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
-            ));
+        deleting.metadata.deletion_timestamp = Some(Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH));
         assert_eq!(state_of(&deleting), InstanceState::Terminated);
+    }
+
+    #[test]
+    fn a_listed_pod_keeps_its_id_labels_and_exact_creation_time() {
+        let listed = listed_of_json(json!({"metadata": {
+            "namespace": "crawl",
+            "name": "proxy-abc",
+            "labels": {labels::MANAGED: "true", labels::PROXY_UID: "uid-1"},
+            "creationTimestamp": "2026-11-30T12:00:01Z",
+        }}));
+        assert_eq!(listed.provider_id, "crawl/proxy-abc");
+        assert_eq!(listed.labels[labels::PROXY_UID], "uid-1");
+        assert_eq!(listed.labels.len(), 2);
+        assert_eq!(
+            listed.created_at,
+            Some("2026-11-30T12:00:01Z".parse().unwrap())
+        );
+        let unknown_age = listed_of_json(json!({"metadata": {"name": "p"}}));
+        assert_eq!(unknown_age.created_at, None);
+        assert_eq!(unknown_age.provider_id, "/p");
+    }
+
+    fn listed_of_json(pod: serde_json::Value) -> Listed {
+        listed(serde_json::from_value(pod).unwrap())
     }
 
     #[test]

@@ -8,10 +8,11 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use proxy_core::{CreateRequest, ProviderError};
+use proxy_core::gc::Listed;
+use proxy_core::{CreateRequest, InstanceState, ProviderError, ProxyKey};
 use tracing::Instrument;
 
-use super::{Instance, InstanceState, Provider};
+use super::Provider;
 use crate::metrics::Metrics;
 
 /// A provider with metrics and tracing around every call.
@@ -63,7 +64,7 @@ impl Drop for InFlight<'_> {
 #[async_trait]
 impl Provider for Metered {
     async fn create(&self, request: &CreateRequest) -> Result<String, ProviderError> {
-        let span = tracing::info_span!("provider", provider = %self.name, op = "create", instance = %request.instance_name, proxy = %format!("{}/{}", request.namespace, request.name));
+        let span = tracing::info_span!("provider", provider = %self.name, op = "create", instance = %request.instance_name, proxy = %ProxyKey::new(&request.namespace, &request.name));
         let in_flight = self.in_flight();
         let result = self.inner.create(request).instrument(span).await;
         drop(in_flight);
@@ -90,7 +91,7 @@ impl Provider for Metered {
         result
     }
 
-    async fn list_by_tag(&self) -> Result<Vec<Instance>, ProviderError> {
+    async fn list_by_tag(&self) -> Result<Vec<Listed>, ProviderError> {
         let span = tracing::info_span!("provider", provider = %self.name, op = "list");
         let in_flight = self.in_flight();
         let result = self.inner.list_by_tag().instrument(span).await;

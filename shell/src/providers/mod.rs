@@ -10,13 +10,18 @@
 //! - errors are classified ([`ErrorClass`]): unclassified failures are transient, because
 //!   retrying is always safer than latching a Proxy as Failed;
 //! - all methods are safe to call concurrently.
+//!
+//! The trait speaks the core's types: `get` answers a [`proxy_core::InstanceState`], which
+//! becomes the observation's `InstanceView` as it is, and `list_by_tag` answers the
+//! [`proxy_core::gc::Listed`] instances the GC selects from.
 
 pub mod kubernetes;
 pub mod metered;
 pub mod registry;
 
 use async_trait::async_trait;
-use proxy_core::{CreateRequest, InstanceView, ProviderError};
+use proxy_core::gc::Listed;
+use proxy_core::{CreateRequest, InstanceState, ProviderError};
 
 pub use proxy_core::ErrorClass;
 
@@ -26,44 +31,6 @@ pub mod labels {
     pub use proxy_core::gc::labels::{INSTALLATION, MANAGED, MANAGED_VALUE, PROXY_UID};
     /// The name of the Proxy, for humans.
     pub const PROXY_NAME: &str = "crawl.example.com/proxy-name";
-}
-
-/// What a provider reports about one instance.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum InstanceState {
-    /// Exists but does not serve yet.
-    Provisioning,
-    /// Runs and serves at this address.
-    Running(String),
-    /// Exists but is stopped.
-    Stopped,
-    /// Terminated, failed, or being deleted.
-    Terminated,
-    /// Does not exist.
-    NotFound,
-}
-
-impl From<InstanceState> for InstanceView {
-    fn from(state: InstanceState) -> Self {
-        match state {
-            InstanceState::Provisioning => Self::Provisioning,
-            InstanceState::Running(ip) => Self::Running { ip },
-            InstanceState::Stopped => Self::Stopped,
-            InstanceState::Terminated => Self::Terminated,
-            InstanceState::NotFound => Self::NotFound,
-        }
-    }
-}
-
-/// An instance found by [`Provider::list_by_tag`].
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Instance {
-    /// The provider's ID of the instance.
-    pub provider_id: String,
-    /// All its labels (or tags): the GC reads ownership from them.
-    pub labels: std::collections::BTreeMap<String, String>,
-    /// When it was created, if the provider knows.
-    pub created_at: Option<jiff::Timestamp>,
 }
 
 /// A provider of proxy machines.
@@ -79,5 +46,5 @@ pub trait Provider: Send + Sync + std::fmt::Debug {
     /// Deletes the instance with this ID; succeeds when it is already gone.
     async fn delete(&self, provider_id: &str) -> Result<(), ProviderError>;
     /// Every instance carrying the managed label.
-    async fn list_by_tag(&self) -> Result<Vec<Instance>, ProviderError>;
+    async fn list_by_tag(&self) -> Result<Vec<Listed>, ProviderError>;
 }

@@ -20,7 +20,7 @@ const TOKEN: &str = "bench";
 
 fn fleet(n: usize) -> impl Iterator<Item = ProxyView> {
     (0..n).map(|i| ProxyView {
-        key: format!("crawl/p{i:05}"),
+        key: proxy_core::ProxyKey::new("crawl", format!("p{i:05}")),
         labels: [(
             "geo".to_owned(),
             if i % 2 == 0 { "eu" } else { "us" }.to_owned(),

@@ -7,7 +7,7 @@
 
 use std::time::{Duration, Instant};
 
-use proxy_core::record::{Config, Header, Operator, Record, Recording};
+use proxy_core::record::{Config, DecideRecord, Header, Operator, Record, Recording};
 use proxy_core::{Decision, decide};
 use proxy_operator::recorder::Recorder;
 use proxy_tests::bins::repo_root;
@@ -66,12 +66,22 @@ fn main() -> anyhow::Result<()> {
     let bare = time(&inputs, |i| decide(&i.spec, &i.status, &i.observed));
     let recorded = time(&inputs, |i| {
         let decision = decide(&i.spec, &i.status, &i.observed);
-        ring.decide("crawl/bench", &i.spec, &i.status, &i.observed, &decision);
+        ring.decide(DecideRecord::new(
+            &i.spec,
+            &i.status,
+            &i.observed,
+            &decision,
+        ));
         decision
     });
     let filed = time(&inputs, |i| {
         let decision = decide(&i.spec, &i.status, &i.observed);
-        with_file.decide("crawl/bench", &i.spec, &i.status, &i.observed, &decision);
+        with_file.decide(DecideRecord::new(
+            &i.spec,
+            &i.status,
+            &i.observed,
+            &decision,
+        ));
         decision
     });
     let _ = std::fs::remove_dir_all(&dir);

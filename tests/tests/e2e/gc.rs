@@ -347,7 +347,7 @@ async fn gc_brake_holds_back_a_mass_sweep() {
             .await
             .unwrap();
         let created = pod.metadata.creation_timestamp.unwrap().0;
-        newest = newest.max(created.to_string().parse().unwrap());
+        newest = newest.max(proxy_operator::time::from_kube(created).unwrap());
     }
     while jiff::Timestamp::now() < newest + jiff::SignedDuration::from_secs(2) {
         tokio::time::sleep(Duration::from_millis(100)).await;

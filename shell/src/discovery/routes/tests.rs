@@ -21,7 +21,7 @@ fn state() -> Arc<Discovery> {
         ("c", "us", false, 5),
     ] {
         discovery.book().upsert(ProxyView {
-            key: format!("crawl/{name}"),
+            key: proxy_core::ProxyKey::new("crawl", name),
             labels: [("geo".to_owned(), geo.to_owned())].into(),
             healthy,
             latency_ms: latency,
