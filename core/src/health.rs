@@ -424,6 +424,16 @@ impl HealthBook {
     pub fn get(&self, key: &ProxyKey) -> Option<&ProxyHealth> {
         self.proxies.get(key)
     }
+
+    /// Drops the state of `key` (the Proxy is gone); returns whether the book held one.
+    pub fn forget(&mut self, key: &ProxyKey) -> bool {
+        self.proxies.remove(key).is_some()
+    }
+
+    /// How many proxies the book holds a state for.
+    pub fn tracked(&self) -> usize {
+        self.proxies.len()
+    }
 }
 
 /// The verdict `status` shows, for [`HealthBook::seed`]: `None` unless it has an address, a
@@ -446,6 +456,27 @@ pub fn reported_in_status(status: &ProxyStatus) -> Option<HealthVerdict> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn forgetting_a_proxy_drops_its_state_and_only_its() {
+        let verdict = |host: &str| HealthVerdict {
+            host: host.to_owned(),
+            healthy: true,
+            latency_ms: 5,
+            probed_at: jiff::Timestamp::UNIX_EPOCH,
+            failure: None,
+        };
+        let (a, b) = (ProxyKey::new("ns", "a"), ProxyKey::new("ns", "b"));
+        let mut book = HealthBook::new();
+        assert!(book.seed(&a, "uid-a", verdict("10.0.0.1")));
+        assert!(book.seed(&b, "uid-b", verdict("10.0.0.2")));
+        assert_eq!(book.tracked(), 2);
+        assert!(book.forget(&a));
+        assert!(!book.forget(&a), "a second forget finds nothing");
+        assert_eq!(book.tracked(), 1);
+        assert_eq!(book.reported(&a, "uid-a"), None);
+        assert!(book.reported(&b, "uid-b").is_some());
+    }
 
     #[test]
     fn latency_moves_by_more_than_the_floor_and_half_the_reported_value() {

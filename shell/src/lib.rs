@@ -1,7 +1,10 @@
 //! The effects shell of proxy-operator: everything that does I/O around the pure
-//! `proxy-core`. Each module is one concern; `main.rs` only wires them.
+//! `proxy-core`. Each module is one concern: [`args`] parses the flags, [`wiring`] builds the
+//! parts from them, [`loops`] runs them; `main.rs` only dispatches the subcommands.
 
 pub mod admin;
+pub mod args;
+pub mod commands;
 pub mod config;
 pub mod controller;
 pub mod discovery;
@@ -9,6 +12,7 @@ pub mod gate;
 pub mod gc;
 pub mod health;
 pub mod leadership;
+pub mod loops;
 pub mod metrics;
 pub mod providers;
 pub mod recorder;
@@ -16,3 +20,5 @@ pub mod server;
 pub mod supervise;
 pub mod telemetry;
 pub mod time;
+pub mod tracked;
+pub mod wiring;

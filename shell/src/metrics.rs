@@ -5,9 +5,10 @@
 //! `_total` on counters. What can be read when scraped is read then (proxies by phase,
 //! active leases), so no gauge drifts from the truth and no series outlives its object.
 //! Per-proxy series (probe results and latency) are removed when the health engine stops
-//! probing the proxy.
+//! probing the proxy, and when the Proxy goes ([`crate::tracked`]).
 
-use std::sync::{Arc, OnceLock};
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 
 use kube::runtime::reflector::Store;
 use prometheus_client::collector::Collector;
@@ -22,7 +23,8 @@ use proxy_crd::{Phase, Proxy};
 
 use crate::discovery::Discovery;
 use crate::gate::Write;
-use crate::supervise::Loop;
+use crate::supervise::{Loop, lock};
+use crate::tracked::Tracked;
 
 /// Labels of provider requests.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -127,6 +129,8 @@ pub struct Metrics {
     gc_held_back: Family<ProviderName, Counter>,
     gc_kept: Family<KeptLabels, Gauge>,
     writes_dropped: Family<WriteLabels, Counter>,
+    // The proxies that have series, for `proxy_operator_tracked_proxies{store="metrics"}`.
+    proxy_series: Mutex<HashSet<ProxyLabels>>,
     sources: Arc<Sources>,
 }
 
@@ -135,6 +139,8 @@ pub struct Metrics {
 struct Sources {
     proxies: OnceLock<Store<Proxy>>,
     discovery: OnceLock<Arc<Discovery>>,
+    // Weak: what it counts holds these metrics.
+    tracked: OnceLock<Weak<Tracked>>,
 }
 
 fn latency_histogram() -> Histogram {
@@ -240,6 +246,7 @@ impl Default for Metrics {
             gc_held_back,
             gc_kept,
             writes_dropped,
+            proxy_series: Mutex::default(),
             sources,
         }
     }
@@ -254,6 +261,11 @@ impl Metrics {
     /// Active leases are read from this discovery API at scrape time.
     pub fn watch_leases(&self, discovery: Arc<Discovery>) {
         let _ = self.sources.discovery.set(discovery);
+    }
+
+    /// The per-Proxy state of the process is counted from `tracked` at scrape time.
+    pub fn watch_tracked(&self, tracked: &Arc<Tracked>) {
+        let _ = self.sources.tracked.set(Arc::downgrade(tracked));
     }
 
     /// Counts one provider call.
@@ -273,9 +285,9 @@ impl Metrics {
         self.probes
             .get_or_create(&ProbeLabels::of(proxy, result))
             .inc();
-        self.probe_latency
-            .get_or_create(&ProxyLabels::of(proxy))
-            .observe(seconds);
+        let labels = ProxyLabels::of(proxy);
+        self.probe_latency.get_or_create(&labels).observe(seconds);
+        lock(&self.proxy_series).insert(labels);
     }
 
     /// Removes every series of a proxy that is no longer probed.
@@ -283,7 +295,14 @@ impl Metrics {
         for result in ["success", "failure"] {
             self.probes.remove(&ProbeLabels::of(proxy, result));
         }
-        self.probe_latency.remove(&ProxyLabels::of(proxy));
+        let labels = ProxyLabels::of(proxy);
+        self.probe_latency.remove(&labels);
+        lock(&self.proxy_series).remove(&labels);
+    }
+
+    /// How many proxies have series.
+    pub fn tracked(&self) -> usize {
+        lock(&self.proxy_series).len()
     }
 
     /// Records one reconcile's duration.
@@ -378,6 +397,11 @@ struct PhaseLabels {
     phase: &'static str,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct StoreLabels {
+    store: &'static str,
+}
+
 impl Collector for ScrapeTime {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
         if let Some(store) = self.0.proxies.get() {
@@ -417,6 +441,18 @@ impl Collector for ScrapeTime {
                 gauge.metric_type(),
             )?;
             gauge.encode(metric)?;
+        }
+        if let Some(tracked) = self.0.tracked.get().and_then(Weak::upgrade) {
+            let mut family = encoder.encode_descriptor(
+                "tracked_proxies",
+                "Proxies each per-Proxy store of this process holds state for (freed when the Proxy goes)",
+                None,
+                ConstGauge::new(0i64).metric_type(),
+            )?;
+            for (store, count) in tracked.sizes() {
+                let gauge = ConstGauge::new(i64::try_from(count).unwrap_or(i64::MAX));
+                gauge.encode(family.encode_family(&StoreLabels { store })?)?;
+            }
         }
         Ok(())
     }
@@ -461,7 +497,9 @@ mod tests {
                 "missing {line:?} in:\n{text}"
             );
         }
+        assert_eq!(metrics.tracked(), 2);
         metrics.forget_proxy(&p1);
+        assert_eq!(metrics.tracked(), 1);
         let text = metrics.encode();
         assert!(
             !text.contains(r#"proxy="p1""#),

@@ -139,6 +139,11 @@ impl Recorder {
         self.lock().rings.remove(object);
     }
 
+    /// How many objects have a ring.
+    pub fn tracked(&self) -> usize {
+        self.lock().rings.len()
+    }
+
     /// The state, also after a panic while it was held.
     fn lock(&self) -> MutexGuard<'_, Inner> {
         crate::supervise::lock(&self.inner)

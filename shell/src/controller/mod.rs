@@ -14,7 +14,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use futures::StreamExt;
+use futures::{Stream, StreamExt};
 use k8s_openapi::api::core::v1::Secret;
 use kube::ResourceExt;
 use kube::api::Api;
@@ -29,9 +29,7 @@ use proxy_core::{
 use proxy_crd::{CLOUD_INIT_SECRET_LABEL, Proxy};
 
 use self::execute::Executor;
-use crate::discovery::Discovery;
 use crate::gate::Gate;
-use crate::gc::{CacheWatch, Collector, GcSettings};
 use crate::health::HealthEngine;
 use crate::leadership::Leadership;
 use crate::metrics::Metrics;
@@ -146,6 +144,16 @@ impl Context {
             .unwrap_or(0)
     }
 
+    /// Forgets the consecutive failures of `object`, which is gone.
+    pub(crate) fn forget(&self, object: &ProxyKey) {
+        supervise::lock(&self.failures).remove(object);
+    }
+
+    /// How many Proxies have failures counted.
+    pub(crate) fn tracked(&self) -> usize {
+        supervise::lock(&self.failures).len()
+    }
+
     /// Keeps the failure count `followup` gives `object`, and turns its wake-up into
     /// kube-runtime's requeue.
     fn follow(&self, object: &ProxyKey, followup: Followup) -> controller::Action {
@@ -164,13 +172,17 @@ impl Context {
 
 /// Runs the controller until SIGTERM or SIGINT, then lets running reconciles finish.
 /// `namespace` restricts it to one namespace; at most `max_concurrent_reconciles` reconciles
-/// run at once (0: unbounded). The health engine and the discovery API's lease book are fed
-/// from the controller's cache.
+/// run at once (0: unbounded).
+///
+/// The controller's watch fills `cache`, the Proxy cache the other loops read
+/// ([`crate::loops`]); `observe` sees every item of that watch after the cache applied it.
+/// Each Proxy `triggers` names is reconciled (the health engine's reports).
 pub async fn run(
     ctx: Arc<Context>,
     namespace: Option<String>,
-    discovery: Arc<Discovery>,
-    gc: Option<GcSettings>,
+    cache: reflector::store::Writer<Proxy>,
+    mut observe: impl FnMut(&Result<watcher::Event<Proxy>, watcher::Error>) + Send + 'static,
+    triggers: impl Stream<Item = ObjectRef<Proxy>> + Send + 'static,
     max_concurrent_reconciles: u16,
 ) {
     let (proxies, secrets): (Api<Proxy>, Api<Secret>) = match &namespace {
@@ -180,56 +192,14 @@ pub async fn run(
         ),
         None => (Api::all(ctx.client.clone()), Api::all(ctx.client.clone())),
     };
-    // The controller's own watch, as `Controller::new` builds it, with GC's view of the
-    // cache's completeness fed from the same stream, after the reflector applied each event.
-    let (store, writer) = reflector::store();
-    let cache = CacheWatch::default();
-    let proxy_events = reflector::reflector(writer, watcher(proxies, watcher::Config::default()))
-        .inspect({
-            let cache = cache.clone();
-            move |item| cache.observe(item)
-        })
+    // The controller's own watch, as `Controller::new` builds it, with the observers fed
+    // from the same stream, after the reflector applied each event.
+    let store = cache.as_reader();
+    let proxy_events = reflector::reflector(cache, watcher(proxies, watcher::Config::default()))
+        .inspect(move |item| observe(item))
         .applied_objects();
     let controller = Controller::for_stream(proxy_events, store.clone())
         .with_config(controller::Config::default().concurrency(max_concurrent_reconciles));
-    ctx.metrics.watch_proxies(store.clone());
-    // The health engine probes what the controller's cache holds and asks for a reconcile
-    // when a verdict must be written; it never writes status itself.
-    let (health_tx, mut health_rx) = tokio::sync::mpsc::channel(1024);
-    // Each loop runs under the panic boundary: a panic restarts it after a backoff.
-    let health = tokio::spawn(supervise::forever(Loop::Health, ctx.metrics.clone(), {
-        let (health, store, leadership) =
-            (ctx.health.clone(), store.clone(), ctx.leadership.clone());
-        move || {
-            health
-                .clone()
-                .run(store.clone(), health_tx.clone(), leadership.clone())
-        }
-    }));
-    let health_triggers = futures::stream::poll_fn(move |cx| health_rx.poll_recv(cx));
-    let leases = tokio::spawn(supervise::forever(
-        Loop::DiscoverySync,
-        ctx.metrics.clone(),
-        {
-            let store = store.clone();
-            move || discovery.clone().sync(store.clone())
-        },
-    ));
-    let collector = gc.map(|settings| {
-        let collector = Collector {
-            settings,
-            providers: ctx.providers.clone(),
-            proxies: store.clone(),
-            cache,
-            leadership: ctx.leadership.clone(),
-            metrics: ctx.metrics.clone(),
-        };
-        tokio::spawn(supervise::forever(
-            Loop::Gc,
-            ctx.metrics.clone(),
-            move || crate::gc::run(collector.clone()),
-        ))
-    });
     // A replica that becomes the leader reconciles everything: followers skip reconciles.
     let elections = futures::stream::unfold(ctx.leadership.subscribe(), |mut elected| async move {
         elected.changed().await.ok()?;
@@ -242,6 +212,20 @@ pub async fn run(
     // Secrets are watched (and read), so the operator never caches unrelated secrets.
     let secret_watch =
         watcher::Config::default().labels(&format!("{CLOUD_INIT_SECRET_LABEL}=true"));
+    // A reconcile that fails after its Proxy went (its finalizer removed by hand while the
+    // reconcile ran) counts no failure: the observers forgot the Proxy already, and nothing
+    // would forget the count again. The cache drops the Proxy before they see the deletion,
+    // and the policy runs on the controller's task, so one of the two always comes last.
+    let policy = {
+        let store = store.clone();
+        move |proxy: Arc<Proxy>, error: &Error, ctx: Arc<Context>| {
+            if store.get(&ObjectRef::from_obj(&*proxy)).is_some() {
+                error_policy(proxy, error, ctx)
+            } else {
+                controller::Action::await_change()
+            }
+        }
+    };
     controller
         .watches(secrets, secret_watch, move |secret: Secret| {
             let (ns, name) = (secret.namespace(), secret.name_any());
@@ -259,21 +243,16 @@ pub async fn run(
                 .map(|p| ObjectRef::from_obj(&*p))
                 .collect::<Vec<_>>()
         })
-        .reconcile_on(health_triggers)
+        .reconcile_on(triggers)
         .reconcile_all_on(elections)
         .shutdown_on_signal()
-        .run(reconcile, error_policy, ctx)
+        .run(reconcile, policy, ctx)
         .for_each(|result| async move {
             if let Err(error) = result {
                 tracing::debug!(%error, "reconcile failed");
             }
         })
         .await;
-    health.abort();
-    leases.abort();
-    if let Some(collector) = collector {
-        collector.abort();
-    }
 }
 
 fn error_policy(proxy: Arc<Proxy>, error: &Error, ctx: Arc<Context>) -> controller::Action {

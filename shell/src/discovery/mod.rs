@@ -126,6 +126,16 @@ impl Discovery {
         }
     }
 
+    /// Removes the proxy `key`, which is gone, from the book.
+    pub fn forget(&self, key: &ProxyKey) {
+        self.book().remove(key);
+    }
+
+    /// How many proxies the book holds.
+    pub fn tracked(&self) -> usize {
+        self.book().list(&Selector::all(), false).len()
+    }
+
     fn authorized(&self, header: Option<&str>) -> bool {
         self.token.accepts(header)
     }

@@ -162,6 +162,17 @@ impl HealthEngine {
         book.reported(&key, &uid).cloned()
     }
 
+    /// Forgets the verdicts of `key`, which is gone. (Its schedule goes at the next refresh,
+    /// and with it any verdict a probe still in flight delivers.)
+    pub fn forget(&self, key: &ProxyKey) {
+        lock(&self.book).forget(key);
+    }
+
+    /// How many proxies the book holds a state for.
+    pub fn tracked(&self) -> usize {
+        lock(&self.book).tracked()
+    }
+
     /// Probes the proxies of `store` until the task is dropped, and sends the reference of
     /// each proxy whose verdict must be written to `reconcile`.
     ///

@@ -4,6 +4,7 @@
 mod chaos;
 mod concurrency;
 mod crd;
+mod freed;
 mod gc;
 mod health;
 mod hostile;

@@ -1,0 +1,335 @@
+//! The command line: every subcommand and flag of `proxy-operator`, with their defaults, and
+//! the checks and derived settings that need nothing but the flags (no I/O). Building the
+//! operator from them is [`crate::wiring`]'s.
+//!
+//! The doc comments of the items below are the `--help` text; README and `docs/` list the
+//! same flags.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::anyhow;
+use clap::{Args, Parser, Subcommand};
+use proxy_core::gc::DeleteFraction;
+use proxy_core::leadership::Candidate;
+use proxy_core::lease::LeaseConfig;
+
+use crate::discovery::Limits;
+use crate::gc::GcSettings;
+
+/// Runs fleets of HTTP forward proxies for web crawlers on Kubernetes.
+#[derive(Debug, Parser)]
+#[command(name = "proxy-operator", version, about)]
+pub struct Cli {
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the operator: reconcile Proxy objects against the configured providers.
+    Run(Box<RunArgs>),
+    /// Validate a providers config file and print a one-line summary. Exits 1 with every
+    /// problem (each naming the path of the offending entry) when it is invalid.
+    CheckConfig {
+        /// The providers config (YAML), as passed to `--providers-config`.
+        file: PathBuf,
+    },
+    /// Print the Proxy CustomResourceDefinition as YAML (`... crd | kubectl apply -f -`).
+    Crd,
+    /// Replay a recording through this build's core: print the timeline, then exit 0 when
+    /// every decision is the same, 1 at the first divergence (shown), 2 when the file
+    /// cannot be read. See docs/replay.md.
+    Replay {
+        /// The recording (`--record-file`, or `GET /debug/recording` on the metrics port).
+        file: PathBuf,
+        /// Do not print the timeline, only the verdict.
+        #[arg(long)]
+        quiet: bool,
+    },
+}
+
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// The providers config (YAML); the operator refuses to start when it is invalid.
+    #[arg(long, env = "PROVIDERS_CONFIG")]
+    pub providers_config: PathBuf,
+    /// Watch only this namespace (default: all namespaces).
+    #[arg(long, env = "WATCH_NAMESPACE")]
+    pub namespace: Option<String>,
+    /// Seconds between checks of a machine that is being created.
+    #[arg(long, default_value_t = 10.0)]
+    pub provisioning_poll_seconds: f64,
+    /// Seconds between checks of a running machine (how soon a vanished machine is noticed).
+    #[arg(long, default_value_t = 60.0)]
+    pub drift_poll_seconds: f64,
+    /// Seconds between checks of a machine that is being deleted.
+    #[arg(long, default_value_t = 10.0)]
+    pub deletion_poll_seconds: f64,
+    /// PEM file of extra CA certificates to trust for probe URLs (a private probe origin);
+    /// the public web PKI is always trusted.
+    #[arg(long, env = "PROBE_CA_BUNDLE")]
+    pub probe_ca_bundle: Option<PathBuf>,
+    /// How many probes may run at once.
+    #[arg(long, default_value_t = crate::health::DEFAULT_CONCURRENCY)]
+    pub probe_concurrency: usize,
+    /// Address of the admin port: `GET /metrics` (Prometheus text format) for anyone, and
+    /// `GET /debug/recording`, which takes the discovery token (without a token: loopback
+    /// clients only).
+    #[arg(long, env = "METRICS_ADDR", default_value = "0.0.0.0:9090")]
+    pub metrics_addr: std::net::SocketAddr,
+    /// Address of the discovery API (crawlers lease proxies here).
+    #[arg(long, env = "DISCOVERY_ADDR", default_value = "0.0.0.0:8090")]
+    pub discovery_addr: std::net::SocketAddr,
+    /// Bearer token the discovery API and `GET /debug/recording` require. Without one the
+    /// API is open to anyone who can reach it (the operator warns loudly at start).
+    #[arg(long, env = "DISCOVERY_TOKEN", hide_env_values = true)]
+    pub discovery_token: Option<String>,
+    /// Seconds a client of the discovery API or the admin port may take to send a request's
+    /// headers (also how long a connection may sit idle between requests).
+    #[arg(long, default_value_t = 10.0)]
+    pub http_header_timeout_seconds: f64,
+    /// Seconds a request to the discovery API or the admin port may take to arrive, body
+    /// included; past it the answer is 408.
+    #[arg(long, default_value_t = 30.0)]
+    pub http_request_timeout_seconds: f64,
+    /// Seconds the servers let requests in flight finish after SIGTERM; connections still
+    /// open then are closed.
+    #[arg(long, default_value_t = 10.0)]
+    pub shutdown_grace_seconds: f64,
+    /// The longest lease a client may ask for, in seconds.
+    #[arg(long, default_value_t = 3600)]
+    pub max_lease_ttl_seconds: u64,
+    /// How long a proxy is not leased for a target after a `rate_limited` report, in seconds.
+    #[arg(long, default_value_t = 300)]
+    pub rate_limited_cooldown_seconds: u64,
+    /// This installation's identity, put on every instance it creates so that GC never
+    /// touches another installation's instances (default: the UID of the cluster's
+    /// kube-system namespace).
+    #[arg(long, env = "INSTALLATION_ID")]
+    pub installation_id: Option<String>,
+    /// This replica's identity in the leadership Lease (default: hostname and process ID).
+    #[arg(long, env = "POD_NAME")]
+    pub identity: Option<String>,
+    /// Namespace of the leadership Lease.
+    #[arg(long, env = "POD_NAMESPACE", default_value = "default")]
+    pub leadership_namespace: String,
+    /// Name of the leadership Lease.
+    #[arg(long, default_value = "proxy-operator")]
+    pub leadership_name: String,
+    /// Seconds a leader's claim holds after its last renew.
+    #[arg(long, default_value_t = 15)]
+    pub leadership_duration_seconds: u64,
+    /// Seconds after its last renew at which a leader stops writing.
+    #[arg(long, default_value_t = 10.0)]
+    pub leadership_renew_deadline_seconds: f64,
+    /// Seconds between leadership rounds.
+    #[arg(long, default_value_t = 2.0)]
+    pub leadership_retry_period_seconds: f64,
+    /// How many decide calls are kept in memory per Proxy, for `GET /debug/recording` on
+    /// the metrics port.
+    #[arg(long, default_value_t = 64)]
+    pub record_per_object: usize,
+    /// Also append every decide call to this file (JSON Lines, `proxy-operator replay`).
+    #[arg(long, env = "RECORD_FILE")]
+    pub record_file: Option<PathBuf>,
+    /// Size at which the record file moves to `<file>.1` and a new one starts.
+    #[arg(long, default_value_t = 64 * 1024 * 1024)]
+    pub record_max_bytes: u64,
+    /// Lead without an election: for a deployment of exactly one replica.
+    #[arg(long)]
+    pub no_leader_election: bool,
+    /// Seconds between orphan-GC sweeps.
+    #[arg(long, default_value_t = 600.0)]
+    pub gc_interval_seconds: f64,
+    /// Minimum age, in seconds, of an instance GC may delete.
+    #[arg(long, default_value_t = 600.0)]
+    pub gc_min_age_seconds: f64,
+    /// The largest share of a provider's instances (of this installation) one GC sweep may
+    /// delete, from 0 (delete nothing, report only) to 1 (no brake). Rounded down: below 1 a
+    /// sweep never deletes every instance, so a lone orphan (1 of 1) is held back, logged
+    /// and counted (`proxy_operator_gc_held_back_total`) for a human.
+    #[arg(long, default_value_t = DeleteFraction::DEFAULT)]
+    pub gc_max_delete_fraction: DeleteFraction,
+    /// Log the orphans GC would delete, delete nothing.
+    #[arg(long)]
+    pub gc_dry_run: bool,
+    /// Run GC although the operator watches one namespace. GC deletes instances whose owner
+    /// it cannot see, so with --namespace it would reap the instances of Proxies in other
+    /// namespaces; allow it only when this installation's Proxies all live in that namespace.
+    #[arg(long)]
+    pub gc_allow_namespaced: bool,
+    /// Do not run orphan GC.
+    #[arg(long, conflicts_with_all = ["gc_allow_namespaced", "gc_dry_run"])]
+    pub no_gc: bool,
+    /// How many reconciles run at once (0: unbounded). Each makes at most one provider call
+    /// at a time, so this bounds what a mass apply fires at a cloud API. The default 4 was
+    /// the fastest bound for 200 Proxies applied at once on the 2-core test bed (faster than
+    /// 1, 16 and unbounded, which put up to 86 provider calls in flight); see
+    /// docs/benchmarks.md (`just bench-reconcile`). More cores or a slow cloud API may favour
+    /// a larger bound.
+    #[arg(long, env = "MAX_CONCURRENT_RECONCILES", default_value_t = 4)]
+    pub max_concurrent_reconciles: u16,
+    /// How long a proxy is not leased for a target after a `blocked` report, in seconds.
+    #[arg(long, default_value_t = 1800)]
+    pub blocked_cooldown_seconds: u64,
+    /// Log line format (default: json, or text when standard output is a terminal). Inside a
+    /// span, lines carry `trace_id`/`span_id`; spans go to OTLP/HTTP when
+    /// `OTEL_EXPORTER_OTLP_ENDPOINT` is set.
+    #[arg(long, env = "LOG_FORMAT", value_enum)]
+    pub log_format: Option<crate::telemetry::LogFormat>,
+}
+
+/// A flag's seconds as a duration; at least 10 ms, so that no loop spins on a zero.
+fn seconds(s: f64) -> Duration {
+    Duration::from_secs_f64(s.max(0.01))
+}
+
+impl RunArgs {
+    /// Refuses `--namespace` with GC on unless `--gc-allow-namespaced` says the Proxies all
+    /// live in that namespace: GC takes the instances of Proxies it cannot see for orphans.
+    pub fn check_gc_scope(&self) -> anyhow::Result<()> {
+        if self.namespace.is_some() && !self.gc_allow_namespaced && !self.no_gc {
+            anyhow::bail!(
+                "--namespace restricts the cache, so GC would take the instances of Proxies in other \
+                 namespaces for orphans: pass --gc-allow-namespaced if this installation's Proxies all \
+                 live in {:?}, or --no-gc",
+                self.namespace.as_deref().unwrap_or_default()
+            );
+        }
+        Ok(())
+    }
+
+    /// This replica in the leadership election: `--identity` (default: hostname and process
+    /// ID) with the `--leadership-*` timing.
+    pub fn candidate(&self) -> anyhow::Result<Candidate> {
+        let timing = proxy_core::leadership::Timing::new(
+            Duration::from_secs(self.leadership_duration_seconds),
+            seconds(self.leadership_renew_deadline_seconds),
+            seconds(self.leadership_retry_period_seconds),
+        )
+        .map_err(|e| anyhow!("--leadership-*: {e}"))?;
+        let identity = self.identity.clone().unwrap_or_else(|| {
+            let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+            format!("{}-{}", host.trim(), std::process::id())
+        });
+        Candidate::new(identity, timing).ok_or_else(|| anyhow!("--identity must not be empty"))
+    }
+
+    /// The requeue intervals handed to the core (`--*-poll-seconds`).
+    pub fn timing(&self) -> proxy_core::Timing {
+        proxy_core::Timing {
+            provisioning_poll: seconds(self.provisioning_poll_seconds),
+            drift_poll: seconds(self.drift_poll_seconds),
+            deletion_poll: seconds(self.deletion_poll_seconds),
+            ..proxy_core::Timing::default()
+        }
+    }
+
+    /// How GC runs for `installation`, or `None` with `--no-gc`.
+    pub fn gc(&self, installation: &str) -> Option<GcSettings> {
+        (!self.no_gc).then(|| GcSettings {
+            interval: seconds(self.gc_interval_seconds),
+            min_age: seconds(self.gc_min_age_seconds),
+            dry_run: self.gc_dry_run,
+            installation: installation.to_owned(),
+            max_delete_fraction: self.gc_max_delete_fraction,
+        })
+    }
+
+    /// The lease book's cooldowns (`--*-cooldown-seconds`).
+    pub fn lease_config(&self) -> LeaseConfig {
+        LeaseConfig {
+            rate_limited_cooldown: Duration::from_secs(self.rate_limited_cooldown_seconds),
+            blocked_cooldown: Duration::from_secs(self.blocked_cooldown_seconds),
+            ..LeaseConfig::default()
+        }
+    }
+
+    /// The limits of lease requests (`--max-lease-ttl-seconds`).
+    pub fn limits(&self) -> Limits {
+        Limits {
+            max_ttl: Duration::from_secs(self.max_lease_ttl_seconds),
+            ..Limits::default()
+        }
+    }
+
+    /// The timeouts and shutdown grace of both servers (`--http-*`, `--shutdown-grace-seconds`).
+    pub fn http(&self) -> crate::server::Settings {
+        crate::server::Settings {
+            header_read_timeout: seconds(self.http_header_timeout_seconds),
+            request_timeout: seconds(self.http_request_timeout_seconds),
+            shutdown_grace: seconds(self.shutdown_grace_seconds),
+        }
+    }
+
+    /// The record file and its rotation size, with `--record-file`.
+    pub fn record_file(&self) -> Option<(PathBuf, u64)> {
+        self.record_file
+            .clone()
+            .map(|path| (path, self.record_max_bytes))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+
+    fn run_args(flags: &[&str]) -> RunArgs {
+        let argv = ["proxy-operator", "run", "--providers-config", "p.yaml"]
+            .into_iter()
+            .chain(flags.iter().copied());
+        match Cli::try_parse_from(argv).map(|cli| cli.command) {
+            Ok(Command::Run(args)) => *args,
+            other => panic!("not a run command: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn gc_over_one_namespace_needs_the_allowance_or_no_gc() {
+        let refused = run_args(&["--namespace", "crawl"]).check_gc_scope();
+        let message = refused.map_err(|e| e.to_string()).unwrap_err();
+        assert!(message.contains("--gc-allow-namespaced"), "{message}");
+        assert!(message.contains("\"crawl\""), "{message}");
+        for flags in [
+            &["--namespace", "crawl", "--gc-allow-namespaced"][..],
+            &["--namespace", "crawl", "--no-gc"],
+            &[],
+        ] {
+            assert!(run_args(flags).check_gc_scope().is_ok(), "{flags:?}");
+        }
+    }
+
+    #[test]
+    fn derived_settings_follow_the_flags_and_never_reach_zero() {
+        let args = run_args(&[
+            "--provisioning-poll-seconds",
+            "0",
+            "--shutdown-grace-seconds",
+            "2.5",
+            "--no-gc",
+        ]);
+        assert_eq!(args.timing().provisioning_poll, Duration::from_millis(10));
+        assert_eq!(args.http().shutdown_grace, Duration::from_millis(2500));
+        assert!(args.gc("install").is_none());
+        let gc = run_args(&[])
+            .gc("install")
+            .map(|gc| (gc.installation, gc.dry_run));
+        assert_eq!(gc, Some(("install".to_owned(), false)));
+    }
+
+    #[test]
+    fn an_empty_identity_or_a_renew_deadline_past_the_claim_is_refused() {
+        let empty = run_args(&["--identity", ""]).candidate().map(|_| ());
+        assert_eq!(
+            empty.map_err(|e| e.to_string()),
+            Err("--identity must not be empty".to_owned())
+        );
+        let late = run_args(&["--leadership-renew-deadline-seconds", "20"]).candidate();
+        let message = late.map(|_| ()).map_err(|e| e.to_string()).unwrap_err();
+        assert!(message.starts_with("--leadership-*: "), "{message}");
+    }
+}

@@ -1,0 +1,77 @@
+//! The subcommands besides `run` (which is [`crate::wiring`]'s): each prints its answer and
+//! returns the exit code `--help` documents.
+
+use std::path::Path;
+use std::process::ExitCode;
+
+use proxy_core::record::{Recording, timeline};
+
+use crate::config::ProvidersConfig;
+
+/// `check-config FILE`: a one-line summary, or every problem and exit 1.
+pub fn check_config(file: &Path) -> ExitCode {
+    match ProvidersConfig::load(file) {
+        Ok(config) => {
+            println!("{}: {}", file.display(), config.summary());
+            ExitCode::SUCCESS
+        }
+        Err(error) => {
+            eprintln!("{error}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// `crd`: the Proxy CustomResourceDefinition as YAML.
+pub fn crd() -> ExitCode {
+    print!("{}", proxy_crd::Proxy::crd_yaml());
+    ExitCode::SUCCESS
+}
+
+/// `replay FILE`: the timeline (unless `quiet`), then the verdict: 0 when every decision is
+/// the same, 1 at the first divergence, 2 when the file cannot be read.
+pub fn replay(file: &Path, quiet: bool) -> ExitCode {
+    let text = match std::fs::read_to_string(file) {
+        Ok(text) => text,
+        Err(error) => {
+            eprintln!("{}: {error}", file.display());
+            return ExitCode::from(2);
+        }
+    };
+    let recording = match Recording::parse(&text) {
+        Ok(recording) => recording,
+        Err(error) => {
+            eprintln!("{}: {error}", file.display());
+            return ExitCode::from(2);
+        }
+    };
+    if !quiet {
+        for line in timeline(&recording) {
+            println!("{line}");
+        }
+    }
+    match recording.replay() {
+        Ok(report) => {
+            for note in &report.notes {
+                println!("note: {note}");
+            }
+            match &report.divergence {
+                None => {
+                    println!(
+                        "replay: {} of {} records replayed, every decision identical",
+                        report.checked, report.records
+                    );
+                    ExitCode::SUCCESS
+                }
+                Some(divergence) => {
+                    println!("replay: DIVERGED\n{divergence}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
+        Err(error) => {
+            eprintln!("{}: {error}", file.display());
+            ExitCode::from(2)
+        }
+    }
+}

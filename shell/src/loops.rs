@@ -1,0 +1,215 @@
+//! Every long-running task of the operator, started here and stopped together.
+//!
+//! The loops (leadership rounds, the health engine, the lease book's sync, orphan GC) run
+//! under the panic boundary ([`supervise::forever`]): a panic restarts the loop after a
+//! backoff, never the process. The two servers (the discovery API and the admin port) are
+//! spawned once: each owns its listener, and a panic in a handler is already a 500 answer
+//! (`crate::server`), so there is nothing to restart. The controller runs in the caller's
+//! task; it owns the Proxy cache every loop reads, and its watch also feeds GC's view of
+//! the cache's completeness and [`Tracked`], which frees a Proxy's state when it goes.
+//!
+//! Shutdown, on SIGTERM (how Kubernetes stops a Pod) or SIGINT:
+//! 1. the servers stop accepting and let the requests in flight finish within the grace;
+//! 2. at the same time the controller finishes its reconciles in flight; one that missed the
+//!    signal (it came while the operator was starting) or does not finish within the grace
+//!    is dropped, as a crash would (reconciles are idempotent);
+//! 3. once the controller has stopped, the loops are aborted;
+//! 4. then the servers are awaited, and the process exits.
+
+use std::future::Future;
+use std::sync::Arc;
+
+use k8s_openapi::api::coordination::v1::Lease;
+use kube::runtime::reflector;
+use proxy_crd::Proxy;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio::task::JoinSet;
+
+use crate::controller::{self, Context};
+use crate::discovery::{self, Discovery};
+use crate::gc::{CacheWatch, Collector, GcSettings};
+use crate::metrics::Metrics;
+use crate::server::{BearerToken, Settings};
+use crate::supervise::{self, Loop};
+use crate::tracked::Tracked;
+
+/// What the operator runs on, built by [`crate::wiring`] from the flags.
+#[derive(Debug)]
+pub struct Parts {
+    /// What every reconcile shares (client, providers, health engine, metrics, leadership,
+    /// recorder).
+    pub ctx: Arc<Context>,
+    /// The discovery API's state: the lease book.
+    pub discovery: Arc<Discovery>,
+    /// The one namespace watched (`None`: all).
+    pub namespace: Option<String>,
+    /// How GC runs (`None`: it does not).
+    pub gc: Option<GcSettings>,
+    /// Reconciles at once (0: unbounded).
+    pub max_concurrent_reconciles: u16,
+    /// Where the leadership Lease lives.
+    pub leases: kube::Api<Lease>,
+    /// The leadership Lease's name.
+    pub leadership_name: String,
+    /// The two HTTP servers.
+    pub servers: Servers,
+}
+
+/// The discovery API and the admin port, bound already.
+#[derive(Debug)]
+pub struct Servers {
+    /// The discovery API's listener.
+    pub discovery: TcpListener,
+    /// The admin port's listener (`/metrics`, `/debug/recording`).
+    pub admin: TcpListener,
+    /// The token of the discovery API and of `/debug/recording`.
+    pub token: BearerToken,
+    /// Timeouts and shutdown grace of both.
+    pub http: Settings,
+}
+
+/// Runs everything until `stopping` turns `true` (see [`shutdown_signals`]) and the
+/// shutdown above is done.
+pub async fn run(parts: Parts, stopping: watch::Receiver<bool>) -> anyhow::Result<()> {
+    let Parts {
+        ctx,
+        discovery,
+        namespace,
+        gc,
+        max_concurrent_reconciles,
+        leases,
+        leadership_name,
+        servers,
+    } = parts;
+    let mut background = Background {
+        tasks: JoinSet::new(),
+        metrics: ctx.metrics.clone(),
+    };
+    background.spawn(Loop::Leadership, {
+        let leadership = ctx.leadership.clone();
+        move || {
+            let (leadership, leases, name) =
+                (leadership.clone(), leases.clone(), leadership_name.clone());
+            async move { leadership.run(leases, name).await }
+        }
+    });
+    let http = servers.http;
+    let admin = tokio::spawn(crate::admin::serve(
+        ctx.metrics.clone(),
+        ctx.recorder.clone(),
+        servers.token,
+        servers.admin,
+        http,
+        stopped(stopping.clone()),
+    ));
+    let api = tokio::spawn(discovery::serve(
+        discovery.clone(),
+        servers.discovery,
+        http,
+        stopped(stopping.clone()),
+    ));
+
+    // The controller's cache, read by every loop below and by the scrape.
+    let cache = reflector::store::Writer::<Proxy>::default();
+    let store = cache.as_reader();
+    ctx.metrics.watch_proxies(store.clone());
+    // The health engine probes what the cache holds and asks for a reconcile when a verdict
+    // must be written; it never writes status itself.
+    let (health_tx, mut health_rx) = tokio::sync::mpsc::channel(1024);
+    background.spawn(Loop::Health, {
+        let (health, store, leadership) =
+            (ctx.health.clone(), store.clone(), ctx.leadership.clone());
+        move || {
+            health
+                .clone()
+                .run(store.clone(), health_tx.clone(), leadership.clone())
+        }
+    });
+    background.spawn(Loop::DiscoverySync, {
+        let (discovery, store) = (discovery.clone(), store.clone());
+        move || discovery.clone().sync(store.clone())
+    });
+    let completeness = CacheWatch::default();
+    if let Some(settings) = gc {
+        let collector = Collector {
+            settings,
+            providers: ctx.providers.clone(),
+            proxies: store.clone(),
+            cache: completeness.clone(),
+            leadership: ctx.leadership.clone(),
+            metrics: ctx.metrics.clone(),
+        };
+        background.spawn(Loop::Gc, move || crate::gc::run(collector.clone()));
+    }
+    let tracked = Arc::new(Tracked::new(ctx.clone(), discovery, store));
+    ctx.metrics.watch_tracked(&tracked);
+    let observe = move |item: &_| {
+        completeness.observe(item);
+        tracked.observe(item);
+    };
+    let health_reports = futures::stream::poll_fn(move |cx| health_rx.poll_recv(cx));
+    let grace = http.shutdown_grace;
+    tokio::select! {
+        () = controller::run(
+            ctx,
+            namespace,
+            cache,
+            observe,
+            health_reports,
+            max_concurrent_reconciles,
+        ) => {}
+        () = async {
+            stopped(stopping).await;
+            tokio::time::sleep(grace).await;
+        } => tracing::warn!("the controller did not stop within the shutdown grace: stopping it"),
+    }
+    background.tasks.shutdown().await;
+    api.await?;
+    admin.await?;
+    tracing::info!("stopped");
+    Ok(())
+}
+
+/// The loops, each under the panic boundary; aborted together at shutdown.
+struct Background {
+    tasks: JoinSet<()>,
+    metrics: Arc<Metrics>,
+}
+
+impl Background {
+    /// Runs the loop `start` makes under [`supervise::forever`]: restarted after a panic.
+    fn spawn<F, Fut>(&mut self, task: Loop, start: F)
+    where
+        F: FnMut() -> Fut + Send + 'static,
+        Fut: Future<Output = ()> + Send + 'static,
+    {
+        self.tasks
+            .spawn(supervise::forever(task, self.metrics.clone(), start));
+    }
+}
+
+/// Listens for SIGTERM (how Kubernetes stops a Pod) and SIGINT from now on, so that a signal
+/// that arrives while the operator starts is not lost: the receiver turns `true` at the first.
+pub fn shutdown_signals() -> anyhow::Result<watch::Receiver<bool>> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = signal(SignalKind::terminate())
+        .map_err(|e| anyhow::anyhow!("installing a SIGTERM handler: {e}"))?;
+    let mut interrupt = signal(SignalKind::interrupt())
+        .map_err(|e| anyhow::anyhow!("installing a SIGINT handler: {e}"))?;
+    let (signalled, stopping) = watch::channel(false);
+    tokio::spawn(async move {
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = interrupt.recv() => {}
+        }
+        tracing::info!("signal received: stopping");
+        let _ = signalled.send(true);
+    });
+    Ok(stopping)
+}
+
+/// Resolves once a shutdown signal has arrived.
+async fn stopped(mut stopping: watch::Receiver<bool>) {
+    let _ = stopping.wait_for(|signalled| *signalled).await;
+}

@@ -1,0 +1,231 @@
+//! The per-Proxy state of one operator process, freed from one place when a Proxy goes.
+//!
+//! Five stores keep something per Proxy: the recorder's rings, the controller's counts of
+//! consecutive failures, the health engine's verdicts, the discovery API's lease book, and
+//! the metric series labelled with a proxy. A reconcile, a probe or a sync adds to them;
+//! nothing in them knows when the Proxy is deleted. [`Tracked`] does, from the controller's
+//! watch, after the cache applied each event:
+//!
+//! - a deleted Proxy is forgotten by every store at once;
+//! - a re-list (the watch lost its place, and a deletion in the gap sends no delete event)
+//!   forgets every Proxy the cache held when the list started and does not hold after it.
+//!
+//! What each store holds is `proxy_operator_tracked_proxies{store}` at scrape time, so a
+//! leak shows as a count that grows with the Proxies ever seen instead of those that exist.
+
+use std::collections::BTreeSet;
+use std::sync::{Arc, Mutex};
+
+use kube::runtime::reflector::Store;
+use kube::runtime::watcher;
+use proxy_core::ProxyKey;
+use proxy_crd::Proxy;
+
+use crate::controller::Context;
+use crate::discovery::Discovery;
+use crate::supervise::lock;
+
+/// The per-Proxy stores, and what the cache held when a re-list started.
+#[derive(Debug)]
+pub struct Tracked {
+    ctx: Arc<Context>,
+    discovery: Arc<Discovery>,
+    cache: Store<Proxy>,
+    before_relist: Mutex<Option<BTreeSet<ProxyKey>>>,
+}
+
+impl Tracked {
+    /// The stores of `ctx` (recorder, failure counts, health engine, metrics) and the lease
+    /// book of `discovery`, freed as `cache`, the controller's Proxy cache, loses Proxies.
+    pub fn new(ctx: Arc<Context>, discovery: Arc<Discovery>, cache: Store<Proxy>) -> Self {
+        Self {
+            ctx,
+            discovery,
+            cache,
+            before_relist: Mutex::default(),
+        }
+    }
+
+    /// Takes in one item of the controller's watch, after the reflector applied it to the
+    /// cache (call it from an `inspect` placed after `reflector`).
+    pub fn observe(&self, item: &Result<watcher::Event<Proxy>, watcher::Error>) {
+        match item {
+            Ok(watcher::Event::Delete(proxy)) => self.forget(&ProxyKey::of(proxy)),
+            // The reflector swaps the listed objects in at the end of the list only: until
+            // then the cache holds what it held before.
+            Ok(watcher::Event::Init) => *lock(&self.before_relist) = Some(self.cached()),
+            Ok(watcher::Event::InitDone) => {
+                let before = lock(&self.before_relist).take().unwrap_or_default();
+                for gone in before.difference(&self.cached()) {
+                    self.forget(gone);
+                }
+            }
+            Ok(watcher::Event::Apply(_) | watcher::Event::InitApply(_)) | Err(_) => {}
+        }
+    }
+
+    /// Frees everything every store holds about `key`.
+    pub fn forget(&self, key: &ProxyKey) {
+        self.ctx.recorder.forget(key);
+        self.ctx.forget(key);
+        self.ctx.health.forget(key);
+        self.discovery.forget(key);
+        self.ctx.metrics.forget_proxy(key);
+        tracing::debug!(proxy = %key, "gone: its state is freed");
+    }
+
+    /// How many Proxies each store holds state for, by the `store` label of
+    /// `proxy_operator_tracked_proxies`.
+    pub fn sizes(&self) -> [(&'static str, usize); 5] {
+        [
+            ("recorder", self.ctx.recorder.tracked()),
+            ("failures", self.ctx.tracked()),
+            ("health", self.ctx.health.tracked()),
+            ("leases", self.discovery.tracked()),
+            ("metrics", self.ctx.metrics.tracked()),
+        ]
+    }
+
+    /// The keys the cache holds now.
+    fn cached(&self) -> BTreeSet<ProxyKey> {
+        self.cache
+            .state()
+            .iter()
+            .map(|proxy| ProxyKey::of(proxy))
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use kube::runtime::reflector::store::Writer;
+    use kube::runtime::watcher::Event;
+    use proxy_core::lease::{LeaseConfig, view_of};
+    use proxy_core::record::DecideRecord;
+    use proxy_core::testing::{EXTERNAL_HOST, external_spec, record_header};
+    use proxy_core::{Observed, Timing, decide};
+
+    use super::*;
+    use crate::discovery::Limits;
+    use crate::health::HealthEngine;
+    use crate::health::probe::Prober;
+    use crate::leadership::Leadership;
+    use crate::metrics::Metrics;
+    use crate::providers::registry::Registry;
+    use crate::recorder::Recorder;
+
+    /// A Proxy as the cache holds it after a reconcile: probed healthy.
+    fn proxy(name: &str) -> Proxy {
+        let spec = external_spec();
+        let status = decide(
+            &spec,
+            &Default::default(),
+            &Observed::test().health(EXTERNAL_HOST, true),
+        )
+        .status()
+        .clone();
+        let mut proxy = Proxy::new(name, spec);
+        proxy.metadata.namespace = Some("ns".to_owned());
+        proxy.metadata.uid = Some(format!("uid-{name}"));
+        proxy.status = Some(status);
+        proxy
+    }
+
+    /// What a reconcile, a probe and a sync leave in the stores (the failure counts are the
+    /// controller's own: `tests/tests/e2e/freed.rs` covers them).
+    fn served(ctx: &Context, discovery: &Discovery, proxies: &[Proxy]) {
+        for proxy in proxies {
+            let (spec, status) = (&proxy.spec, proxy.status.clone().unwrap_or_default());
+            let observed = Observed::test();
+            let decision = decide(spec, &status, &observed);
+            let object = ProxyKey::of(proxy);
+            ctx.recorder
+                .decide(DecideRecord::new(spec, &status, &observed, &decision));
+            assert!(ctx.health.reported(proxy).is_some(), "{object} not seeded");
+            ctx.metrics.probe(&object, true, 0.01);
+        }
+        discovery.replace_fleet(proxies.iter().filter_map(|proxy| {
+            view_of(
+                ProxyKey::of(proxy),
+                Default::default(),
+                &proxy.spec,
+                proxy.status.as_ref(),
+            )
+        }));
+    }
+
+    /// The stores' sizes but the failure counts.
+    fn sizes(tracked: &Tracked) -> Vec<(&'static str, usize)> {
+        tracked
+            .sizes()
+            .into_iter()
+            .filter(|(store, _)| *store != "failures")
+            .collect()
+    }
+
+    fn all(n: usize) -> Vec<(&'static str, usize)> {
+        ["recorder", "health", "leases", "metrics"]
+            .into_iter()
+            .map(|store| (store, n))
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn a_deleted_proxy_and_one_a_relist_lost_are_freed_in_every_store() {
+        let config = kube::Config::new("http://127.0.0.1:9".parse().unwrap());
+        let client = kube::Client::try_from(config).unwrap();
+        let metrics = Arc::new(Metrics::default());
+        let prober = Prober::new(None).unwrap();
+        let candidate = proxy_core::leadership::Candidate::new("test", Default::default());
+        let ctx = Arc::new(Context::new(
+            client,
+            Registry::default(),
+            Timing::default(),
+            Arc::new(HealthEngine::new(prober, 1, metrics.clone())),
+            metrics,
+            Arc::new(Leadership::unopposed(candidate.unwrap())),
+            Arc::new(Recorder::new(record_header(), 4, None).unwrap()),
+        ));
+        let discovery = Arc::new(Discovery::new(
+            Some("token"),
+            LeaseConfig::default(),
+            Limits::default(),
+        ));
+        let mut cache = Writer::<Proxy>::default();
+        let tracked = Tracked::new(ctx.clone(), discovery.clone(), cache.as_reader());
+        let mut watch = |event: Event<Proxy>| {
+            cache.apply_watcher_event(&event);
+            tracked.observe(&Ok(event));
+        };
+
+        let [a, b, c] = ["a", "b", "c"].map(proxy);
+        watch(Event::Init);
+        for listed in [&a, &b, &c] {
+            watch(Event::InitApply(listed.clone()));
+        }
+        watch(Event::InitDone);
+        served(&ctx, &discovery, &[a.clone(), b.clone(), c.clone()]);
+        assert_eq!(sizes(&tracked), all(3));
+
+        watch(Event::Delete(a));
+        assert_eq!(sizes(&tracked), all(2), "a deleted Proxy is freed");
+
+        // The watch lost its place while b was deleted: no delete event, only a new list.
+        watch(Event::Init);
+        watch(Event::InitApply(c.clone()));
+        assert_eq!(
+            sizes(&tracked),
+            all(2),
+            "nothing goes before the list is complete"
+        );
+        watch(Event::InitDone);
+        assert_eq!(sizes(&tracked), all(1), "a Proxy the re-list lost is freed");
+        assert_eq!(
+            ctx.recorder
+                .dump(Some(&ProxyKey::new("ns", "c")))
+                .lines()
+                .count(),
+            2
+        );
+    }
+}

@@ -1,0 +1,162 @@
+//! `proxy-operator run`: builds the operator's parts from the parsed flags ([`crate::args`])
+//! and hands them to [`crate::loops`], which runs them until SIGTERM or SIGINT.
+//!
+//! Everything that can refuse a start (the providers config, the probe CA bundle, the flags'
+//! checks, the API server, the listeners, the record file) is tried here, before any loop
+//! runs: a replica that cannot start never takes part in the leadership election.
+
+use std::path::Path;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use anyhow::anyhow;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::Namespace;
+use proxy_core::record::{Config as RecordConfig, Header, Operator};
+
+use crate::args::RunArgs;
+use crate::config::ProvidersConfig;
+use crate::controller::Context;
+use crate::discovery::Discovery;
+use crate::health::HealthEngine;
+use crate::health::probe::Prober;
+use crate::leadership::Leadership;
+use crate::loops::{self, Parts, Servers};
+use crate::metrics::Metrics;
+use crate::providers::registry::Registry;
+use crate::recorder::Recorder;
+use crate::server::BearerToken;
+use crate::telemetry::{self, LogFormat};
+
+/// Runs the operator until a shutdown signal; the exit code says whether it started.
+pub fn run(args: RunArgs) -> ExitCode {
+    // Dropped when `run` returns, after the runtime: flushes the spans not yet exported.
+    let _telemetry = telemetry::init(args.log_format.unwrap_or_else(LogFormat::detect));
+    // A bad config stops the operator here, with the offending path, before it touches anything.
+    let config = match ProvidersConfig::load(&args.providers_config) {
+        Ok(config) => config,
+        Err(error) => {
+            eprintln!("{error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let runtime = tokio::runtime::Runtime::new().expect("start the tokio runtime");
+    match runtime.block_on(serve(args, config)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("proxy-operator: {error:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Builds every part, then runs the loops until the shutdown signals stop them.
+async fn serve(args: RunArgs, config: ProvidersConfig) -> anyhow::Result<()> {
+    // First, so that a signal that arrives while the operator starts is not lost.
+    let stopping = loops::shutdown_signals()?;
+    let prober = prober(args.probe_ca_bundle.as_deref())?;
+    args.check_gc_scope()?;
+    let candidate = args.candidate()?;
+    let leadership = Arc::new(if args.no_leader_election {
+        Leadership::unopposed(candidate)
+    } else {
+        Leadership::new(candidate)
+    });
+    let metrics = Arc::new(Metrics::default());
+    let health = Arc::new(HealthEngine::new(
+        prober,
+        args.probe_concurrency,
+        metrics.clone(),
+    ));
+    let client = kube::Client::try_default().await?;
+    let installation = match &args.installation_id {
+        Some(id) => id.clone(),
+        None => kube::Api::<Namespace>::all(client.clone())
+            .get("kube-system")
+            .await
+            .map_err(|e| anyhow!("reading the kube-system namespace for the installation ID (or pass --installation-id): {e}"))?
+            .metadata
+            .uid
+            .unwrap_or_default(),
+    };
+    let providers = Registry::build(&config, &client, &installation, &metrics)
+        .map_err(|e| anyhow!("{}: {e}", args.providers_config.display()))?;
+    let gc = args.gc(&installation);
+    let timing = args.timing();
+    tracing::info!(providers = %config.summary(), namespace = ?args.namespace, identity = leadership.identity(), installation, "proxy-operator starting");
+    let leases = kube::Api::<Lease>::namespaced(client.clone(), &args.leadership_namespace);
+    let discovery = Arc::new(Discovery::new(
+        args.discovery_token.as_deref(),
+        args.lease_config(),
+        args.limits(),
+    ));
+    let discovery_listener = tokio::net::TcpListener::bind(args.discovery_addr)
+        .await
+        .map_err(|e| anyhow!("--discovery-addr {}: {e}", args.discovery_addr))?;
+    tracing::info!(addr = %discovery_listener.local_addr()?, "discovery API listening");
+    metrics.watch_leases(discovery.clone());
+    let admin_listener = tokio::net::TcpListener::bind(args.metrics_addr)
+        .await
+        .map_err(|e| anyhow!("--metrics-addr {}: {e}", args.metrics_addr))?;
+    tracing::info!(addr = %admin_listener.local_addr()?, "metrics listening");
+    let recorder = Arc::new(
+        Recorder::new(
+            record_header(&config, timing),
+            args.record_per_object,
+            args.record_file(),
+        )
+        .map_err(|e| {
+            anyhow!(
+                "--record-file {}: {e}",
+                args.record_file
+                    .as_deref()
+                    .unwrap_or(Path::new(""))
+                    .display()
+            )
+        })?,
+    );
+    let ctx = Arc::new(Context::new(
+        client, providers, timing, health, metrics, leadership, recorder,
+    ));
+    let servers = Servers {
+        discovery: discovery_listener,
+        admin: admin_listener,
+        token: BearerToken::new(args.discovery_token.as_deref()),
+        http: args.http(),
+    };
+    let parts = Parts {
+        ctx,
+        discovery,
+        namespace: args.namespace,
+        gc,
+        max_concurrent_reconciles: args.max_concurrent_reconciles,
+        leases,
+        leadership_name: args.leadership_name,
+        servers,
+    };
+    loops::run(parts, stopping).await
+}
+
+/// The prober, trusting the extra CA certificates of `--probe-ca-bundle` when given.
+fn prober(bundle: Option<&Path>) -> anyhow::Result<Prober> {
+    let shown = || bundle.unwrap_or(Path::new("")).display();
+    let pem = bundle
+        .map(|path| std::fs::read(path).map_err(|e| anyhow!("--probe-ca-bundle {}: {e}", shown())))
+        .transpose()?;
+    Prober::new(pem.as_deref()).map_err(|e| anyhow!("--probe-ca-bundle {}: {e}", shown()))
+}
+
+/// The header of every recording of this process: this build, and the configuration the
+/// core's decisions depend on.
+fn record_header(config: &ProvidersConfig, timing: proxy_core::Timing) -> Header {
+    Header::new(
+        Operator {
+            version: env!("CARGO_PKG_VERSION").to_owned(),
+            commit: option_env!("PROXY_OPERATOR_COMMIT")
+                .unwrap_or("unknown")
+                .to_owned(),
+        },
+        RecordConfig::new(timing, config.providers.iter().map(|p| p.name.clone())),
+        jiff::Timestamp::now(),
+    )
+}
