@@ -136,9 +136,11 @@ mod tests {
     fn served(ctx: &Context, discovery: &Discovery, proxies: &[Proxy]) {
         for proxy in proxies {
             let (spec, status) = (&proxy.spec, proxy.status.clone().unwrap_or_default());
-            let observed = Observed::test();
-            let decision = decide(spec, &status, &observed);
             let object = ProxyKey::of(proxy);
+            let mut observed = Observed::test();
+            observed.object.namespace = object.namespace().to_owned();
+            observed.object.name = object.name().to_owned();
+            let decision = decide(spec, &status, &observed);
             ctx.recorder
                 .decide(DecideRecord::new(spec, &status, &observed, &decision));
             assert!(ctx.health.reported(proxy).is_some(), "{object} not seeded");
