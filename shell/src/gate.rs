@@ -2,8 +2,9 @@
 //!
 //! Only the leader writes. A reconcile checks at its start, but a claim can run out in the
 //! middle of one (a slow provider call, a paused process), and another replica may already
-//! lead by then: every metadata write, provider call, status write and event therefore asks
-//! the gate first, and a refused write is dropped, counted
+//! lead by then: every metadata write, provider call, status write and event of a reconcile,
+//! and every delete of the garbage collector, therefore asks the gate first, and a refused
+//! write is dropped, counted
 //! (`proxy_operator_writes_dropped_total{kind}`) and ends the reconcile
 //! ([`Interruption::NotLeader`](proxy_core::Interruption::NotLeader): the new leader
 //! reconciles the object).
@@ -24,6 +25,8 @@ pub enum Write {
     Status,
     /// A Kubernetes Event.
     Event,
+    /// A garbage collector's delete of an orphan.
+    GcDelete,
 }
 
 impl Write {
@@ -42,6 +45,7 @@ impl Write {
             Self::ProviderCall => "provider_call",
             Self::Status => "status",
             Self::Event => "event",
+            Self::GcDelete => "gc_delete",
         }
     }
 }

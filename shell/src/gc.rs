@@ -29,6 +29,7 @@ use proxy_core::gc::{
 };
 use proxy_crd::Proxy;
 
+use crate::gate::Write;
 use crate::leadership::Leadership;
 use crate::metrics::Metrics;
 use crate::providers::Provider;
@@ -88,6 +89,8 @@ pub struct Collector {
     pub cache: CacheWatch,
     /// Only the leader sweeps.
     pub leadership: Arc<Leadership>,
+    /// Each delete asks the leader gate: leadership can run out during a long sweep.
+    pub writes: crate::gate::Gate,
     /// Held back and kept.
     pub metrics: Arc<Metrics>,
 }
@@ -220,9 +223,9 @@ impl Collector {
                 tracing::warn!(provider = name, provider_id = %orphan.provider_id, uid = %orphan.uid, "GC (dry run): would delete orphan");
                 continue;
             }
-            // Leadership can run out during a long sweep: check right before each delete.
-            if !self.leadership.is_leader() {
-                tracing::info!("GC: no longer the leader; stopping the sweep");
+            // Leadership can run out during a long sweep: ask right before each delete.
+            if let Err(refused) = self.writes.pass(Write::GcDelete) {
+                tracing::info!(%refused, "GC: stopping the sweep");
                 return None;
             }
             match provider.delete(&orphan.provider_id).await {

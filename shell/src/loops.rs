@@ -138,6 +138,7 @@ pub async fn run(parts: Parts, stopping: watch::Receiver<bool>) -> anyhow::Resul
             proxies: store.clone(),
             cache: completeness.clone(),
             leadership: ctx.leadership.clone(),
+            writes: ctx.gate.clone(),
             metrics: ctx.metrics.clone(),
         };
         background.spawn(Loop::Gc, move || crate::gc::run(collector.clone()));

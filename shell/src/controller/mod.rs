@@ -56,7 +56,8 @@ pub struct Context {
     pub leadership: Arc<Leadership>,
     /// Every decide call, for replay.
     pub recorder: Arc<Recorder>,
-    gate: Gate,
+    /// The leader gate every write passes.
+    pub gate: Gate,
     events: EventRecorder,
     // Consecutive failed reconciles per object, which the core's driver turns into a
     // backoff ([`Followup`]); an object without an entry has none.
