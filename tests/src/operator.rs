@@ -246,6 +246,25 @@ impl Operator {
             .sum::<f64>() as u64
     }
 
+    /// `GET /debug/recording` on the admin port with the discovery token: the recording of
+    /// `object` (`namespace/name`), or of every object when `None`.
+    pub async fn recording(&self, object: Option<&str>) -> String {
+        let url = self.metrics.replace("/metrics", "/debug/recording");
+        let url = match object {
+            Some(object) => format!("{url}?object={object}"),
+            None => url,
+        };
+        reqwest::Client::new()
+            .get(url)
+            .bearer_auth(DISCOVERY_TOKEN)
+            .send()
+            .await
+            .expect("the admin endpoint answers")
+            .text()
+            .await
+            .expect("a recording body")
+    }
+
     /// How many machines it asked its providers to create so far
     /// (`proxy_operator_provider_requests_total{op="create"}`, every provider and result).
     pub async fn provider_creates(&self) -> u64 {

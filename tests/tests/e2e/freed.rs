@@ -13,7 +13,6 @@ use k8s_openapi::api::admissionregistration::v1::{
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use proxy_crd::Phase;
 use proxy_tests::control_plane::ControlPlane;
-use proxy_tests::operator::DISCOVERY_TOKEN;
 use serde_json::json;
 
 use crate::metrics::scrape;
@@ -210,15 +209,7 @@ async fn deleted_proxies_leave_no_state_in_any_store() {
         counts.keys().map(String::as_str).collect::<Vec<_>>(),
         ["failures", "health", "leases", "metrics", "recorder"]
     );
-    let recording = reqwest::Client::new()
-        .get(bed.operator.metrics.replace("/metrics", "/debug/recording"))
-        .bearer_auth(DISCOVERY_TOKEN)
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let recording = bed.operator.recording(None).await;
     assert!(
         !recording.contains(&format!("\"{ns}\"")),
         "the recording still holds a gone Proxy:\n{recording}"

@@ -96,15 +96,10 @@ async fn a_recorded_replacement_replays_identically_and_a_changed_rule_diverges_
         .replace("/metrics", "/debug/recording?object=");
     let refused = reqwest::get(format!("{admin}{}/r1", bed.ns)).await.unwrap();
     assert_eq!(refused.status(), 401, "a recording without the token");
-    let dump = reqwest::Client::new()
-        .get(format!("{admin}{}/r1", bed.ns))
-        .bearer_auth(proxy_tests::operator::DISCOVERY_TOKEN)
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let dump = bed
+        .operator
+        .recording(Some(&format!("{}/r1", bed.ns)))
+        .await;
     assert!(
         Recording::parse(&dump)
             .unwrap()
