@@ -34,7 +34,8 @@
 //!
 //! # Modules
 //!
-//! - [`observed`], [`error`]: the input vocabulary;
+//! - [`observed`], [`error`]: the input vocabulary; [`cloud_init`]: where the cloud-init
+//!   comes from;
 //! - [`action`]: the output vocabulary;
 //! - [`decide()`]: the reconcile action table; [`reconcile`]: the driver that runs it;
 //! - [`backoff`]: retry delays;
@@ -49,6 +50,7 @@
 
 pub mod action;
 pub mod backoff;
+pub mod cloud_init;
 pub mod conditions;
 mod decide;
 pub mod error;

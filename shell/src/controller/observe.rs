@@ -5,8 +5,9 @@
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::Api;
 use kube::{Resource, ResourceExt};
+use proxy_core::cloud_init::{self, SecretRead};
 use proxy_core::{CloudInitView, InstanceView, Metadata, Observed, instance_id};
-use proxy_crd::{CLOUD_INIT_SECRET_LABEL, FINALIZER, Proxy, SPEC_HASH_ANNOTATION};
+use proxy_crd::{FINALIZER, Proxy, SPEC_HASH_ANNOTATION};
 
 use super::Context;
 
@@ -81,22 +82,15 @@ pub async fn observe(proxy: &Proxy, failures: u32, ctx: &Context) -> Result<Obse
     })
 }
 
-/// The cloud-init content: inline, or from a labelled Secret in the Proxy's namespace.
+/// The cloud-init content: inline, or from a labelled Secret in the Proxy's namespace (what
+/// counts is the core's [`cloud_init`]).
 async fn resolve_cloud_init(proxy: &Proxy, client: &kube::Client) -> Result<CloudInitView, Error> {
-    let Some(cloud_init) = &proxy.spec.cloud_init else {
-        return Ok(CloudInitView::NotSet);
-    };
-    if let Some(inline) = &cloud_init.inline {
-        return Ok(CloudInitView::Resolved {
-            content: inline.clone(),
-        });
-    }
-    let Some(reference) = &cloud_init.secret_ref else {
-        return Ok(CloudInitView::NotSet);
+    let cloud_init = proxy.spec.cloud_init.as_ref();
+    let cloud_init::Source::Secret(reference) = cloud_init::source(cloud_init) else {
+        return Ok(cloud_init::known(cloud_init));
     };
     let secrets: Api<Secret> =
         Api::namespaced(client.clone(), &proxy.namespace().unwrap_or_default());
-    let unavailable = |message: String| Ok(CloudInitView::Unavailable { message });
     let secret = secrets
         .get_opt(&reference.name)
         .await
@@ -104,27 +98,13 @@ async fn resolve_cloud_init(proxy: &Proxy, client: &kube::Client) -> Result<Clou
             name: reference.name.clone(),
             source,
         })?;
-    let Some(secret) = secret else {
-        return unavailable(format!("Secret {:?} not found", reference.name));
-    };
-    if secret
-        .labels()
-        .get(CLOUD_INIT_SECRET_LABEL)
-        .map(String::as_str)
-        != Some("true")
-    {
-        return unavailable(format!(
-            "Secret {:?} lacks the label {CLOUD_INIT_SECRET_LABEL}=true",
-            reference.name
-        ));
-    }
-    match secret.data.as_ref().and_then(|d| d.get(&reference.key)) {
-        Some(bytes) => Ok(CloudInitView::Resolved {
-            content: String::from_utf8_lossy(&bytes.0).into_owned(),
-        }),
-        None => unavailable(format!(
-            "Secret {:?} has no key {:?}",
-            reference.name, reference.key
-        )),
-    }
+    let read = secret.as_ref().map(|secret| SecretRead {
+        labels: secret.labels(),
+        value: secret
+            .data
+            .as_ref()
+            .and_then(|data| data.get(&reference.key))
+            .map(|bytes| bytes.0.as_slice()),
+    });
+    Ok(cloud_init::from_secret(reference, read))
 }
