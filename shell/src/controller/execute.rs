@@ -124,7 +124,9 @@ impl<'a> Executor<'a> {
     pub async fn provider_call(&self, request: &ProviderRequest) -> Result<Outcome, Error> {
         self.ctx.gate.pass(Write::ProviderCall)?;
         let Some(provider) = self.ctx.providers.get(request.provider()) else {
-            // `decide` asks only for configured providers; a config reload could change that.
+            // Unreachable: `decide` asks only for a provider the observation found in this
+            // same registry, which never changes while the process runs. Answered, not
+            // unwrapped, so that a bug here latches one Proxy instead of crashing the operator.
             return Ok(Outcome::Failed {
                 call: request.call(),
                 error: ProviderError::permanent(format!(
