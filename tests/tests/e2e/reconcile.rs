@@ -212,6 +212,74 @@ async fn rotating_the_cloud_init_secret_replaces_the_pod() {
     );
 }
 
+/// The cloud-init Secret is read through the API server and judged by the core
+/// (`proxy_core::cloud_init`): a missing Secret, then one without the cloud-init label, hold
+/// the Proxy with a message that names what is wrong, and no Pod is created until the
+/// labelled Secret exists.
+#[tokio::test]
+async fn a_missing_or_unlabelled_cloud_init_secret_holds_the_proxy_and_says_why() {
+    use k8s_openapi::api::core::v1::Secret;
+    let mut bed = Bed::new("op-ci-missing").await;
+    let secrets: Api<Secret> = Api::namespaced(
+        bed.proxies.clone().into_client(),
+        bed.pods.namespace().unwrap(),
+    );
+    let spec = json!({"mode": "Managed", "provider": "pods", "cloudInit": {"secretRef": {"name": "ci", "key": "user-data"}}});
+    bed.create("m1", spec).await;
+    let message = |proxy: &proxy_crd::Proxy| {
+        let status = proxy.status.as_ref()?;
+        let c = status
+            .conditions
+            .iter()
+            .find(|c| c.type_ == "Provisioned")?;
+        (c.reason == "CloudInitUnavailable").then(|| c.message.clone())
+    };
+    let held = bed
+        .wait_for("m1", "held for the missing Secret", |p| {
+            message(p).is_some_and(|m| m.contains(r#"Secret "ci" not found"#))
+        })
+        .await;
+    assert_eq!(held.status.unwrap().provider_id, None, "nothing created");
+
+    let unlabelled: Secret = serde_json::from_value(json!({
+        "metadata": {"name": "ci"},
+        "stringData": {"user-data": "#cloud-config\n"}
+    }))
+    .unwrap();
+    secrets
+        .create(&PostParams::default(), &unlabelled)
+        .await
+        .unwrap();
+    bed.wait_for("m1", "held for the Secret's missing label", |p| {
+        message(p).is_some_and(|m| {
+            m.contains(r#"Secret "ci" lacks the label crawl.example.com/cloud-init=true"#)
+        })
+    })
+    .await;
+    assert!(
+        bed.pods
+            .list(&Default::default())
+            .await
+            .unwrap()
+            .items
+            .is_empty(),
+        "no Pod from an unlabelled Secret"
+    );
+
+    secrets
+        .patch(
+            "ci",
+            &PatchParams::default(),
+            &Patch::Merge(
+                json!({"metadata": {"labels": {proxy_crd::CLOUD_INIT_SECRET_LABEL: "true"}}}),
+            ),
+        )
+        .await
+        .unwrap();
+    bed.wait_for("m1", "Provisioned once the Secret is labelled", provisioned)
+        .await;
+}
+
 #[tokio::test]
 async fn an_operator_killed_mid_create_and_restarted_with_status_lost_leaves_exactly_one_pod() {
     let mut bed = Bed::new("op-crash").await;
