@@ -48,6 +48,16 @@ pub struct Bed {
 }
 
 impl Bed {
+    /// How many Pods the bed's namespace holds now.
+    pub async fn pod_count(&self) -> usize {
+        self.pods
+            .list(&Default::default())
+            .await
+            .unwrap()
+            .items
+            .len()
+    }
+
     pub async fn new(prefix: &str) -> Self {
         Self::new_with(prefix, &[]).await
     }
