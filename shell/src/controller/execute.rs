@@ -16,14 +16,15 @@ use serde_json::json;
 use super::{Context, FIELD_MANAGER};
 use crate::gate::{NotLeader, Write};
 
-/// Why an effect could not be carried out.
+/// Why an effect could not be carried out. Each message ends with its source's, as kube's
+/// own errors do, so one line in the log says it all.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// The leader gate refused the write.
     #[error(transparent)]
     NotLeader(#[from] NotLeader),
     /// A metadata patch failed.
-    #[error("writing metadata ({write})")]
+    #[error("writing metadata ({write}): {source}")]
     Metadata {
         /// Which write: `AddFinalizer`, `RemoveFinalizer` or `SetSpecHash`.
         write: &'static str,
@@ -32,7 +33,7 @@ pub enum Error {
         source: kube::Error,
     },
     /// The status write failed.
-    #[error("writing the status")]
+    #[error("writing the status: {0}")]
     Status(#[source] kube::Error),
 }
 

@@ -11,15 +11,16 @@ use proxy_crd::{FINALIZER, Proxy, SPEC_HASH_ANNOTATION};
 
 use super::Context;
 
-/// Why an observation could not be made.
+/// Why an observation could not be made. Each message ends with its source's, as kube's
+/// own errors do, so one line in the log says it all.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// The Proxy could not be read.
-    #[error("reading the Proxy")]
+    #[error("reading the Proxy: {0}")]
     Proxy(#[source] kube::Error),
     /// The cloud-init Secret the spec references could not be read (a missing one is an
     /// observation, not an error).
-    #[error("reading the cloud-init Secret {name:?}")]
+    #[error("reading the cloud-init Secret {name:?}: {source}")]
     Secret {
         /// The Secret's name.
         name: String,
@@ -107,4 +108,35 @@ async fn resolve_cloud_init(proxy: &Proxy, client: &kube::Client) -> Result<Clou
             .map(|bytes| bytes.0.as_slice()),
     });
     Ok(cloud_init::from_secret(reference, read))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_observation_error_names_the_step_and_keeps_the_api_servers_answer() {
+        let forbidden = kube::core::Status {
+            code: 403,
+            message: "secrets \"ci\" is forbidden".to_owned(),
+            reason: "Forbidden".to_owned(),
+            ..kube::core::Status::default()
+        };
+        let error = Error::Secret {
+            name: "ci".to_owned(),
+            source: kube::Error::Api(forbidden.boxed()),
+        };
+        let line = super::super::Error::from(error).to_string();
+        assert!(
+            line.starts_with(r#"observing: reading the cloud-init Secret "ci": ApiError: secrets "ci" is forbidden: Forbidden"#),
+            "{line}"
+        );
+        assert_eq!(
+            super::super::Error::from(Error::Proxy(kube::Error::Api(
+                kube::core::Status::default().boxed()
+            )))
+            .metric_label(),
+            "read_proxy"
+        );
+    }
 }
