@@ -107,7 +107,7 @@ async fn only_the_leader_acts_and_the_other_takes_over_when_it_dies() {
 
 /// Waits until the operator's log has a line containing every one of `parts`, and returns
 /// the log; fails with the log.
-async fn logged(operator: &Operator, parts: &[&str]) -> String {
+pub async fn logged(operator: &Operator, parts: &[&str]) -> String {
     for _ in 0..200 {
         let log = operator.log();
         if log.lines().any(|l| parts.iter().all(|p| l.contains(p))) {

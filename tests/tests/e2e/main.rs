@@ -5,6 +5,7 @@ mod chaos;
 mod concurrency;
 mod crd;
 mod freed;
+mod gate;
 mod gc;
 mod health;
 mod hostile;
