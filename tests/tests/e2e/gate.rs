@@ -27,7 +27,7 @@ use tokio_rustls::TlsAcceptor;
 use tokio_rustls::rustls::ServerConfig;
 use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer, pem::PemObject};
 
-use crate::leadership::{holder, logged};
+use crate::leadership::{logged, take_claim, until_leading};
 use crate::operated::{Bed, provisioned};
 
 /// An admission webhook that holds every review until it is released, and counts them.
@@ -134,14 +134,7 @@ async fn a_reconcile_that_lost_the_claim_during_its_provider_call_writes_nothing
     let mut bed = Bed::new("gate").await;
     let client = bed.proxies.clone().into_client();
     let leases: Api<Lease> = Api::namespaced(client.clone(), &bed.ns);
-    let started = Instant::now();
-    while holder(&leases).await.as_deref() != Some(bed.operator.identity.as_str()) {
-        assert!(
-            started.elapsed() < Duration::from_secs(20),
-            "the operator never led"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    until_leading(&leases, &bed.operator).await;
 
     let webhook = HoldingWebhook::start().await;
     let configs: Api<ValidatingWebhookConfiguration> = Api::all(client.clone());
@@ -181,25 +174,7 @@ async fn a_reconcile_that_lost_the_claim_during_its_provider_call_writes_nothing
 
     // Another replica takes the claim (for long enough that the operator cannot take it back
     // before the reconcile ends), and the operator notices.
-    loop {
-        let mut lease = leases.get("proxy-operator").await.unwrap();
-        let now = k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime(
-            k8s_openapi::jiff::Timestamp::now(),
-        );
-        let spec = lease.spec.get_or_insert_default();
-        spec.holder_identity = Some("intruder".into());
-        spec.renew_time = Some(now.clone());
-        spec.acquire_time = Some(now);
-        spec.lease_duration_seconds = Some(8);
-        match leases
-            .replace("proxy-operator", &Default::default(), &lease)
-            .await
-        {
-            Ok(_) => break,
-            Err(kube::Error::Api(status)) if status.code == 409 => continue,
-            Err(e) => panic!("take the claim over: {e}"),
-        }
-    }
+    take_claim(&leases, "intruder", 8).await;
     logged(&bed.operator, &["lost leadership", "intruder"]).await;
     webhook.open();
 

@@ -105,6 +105,44 @@ async fn only_the_leader_acts_and_the_other_takes_over_when_it_dies() {
     eprintln!("leadership moved {takeover:?} after the leader was killed");
 }
 
+/// Waits until `operator` holds the namespace's leadership Lease; fails with its log.
+pub async fn until_leading(leases: &Api<Lease>, operator: &Operator) {
+    let started = Instant::now();
+    while holder(leases).await.as_deref() != Some(operator.identity.as_str()) {
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "the operator never led; log:\n{}",
+            operator.log()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Writes a valid claim of `holder` for `seconds` over the namespace's leadership Lease, as
+/// another replica would, and never renews it. A concurrent renew makes the replace conflict
+/// (the resourceVersion read), so it retries.
+pub async fn take_claim(leases: &Api<Lease>, holder: &str, seconds: i32) {
+    loop {
+        let mut lease = leases.get("proxy-operator").await.unwrap();
+        let now = k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime(
+            k8s_openapi::jiff::Timestamp::now(),
+        );
+        let spec = lease.spec.get_or_insert_default();
+        spec.holder_identity = Some(holder.into());
+        spec.renew_time = Some(now.clone());
+        spec.acquire_time = Some(now);
+        spec.lease_duration_seconds = Some(seconds);
+        match leases
+            .replace("proxy-operator", &Default::default(), &lease)
+            .await
+        {
+            Ok(_) => return,
+            Err(kube::Error::Api(status)) if status.code == 409 => continue,
+            Err(e) => panic!("take the claim over: {e}"),
+        }
+    }
+}
+
 /// Waits until the operator's log has a line containing every one of `parts`, and returns
 /// the log; fails with the log.
 pub async fn logged(operator: &Operator, parts: &[&str]) -> String {
@@ -125,38 +163,11 @@ pub async fn logged(operator: &Operator, parts: &[&str]) -> String {
 async fn a_leader_logs_losing_leadership_to_another_holder_and_regaining_it() {
     let bed = Bed::new("leadership-log").await;
     let leases: Api<Lease> = Api::namespaced(bed.proxies.clone().into_client(), &bed.ns);
-    let started = Instant::now();
-    while holder(&leases).await.as_deref() != Some(bed.operator.identity.as_str()) {
-        assert!(
-            started.elapsed() < Duration::from_secs(20),
-            "the operator never led; log:\n{}",
-            bed.operator.log()
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    until_leading(&leases, &bed.operator).await;
     logged(&bed.operator, &["acquired leadership"]).await;
 
-    // Another replica writes a valid claim over ours (the resourceVersion read makes a
-    // concurrent renew conflict, so retry), and never renews it.
-    loop {
-        let mut lease = leases.get("proxy-operator").await.unwrap();
-        let now = k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime(
-            k8s_openapi::jiff::Timestamp::now(),
-        );
-        let spec = lease.spec.get_or_insert_default();
-        spec.holder_identity = Some("intruder".into());
-        spec.renew_time = Some(now.clone());
-        spec.acquire_time = Some(now);
-        spec.lease_duration_seconds = Some(3);
-        match leases
-            .replace("proxy-operator", &Default::default(), &lease)
-            .await
-        {
-            Ok(_) => break,
-            Err(kube::Error::Api(status)) if status.code == 409 => continue,
-            Err(e) => panic!("take the claim over: {e}"),
-        }
-    }
+    // Another replica writes a valid claim over ours, and never renews it.
+    take_claim(&leases, "intruder", 3).await;
     let lost = [
         "lost leadership: another replica holds the claim",
         "intruder",
