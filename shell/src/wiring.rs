@@ -40,7 +40,13 @@ pub fn run(args: RunArgs) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let runtime = tokio::runtime::Runtime::new().expect("start the tokio runtime");
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("proxy-operator: cannot start the async runtime: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
     match runtime.block_on(serve(args, config)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
