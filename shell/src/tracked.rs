@@ -66,7 +66,6 @@ impl Tracked {
 
     /// Frees everything every store holds about `key`.
     pub fn forget(&self, key: &ProxyKey) {
-        self.ctx.recorder.forget(key);
         self.ctx.forget(key);
         self.ctx.health.forget(key);
         self.discovery.forget(key);

@@ -145,9 +145,11 @@ impl Context {
             .unwrap_or(0)
     }
 
-    /// Forgets the consecutive failures of `object`, which is gone.
+    /// Forgets what reconciles keep about `object`, which is gone: its consecutive failures
+    /// and its recorder ring.
     pub(crate) fn forget(&self, object: &ProxyKey) {
         supervise::lock(&self.failures).remove(object);
+        self.recorder.forget(object);
     }
 
     /// How many Proxies have failures counted.
@@ -213,18 +215,33 @@ pub async fn run(
     // Secrets are watched (and read), so the operator never caches unrelated secrets.
     let secret_watch =
         watcher::Config::default().labels(&format!("{CLOUD_INIT_SECRET_LABEL}=true"));
-    // A reconcile that fails after its Proxy went (its finalizer removed by hand while the
-    // reconcile ran) counts no failure: the observers forgot the Proxy already, and nothing
-    // would forget the count again. The cache drops the Proxy before they see the deletion,
-    // and the policy runs on the controller's task, so one of the two always comes last.
-    let policy = {
+    // A reconcile still running when its Proxy went (its finalizer removed, by hand or by
+    // the reconcile itself) leaves nothing behind: the observers forgot the Proxy already,
+    // and nothing would forget the count or the records it adds after that. The cache drops
+    // the Proxy before the observers see the deletion, and the reconcile's end and the
+    // policy run on the controller's task, so whichever comes last finds it gone.
+    let gone = {
         let store = store.clone();
-        move |proxy: Arc<Proxy>, error: &Error, ctx: Arc<Context>| {
-            if store.get(&ObjectRef::from_obj(&*proxy)).is_some() {
-                error_policy(proxy, error, ctx)
-            } else {
-                controller::Action::await_change()
+        move |proxy: &Proxy| store.get(&ObjectRef::from_obj(proxy)).is_none()
+    };
+    let reconcile = {
+        let gone = gone.clone();
+        move |proxy: Arc<Proxy>, ctx: Arc<Context>| {
+            let gone = gone.clone();
+            async move {
+                let result = reconcile(proxy.clone(), ctx.clone()).await;
+                if gone(&proxy) {
+                    ctx.forget(&ProxyKey::of(&proxy));
+                }
+                result
             }
+        }
+    };
+    let policy = move |proxy: Arc<Proxy>, error: &Error, ctx: Arc<Context>| {
+        if gone(&proxy) {
+            controller::Action::await_change()
+        } else {
+            error_policy(proxy, error, ctx)
         }
     };
     controller
