@@ -12,7 +12,7 @@ use proxy_core::gc::Listed;
 use proxy_core::{CreateRequest, InstanceState, ProviderError};
 use serde_json::json;
 
-use super::{Provider, labels};
+use super::{Provider, labels, squid};
 use crate::config::KubernetesSettings;
 
 /// Creates squid Pods through the Kubernetes API.
@@ -43,29 +43,6 @@ impl KubernetesProvider {
     }
 }
 
-/// The squid config of one proxy: listens on `port`, serves only clients from
-/// `allowed_cidrs` (never an open relay), caches nothing and adds no headers that would
-/// reveal the client.
-pub fn squid_config(port: i32, allowed_cidrs: &[String]) -> String {
-    let mut config = format!("http_port {port}\n");
-    for cidr in allowed_cidrs {
-        config.push_str(&format!("acl clients src {cidr}\n"));
-    }
-    config.push_str(
-        "http_access allow clients\n\
-         http_access deny all\n\
-         cache deny all\n\
-         cache_mem 0 MB\n\
-         via off\n\
-         forwarded_for delete\n\
-         pinger_enable off\n\
-         shutdown_lifetime 0 seconds\n\
-         access_log stdio:/dev/stdout\n\
-         cache_log stdio:/dev/stderr\n",
-    );
-    config
-}
-
 /// The Pod for one proxy.
 pub fn pod(request: &CreateRequest, settings: &KubernetesSettings, installation: &str) -> Pod {
     let image = request
@@ -73,7 +50,7 @@ pub fn pod(request: &CreateRequest, settings: &KubernetesSettings, installation:
         .as_ref()
         .and_then(|p| p.image.clone())
         .unwrap_or_else(|| settings.image.clone());
-    let config = squid_config(request.port, &settings.allowed_source_cidrs);
+    let config = squid::config(request.port, &settings.allowed_source_cidrs);
     serde_json::from_value(json!({
         "metadata": {
             "name": request.instance_name,
@@ -235,26 +212,6 @@ mod tests {
     }
 
     #[test]
-    fn squid_config_is_not_an_open_relay() {
-        let config = squid_config(3130, &["10.0.0.0/8".into(), "192.168.0.0/16".into()]);
-        let access: Vec<&str> = config
-            .lines()
-            .filter(|l| l.starts_with("http_access") || l.starts_with("acl"))
-            .collect();
-        assert_eq!(
-            access,
-            [
-                "acl clients src 10.0.0.0/8",
-                "acl clients src 192.168.0.0/16",
-                "http_access allow clients",
-                "http_access deny all"
-            ]
-        );
-        assert!(config.starts_with("http_port 3130\n"));
-        assert!(!config.contains("0.0.0.0/0") && !config.contains("allow all"));
-    }
-
-    #[test]
     fn pod_carries_labels_port_image_and_config() {
         let pod = pod(&request(), &settings(), "install-1");
         let labels = pod.metadata.labels.unwrap();
@@ -270,7 +227,7 @@ mod tests {
         let env = &container.env.as_ref().unwrap()[0];
         assert_eq!(
             env.value.as_deref(),
-            Some(squid_config(3130, &["10.0.0.0/8".into()]).as_str())
+            Some(squid::config(3130, &["10.0.0.0/8".into()]).as_str())
         );
     }
 

@@ -18,6 +18,7 @@
 pub mod kubernetes;
 pub mod metered;
 pub mod registry;
+pub mod squid;
 
 use async_trait::async_trait;
 use proxy_core::gc::Listed;
