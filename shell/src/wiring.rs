@@ -86,6 +86,7 @@ async fn serve(args: RunArgs, config: ProvidersConfig) -> anyhow::Result<()> {
             .unwrap_or_default(),
     };
     let providers = Registry::build(&config, &client, &installation, &metrics)
+        .await
         .map_err(|e| anyhow!("{}: {e}", args.providers_config.display()))?;
     let gc = args.gc(&installation);
     let timing = args.timing();

@@ -132,6 +132,85 @@ fn gcp_without_project_is_rejected() {
     );
 }
 
+fn gcp_problems_of(block: &str) -> Vec<String> {
+    let text = format!("providers:\n- name: g\n  type: gcp\n  gcp: {block}\n");
+    match ProvidersConfig::parse(&text) {
+        Ok(_) => Vec::new(),
+        Err(problems) => problems
+            .into_iter()
+            .map(|p| format!("{}: {}", p.path, p.message))
+            .collect(),
+    }
+}
+
+const GCP_OK: &str = "project: p, zones: [europe-west1-b], allowedSourceCIDRs: [203.0.113.0/24]";
+
+#[test]
+fn gcp_defaults_are_adc_ubuntu_lts_and_e2_small() {
+    let config = ProvidersConfig::parse(&format!(
+        "providers:\n- {{name: g, type: gcp, gcp: {{{GCP_OK}}}}}\n"
+    ))
+    .unwrap();
+    let ProviderSettings::Gcp(gcp) = &config.providers[0].settings else {
+        panic!("{config:?}")
+    };
+    assert_eq!(gcp.credentials, GcpCredentials::Adc);
+    assert_eq!(gcp.endpoint, None);
+    assert_eq!(gcp.machine_type, DEFAULT_GCP_MACHINE_TYPE);
+    assert_eq!(gcp.image, DEFAULT_GCP_IMAGE);
+    assert_eq!(gcp.network, "default");
+    assert_eq!(gcp.request_timeout_seconds, 30);
+}
+
+#[test]
+fn gcp_settings_are_checked_field_by_field() {
+    let cases = [
+        (
+            "{project: p, allowedSourceCIDRs: [203.0.113.0/24]}",
+            "providers[0].gcp.zones: required",
+        ),
+        (
+            "{project: p, zones: [Europe_West1], allowedSourceCIDRs: [203.0.113.0/24]}",
+            "providers[0].gcp.zones[0]: \"Europe_West1\" is not a zone name",
+        ),
+        (
+            "{project: p, zones: [z], allowedSourceCIDRs: [0.0.0.0/0]}",
+            "providers[0].gcp.allowedSourceCIDRs[0]: \"0.0.0.0/0\" would make every proxy an open relay",
+        ),
+        (
+            "{project: p, zones: [z]}",
+            "providers[0].gcp.allowedSourceCIDRs: required",
+        ),
+        (
+            &format!("{{{GCP_OK}, networkTags: [1proxy]}}"),
+            "providers[0].gcp.networkTags[0]: \"1proxy\" is not a network tag",
+        ),
+        (
+            &format!("{{{GCP_OK}, credentials: none}}"),
+            "providers[0].gcp.credentials: \"none\" sends no credentials",
+        ),
+        (
+            &format!("{{{GCP_OK}, credentials: secret}}"),
+            "providers[0].gcp.credentials: unknown variant `secret`",
+        ),
+        (
+            &format!("{{{GCP_OK}, endpoint: \"localhost:8080\"}}"),
+            "providers[0].gcp.endpoint: \"localhost:8080\" is not an http:// or https:// URL",
+        ),
+        (
+            &format!("{{{GCP_OK}, requestTimeoutSeconds: 0}}"),
+            "providers[0].gcp.requestTimeoutSeconds: must be at least 1",
+        ),
+    ];
+    for (block, want) in cases {
+        let problems = gcp_problems_of(block);
+        assert_eq!(problems.len(), 1, "{block}: {problems:?}");
+        assert!(problems[0].starts_with(want), "{block}: {problems:?}");
+    }
+    let local = format!("{{{GCP_OK}, credentials: none, endpoint: \"http://127.0.0.1:1\"}}");
+    assert_eq!(gcp_problems_of(&local), Vec::<String>::new());
+}
+
 #[test]
 fn bad_cidr_is_rejected() {
     assert_single(
@@ -163,7 +242,15 @@ fn every_problem_is_reported_at_once() {
         .into_iter()
         .map(|p| p.path)
         .collect();
-    assert_eq!(paths, ["providers[0].name", "providers[1].gcp.project"]);
+    assert_eq!(
+        paths,
+        [
+            "providers[0].name",
+            "providers[1].gcp.project",
+            "providers[1].gcp.zones",
+            "providers[1].gcp.allowedSourceCIDRs"
+        ]
+    );
 }
 
 #[test]

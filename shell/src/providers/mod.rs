@@ -15,6 +15,7 @@
 //! becomes the observation's `InstanceView` as it is, and `list_by_tag` answers the
 //! [`proxy_core::gc::Listed`] instances the GC selects from.
 
+pub mod gcp;
 pub mod kubernetes;
 pub mod metered;
 pub mod registry;

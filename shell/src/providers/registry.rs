@@ -4,6 +4,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use super::Provider;
+use super::gcp::GcpProvider;
 use super::kubernetes::KubernetesProvider;
 use super::metered::Metered;
 use crate::config::{ProviderSettings, ProvidersConfig};
@@ -17,22 +18,38 @@ pub struct Registry {
 
 /// Why a provider could not be built.
 #[derive(Debug, thiserror::Error)]
-#[error("providers[{index}] ({name:?}): type {type_name} is not available in this build yet")]
-pub struct Unsupported {
-    index: usize,
-    name: String,
-    type_name: &'static str,
+pub enum BuildError {
+    /// This build has no code for the provider's type.
+    #[error("providers[{index}] ({name:?}): type {type_name} is not available in this build yet")]
+    Unsupported {
+        /// The entry's position in the config.
+        index: usize,
+        /// The entry's name.
+        name: String,
+        /// Its type.
+        type_name: &'static str,
+    },
+    /// The gcp provider refused to start.
+    #[error("providers[{index}] ({name:?}): {error}")]
+    Gcp {
+        /// The entry's position in the config.
+        index: usize,
+        /// The entry's name.
+        name: String,
+        /// Why.
+        error: super::gcp::StartError,
+    },
 }
 
 impl Registry {
     /// Builds every provider of `config`. A provider type this build cannot serve is an error
     /// at start, never a Proxy stuck later.
-    pub fn build(
+    pub async fn build(
         config: &ProvidersConfig,
         client: &kube::Client,
         installation: &str,
         metrics: &Arc<Metrics>,
-    ) -> Result<Self, Unsupported> {
+    ) -> Result<Self, BuildError> {
         let mut providers: BTreeMap<String, Arc<dyn Provider>> = BTreeMap::new();
         for (index, entry) in config.providers.iter().enumerate() {
             let provider: Arc<dyn Provider> = match &entry.settings {
@@ -41,8 +58,17 @@ impl Registry {
                     settings.clone(),
                     installation.to_owned(),
                 )),
-                other @ (ProviderSettings::Gcp(_) | ProviderSettings::Kvm(_)) => {
-                    return Err(Unsupported {
+                ProviderSettings::Gcp(settings) => Arc::new(
+                    GcpProvider::start(settings.clone(), installation.to_owned())
+                        .await
+                        .map_err(|error| BuildError::Gcp {
+                            index,
+                            name: entry.name.clone(),
+                            error,
+                        })?,
+                ),
+                other @ ProviderSettings::Kvm(_) => {
+                    return Err(BuildError::Unsupported {
                         index,
                         name: entry.name.clone(),
                         type_name: other.type_name(),

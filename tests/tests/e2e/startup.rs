@@ -81,8 +81,9 @@ fn run_refuses_an_invalid_providers_config_naming_the_file_and_the_path() {
 }
 
 #[test]
-fn run_refuses_a_provider_type_this_build_cannot_serve_naming_the_file_and_the_path() {
-    // examples/providers.yaml is valid, but its gcp and kvm providers are not built yet.
+fn run_refuses_a_provider_that_cannot_start_naming_the_file_and_the_path() {
+    // examples/providers.yaml is valid, but GCE label values are lowercase: the gcp provider
+    // could not label its VMs with this installation identity, so GC could not find them.
     let file = example("providers.yaml");
     let (status, output) = run_to_exit(
         "start-unsupported",
@@ -90,14 +91,14 @@ fn run_refuses_a_provider_type_this_build_cannot_serve_naming_the_file_and_the_p
             "--providers-config",
             &file,
             "--installation-id",
-            "startup-test",
+            "Startup.Test",
             "--no-gc",
         ],
     );
     assert_eq!(status.code(), Some(1), "{output}");
     assert!(
         output.contains(&format!(
-            "{file}: providers[1] (\"gcp-eu\"): type gcp is not available in this build yet"
+            "{file}: providers[1] (\"gcp-eu\"): installation identity \"Startup.Test\" is not a legal GCE label value"
         )),
         "{output}"
     );

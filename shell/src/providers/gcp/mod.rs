@@ -1,0 +1,438 @@
+//! The `gcp` provider: one Compute Engine VM per Proxy, each with its own external IP.
+//!
+//! Built on `google-cloud-compute-v1` (REST, rustls on aws-lc-rs), with Application Default
+//! Credentials, or none for a local test endpoint (`gcp.credentials: none`). The calls it
+//! makes are `instances.insert`, `get`, `delete`, `aggregatedList` (`list` per zone when that
+//! fails), and `zoneOperations.get`
+//! for the operations it submitted; nothing ever waits on an operation:
+//! - `create` returns once GCE accepted the insert. Its `requestId` is derived from the
+//!   Proxy's UID and the whole request, so a retried call is the same request to GCE, and a
+//!   `409 alreadyExists` counts as success (a crash between the insert and the status write
+//!   is safe). An insert GCE accepted and then failed (quota, stockout) is remembered, and
+//!   the `get` that finds no VM reports that failure instead of `NotFound`, so the Proxy says
+//!   `QuotaExceeded` rather than looping through creates. The next insert after a failure
+//!   takes a new `requestId`: GCE answers a known one with its old, failed operation.
+//! - `delete` remembers its operation and, while it runs, checks it instead of sending
+//!   another delete on every poll.
+//! - `list_by_tag` is one aggregated list across all zones. `google-cloud-compute-v1` 4.1.0
+//!   cannot ask it for partial success, so when it fails (one unreachable zone fails it
+//!   whole) the configured zones are listed one by one, and one failing zone does not blind
+//!   GC to the others.
+//!
+//! Every call is bounded by `gcp.requestTimeoutSeconds`. Errors are classified in
+//! [`errors`]; the insert body is built in [`insert`]; the labels GCE allows in [`labels`].
+
+pub mod errors;
+pub mod id;
+pub mod insert;
+pub mod labels;
+pub mod state;
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::{Mutex, PoisonError};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use google_cloud_compute_v1::client::Instances;
+use google_cloud_compute_v1::model::Operation;
+use google_cloud_compute_v1::model::operation::Status as OperationStatus;
+use proxy_core::gc::Listed;
+use proxy_core::{CreateRequest, InstanceState, ProviderError};
+use sha2::{Digest, Sha256};
+
+use self::id::InstanceId;
+use super::Provider;
+use crate::config::{GcpCredentials, GcpSettings};
+
+/// Why the gcp provider could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// The installation identity cannot be a GCE label value, so GC could not read it back.
+    #[error(
+        "installation identity {0:?} is not a legal GCE label value (at most 63 lowercase \
+         letters, digits, '-' and '_'): pass one that is with --installation-id"
+    )]
+    Installation(String),
+    /// The client could not be built (for example: no Application Default Credentials).
+    #[error("cannot build the Compute Engine client: {0}")]
+    Client(String),
+}
+
+/// Creates Compute Engine VMs.
+pub struct GcpProvider {
+    client: Instances,
+    settings: GcpSettings,
+    installation: String,
+    timeout: Duration,
+    /// Inserts GCE accepted and that have not shown a VM yet: provider ID → operation name.
+    inserting: Mutex<HashMap<String, String>>,
+    /// Deletes in progress: provider ID → operation name.
+    deleting: Mutex<HashMap<String, String>>,
+    /// Inserts GCE failed after accepting them, per provider ID: part of the next request ID.
+    failed_inserts: Mutex<HashMap<String, u32>>,
+}
+
+impl std::fmt::Debug for GcpProvider {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GcpProvider")
+            .field("settings", &self.settings)
+            .finish_non_exhaustive()
+    }
+}
+
+impl GcpProvider {
+    /// A provider with these settings, labelling its VMs as made by `installation`.
+    pub async fn start(settings: GcpSettings, installation: String) -> Result<Self, StartError> {
+        if !labels::is_legal_value(&installation) || installation.is_empty() {
+            return Err(StartError::Installation(installation));
+        }
+        let mut builder = Instances::builder();
+        if let Some(endpoint) = &settings.endpoint {
+            builder = builder.with_endpoint(endpoint.trim_end_matches('/'));
+        }
+        if settings.credentials == GcpCredentials::None {
+            builder = builder.with_credentials(
+                google_cloud_auth::credentials::anonymous::Builder::new().build(),
+            );
+        }
+        let client = builder
+            .build()
+            .await
+            .map_err(|e| StartError::Client(e.to_string()))?;
+        Ok(Self {
+            client,
+            timeout: Duration::from_secs(settings.request_timeout_seconds),
+            settings,
+            installation,
+            inserting: Mutex::default(),
+            deleting: Mutex::default(),
+            failed_inserts: Mutex::default(),
+        })
+    }
+
+    /// Runs one API call under the request timeout.
+    async fn call<T>(
+        &self,
+        what: &str,
+        call: impl Future<Output = Result<T, google_cloud_compute_v1::Error>>,
+    ) -> Result<Result<T, google_cloud_compute_v1::Error>, ProviderError> {
+        tokio::time::timeout(self.timeout, call).await.map_err(|_| {
+            ProviderError::transient(format!(
+                "compute API: {what} did not answer within {}s",
+                self.timeout.as_secs()
+            ))
+        })
+    }
+
+    /// The operation `name` in `zone`, as GCE reports it now.
+    async fn operation(&self, zone: &str, name: &str) -> Result<Operation, ProviderError> {
+        let get = self
+            .client
+            .get_operation()
+            .set_project(&self.settings.project)
+            .set_zone(zone)
+            .set_operation(name)
+            .send();
+        self.call("zoneOperations.get", get)
+            .await?
+            .map_err(|e| errors::classify(&e))
+    }
+
+    /// The request ID of an insert: the same for the same request, until GCE failed it.
+    fn request_id(&self, id: &InstanceId, request: &CreateRequest) -> String {
+        let failures = lock(&self.failed_inserts)
+            .get(&id.to_string())
+            .copied()
+            .unwrap_or(0);
+        request_id(request, failures)
+    }
+}
+
+/// The request ID of an insert of `request` after `failures` failed inserts: a UUID built
+/// from a digest of everything the insert depends on.
+fn request_id(request: &CreateRequest, failures: u32) -> String {
+    let mut digest = Sha256::new();
+    for part in [
+        request.uid.as_str(),
+        &request.instance_name,
+        &serde_json::to_string(&request.placement).unwrap_or_default(),
+        request.cloud_init.as_deref().unwrap_or_default(),
+        &request.port.to_string(),
+        &failures.to_string(),
+    ] {
+        digest.update(part.as_bytes());
+        digest.update([0]);
+    }
+    let mut bytes = [0u8; 16];
+    bytes.copy_from_slice(&digest.finalize()[..16]);
+    uuid::Builder::from_sha1_bytes(bytes)
+        .into_uuid()
+        .to_string()
+}
+
+/// Whether an operation has finished, and how.
+enum Outcome {
+    Running,
+    Done,
+    Failed(ProviderError),
+}
+
+fn outcome(operation: &Operation) -> Outcome {
+    match operation.status {
+        Some(OperationStatus::Done) if operation.error.is_some() => {
+            Outcome::Failed(errors::classify_operation(operation))
+        }
+        Some(OperationStatus::Done) => Outcome::Done,
+        _ => Outcome::Running,
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+#[async_trait]
+impl Provider for GcpProvider {
+    async fn create(&self, request: &CreateRequest) -> Result<String, ProviderError> {
+        let (id, body) = insert::body(request, &self.settings, &self.installation)?;
+        let key = id.to_string();
+        let insert = self
+            .client
+            .insert()
+            .set_project(&self.settings.project)
+            .set_zone(&id.zone)
+            .set_request_id(self.request_id(&id, request))
+            .set_body(body)
+            .send();
+        match self.call("instances.insert", insert).await? {
+            Ok(operation) => match outcome(&operation) {
+                // A known request ID whose operation had failed: the next one is new.
+                Outcome::Failed(error) => {
+                    *lock(&self.failed_inserts).entry(key).or_default() += 1;
+                    return Err(error);
+                }
+                Outcome::Done => {}
+                Outcome::Running => {
+                    if let Some(name) = operation.name {
+                        lock(&self.inserting).insert(key.clone(), name);
+                    }
+                }
+            },
+            // The VM an earlier attempt made.
+            Err(e) if e.http_status_code() == Some(409) => {}
+            Err(e) => return Err(errors::classify(&e)),
+        }
+        Ok(key)
+    }
+
+    async fn get(&self, provider_id: &str) -> Result<InstanceState, ProviderError> {
+        let id = InstanceId::parse(provider_id)?;
+        let get = self
+            .client
+            .get()
+            .set_project(&self.settings.project)
+            .set_zone(&id.zone)
+            .set_instance(&id.name)
+            .send();
+        match self.call("instances.get", get).await? {
+            Ok(instance) => {
+                lock(&self.inserting).remove(provider_id);
+                Ok(state::state_of(&instance))
+            }
+            Err(e) if e.http_status_code() == Some(404) => {
+                let pending = lock(&self.inserting).get(provider_id).cloned();
+                let Some(operation) = pending else {
+                    return Ok(InstanceState::NotFound);
+                };
+                match outcome(&self.operation(&id.zone, &operation).await?) {
+                    Outcome::Running => Ok(InstanceState::Provisioning),
+                    Outcome::Done => {
+                        lock(&self.inserting).remove(provider_id);
+                        Ok(InstanceState::NotFound)
+                    }
+                    Outcome::Failed(error) => {
+                        lock(&self.inserting).remove(provider_id);
+                        *lock(&self.failed_inserts)
+                            .entry(provider_id.to_owned())
+                            .or_default() += 1;
+                        Err(error)
+                    }
+                }
+            }
+            Err(e) => Err(errors::classify(&e)),
+        }
+    }
+
+    async fn delete(&self, provider_id: &str) -> Result<(), ProviderError> {
+        let id = InstanceId::parse(provider_id)?;
+        lock(&self.inserting).remove(provider_id);
+        let running = lock(&self.deleting).get(provider_id).cloned();
+        if let Some(operation) = running {
+            match outcome(&self.operation(&id.zone, &operation).await?) {
+                Outcome::Running => return Ok(()),
+                // Done: the VM is gone (the delete below answers 404) or it was made again.
+                Outcome::Done | Outcome::Failed(_) => {
+                    lock(&self.deleting).remove(provider_id);
+                }
+            }
+        }
+        let delete = self
+            .client
+            .delete()
+            .set_project(&self.settings.project)
+            .set_zone(&id.zone)
+            .set_instance(&id.name)
+            .set_request_id(uuid::Uuid::new_v4().to_string())
+            .send();
+        match self.call("instances.delete", delete).await? {
+            Ok(operation) => {
+                match outcome(&operation) {
+                    Outcome::Failed(error) => return Err(error),
+                    Outcome::Done => {}
+                    Outcome::Running => {
+                        if let Some(name) = operation.name {
+                            lock(&self.deleting).insert(provider_id.to_owned(), name);
+                        }
+                    }
+                }
+                Ok(())
+            }
+            Err(e) if e.http_status_code() == Some(404) => {
+                lock(&self.failed_inserts).remove(provider_id);
+                Ok(())
+            }
+            Err(e) => Err(errors::classify(&e)),
+        }
+    }
+
+    async fn list_by_tag(&self) -> Result<Vec<Listed>, ProviderError> {
+        match self.list_everywhere().await {
+            Ok(listed) => Ok(listed),
+            Err(error) => {
+                tracing::warn!(message = %error.message, "the aggregated list failed: listing the configured zones one by one");
+                self.list_configured_zones().await
+            }
+        }
+    }
+}
+
+impl GcpProvider {
+    /// Our VMs in every zone of the project: one `aggregatedList`, page by page.
+    async fn list_everywhere(&self) -> Result<Vec<Listed>, ProviderError> {
+        let mut listed = Vec::new();
+        let mut page_token = String::new();
+        loop {
+            let page = self
+                .client
+                .aggregated_list()
+                .set_project(&self.settings.project)
+                .set_filter(labels::managed_filter())
+                .set_page_token(page_token.clone())
+                .send();
+            let page = self
+                .call("instances.aggregatedList", page)
+                .await?
+                .map_err(|e| errors::classify(&e))?;
+            if !page.unreachables.is_empty() {
+                tracing::warn!(unreachable = ?page.unreachables, "GC cannot see the VMs of these zones in this sweep");
+            }
+            listed.extend(
+                page.items
+                    .into_values()
+                    .flat_map(|scope| scope.instances)
+                    .map(state::listed),
+            );
+            match page.next_page_token {
+                Some(token) if !token.is_empty() => page_token = token,
+                _ => return Ok(listed),
+            }
+        }
+    }
+
+    /// Our VMs in the configured zones, one `instances.list` per zone: what GC sees when the
+    /// aggregated list fails (client 4.1.0 cannot ask it for partial success). A zone that
+    /// fails is left out of this sweep (GC only deletes what it was shown); when every zone
+    /// fails, so does the list.
+    async fn list_configured_zones(&self) -> Result<Vec<Listed>, ProviderError> {
+        let mut listed = Vec::new();
+        let mut last_error = None;
+        for zone in &self.settings.zones {
+            match self.list_zone(zone).await {
+                Ok(vms) => listed.extend(vms),
+                Err(error) => {
+                    tracing::warn!(zone, message = %error.message, "GC cannot see the VMs of this zone in this sweep");
+                    last_error = Some(error);
+                }
+            }
+        }
+        match last_error {
+            Some(error) if listed.is_empty() => Err(error),
+            _ => Ok(listed),
+        }
+    }
+
+    async fn list_zone(&self, zone: &str) -> Result<Vec<Listed>, ProviderError> {
+        let mut listed = Vec::new();
+        let mut page_token = String::new();
+        loop {
+            let page = self
+                .client
+                .list()
+                .set_project(&self.settings.project)
+                .set_zone(zone)
+                .set_filter(labels::managed_filter())
+                .set_page_token(page_token.clone())
+                .send();
+            let page = self
+                .call("instances.list", page)
+                .await?
+                .map_err(|e| errors::classify(&e))?;
+            listed.extend(page.items.into_iter().map(state::listed));
+            match page.next_page_token {
+                Some(token) if !token.is_empty() => page_token = token,
+                _ => return Ok(listed),
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn request() -> CreateRequest {
+        CreateRequest {
+            provider: "gcp-eu".into(),
+            instance_name: "proxy-abc".into(),
+            namespace: "crawl".into(),
+            name: "p1".into(),
+            uid: "uid-1".into(),
+            placement: None,
+            cloud_init: None,
+            port: 3128,
+        }
+    }
+
+    #[test]
+    fn request_ids_follow_the_request_and_the_failures() {
+        let first = request_id(&request(), 0);
+        assert_eq!(first, request_id(&request(), 0), "deterministic");
+        assert!(uuid::Uuid::parse_str(&first).is_ok(), "{first}");
+        assert_ne!(
+            first,
+            request_id(&request(), 1),
+            "a failed insert is not repeated"
+        );
+        let mut edited = request();
+        edited.port = 8080;
+        assert_ne!(
+            first,
+            request_id(&edited, 0),
+            "another spec is another request"
+        );
+        let mut other = request();
+        other.uid = "uid-2".into();
+        assert_ne!(first, request_id(&other, 0));
+    }
+}
