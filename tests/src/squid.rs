@@ -23,6 +23,31 @@ pub struct Squid {
     child: Child,
 }
 
+/// The directives of a squid config that belong to the machine it runs on, not to the
+/// proxy's policy: [`Squid::start_with_config`] puts the bed's in their place.
+pub const MACHINE_DIRECTIVES: &[&str] = &[
+    "http_port",
+    "pid_filename",
+    "cache_log",
+    "access_log",
+    "cache_store_log",
+    "coredump_dir",
+    "hosts_file",
+    "dns_nameservers",
+];
+
+/// The bed's own policy: loopback clients only, no cache, no revealing headers.
+const BED_POLICY: &str = "cache deny all
+cache_mem 0 MB
+pinger_enable off
+via off
+forwarded_for delete
+acl localsrc src 127.0.0.0/8
+http_access allow localsrc
+http_access deny all
+shutdown_lifetime 0 seconds
+";
+
 /// A loopback address no other squid of this test process uses. The second octet comes from
 /// the process ID so that two test processes running one after the other never collide with
 /// a squid the reaper is still stopping.
@@ -35,32 +60,48 @@ pub fn next_loopback_addr() -> Ipv4Addr {
 
 impl Squid {
     /// Starts squid on `addr:port`, resolving names through `hosts_file` only, and returns
-    /// once it accepts connections.
+    /// once it accepts connections. It serves loopback clients only.
     pub fn start(name: &str, addr: Ipv4Addr, port: u16, hosts_file: &Path) -> anyhow::Result<Self> {
+        Self::start_with_config(name, addr, port, hosts_file, BED_POLICY)
+    }
+
+    /// Starts squid on `addr:port` with the access rules and settings of `config`, a squid
+    /// config written for a real machine (a VM's `/etc/squid/squid.conf`), and returns once
+    /// it accepts connections.
+    ///
+    /// The directives that tie a config to its machine (where it listens, where it writes its
+    /// pid file and logs, how it resolves names: [`MACHINE_DIRECTIVES`]) are replaced with the
+    /// bed's: the address and port given here, a directory of the run dir, `hosts_file`. All
+    /// the others (ACLs, `http_access`, headers, caching) are what squid enforces.
+    pub fn start_with_config(
+        name: &str,
+        addr: Ipv4Addr,
+        port: u16,
+        hosts_file: &Path,
+        config: &str,
+    ) -> anyhow::Result<Self> {
         let dir = subdir(&format!("squid/{name}"));
-        let config = format!(
+        let mut config_file = format!(
             "http_port {addr}:{port}\n\
              pid_filename {dir}/squid.pid\n\
              cache_log {dir}/cache.log\n\
              access_log stdio:{dir}/access.log\n\
              cache_store_log none\n\
              coredump_dir {dir}\n\
-             cache deny all\n\
-             cache_mem 0 MB\n\
-             pinger_enable off\n\
-             via off\n\
-             forwarded_for delete\n\
-             acl localsrc src 127.0.0.0/8\n\
-             http_access allow localsrc\n\
-             http_access deny all\n\
-             shutdown_lifetime 0 seconds\n\
              hosts_file {hosts}\n\
              dns_nameservers 127.0.0.1\n",
             dir = dir.display(),
             hosts = hosts_file.display(),
         );
+        for line in config.lines() {
+            let directive = line.split_whitespace().next().unwrap_or_default();
+            if !MACHINE_DIRECTIVES.contains(&directive) {
+                config_file.push_str(line);
+                config_file.push('\n');
+            }
+        }
         let conf = dir.join("squid.conf");
-        std::fs::write(&conf, config)?;
+        std::fs::write(&conf, config_file)?;
         // squid drops root for user `proxy`, which must be able to write its logs.
         let chown = Command::new("chown")
             .args(["-R", "proxy:proxy"])
