@@ -15,6 +15,7 @@
 pub mod bins;
 pub mod certs;
 pub mod control_plane;
+pub mod gce;
 pub mod operator;
 pub mod pod_runner;
 pub mod ports;

@@ -1,0 +1,118 @@
+//! Error bodies shaped exactly like Compute Engine's.
+//!
+//! GCE answers errors with the old Google API error shape: `{"error":{"code":N,"message":M,
+//! "errors":[{"domain":"global","reason":R,"message":M}]}}`, without the `status` field newer
+//! APIs add. That difference matters to the client: with no `status`, `e.status().code` is
+//! `Unknown`, the reason arrives as an `ErrorInfo` detail, and a provider must branch on
+//! `e.http_status_code()`. Serving the exact shape keeps that trap in the tests.
+
+use serde_json::{Value, json};
+
+/// One error answer: HTTP status, GCE reason and message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct GceError {
+    pub code: u16,
+    pub reason: &'static str,
+    pub message: String,
+}
+
+impl GceError {
+    fn new(code: u16, reason: &'static str, message: String) -> Self {
+        Self {
+            code,
+            reason,
+            message,
+        }
+    }
+
+    /// 404 for a resource (`projects/p/zones/z/instances/n`) that does not exist.
+    pub fn not_found(resource: &str) -> Self {
+        Self::new(
+            404,
+            "notFound",
+            format!("The resource '{resource}' was not found"),
+        )
+    }
+
+    /// 409 for an insert whose name is taken.
+    pub fn already_exists(resource: &str) -> Self {
+        Self::new(
+            409,
+            "alreadyExists",
+            format!("The resource '{resource}' already exists"),
+        )
+    }
+
+    /// 400 for a field GCE rejects, in GCE's words:
+    /// `Invalid value for field 'resource.machineType': 'x'. <detail>`.
+    pub fn invalid(field: &str, value: &str, detail: &str) -> Self {
+        Self::new(
+            400,
+            "invalid",
+            format!("Invalid value for field '{field}': '{value}'. {detail}"),
+        )
+    }
+
+    /// 400 for a body that is not an Instance.
+    pub fn parse_error(detail: &str) -> Self {
+        Self::new(
+            400,
+            "parseError",
+            format!("Invalid JSON payload received. {detail}"),
+        )
+    }
+
+    /// 403 when the region's CPU quota is used up.
+    pub fn quota_exceeded(region: &str) -> Self {
+        Self::new(403, "quotaExceeded", quota_message(region))
+    }
+
+    /// 429 when the project sends more API requests than its per-minute limit.
+    pub fn rate_limited() -> Self {
+        Self::new(
+            429,
+            "rateLimitExceeded",
+            "Quota exceeded for quota metric 'Queries' and limit 'Queries per minute' of service \
+             'compute.googleapis.com' for consumer 'project_number:1'."
+                .to_owned(),
+        )
+    }
+
+    /// A server-side failure with the given 5xx (or any other) status.
+    pub fn backend(code: u16) -> Self {
+        let message = match code {
+            503 => "The service is currently unavailable.".to_owned(),
+            _ => "Internal error. Please try again or contact Google Support. (Code: '-1')"
+                .to_owned(),
+        };
+        Self::new(code, "backendError", message)
+    }
+
+    /// 503 for an aggregated list that cannot reach a zone and may not answer partially.
+    pub fn unreachable(zone: &str) -> Self {
+        Self::new(
+            503,
+            "backendError",
+            format!("The resource '{zone}' is currently unreachable."),
+        )
+    }
+
+    /// The response body.
+    pub fn body(&self) -> Value {
+        json!({"error": {
+            "code": self.code,
+            "message": self.message,
+            "errors": [{"domain": "global", "reason": self.reason, "message": self.message}],
+        }})
+    }
+}
+
+/// What GCE says when a region's CPU quota is used up, in an answer or an operation error.
+pub(super) fn quota_message(region: &str) -> String {
+    format!("Quota 'CPUS' exceeded.  Limit: 8.0 in region {region}.")
+}
+
+/// The region of a zone: `europe-west1-b` is in `europe-west1`.
+pub(super) fn region_of(zone: &str) -> &str {
+    zone.rsplit_once('-').map_or(zone, |(region, _)| region)
+}

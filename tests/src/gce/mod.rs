@@ -1,0 +1,311 @@
+//! A local Compute Engine API: the REST subset the gcp provider's client
+//! (`google-cloud-compute-v1` 4.1.0) calls, with GCE's asynchronous lifecycles, a real squid
+//! per RUNNING instance, fault injection and call counts.
+//!
+//! No usable GCE emulator exists: `gcplocal` makes instances RUNNING at once with no natIP and
+//! has no filters, no asynchronous operations and no faults; k8s-config-connector's
+//! `mockgcp` cannot be `go install`ed (its go.mod has `replace` directives) and also makes
+//! instances RUNNING at once with no natIP. Hence this fake, served with warp on 127.0.0.1.
+//!
+//! Calls implemented (under `/compute/v1/projects/{project}`; any other path is a GCE 404):
+//!
+//! | call | request |
+//! |---|---|
+//! | instances.insert | `POST /zones/{z}/instances?requestId=` |
+//! | instances.get | `GET /zones/{z}/instances/{name}` |
+//! | instances.delete | `DELETE /zones/{z}/instances/{name}?requestId=` |
+//! | instances.list | `GET /zones/{z}/instances?filter=&maxResults=&pageToken=` |
+//! | instances.aggregatedList | `GET /aggregated/instances?filter=&maxResults=&pageToken=&returnPartialSuccess=` |
+//! | zoneOperations.get | `GET /zones/{z}/operations/{op}` (what the client's poller calls) |
+//! | zoneOperations.wait | `POST /zones/{z}/operations/{op}/wait` |
+//!
+//! What it validates, answering GCE's error body (`{"error":{"code","message","errors":[{
+//! "domain","reason","message"}]}}`, no `status`): the project (404) and zone (404); on
+//! insert the name (`[a-z]([-a-z0-9]{0,61}[a-z0-9])?`), the machine type (a
+//! `zones/{z}/machineTypes/{t}` URL of a type in [`FakeOptions::machine_types`]), label keys
+//! (`[a-z][a-z0-9_-]{0,62}`) and values (`[a-z0-9_-]{0,63}`) (400 `invalid`), a taken name
+//! (409 `alreadyExists`); the list filter ([`filter`]'s subset, else 400). A repeated
+//! `requestId` answers the operation it started, whatever became of it. Unknown query
+//! parameters (`$alt`, `$apiVersion`) are ignored and no credentials are needed.
+//!
+//! Lifecycles ([`Durations`], changeable while running) are in [`store`]; the VM runner that
+//! turns a RUNNING instance into a squid configured from its cloud-config is [`vm`]. Faults
+//! are injected through [`FakeGce`]'s methods: tests run the fake in their own process, the
+//! operator under test talks to it over HTTP.
+//!
+//! The client cannot send `returnPartialSuccess` (4.1.0's `AggregatedListRequest` has no such
+//! field), so through it an unreachable zone always fails an aggregated list with 503.
+
+mod api;
+mod errors;
+mod filter;
+mod store;
+mod validate;
+mod vm;
+
+use std::collections::BTreeMap;
+use std::net::{Ipv4Addr, SocketAddr};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+pub use vm::VmMode;
+
+use store::Store;
+
+/// How the fake is set up.
+#[derive(Debug, Clone)]
+pub struct FakeOptions {
+    /// The one project that exists; any other is 404.
+    pub project: String,
+    /// The zones that exist.
+    pub zones: Vec<String>,
+    /// The machine types every zone offers.
+    pub machine_types: Vec<String>,
+    /// How long each lifecycle step takes (see [`FakeGce::set_durations`]).
+    pub durations: Durations,
+    /// What a RUNNING instance runs.
+    pub vm: VmMode,
+}
+
+impl FakeOptions {
+    /// Project `proxy-tests`, zones `europe-west1-b`, `europe-west1-c`, `us-central1-a`,
+    /// machine types e2-micro, e2-small, e2-medium, n2-standard-2, short steps, and a real
+    /// squid per instance resolving through `hosts_file`.
+    pub fn with_squid(hosts_file: std::path::PathBuf) -> Self {
+        Self {
+            project: "proxy-tests".to_owned(),
+            zones: ["europe-west1-b", "europe-west1-c", "us-central1-a"]
+                .map(str::to_owned)
+                .to_vec(),
+            machine_types: ["e2-micro", "e2-small", "e2-medium", "n2-standard-2"]
+                .map(str::to_owned)
+                .to_vec(),
+            durations: Durations::default(),
+            vm: VmMode::Squid { hosts_file },
+        }
+    }
+
+    /// As [`FakeOptions::with_squid`], but instances run no process: only an address.
+    pub fn address_only() -> Self {
+        Self {
+            vm: VmMode::AddressOnly,
+            ..Self::with_squid(std::path::PathBuf::new())
+        }
+    }
+}
+
+/// How long each lifecycle step takes.
+#[derive(Debug, Clone)]
+pub struct Durations {
+    /// An operation's PENDING → RUNNING.
+    pub operation_start: Duration,
+    /// An inserted instance's PROVISIONING → STAGING.
+    pub provisioning: Duration,
+    /// STAGING → RUNNING (then the insert's operation is DONE and the VM boots).
+    pub staging: Duration,
+    /// An instance stopped out of band: STOPPING → STOPPED.
+    pub stopping: Duration,
+    /// A deleted instance: STOPPING → gone (then the delete's operation is DONE).
+    pub deleting: Duration,
+}
+
+impl Default for Durations {
+    fn default() -> Self {
+        Self {
+            operation_start: Duration::from_millis(50),
+            provisioning: Duration::from_millis(150),
+            staging: Duration::from_millis(150),
+            stopping: Duration::from_millis(150),
+            deleting: Duration::from_millis(150),
+        }
+    }
+}
+
+/// How an injected insert failure shows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum InsertFault {
+    /// 403 `quotaExceeded` at once: `Quota 'CPUS' exceeded.  Limit: 8.0 in region R.`
+    Quota,
+    /// 429 `rateLimitExceeded` at once.
+    RateLimited,
+    /// An operation that ends DONE with error `QUOTA_EXCEEDED`, `httpErrorStatusCode` 403.
+    OperationQuota,
+    /// An operation that ends DONE with error `ZONE_RESOURCE_POOL_EXHAUSTED`,
+    /// `httpErrorStatusCode` 503.
+    ZoneExhausted,
+}
+
+/// The API methods, for call counts and faults.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Method {
+    Insert,
+    Get,
+    Delete,
+    List,
+    AggregatedList,
+    OperationsGet,
+    OperationsWait,
+}
+
+impl Method {
+    /// Every method.
+    pub const ALL: [Method; 7] = [
+        Self::Insert,
+        Self::Get,
+        Self::Delete,
+        Self::List,
+        Self::AggregatedList,
+        Self::OperationsGet,
+        Self::OperationsWait,
+    ];
+}
+
+/// An instance added directly (not through the API), RUNNING at once: someone else's VM, or
+/// an orphan of this installation.
+#[derive(Debug, Clone, Default)]
+pub struct AddInstance {
+    pub zone: String,
+    pub name: String,
+    /// GCE labels (legal keys and values, else an error).
+    pub labels: BTreeMap<String, String>,
+    /// Its `creationTimestamp` (now when `None`).
+    pub created: Option<jiff::Timestamp>,
+    /// Whether its VM runs squid (in [`VmMode::Squid`]); without, it has an address that
+    /// nothing listens on.
+    pub squid: bool,
+    /// Its `user-data` metadata (a cloud-config configures its squid).
+    pub user_data: Option<String>,
+}
+
+/// An instance as the fake holds it.
+#[derive(Debug, Clone)]
+pub struct Observed {
+    pub zone: String,
+    pub name: String,
+    pub id: u64,
+    /// `PROVISIONING`, `STAGING`, `RUNNING`, `STOPPING` or `STOPPED`.
+    pub status: &'static str,
+    /// The natIP reported (set only while RUNNING and squid accepts).
+    pub nat_ip: Option<Ipv4Addr>,
+    /// The full body a get answers.
+    pub body: serde_json::Value,
+    /// When the insert arrived (`None` for an added instance).
+    pub inserted_at: Option<Instant>,
+    /// When it first was RUNNING with a natIP.
+    pub running_at: Option<Instant>,
+    /// Why its VM did not boot (e.g. squid rejected its config).
+    pub vm_error: Option<String>,
+}
+
+/// A running fake, on the current tokio runtime. Dropping it stops the server and kills
+/// every VM's squid.
+#[derive(Debug)]
+pub struct FakeGce {
+    store: Arc<Store>,
+    addr: SocketAddr,
+    server: tokio::task::JoinHandle<()>,
+}
+
+impl FakeGce {
+    /// Starts the fake on a free port of 127.0.0.1.
+    pub async fn start(options: FakeOptions) -> anyhow::Result<Self> {
+        let store = Arc::new(Store::new(options));
+        let listener = tokio::net::TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).await?;
+        let addr = listener.local_addr()?;
+        let server = tokio::spawn(
+            warp::serve(api::routes(store.clone()))
+                .incoming(listener)
+                .run(),
+        );
+        Ok(Self {
+            store,
+            addr,
+            server,
+        })
+    }
+
+    /// The endpoint for the client (`with_endpoint`) or the providers config (`gcp.endpoint`).
+    pub fn endpoint(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// The project that exists.
+    pub fn project(&self) -> &str {
+        &self.store.options().project
+    }
+
+    /// The next `n` inserts that pass validation fail with `fault`.
+    pub fn fail_next_inserts(&self, n: u32, fault: InsertFault) {
+        self.store.fail_inserts(n, fault);
+    }
+
+    /// The next `n` requests (of `method` only, if given) answer `status` (500, 503, ...)
+    /// with GCE's `backendError` body.
+    pub fn fail_next_requests(&self, n: u32, status: u16, method: Option<Method>) {
+        self.store.fail_requests(n, status, method);
+    }
+
+    /// Changes the lifecycle durations; steps already waiting keep theirs.
+    pub fn set_durations(&self, durations: Durations) {
+        self.store.set_durations(durations);
+    }
+
+    /// Stops an instance out of band: STOPPING at once with its squid killed, STOPPED after
+    /// [`Durations::stopping`].
+    pub async fn stop_out_of_band(&self, zone: &str, name: &str) -> anyhow::Result<()> {
+        self.store.stop(zone, name).await
+    }
+
+    /// Withholds (or shows again) an instance's natIP: it is RUNNING and its squid serves,
+    /// but a get shows no natIP.
+    pub fn set_nat_ip_withheld(
+        &self,
+        zone: &str,
+        name: &str,
+        withheld: bool,
+    ) -> anyhow::Result<()> {
+        self.store.set_nat_ip_withheld(zone, name, withheld)
+    }
+
+    /// The next `n` inserted instances run without a natIP until
+    /// [`FakeGce::set_nat_ip_withheld`] shows it.
+    pub fn withhold_nat_ip_of_next(&self, n: u32) {
+        self.store.withhold_nat_ip_of_next(n);
+    }
+
+    /// Adds a RUNNING instance directly and returns once its VM booted.
+    pub async fn add_instance(&self, instance: AddInstance) -> anyhow::Result<()> {
+        self.store.add(instance).await
+    }
+
+    /// Makes a zone unreachable for aggregated lists (or reachable again).
+    pub fn set_zone_unreachable(&self, zone: &str, unreachable: bool) {
+        self.store.set_zone_unreachable(zone, unreachable);
+    }
+
+    /// Every instance, by zone and name.
+    pub fn instances(&self) -> Vec<Observed> {
+        self.store.observe()
+    }
+
+    /// One instance.
+    pub fn instance(&self, zone: &str, name: &str) -> Option<Observed> {
+        self.instances()
+            .into_iter()
+            .find(|i| i.zone == zone && i.name == name)
+    }
+
+    /// How many calls of `method` arrived (failed ones included).
+    pub fn calls(&self, method: Method) -> u64 {
+        self.store.calls(method)
+    }
+}
+
+impl Drop for FakeGce {
+    fn drop(&mut self) {
+        self.server.abort();
+        for vm in self.store.close() {
+            vm.power_off();
+        }
+    }
+}
