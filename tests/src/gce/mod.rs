@@ -187,6 +187,8 @@ pub struct Observed {
     pub status: &'static str,
     /// The natIP reported (set only while RUNNING and squid accepts).
     pub nat_ip: Option<Ipv4Addr>,
+    /// Whether its VM is up (its squid accepts, in [`VmMode::Squid`]), natIP shown or not.
+    pub booted: bool,
     /// The full body a get answers.
     pub body: serde_json::Value,
     /// When the insert arrived (`None` for an added instance).

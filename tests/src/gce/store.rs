@@ -27,6 +27,9 @@ use super::{AddInstance, Durations, FakeOptions, InsertFault, Method, Observed};
 /// An instance or operation: (zone, name).
 type Key = (String, String);
 
+/// One page of instances: each one's zone and body, and the next page's token.
+type Served = (Vec<(String, Value)>, Option<String>);
+
 /// How long `zoneOperations.wait` waits at most before answering, as GCE's (about 2 min).
 const WAIT_LIMIT: Duration = Duration::from_secs(120);
 
@@ -137,10 +140,12 @@ pub(super) struct Page {
 }
 
 impl Page {
-    /// The first key after the page token (`zone/name` of the last item served).
+    /// The first key after the page token (`zone/name` of the last item served). The
+    /// client's paginator sends an empty token for the first page.
     fn after(&self) -> Result<Option<Key>, GceError> {
         self.token
             .as_deref()
+            .filter(|t| !t.is_empty())
             .map(|t| {
                 t.split_once('/')
                     .map(|(z, n)| (z.to_owned(), n.to_owned()))
@@ -519,7 +524,7 @@ impl Store {
         zones: &[&str],
         filter: &Filter,
         page: &Page,
-    ) -> Result<(Vec<(String, Value)>, Option<String>), GceError> {
+    ) -> Result<Served, GceError> {
         let after = page.after()?;
         let mut matching = state
             .instances
@@ -775,6 +780,7 @@ impl Store {
                 id: i.id,
                 status: i.status.as_str(),
                 nat_ip: i.nat_ip,
+                booted: i.vm.is_some(),
                 body: self.render(i),
                 inserted_at: i.inserted_at,
                 running_at: i.running_at,
@@ -844,10 +850,11 @@ fn with_server_fields(
     body
 }
 
-/// A fingerprint of the labels, base64 like GCE's (the client decodes it as bytes).
+/// A fingerprint of the labels, URL-safe base64 like GCE's (the client decodes it as bytes,
+/// and rejects the standard alphabet's `/` and `+`).
 fn fingerprint(labels: &Value) -> String {
     use std::hash::{Hash, Hasher};
     let mut hasher = std::collections::hash_map::DefaultHasher::new();
     labels.to_string().hash(&mut hasher);
-    data_encoding::BASE64.encode(&hasher.finish().to_be_bytes())
+    data_encoding::BASE64URL.encode(&hasher.finish().to_be_bytes())
 }
