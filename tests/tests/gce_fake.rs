@@ -7,123 +7,126 @@ use std::collections::BTreeMap;
 use std::net::Ipv4Addr;
 use std::time::{Duration, Instant};
 
-use google_cloud_compute_v1::Error;
 use google_cloud_compute_v1::client::{Instances, ZoneOperations};
 use google_cloud_compute_v1::model::{
     AccessConfig, AttachedDisk, AttachedDiskInitializeParams, Instance, Metadata, NetworkInterface,
     Tags, access_config, instance, metadata, operation,
 };
+use google_cloud_compute_v1::{Error, builder};
 use google_cloud_gax::error::rpc::{Code, StatusDetails};
 use google_cloud_gax::paginator::ItemPaginator as _;
 use google_cloud_gax::retry_policy::{Aip194Strict, RetryPolicyExt as _};
 use google_cloud_lro::Poller as _;
 use proxy_operator::providers::squid::cloud_config;
-use proxy_tests::gce::{
-    AddInstance, Durations, FakeGce, FakeOptions, InsertFault, Method, Observed,
-};
+use proxy_tests::gce::{AddInstance, Durations, FakeGce, FakeOptions, InsertFault, Method};
 use proxy_tests::probe_origin::ProbeOrigin;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
+const PROJECT: &str = "proxy-tests";
 const ZONE: &str = "europe-west1-b";
 const OTHER_ZONE: &str = "europe-west1-c";
 
+fn anonymous() -> google_cloud_auth::credentials::Credentials {
+    google_cloud_auth::credentials::anonymous::Builder::new().build()
+}
+
 async fn client(fake: &FakeGce) -> Instances {
-    Instances::builder()
-        .with_endpoint(fake.endpoint())
-        .with_credentials(google_cloud_auth::credentials::anonymous::Builder::new().build())
-        .build()
-        .await
-        .unwrap()
+    let builder = Instances::builder().with_endpoint(fake.endpoint());
+    builder.with_credentials(anonymous()).build().await.unwrap()
 }
 
 /// An insert body like the provider's.
 fn body(name: &str, user_data: &str) -> Instance {
+    let image = "projects/debian-cloud/global/images/family/debian-12";
+    let disk = AttachedDisk::new()
+        .set_boot(true)
+        .set_initialize_params(AttachedDiskInitializeParams::new().set_source_image(image));
     let nat = AccessConfig::new()
         .set_type(access_config::Type::OneToOneNat)
         .set_name("External NAT");
+    let nic = NetworkInterface::new()
+        .set_network("global/networks/default")
+        .set_access_configs([nat]);
+    let user_data = metadata::Items::new()
+        .set_key("user-data")
+        .set_value(user_data);
     Instance::new()
         .set_name(name)
         .set_machine_type(format!("zones/{ZONE}/machineTypes/e2-small"))
-        .set_disks([AttachedDisk::new().set_boot(true).set_initialize_params(
-            AttachedDiskInitializeParams::new()
-                .set_source_image("projects/debian-cloud/global/images/family/debian-12"),
-        )])
-        .set_network_interfaces([NetworkInterface::new()
-            .set_network("global/networks/default")
-            .set_access_configs([nat])])
-        .set_metadata(
-            Metadata::new().set_items([metadata::Items::new()
-                .set_key("user-data")
-                .set_value(user_data)]),
-        )
+        .set_disks([disk])
+        .set_network_interfaces([nic])
+        .set_metadata(Metadata::new().set_items([user_data]))
         .set_tags(Tags::new().set_items(["proxy-operator"]))
         .set_labels([("crawl-example-com_managed", "true")])
 }
 
-async fn fake_with_origin() -> (FakeGce, ProbeOrigin) {
-    let origin = ProbeOrigin::start().await.unwrap();
-    let fake = FakeGce::start(FakeOptions::with_squid(origin.hosts_file.clone()))
-        .await
-        .unwrap();
-    (fake, origin)
+/// An insert of [`body`] in `ZONE`.
+fn insert(gce: &Instances, name: &str, user_data: &str) -> builder::instances::Insert {
+    let insert = gce.insert().set_project(PROJECT).set_zone(ZONE);
+    insert.set_body(body(name, user_data))
 }
 
-/// Waits (bounded) until the fake holds the instance in a state `done` accepts.
-async fn until(
-    fake: &FakeGce,
-    name: &str,
-    what: &str,
-    done: impl Fn(&Observed) -> bool,
-) -> Observed {
+async fn get(gce: &Instances, name: &str) -> Result<Instance, Error> {
+    let get = gce.get().set_project(PROJECT).set_zone(ZONE);
+    get.set_instance(name).send().await
+}
+
+fn delete(gce: &Instances, name: &str) -> builder::instances::Delete {
+    let delete = gce.delete().set_project(PROJECT).set_zone(ZONE);
+    delete.set_instance(name)
+}
+
+fn shown_nat_ip(instance: &Instance) -> Option<&str> {
+    instance.network_interfaces[0].access_configs[0]
+        .nat_ip
+        .as_deref()
+}
+
+/// The GCE reason of an error, as the client hands it over (an `ErrorInfo` detail).
+fn reason(e: &Error) -> String {
+    let details = e.status().map(|s| s.details.clone()).unwrap_or_default();
+    let reason = details.into_iter().find_map(|d| match d {
+        StatusDetails::ErrorInfo(info) => Some(info.reason),
+        _ => None,
+    });
+    reason.unwrap_or_default()
+}
+
+async fn fake_with_origin() -> (FakeGce, ProbeOrigin) {
+    let origin = ProbeOrigin::start().await.unwrap();
+    let options = FakeOptions::with_squid(origin.hosts_file.clone());
+    (FakeGce::start(options).await.unwrap(), origin)
+}
+
+async fn address_only_fake() -> FakeGce {
+    FakeGce::start(FakeOptions::address_only()).await.unwrap()
+}
+
+/// Waits (bounded) until `done` holds.
+async fn until(what: &str, mut done: impl FnMut() -> bool) {
     let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        if let Some(found) = fake.instance(ZONE, name).filter(&done) {
-            return found;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{name} not {what} within 30 s: {:?}",
-            fake.instance(ZONE, name)
-        );
+    while !done() {
+        assert!(Instant::now() < deadline, "not {what} within 30 s");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
 
 /// Gets the instance through the client until it is RUNNING with a natIP, as the provider
 /// polls, and returns it with that natIP.
-async fn running_with_nat_ip(gce: &Instances, fake: &FakeGce, name: &str) -> (Instance, Ipv4Addr) {
+async fn running_with_nat_ip(gce: &Instances, name: &str) -> (Instance, Ipv4Addr) {
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
-        let got = gce
-            .get()
-            .set_project(fake.project())
-            .set_zone(ZONE)
-            .set_instance(name)
-            .send()
-            .await
-            .unwrap();
-        let nat_ip = got.network_interfaces[0].access_configs[0].nat_ip.clone();
-        if let (Some(instance::Status::Running), Some(ip)) = (&got.status, nat_ip) {
-            return (got, ip.parse().unwrap());
+        let got = get(gce, name).await.unwrap();
+        if let (Some(instance::Status::Running), Some(ip)) = (&got.status, shown_nat_ip(&got)) {
+            let ip = ip.parse().unwrap();
+            return (got, ip);
         }
         assert!(
             Instant::now() < deadline,
-            "{name} not RUNNING with a natIP within 30 s: {got:?}"
+            "{name} not RUNNING with a natIP: {got:?}"
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-}
-
-/// The GCE reason of an error, as the client hands it over (an `ErrorInfo` detail).
-fn reason(e: &Error) -> String {
-    let details = e.status().map(|s| s.details.clone()).unwrap_or_default();
-    details
-        .into_iter()
-        .find_map(|d| match d {
-            StatusDetails::ErrorInfo(info) => Some(info.reason),
-            _ => None,
-        })
-        .unwrap_or_default()
 }
 
 /// squid's status line for a CONNECT to `target`.
@@ -133,11 +136,8 @@ async fn connect_status(proxy: (Ipv4Addr, u16), target: &str) -> String {
     stream.write_all(request.as_bytes()).await.unwrap();
     let mut buf = vec![0; 1024];
     let n = stream.read(&mut buf).await.unwrap();
-    String::from_utf8_lossy(&buf[..n])
-        .lines()
-        .next()
-        .unwrap_or_default()
-        .to_owned()
+    let answer = String::from_utf8_lossy(&buf[..n]);
+    answer.lines().next().unwrap_or_default().to_owned()
 }
 
 fn refuses(addr: (Ipv4Addr, u16)) -> bool {
@@ -149,46 +149,27 @@ async fn an_insert_becomes_a_running_vm_whose_squid_serves_through_its_nat_ip() 
     let (fake, origin) = fake_with_origin().await;
     let gce = client(&fake).await;
     let user_data = cloud_config(3130, &["127.0.0.0/8".to_owned()]);
-    let op = gce
-        .insert()
-        .set_project(fake.project())
-        .set_zone(ZONE)
-        .set_request_id("7d0c1d8e-0000-4000-8000-000000000001")
-        .set_body(body("px-serve", &user_data))
-        .poller()
-        .until_done()
-        .await
-        .unwrap();
+    let insert = insert(&gce, "px-serve", &user_data).set_request_id("7d0c1d8e-0001");
+    let op = insert.poller().until_done().await.unwrap();
     assert_eq!(op.status, Some(operation::Status::Done));
     assert_eq!(op.progress, Some(100));
-    assert!(op.end_time.is_some() && op.id.is_some());
-    assert!(op.target_link.unwrap().ends_with(&format!(
-        "/projects/proxy-tests/zones/{ZONE}/instances/px-serve"
+    assert!(op.end_time.is_some() && op.id.is_some() && op.error.is_none());
+    let target = op.target_link.unwrap();
+    assert!(target.ends_with(&format!(
+        "/projects/{PROJECT}/zones/{ZONE}/instances/px-serve"
     )));
 
-    let (got, nat_ip) = running_with_nat_ip(&gce, &fake, "px-serve").await;
+    let (got, nat_ip) = running_with_nat_ip(&gce, "px-serve").await;
     // What the insert sent is kept; the server's fields are added.
-    assert!(
-        got.machine_type
-            .unwrap()
-            .ends_with(&format!("/zones/{ZONE}/machineTypes/e2-small"))
-    );
-    assert_eq!(
-        got.labels
-            .get("crawl-example-com_managed")
-            .map(String::as_str),
-        Some("true")
-    );
-    assert_eq!(
-        got.metadata.unwrap().items[0].value.as_deref(),
-        Some(user_data.as_str())
-    );
+    let machine_type = got.machine_type.unwrap();
+    assert!(machine_type.starts_with("https://www.googleapis.com/compute/v1/projects/"));
+    assert!(machine_type.ends_with(&format!("/zones/{ZONE}/machineTypes/e2-small")));
+    assert_eq!(got.labels["crawl-example-com_managed"], "true");
+    let items = got.metadata.unwrap().items;
+    assert_eq!(items[0].value.as_deref(), Some(user_data.as_str()));
     assert_eq!(got.tags.unwrap().items, ["proxy-operator"]);
     let disk = got.disks[0].initialize_params.clone().unwrap();
-    assert_eq!(
-        disk.source_image.as_deref(),
-        Some("projects/debian-cloud/global/images/family/debian-12")
-    );
+    assert!(disk.source_image.unwrap().ends_with("/family/debian-12"));
     assert!(got.id.is_some() && got.label_fingerprint.is_some());
     let created: jiff::Timestamp = got.creation_timestamp.unwrap().parse().unwrap();
     assert!(created <= jiff::Timestamp::now());
@@ -200,19 +181,10 @@ async fn an_insert_becomes_a_running_vm_whose_squid_serves_through_its_nat_ip() 
         .timeout(Duration::from_secs(10))
         .build()
         .unwrap();
-    let status = http
-        .get(origin.url("/generate_204?via=px-serve"))
-        .send()
-        .await
-        .unwrap()
-        .status();
-    assert_eq!(status, 204);
-    assert!(
-        origin
-            .requests()
-            .iter()
-            .any(|r| r.path == "/generate_204?via=px-serve")
-    );
+    let url = origin.url("/generate_204?via=px-serve");
+    assert_eq!(http.get(url).send().await.unwrap().status(), 204);
+    let paths: Vec<String> = origin.requests().into_iter().map(|r| r.path).collect();
+    assert_eq!(paths, ["/generate_204?via=px-serve"]);
 
     let seen = fake.instance(ZONE, "px-serve").unwrap();
     assert!(seen.inserted_at.unwrap() <= seen.running_at.unwrap());
@@ -225,17 +197,13 @@ async fn the_vms_squid_enforces_the_acl_and_port_of_its_cloud_config() {
     let (fake, origin) = fake_with_origin().await;
     let gce = client(&fake).await;
     let user_data = cloud_config(3131, &["192.0.2.0/24".to_owned()]);
-    let insert = gce.insert().set_project(fake.project()).set_zone(ZONE);
-    insert
-        .set_body(body("px-acl", &user_data))
-        .send()
-        .await
-        .unwrap();
-    let (_, nat_ip) = running_with_nat_ip(&gce, &fake, "px-acl").await;
+    insert(&gce, "px-acl", &user_data).send().await.unwrap();
+    let (_, nat_ip) = running_with_nat_ip(&gce, "px-acl").await;
     let target = format!("probe.test:{}", origin.port);
+    let status = connect_status((nat_ip, 3131), &target).await;
     assert_eq!(
-        connect_status((nat_ip, 3131), &target).await,
-        "HTTP/1.1 403 Forbidden"
+        status, "HTTP/1.1 403 Forbidden",
+        "a loopback client is outside the ACL"
     );
     assert!(
         refuses((nat_ip, 3128)),
@@ -246,20 +214,13 @@ async fn the_vms_squid_enforces_the_acl_and_port_of_its_cloud_config() {
 
 #[tokio::test]
 async fn a_taken_name_is_409_and_a_repeated_request_id_answers_the_same_operation() {
-    let fake = FakeGce::start(FakeOptions::address_only()).await.unwrap();
+    let fake = address_only_fake().await;
     let gce = client(&fake).await;
-    let insert = |request_id: &str| {
-        gce.insert()
-            .set_project(fake.project())
-            .set_zone(ZONE)
-            .set_request_id(request_id)
-            .set_body(body("px-dup", "#!/bin/sh\n"))
-    };
-    let first = insert("req-1").send().await.unwrap();
-    let again = insert("req-1").send().await.unwrap();
-    assert_eq!(again.name, first.name);
-    assert_eq!(again.id, first.id);
-    let e = insert("req-2").send().await.unwrap_err();
+    let send = |request_id: &str| insert(&gce, "px-dup", "").set_request_id(request_id).send();
+    let first = send("req-1").await.unwrap();
+    let again = send("req-1").await.unwrap();
+    assert_eq!((again.name, again.id), (first.name, first.id));
+    let e = send("req-2").await.unwrap_err();
     assert_eq!(e.http_status_code(), Some(409));
     assert_eq!(reason(&e), "alreadyExists");
     // GCE's bodies have no `status`: the code is Unknown, the HTTP status is what counts.
@@ -269,76 +230,63 @@ async fn a_taken_name_is_409_and_a_repeated_request_id_answers_the_same_operatio
 
 #[tokio::test]
 async fn missing_instances_projects_and_zones_are_404() {
-    let fake = FakeGce::start(FakeOptions::address_only()).await.unwrap();
+    let fake = address_only_fake().await;
     let gce = client(&fake).await;
-    let get = |project: &str, zone: &str| {
-        gce.get()
+    let e = get(&gce, "px-none").await.unwrap_err();
+    assert_eq!(
+        (e.http_status_code(), reason(&e)),
+        (Some(404), "notFound".to_owned())
+    );
+    let resource = format!("projects/{PROJECT}/zones/{ZONE}/instances/px-none");
+    let message = format!("The resource '{resource}' was not found");
+    assert_eq!(e.status().unwrap().message, message);
+    for (project, zone) in [("other-project", ZONE), (PROJECT, "mars-north1-a")] {
+        let get = gce
+            .get()
             .set_project(project)
             .set_zone(zone)
-            .set_instance("px-none")
-            .send()
-    };
-    let e = get("proxy-tests", ZONE).await.unwrap_err();
-    assert_eq!(e.http_status_code(), Some(404));
-    assert_eq!(reason(&e), "notFound");
-    assert_eq!(
-        e.status().unwrap().message,
-        format!("The resource 'projects/proxy-tests/zones/{ZONE}/instances/px-none' was not found")
-    );
-    for (project, zone) in [("other-project", ZONE), ("proxy-tests", "mars-north1-a")] {
-        assert_eq!(
-            get(project, zone).await.unwrap_err().http_status_code(),
-            Some(404),
-            "{project} {zone}"
-        );
+            .set_instance("px-1");
+        let e = get.send().await.unwrap_err();
+        assert_eq!(e.http_status_code(), Some(404), "{project} {zone}");
     }
-    let delete = gce
-        .delete()
-        .set_project("proxy-tests")
-        .set_zone(ZONE)
-        .set_instance("px-none");
-    assert_eq!(
-        delete.send().await.unwrap_err().http_status_code(),
-        Some(404)
-    );
+    let e = delete(&gce, "px-none").send().await.unwrap_err();
+    assert_eq!(e.http_status_code(), Some(404));
 }
 
 #[tokio::test]
 async fn invalid_inserts_are_400_naming_the_field_as_gce_does() {
-    let fake = FakeGce::start(FakeOptions::address_only()).await.unwrap();
+    let fake = address_only_fake().await;
     let gce = client(&fake).await;
-    let bogus_type = format!("zones/{ZONE}/machineTypes/bogus");
+    let bogus = format!("zones/{ZONE}/machineTypes/bogus");
     let cases = [
         (
-            body("px-1", "").set_machine_type(&bogus_type),
+            body("px-1", "").set_machine_type(&bogus),
             format!(
-                "Invalid value for field 'resource.machineType': '{bogus_type}'. Machine type with \
+                "Invalid value for field 'resource.machineType': '{bogus}'. Machine type with \
                  name 'bogus' does not exist in zone '{ZONE}'."
             ),
         ),
         (
             body("Px_1", ""),
-            "Invalid value for field 'resource.name': 'Px_1'. Must be a match of regex".to_owned(),
+            "Invalid value for field 'resource.name': 'Px_1'. Must be a match of regex".into(),
         ),
         (
             body("px-1", "").set_labels([("crawl.example.com/managed", "true")]),
-            "Label key 'crawl.example.com/managed' violates format constraints.".to_owned(),
+            "Label key 'crawl.example.com/managed' violates format constraints.".into(),
         ),
         (
             body("px-1", "").set_labels([("managed", "True")]),
-            "Label value 'True' violates format constraints.".to_owned(),
+            "Label value 'True' violates format constraints.".into(),
         ),
     ];
     for (instance, message) in cases {
-        let insert = gce
-            .insert()
-            .set_project(fake.project())
-            .set_zone(ZONE)
-            .set_body(instance);
-        let e = insert.send().await.unwrap_err();
-        assert_eq!(e.http_status_code(), Some(400), "{message}");
-        assert_eq!(reason(&e), "invalid");
-        let got = e.status().unwrap().message.clone();
+        let insert = gce.insert().set_project(PROJECT).set_zone(ZONE);
+        let e = insert.set_body(instance).send().await.unwrap_err();
+        assert_eq!(
+            (e.http_status_code(), reason(&e)),
+            (Some(400), "invalid".into())
+        );
+        let got = &e.status().unwrap().message;
         assert!(
             got.contains(&message),
             "{got:?} does not contain {message:?}"
@@ -347,10 +295,9 @@ async fn invalid_inserts_are_400_naming_the_field_as_gce_does() {
     assert!(fake.instances().is_empty());
 }
 
-/// Instances of two installations in two zones, added directly (with creation times, as GC
-/// tests need them).
+/// Instances of two installations in two zones, added directly with a creation time.
 async fn two_installations(fake: &FakeGce) {
-    let created: jiff::Timestamp = "2026-01-02T03:04:05Z".parse().unwrap();
+    let created = Some("2026-01-02T03:04:05Z".parse().unwrap());
     for (zone, name, installation) in [
         (ZONE, "px-a1", "ours"),
         (ZONE, "px-a2", "ours"),
@@ -358,15 +305,14 @@ async fn two_installations(fake: &FakeGce) {
         (OTHER_ZONE, "px-a3", "ours"),
         (OTHER_ZONE, "px-a4", "ours"),
     ] {
-        let labels = BTreeMap::from([
-            ("managed".to_owned(), "true".to_owned()),
-            ("installation".to_owned(), installation.to_owned()),
-        ]);
+        let labels = [("managed", "true"), ("installation", installation)];
+        let labels = labels.map(|(k, v)| (k.to_owned(), v.to_owned())).into();
+        let (zone, name) = (zone.to_owned(), name.to_owned());
         let spec = AddInstance {
-            zone: zone.into(),
-            name: name.into(),
+            zone,
+            name,
             labels,
-            created: Some(created),
+            created,
             ..AddInstance::default()
         };
         fake.add_instance(spec).await.unwrap();
@@ -375,37 +321,30 @@ async fn two_installations(fake: &FakeGce) {
 
 #[tokio::test]
 async fn list_and_aggregated_list_filter_by_label_and_page() {
-    let fake = FakeGce::start(FakeOptions::address_only()).await.unwrap();
+    let fake = address_only_fake().await;
     two_installations(&fake).await;
     let gce = client(&fake).await;
     let ours = "(labels.managed = true) (labels.installation = ours)";
 
-    let mut pages = gce
+    let list = gce
         .list()
-        .set_project(fake.project())
+        .set_project(PROJECT)
         .set_zone(ZONE)
-        .set_filter(ours)
-        .set_max_results(1u32)
-        .by_item();
+        .set_filter(ours);
+    let mut pages = list.set_max_results(1u32).by_item();
     let mut names = Vec::new();
     while let Some(found) = pages.next().await {
         let found = found.unwrap();
         assert_eq!(found.status, Some(instance::Status::Running));
-        assert_eq!(
-            found.creation_timestamp.as_deref(),
-            Some("2026-01-02T03:04:05.000Z")
-        );
-        names.push(found.name.unwrap());
+        let created = found.creation_timestamp.as_deref();
+        assert_eq!(created, Some("2026-01-02T03:04:05.000Z"));
+        names.extend(found.name);
     }
     assert_eq!(names, ["px-a1", "px-a2"]);
     assert_eq!(fake.calls(Method::List), 2, "one page per instance");
 
-    let mut scopes = gce
-        .aggregated_list()
-        .set_project(fake.project())
-        .set_filter(ours)
-        .set_max_results(3u32)
-        .by_item();
+    let aggregated = gce.aggregated_list().set_project(PROJECT).set_filter(ours);
+    let mut scopes = aggregated.set_max_results(3u32).by_item();
     let mut names = Vec::new();
     while let Some(scope) = scopes.next().await {
         let (_, scoped) = scope.unwrap();
@@ -416,48 +355,36 @@ async fn list_and_aggregated_list_filter_by_label_and_page() {
     assert_eq!(fake.calls(Method::AggregatedList), 2);
 
     // Nothing matches: no `items` at all, as GCE answers.
-    let none = gce
-        .list()
-        .set_project(fake.project())
-        .set_zone(ZONE)
+    let list = gce.list().set_project(PROJECT).set_zone(ZONE);
+    let none = list
+        .clone()
         .set_filter("labels.owner:*")
         .send()
         .await
         .unwrap();
     assert!(none.items.is_empty() && none.next_page_token.is_none());
-    let bad = gce
-        .list()
-        .set_project(fake.project())
-        .set_zone(ZONE)
-        .set_filter("labels.a == b")
-        .send()
-        .await;
-    let e = bad.unwrap_err();
+    let e = list.set_filter("labels.a == b").send().await.unwrap_err();
     assert_eq!(
         (e.http_status_code(), reason(&e)),
-        (Some(400), "invalid".to_owned())
+        (Some(400), "invalid".into())
     );
 }
 
 #[tokio::test]
 async fn an_unreachable_zone_fails_the_aggregated_list_unless_partial_success_is_asked_for() {
-    let fake = FakeGce::start(FakeOptions::address_only()).await.unwrap();
+    let fake = address_only_fake().await;
     two_installations(&fake).await;
     fake.set_zone_unreachable(OTHER_ZONE, true);
     // The 4.1.0 client cannot ask for partial success: it sees a 503 (and retries it).
     let gce = Instances::builder()
         .with_endpoint(fake.endpoint())
-        .with_credentials(google_cloud_auth::credentials::anonymous::Builder::new().build())
+        .with_credentials(anonymous())
         .with_retry_policy(Aip194Strict.with_attempt_limit(2))
         .build()
         .await
         .unwrap();
-    let e = gce
-        .aggregated_list()
-        .set_project(fake.project())
-        .send()
-        .await
-        .unwrap_err();
+    let aggregated = gce.aggregated_list().set_project(PROJECT);
+    let e = aggregated.clone().send().await.unwrap_err();
     assert_eq!(e.http_status_code(), Some(503));
     assert_eq!(
         fake.calls(Method::AggregatedList),
@@ -466,88 +393,63 @@ async fn an_unreachable_zone_fails_the_aggregated_list_unless_partial_success_is
     );
 
     let url = format!(
-        "{}/compute/v1/projects/proxy-tests/aggregated/instances?returnPartialSuccess=true&$alt=json",
+        "{}/compute/v1/projects/{PROJECT}/aggregated/instances?returnPartialSuccess=true",
         fake.endpoint()
     );
     let partial: serde_json::Value = reqwest::get(url).await.unwrap().json().await.unwrap();
+    let other = format!("zones/{OTHER_ZONE}");
+    assert_eq!(partial["unreachables"], serde_json::json!([other]));
+    let items = &partial["items"];
+    assert_eq!(items[&other]["warning"]["code"], "UNREACHABLE");
     assert_eq!(
-        partial["unreachables"],
-        serde_json::json!([format!("zones/{OTHER_ZONE}")])
-    );
-    assert_eq!(
-        partial["items"][format!("zones/{OTHER_ZONE}")]["warning"]["code"],
-        "UNREACHABLE"
-    );
-    assert_eq!(
-        partial["items"][format!("zones/{ZONE}")]["instances"]
+        items[format!("zones/{ZONE}")]["instances"]
             .as_array()
             .unwrap()
             .len(),
         3
     );
     assert_eq!(
-        partial["items"]["zones/us-central1-a"]["warning"]["code"],
+        items["zones/us-central1-a"]["warning"]["code"],
         "NO_RESULTS_ON_PAGE"
     );
 
     fake.set_zone_unreachable(OTHER_ZONE, false);
-    let all = gce
-        .aggregated_list()
-        .set_project(fake.project())
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(all.items[&format!("zones/{OTHER_ZONE}")].instances.len(), 2);
+    let all = aggregated.send().await.unwrap();
+    assert_eq!(all.items[&other].instances.len(), 2);
     assert!(all.unreachables.is_empty());
 }
 
 #[tokio::test]
 async fn injected_insert_faults_reach_the_client_as_gce_sends_them() {
-    let fake = FakeGce::start(FakeOptions::address_only()).await.unwrap();
+    let fake = address_only_fake().await;
     let gce = client(&fake).await;
-    let insert = |name: &str, request_id: &str| {
-        gce.insert()
-            .set_project(fake.project())
-            .set_zone(ZONE)
-            .set_request_id(request_id)
-            .set_body(body(name, ""))
-    };
+    let send = |request_id: &str| insert(&gce, "px-q", "").set_request_id(request_id);
     let quota = "Quota 'CPUS' exceeded.  Limit: 8.0 in region europe-west1.";
 
     fake.fail_next_inserts(1, InsertFault::Quota);
     fake.fail_next_inserts(1, InsertFault::RateLimited);
-    let e = insert("px-q", "r-q").send().await.unwrap_err();
+    let e = send("r-q").send().await.unwrap_err();
     assert_eq!(
         (e.http_status_code(), reason(&e)),
-        (Some(403), "quotaExceeded".to_owned())
+        (Some(403), "quotaExceeded".into())
     );
     assert_eq!(e.status().unwrap().message, quota);
-    let e = insert("px-q", "r-q").send().await.unwrap_err();
+    let e = send("r-q").send().await.unwrap_err();
     assert_eq!(
         (e.http_status_code(), reason(&e)),
-        (Some(429), "rateLimitExceeded".to_owned())
+        (Some(429), "rateLimitExceeded".into())
     );
 
     fake.fail_next_inserts(1, InsertFault::OperationQuota);
     fake.fail_next_inserts(1, InsertFault::ZoneExhausted);
     // The poller ends Ok with a failed operation: the error is in the operation's fields.
-    let failed = insert("px-q", "r-op-1")
-        .poller()
-        .until_done()
-        .await
-        .unwrap();
+    let failed = send("r-op-1").poller().until_done().await.unwrap();
     assert_eq!(failed.status, Some(operation::Status::Done));
     assert_eq!(failed.http_error_status_code, Some(403));
     let error = failed.error.unwrap().errors[0].clone();
-    assert_eq!(
-        (error.code.as_deref(), error.message.as_deref()),
-        (Some("QUOTA_EXCEEDED"), Some(quota))
-    );
-    let failed = insert("px-q", "r-op-2")
-        .poller()
-        .until_done()
-        .await
-        .unwrap();
+    let error = (error.code.as_deref(), error.message.as_deref());
+    assert_eq!(error, (Some("QUOTA_EXCEEDED"), Some(quota)));
+    let failed = send("r-op-2").poller().until_done().await.unwrap();
     assert_eq!(failed.http_error_status_code, Some(503));
     let message = failed.error.unwrap().errors[0].message.clone().unwrap();
     assert!(
@@ -555,141 +457,117 @@ async fn injected_insert_faults_reach_the_client_as_gce_sends_them() {
         "{message}"
     );
     // The failed operation is what its requestId answers from then on; nothing was created.
-    let again = insert("px-q", "r-op-2").send().await.unwrap();
+    let again = send("r-op-2").send().await.unwrap();
     assert_eq!(again.status, Some(operation::Status::Done));
-    assert_eq!(again.http_error_status_code, Some(503));
-    assert_eq!(
-        again.error.unwrap().errors[0].code.as_deref(),
-        Some("ZONE_RESOURCE_POOL_EXHAUSTED")
-    );
+    let code = again.error.unwrap().errors[0].code.clone();
+    assert_eq!(code.as_deref(), Some("ZONE_RESOURCE_POOL_EXHAUSTED"));
     assert!(fake.instances().is_empty());
 
     // The faults are used up: the next insert succeeds.
-    insert("px-q", "r-ok").poller().until_done().await.unwrap();
-    assert_eq!(
-        fake.instance(ZONE, "px-q").map(|i| i.status),
-        Some("RUNNING")
-    );
+    send("r-ok").poller().until_done().await.unwrap();
+    until("RUNNING", || {
+        fake.instance(ZONE, "px-q")
+            .is_some_and(|i| i.status == "RUNNING")
+    })
+    .await;
 }
 
 #[tokio::test]
 async fn injected_server_errors_reach_the_client_and_its_retries_are_counted() {
-    let fake = FakeGce::start(FakeOptions::address_only()).await.unwrap();
+    let fake = address_only_fake().await;
     two_installations(&fake).await;
     let gce = client(&fake).await;
-    let get = || {
-        gce.get()
-            .set_project(fake.project())
-            .set_zone(ZONE)
-            .set_instance("px-a1")
-            .send()
-    };
 
     fake.fail_next_requests(1, 500, Some(Method::Get));
-    let e = get().await.unwrap_err();
+    let e = get(&gce, "px-a1").await.unwrap_err();
     assert_eq!(
         (e.http_status_code(), reason(&e)),
-        (Some(500), "backendError".to_owned())
+        (Some(500), "backendError".into())
     );
     assert_eq!(fake.calls(Method::Get), 1);
     // A 503 on a GET is retried by the client: the provider sees success, the fake two calls.
     fake.fail_next_requests(1, 503, Some(Method::Get));
-    assert_eq!(get().await.unwrap().name.as_deref(), Some("px-a1"));
+    assert_eq!(
+        get(&gce, "px-a1").await.unwrap().name.as_deref(),
+        Some("px-a1")
+    );
     assert_eq!(fake.calls(Method::Get), 3);
     // A fault of another method leaves gets alone; a POST is not retried.
+    fake.fail_next_requests(1, 503, None);
     fake.fail_next_requests(1, 503, Some(Method::Insert));
-    get().await.unwrap();
-    let insert = gce
-        .insert()
-        .set_project(fake.project())
-        .set_zone(ZONE)
-        .set_body(body("px-5xx", ""));
-    assert_eq!(
-        insert.send().await.unwrap_err().http_status_code(),
-        Some(503)
-    );
+    let e = insert(&gce, "px-5xx", "").send().await.unwrap_err();
+    assert_eq!(e.http_status_code(), Some(503));
+    get(&gce, "px-a1").await.unwrap();
+    assert_eq!(fake.calls(Method::Get), 4);
+    let e = insert(&gce, "px-5xx", "").send().await.unwrap_err();
+    assert_eq!(e.http_status_code(), Some(503));
+    insert(&gce, "px-5xx", "").send().await.unwrap();
 }
 
 #[tokio::test]
 async fn slow_operations_follow_the_durations_set_at_run_time_and_wait_long_polls() {
-    let fake = FakeGce::start(FakeOptions::address_only()).await.unwrap();
+    let fake = address_only_fake().await;
     let slow = Duration::from_millis(400);
-    fake.set_durations(Durations {
-        operation_start: Duration::ZERO,
-        provisioning: slow,
-        staging: slow,
+    let operation_start = Duration::ZERO;
+    let (provisioning, staging) = (slow, slow);
+    let durations = Durations {
+        operation_start,
+        provisioning,
+        staging,
         ..Durations::default()
-    });
+    };
+    fake.set_durations(durations);
     let gce = client(&fake).await;
-    let op = gce
-        .insert()
-        .set_project(fake.project())
-        .set_zone(ZONE)
-        .set_body(body("px-slow", ""))
-        .send()
-        .await
-        .unwrap();
+    let op = insert(&gce, "px-slow", "").send().await.unwrap();
     assert_eq!(op.status, Some(operation::Status::Pending));
     assert_eq!(
         fake.instance(ZONE, "px-slow").unwrap().status,
         "PROVISIONING"
     );
 
-    let operations = ZoneOperations::builder()
-        .with_endpoint(fake.endpoint())
-        .with_credentials(google_cloud_auth::credentials::anonymous::Builder::new().build())
+    let operations = ZoneOperations::builder().with_endpoint(fake.endpoint());
+    let operations = operations
+        .with_credentials(anonymous())
         .build()
         .await
         .unwrap();
-    let done = operations
-        .wait()
-        .set_project(fake.project())
-        .set_zone(ZONE)
-        .set_operation(op.name.unwrap())
-        .send()
-        .await
-        .unwrap();
+    let wait = operations.wait().set_project(PROJECT).set_zone(ZONE);
+    let done = wait.set_operation(op.name.unwrap()).send().await.unwrap();
     assert_eq!(
         (done.status, done.progress),
         (Some(operation::Status::Done), Some(100))
     );
     assert_eq!(fake.calls(Method::OperationsWait), 1);
-    let seen = until(&fake, "px-slow", "RUNNING with a natIP", |i| {
-        i.nat_ip.is_some()
-    })
-    .await;
-    assert!(seen.running_at.unwrap() - seen.inserted_at.unwrap() >= slow * 2);
+    let shown = || {
+        fake.instance(ZONE, "px-slow")
+            .is_some_and(|i| i.nat_ip.is_some())
+    };
+    until("RUNNING with a natIP", shown).await;
+    let seen = fake.instance(ZONE, "px-slow").unwrap();
+    assert!(seen.running_at.unwrap() - seen.inserted_at.unwrap() >= provisioning + staging);
 }
 
 #[tokio::test]
 async fn a_vm_stopped_out_of_band_loses_its_nat_ip_and_its_squid() {
     let (fake, _origin) = fake_with_origin().await;
     let gce = client(&fake).await;
-    let insert = gce
-        .insert()
-        .set_project(fake.project())
-        .set_zone(ZONE)
-        .set_body(body("px-stop", ""));
-    insert.send().await.unwrap();
-    let (_, nat_ip) = running_with_nat_ip(&gce, &fake, "px-stop").await;
+    insert(&gce, "px-stop", "").send().await.unwrap();
+    let (_, nat_ip) = running_with_nat_ip(&gce, "px-stop").await;
     assert!(
         !refuses((nat_ip, 3128)),
-        "without a squid cloud-config the VM runs the bed's squid on 3128"
+        "without a squid cloud-config, the bed's squid on 3128"
     );
 
     fake.stop_out_of_band(ZONE, "px-stop").await.unwrap();
-    let got = gce
-        .get()
-        .set_project(fake.project())
-        .set_zone(ZONE)
-        .set_instance("px-stop")
-        .send()
-        .await
-        .unwrap();
+    let got = get(&gce, "px-stop").await.unwrap();
     assert_eq!(got.status, Some(instance::Status::Stopping));
-    assert_eq!(got.network_interfaces[0].access_configs[0].nat_ip, None);
+    assert_eq!(shown_nat_ip(&got), None);
     assert!(refuses((nat_ip, 3128)));
-    until(&fake, "px-stop", "STOPPED", |i| i.status == "STOPPED").await;
+    let stopped = || {
+        fake.instance(ZONE, "px-stop")
+            .is_some_and(|i| i.status == "STOPPED")
+    };
+    until("STOPPED", stopped).await;
 }
 
 #[tokio::test]
@@ -697,26 +575,21 @@ async fn a_vm_can_run_without_a_nat_ip_until_it_is_shown() {
     let (fake, _origin) = fake_with_origin().await;
     fake.withhold_nat_ip_of_next(1);
     let gce = client(&fake).await;
-    let insert = gce
-        .insert()
-        .set_project(fake.project())
-        .set_zone(ZONE)
-        .set_body(body("px-nonat", ""));
-    insert.poller().until_done().await.unwrap();
-    until(&fake, "px-nonat", "booted", |i| i.booted).await;
-    let got = gce
-        .get()
-        .set_project(fake.project())
-        .set_zone(ZONE)
-        .set_instance("px-nonat")
-        .send()
+    insert(&gce, "px-nonat", "")
+        .poller()
+        .until_done()
         .await
         .unwrap();
+    until("booted", || {
+        fake.instance(ZONE, "px-nonat").is_some_and(|i| i.booted)
+    })
+    .await;
+    let got = get(&gce, "px-nonat").await.unwrap();
     assert_eq!(got.status, Some(instance::Status::Running));
-    assert_eq!(got.network_interfaces[0].access_configs[0].nat_ip, None);
+    assert_eq!(shown_nat_ip(&got), None);
 
     fake.set_nat_ip_withheld(ZONE, "px-nonat", false).unwrap();
-    let (_, nat_ip) = running_with_nat_ip(&gce, &fake, "px-nonat").await;
+    let (_, nat_ip) = running_with_nat_ip(&gce, "px-nonat").await;
     assert!(!refuses((nat_ip, 3128)));
 }
 
@@ -724,50 +597,24 @@ async fn a_vm_can_run_without_a_nat_ip_until_it_is_shown() {
 async fn a_deleted_vm_is_404_once_its_operation_is_done_and_its_squid_is_gone() {
     let (fake, _origin) = fake_with_origin().await;
     let gce = client(&fake).await;
-    let insert = gce
-        .insert()
-        .set_project(fake.project())
-        .set_zone(ZONE)
-        .set_body(body("px-del", ""));
-    insert.send().await.unwrap();
-    let (_, nat_ip) = running_with_nat_ip(&gce, &fake, "px-del").await;
+    insert(&gce, "px-del", "").send().await.unwrap();
+    let (_, nat_ip) = running_with_nat_ip(&gce, "px-del").await;
 
-    let delete = gce
-        .delete()
-        .set_project(fake.project())
-        .set_zone(ZONE)
-        .set_instance("px-del")
-        .set_request_id("del-1");
-    let op = delete.send().await.unwrap();
-    assert_eq!(op.operation_type.as_deref(), Some("delete"));
-    let got = gce
-        .get()
-        .set_project(fake.project())
-        .set_zone(ZONE)
-        .set_instance("px-del")
+    let op = delete(&gce, "px-del")
+        .set_request_id("del-1")
         .send()
         .await
         .unwrap();
+    assert_eq!(op.operation_type.as_deref(), Some("delete"));
+    let got = get(&gce, "px-del").await.unwrap();
     assert_eq!(got.status, Some(instance::Status::Stopping));
-    let delete = gce
-        .delete()
-        .set_project(fake.project())
-        .set_zone(ZONE)
-        .set_instance("px-del")
-        .set_request_id("del-1");
-    let done = delete.poller().until_done().await.unwrap();
+    let poller = delete(&gce, "px-del").set_request_id("del-1").poller();
+    let done = poller.until_done().await.unwrap();
     assert_eq!(
         done.name, op.name,
         "the same requestId polls the same operation"
     );
-    let e = gce
-        .get()
-        .set_project(fake.project())
-        .set_zone(ZONE)
-        .set_instance("px-del")
-        .send()
-        .await
-        .unwrap_err();
+    let e = get(&gce, "px-del").await.unwrap_err();
     assert_eq!(e.http_status_code(), Some(404));
     assert!(refuses((nat_ip, 3128)));
     assert_eq!(fake.calls(Method::Delete), 2);
@@ -777,21 +624,24 @@ async fn a_deleted_vm_is_404_once_its_operation_is_done_and_its_squid_is_gone() 
 async fn added_instances_run_with_or_without_a_squid() {
     let (fake, _origin) = fake_with_origin().await;
     for (name, squid) in [("px-orphan", true), ("px-dark", false)] {
+        let (zone, name) = (ZONE.to_owned(), name.to_owned());
         let spec = AddInstance {
-            zone: ZONE.into(),
-            name: name.into(),
+            zone,
+            name: name.clone(),
             squid,
             ..AddInstance::default()
         };
         fake.add_instance(spec).await.unwrap();
-        let seen = fake.instance(ZONE, name).unwrap();
+        let seen = fake.instance(ZONE, &name).unwrap();
         assert_eq!(seen.status, "RUNNING");
         assert_eq!(refuses((seen.nat_ip.unwrap(), 3128)), !squid, "{name}");
     }
+    let labels = BTreeMap::from([("a.b".to_owned(), "c".to_owned())]);
+    let (zone, name) = (ZONE.to_owned(), "px-bad".to_owned());
     let bad = AddInstance {
-        zone: ZONE.into(),
-        name: "px-bad".into(),
-        labels: BTreeMap::from([("a.b".into(), "c".into())]),
+        zone,
+        name,
+        labels,
         ..AddInstance::default()
     };
     assert!(fake.add_instance(bad).await.is_err());

@@ -14,7 +14,8 @@ use warp::http::{Method as Http, Response, StatusCode};
 use super::Method;
 use super::errors::GceError;
 use super::filter::Filter;
-use super::store::{Page, Store};
+use super::list::Page;
+use super::store::Store;
 
 type Query = HashMap<String, String>;
 

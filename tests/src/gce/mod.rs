@@ -39,6 +39,7 @@
 mod api;
 mod errors;
 mod filter;
+mod list;
 mod store;
 mod validate;
 mod vm;

@@ -19,22 +19,15 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 use super::errors::{GceError, quota_message, region_of};
-use super::filter::Filter;
 use super::validate::admit_instance;
 use super::vm::Vm;
 use super::{AddInstance, Durations, FakeOptions, InsertFault, Method, Observed};
 
 /// An instance or operation: (zone, name).
-type Key = (String, String);
-
-/// One page of instances: each one's zone and body, and the next page's token.
-type Served = (Vec<(String, Value)>, Option<String>);
+pub(super) type Key = (String, String);
 
 /// How long `zoneOperations.wait` waits at most before answering, as GCE's (about 2 min).
 const WAIT_LIMIT: Duration = Duration::from_secs(120);
-
-/// GCE caps a page at 500 results.
-const MAX_PAGE: usize = 500;
 
 /// Instance statuses the fake goes through.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -59,11 +52,11 @@ impl Status {
 }
 
 #[derive(Debug)]
-struct Instance {
+pub(super) struct Instance {
     id: u64,
     /// What the insert sent plus the server's fields, without status and natIP.
     body: Value,
-    labels: BTreeMap<String, String>,
+    pub labels: BTreeMap<String, String>,
     status: Status,
     /// Set by a delete: no timer but the delete's moves it any more.
     deleting: bool,
@@ -78,6 +71,23 @@ struct Instance {
 }
 
 impl Instance {
+    fn new(id: u64, body: Value, labels: BTreeMap<String, String>, status: Status) -> Self {
+        Self {
+            id,
+            body,
+            labels,
+            status,
+            deleting: false,
+            runs_squid: true,
+            vm: None,
+            withhold_nat_ip: false,
+            nat_ip: None,
+            inserted_at: None,
+            running_at: None,
+            vm_error: None,
+        }
+    }
+
     /// Reports the VM's address as natIP unless that is withheld.
     fn show_nat_ip(&mut self) {
         if let (Some(vm), false) = (&self.vm, self.withhold_nat_ip) {
@@ -110,15 +120,15 @@ struct Operation {
 }
 
 #[derive(Debug, Default)]
-struct State {
-    instances: BTreeMap<Key, Instance>,
+pub(super) struct State {
+    pub instances: BTreeMap<Key, Instance>,
     operations: HashMap<Key, Operation>,
     request_ids: HashMap<String, Key>,
     durations: Durations,
     insert_faults: VecDeque<InsertFault>,
     request_faults: VecDeque<(u16, Option<Method>)>,
     withhold_next: u32,
-    unreachable: BTreeSet<String>,
+    pub unreachable: BTreeSet<String>,
     calls: BTreeMap<Method, u64>,
     last_id: u64,
     closed: bool,
@@ -129,36 +139,6 @@ impl State {
         self.last_id += 1;
         // GCE IDs are large u64s, sent as strings.
         4_000_000_000_000_000_000 + self.last_id
-    }
-}
-
-/// One page request: at most `max_results` items after `token`.
-#[derive(Debug, Default)]
-pub(super) struct Page {
-    pub max_results: Option<usize>,
-    pub token: Option<String>,
-}
-
-impl Page {
-    /// The first key after the page token (`zone/name` of the last item served). The
-    /// client's paginator sends an empty token for the first page.
-    fn after(&self) -> Result<Option<Key>, GceError> {
-        self.token
-            .as_deref()
-            .filter(|t| !t.is_empty())
-            .map(|t| {
-                t.split_once('/')
-                    .map(|(z, n)| (z.to_owned(), n.to_owned()))
-                    .ok_or_else(|| GceError::invalid("pageToken", t, "Invalid page token."))
-            })
-            .transpose()
-    }
-
-    fn size(&self) -> usize {
-        self.max_results
-            .filter(|&n| n > 0)
-            .unwrap_or(MAX_PAGE)
-            .min(MAX_PAGE)
     }
 }
 
@@ -185,7 +165,7 @@ impl Store {
         }
     }
 
-    fn lock(&self) -> MutexGuard<'_, State> {
+    pub fn lock(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
@@ -236,7 +216,7 @@ impl Store {
         )
     }
 
-    fn render(&self, instance: &Instance) -> Value {
+    pub fn render(&self, instance: &Instance) -> Value {
         let mut body = instance.body.clone();
         body["status"] = json!(instance.status.as_str());
         if let (Some(ip), Some(config)) = (
@@ -368,19 +348,11 @@ impl Store {
         if failure.is_none() {
             let withhold_nat_ip = state.withhold_next > 0;
             state.withhold_next = state.withhold_next.saturating_sub(1);
+            let body = with_server_fields(self, zone, id, body, None);
             let instance = Instance {
-                id,
-                body: with_server_fields(self, zone, id, body, None),
-                labels,
-                status: Status::Provisioning,
-                deleting: false,
-                runs_squid: true,
-                vm: None,
                 withhold_nat_ip,
-                nat_ip: None,
                 inserted_at: Some(Instant::now()),
-                running_at: None,
-                vm_error: None,
+                ..Instance::new(id, body, labels, Status::Provisioning)
             };
             state.instances.insert(key.clone(), instance);
         }
@@ -516,120 +488,6 @@ impl Store {
         Ok(rendered)
     }
 
-    /// The instances `filter` passes in the zones `zones`, one page of them, and the next
-    /// page token.
-    fn page(
-        &self,
-        state: &State,
-        zones: &[&str],
-        filter: &Filter,
-        page: &Page,
-    ) -> Result<Served, GceError> {
-        let after = page.after()?;
-        let mut matching = state
-            .instances
-            .iter()
-            .filter(|((zone, _), _)| zones.contains(&zone.as_str()))
-            .filter(|(key, _)| after.as_ref().is_none_or(|after| *key > after))
-            .filter(|(_, i)| filter.matches(&i.labels));
-        let items: Vec<_> = matching
-            .by_ref()
-            .take(page.size())
-            .map(|((zone, name), i)| ((zone.clone(), name.clone()), self.render(i)))
-            .collect();
-        let next = match (matching.next(), items.last()) {
-            (Some(_), Some(((zone, name), _))) => Some(format!("{zone}/{name}")),
-            _ => None,
-        };
-        Ok((items.into_iter().map(|((z, _), v)| (z, v)).collect(), next))
-    }
-
-    /// instances.list.
-    pub fn list(&self, zone: &str, filter: &Filter, page: &Page) -> Result<Value, GceError> {
-        let state = self.lock();
-        let (items, next) = self.page(&state, &[zone], filter, page)?;
-        let mut body = json!({
-            "kind": "compute#instanceList",
-            "id": format!("projects/{}/zones/{zone}/instances", self.options.project),
-            "selfLink": format!("{}/instances", self.zone_url(zone)),
-        });
-        if !items.is_empty() {
-            body["items"] = items.into_iter().map(|(_, v)| v).collect();
-        }
-        if let Some(next) = next {
-            body["nextPageToken"] = json!(next);
-        }
-        Ok(body)
-    }
-
-    /// instances.aggregatedList: every zone under `zones/<zone>`, with `instances` or a
-    /// warning, as GCE answers. An unreachable zone fails the call unless the caller accepts
-    /// partial success; then it is listed in `unreachables`.
-    pub fn aggregated_list(
-        &self,
-        filter: &Filter,
-        page: &Page,
-        partial_success: bool,
-    ) -> Result<Value, GceError> {
-        let state = self.lock();
-        let project = &self.options.project;
-        if let (Some(zone), false) = (state.unreachable.first(), partial_success) {
-            return Err(GceError::unreachable(&format!(
-                "projects/{project}/zones/{zone}"
-            )));
-        }
-        let reachable: Vec<&str> = self
-            .options
-            .zones
-            .iter()
-            .map(String::as_str)
-            .filter(|z| !state.unreachable.contains(*z))
-            .collect();
-        let (found, next) = self.page(&state, &reachable, filter, page)?;
-        let mut items = serde_json::Map::new();
-        for zone in &self.options.zones {
-            let scope = format!("zones/{zone}");
-            let instances: Vec<Value> = found
-                .iter()
-                .filter(|(z, _)| z == zone)
-                .map(|(_, v)| v.clone())
-                .collect();
-            let entry = if state.unreachable.contains(zone) {
-                warning(
-                    "UNREACHABLE",
-                    &format!("The resource 'projects/{project}/zones/{zone}' is unreachable."),
-                    &scope,
-                )
-            } else if instances.is_empty() {
-                warning(
-                    "NO_RESULTS_ON_PAGE",
-                    &format!("There are no results for scope '{scope}' on this page."),
-                    &scope,
-                )
-            } else {
-                json!({"instances": instances})
-            };
-            items.insert(scope, entry);
-        }
-        let mut body = json!({
-            "kind": "compute#instanceAggregatedList",
-            "id": format!("projects/{project}/aggregated/instances"),
-            "items": items,
-            "selfLink": format!("https://www.googleapis.com/compute/v1/projects/{project}/aggregated/instances"),
-        });
-        if let Some(next) = next {
-            body["nextPageToken"] = json!(next);
-        }
-        if !state.unreachable.is_empty() {
-            body["unreachables"] = state
-                .unreachable
-                .iter()
-                .map(|z| json!(format!("zones/{z}")))
-                .collect();
-        }
-        Ok(body)
-    }
-
     /// zoneOperations.get.
     pub fn operation(&self, zone: &str, name: &str) -> Result<Value, GceError> {
         let key = (zone.to_owned(), name.to_owned());
@@ -746,19 +604,10 @@ impl Store {
             let mut state = self.lock();
             anyhow::ensure!(!state.instances.contains_key(&key), "{key:?} exists");
             let id = state.next_id();
+            let body = with_server_fields(self, &spec.zone, id, body, spec.created);
             let instance = Instance {
-                id,
-                body: with_server_fields(self, &spec.zone, id, body, spec.created),
-                labels,
-                status: Status::Running,
-                deleting: false,
                 runs_squid: spec.squid,
-                vm: None,
-                withhold_nat_ip: false,
-                nat_ip: None,
-                inserted_at: None,
-                running_at: None,
-                vm_error: None,
+                ..Instance::new(id, body, labels, Status::Running)
             };
             state.instances.insert(key.clone(), instance);
             id
@@ -809,10 +658,6 @@ async fn power_off(vm: Option<Vm>) {
     if let Some(vm) = vm {
         let _ = tokio::task::spawn_blocking(move || vm.power_off()).await;
     }
-}
-
-fn warning(code: &str, message: &str, scope: &str) -> Value {
-    json!({"warning": {"code": code, "message": message, "data": [{"key": "scope", "value": scope}]}})
 }
 
 /// The fields GCE adds to an inserted instance.
