@@ -71,6 +71,11 @@ async fn get(gce: &Instances, name: &str) -> Result<Instance, Error> {
     get.set_instance(name).send().await
 }
 
+/// A request ID: GCE wants a UUID.
+fn uuid(n: u32) -> String {
+    format!("7d0c1d8e-4c1b-5a5e-9f6e-{n:012x}")
+}
+
 fn delete(gce: &Instances, name: &str) -> builder::instances::Delete {
     let delete = gce.delete().set_project(PROJECT).set_zone(ZONE);
     delete.set_instance(name)
@@ -149,7 +154,7 @@ async fn an_insert_becomes_a_running_vm_whose_squid_serves_through_its_nat_ip() 
     let (fake, origin) = fake_with_origin().await;
     let gce = client(&fake).await;
     let user_data = cloud_config(3130, &["127.0.0.0/8".to_owned()]);
-    let insert = insert(&gce, "px-serve", &user_data).set_request_id("7d0c1d8e-0001");
+    let insert = insert(&gce, "px-serve", &user_data).set_request_id(uuid(1));
     let op = insert.poller().until_done().await.unwrap();
     assert_eq!(op.status, Some(operation::Status::Done));
     assert_eq!(op.progress, Some(100));
@@ -216,16 +221,25 @@ async fn the_vms_squid_enforces_the_acl_and_port_of_its_cloud_config() {
 async fn a_taken_name_is_409_and_a_repeated_request_id_answers_the_same_operation() {
     let fake = address_only_fake().await;
     let gce = client(&fake).await;
-    let send = |request_id: &str| insert(&gce, "px-dup", "").set_request_id(request_id).send();
-    let first = send("req-1").await.unwrap();
-    let again = send("req-1").await.unwrap();
+    let send = |request_id: &str| {
+        let insert = insert(&gce, "px-dup", "").set_request_id(request_id);
+        insert.send()
+    };
+    let first = send(&uuid(2)).await.unwrap();
+    let again = send(&uuid(2)).await.unwrap();
     assert_eq!((again.name, again.id), (first.name, first.id));
-    let e = send("req-2").await.unwrap_err();
+    let e = send(&uuid(3)).await.unwrap_err();
     assert_eq!(e.http_status_code(), Some(409));
     assert_eq!(reason(&e), "alreadyExists");
     // GCE's bodies have no `status`: the code is Unknown, the HTTP status is what counts.
     assert_eq!(e.status().unwrap().code, Code::Unknown);
     assert_eq!(fake.instances().len(), 1);
+    let e = send("req-3").await.unwrap_err();
+    assert_eq!(
+        (e.http_status_code(), reason(&e)),
+        (Some(400), "invalid".into())
+    );
+    assert!(e.status().unwrap().message.contains("must be a valid UUID"));
 }
 
 #[tokio::test]
@@ -428,13 +442,13 @@ async fn injected_insert_faults_reach_the_client_as_gce_sends_them() {
 
     fake.fail_next_inserts(1, InsertFault::Quota);
     fake.fail_next_inserts(1, InsertFault::RateLimited);
-    let e = send("r-q").send().await.unwrap_err();
+    let e = send(&uuid(4)).send().await.unwrap_err();
     assert_eq!(
         (e.http_status_code(), reason(&e)),
         (Some(403), "quotaExceeded".into())
     );
     assert_eq!(e.status().unwrap().message, quota);
-    let e = send("r-q").send().await.unwrap_err();
+    let e = send(&uuid(4)).send().await.unwrap_err();
     assert_eq!(
         (e.http_status_code(), reason(&e)),
         (Some(429), "rateLimitExceeded".into())
@@ -443,13 +457,13 @@ async fn injected_insert_faults_reach_the_client_as_gce_sends_them() {
     fake.fail_next_inserts(1, InsertFault::OperationQuota);
     fake.fail_next_inserts(1, InsertFault::ZoneExhausted);
     // The poller ends Ok with a failed operation: the error is in the operation's fields.
-    let failed = send("r-op-1").poller().until_done().await.unwrap();
+    let failed = send(&uuid(5)).poller().until_done().await.unwrap();
     assert_eq!(failed.status, Some(operation::Status::Done));
     assert_eq!(failed.http_error_status_code, Some(403));
     let error = failed.error.unwrap().errors[0].clone();
     let error = (error.code.as_deref(), error.message.as_deref());
     assert_eq!(error, (Some("QUOTA_EXCEEDED"), Some(quota)));
-    let failed = send("r-op-2").poller().until_done().await.unwrap();
+    let failed = send(&uuid(6)).poller().until_done().await.unwrap();
     assert_eq!(failed.http_error_status_code, Some(503));
     let message = failed.error.unwrap().errors[0].message.clone().unwrap();
     assert!(
@@ -457,14 +471,14 @@ async fn injected_insert_faults_reach_the_client_as_gce_sends_them() {
         "{message}"
     );
     // The failed operation is what its requestId answers from then on; nothing was created.
-    let again = send("r-op-2").send().await.unwrap();
+    let again = send(&uuid(6)).send().await.unwrap();
     assert_eq!(again.status, Some(operation::Status::Done));
     let code = again.error.unwrap().errors[0].code.clone();
     assert_eq!(code.as_deref(), Some("ZONE_RESOURCE_POOL_EXHAUSTED"));
     assert!(fake.instances().is_empty());
 
     // The faults are used up: the next insert succeeds.
-    send("r-ok").poller().until_done().await.unwrap();
+    send(&uuid(7)).poller().until_done().await.unwrap();
     until("RUNNING", || {
         fake.instance(ZONE, "px-q")
             .is_some_and(|i| i.status == "RUNNING")
@@ -601,14 +615,14 @@ async fn a_deleted_vm_is_404_once_its_operation_is_done_and_its_squid_is_gone() 
     let (_, nat_ip) = running_with_nat_ip(&gce, "px-del").await;
 
     let op = delete(&gce, "px-del")
-        .set_request_id("del-1")
+        .set_request_id(uuid(8))
         .send()
         .await
         .unwrap();
     assert_eq!(op.operation_type.as_deref(), Some("delete"));
     let got = get(&gce, "px-del").await.unwrap();
     assert_eq!(got.status, Some(instance::Status::Stopping));
-    let poller = delete(&gce, "px-del").set_request_id("del-1").poller();
+    let poller = delete(&gce, "px-del").set_request_id(uuid(8)).poller();
     let done = poller.until_done().await.unwrap();
     assert_eq!(
         done.name, op.name,

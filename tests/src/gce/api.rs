@@ -16,6 +16,7 @@ use super::errors::GceError;
 use super::filter::Filter;
 use super::list::Page;
 use super::store::Store;
+use super::validate::check_request_id;
 
 type Query = HashMap<String, String>;
 
@@ -65,6 +66,7 @@ async fn handle(
         return Err(GceError::not_found(path));
     };
     let request_id = query.get("requestId").cloned();
+    check_request_id(request_id.as_deref())?;
     match (method.as_str(), rest) {
         ("GET", ["aggregated", "instances"]) => {
             store.admit(Method::AggregatedList)?;

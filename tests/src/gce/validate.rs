@@ -78,6 +78,24 @@ pub(super) fn admit_instance(
     Ok((name, body, labels))
 }
 
+/// 400 unless a `requestId` is a UUID other than the zero UUID, as GCE requires.
+pub(super) fn check_request_id(request_id: Option<&str>) -> Result<(), GceError> {
+    let Some(id) = request_id else { return Ok(()) };
+    let groups: Vec<&str> = id.split('-').collect();
+    let shaped = groups.iter().map(|g| g.len()).eq([8, 4, 4, 4, 12])
+        && groups
+            .iter()
+            .all(|g| g.bytes().all(|b| b.is_ascii_hexdigit()));
+    if shaped && id.bytes().any(|b| b != b'0' && b != b'-') {
+        return Ok(());
+    }
+    Err(GceError::invalid(
+        "requestId",
+        id,
+        "The request ID must be a valid UUID with the exception that zero UUID          (00000000-0000-0000-0000-000000000000) is not supported.",
+    ))
+}
+
 /// The type name of a machine type URL in `zone` (full, `projects/…` or `zones/…` form).
 fn machine_type_in<'a>(url: &'a str, zone: &str) -> Option<&'a str> {
     let (scope, type_name) = url.rsplit_once("/machineTypes/")?;
@@ -144,6 +162,21 @@ mod tests {
             ("a.b", false),
         ] {
             assert_eq!(valid_label_value(value), ok, "value {value}");
+        }
+    }
+
+    #[test]
+    fn request_ids_are_uuids_but_not_the_zero_one() {
+        for (id, ok) in [
+            (None, true),
+            (Some("7d0c1d8e-4c1b-5a5e-9f6e-0123456789ab"), true),
+            (Some("7D0C1D8E-4C1B-5A5E-9F6E-0123456789AB"), true),
+            (Some("00000000-0000-0000-0000-000000000000"), false),
+            (Some("req-1"), false),
+            (Some("7d0c1d8e4c1b5a5e9f6e0123456789ab"), false),
+            (Some("7d0c1d8e-4c1b-5a5e-9f6e-0123456789ag"), false),
+        ] {
+            assert_eq!(check_request_id(id).is_ok(), ok, "{id:?}");
         }
     }
 
