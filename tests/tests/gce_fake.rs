@@ -611,7 +611,8 @@ async fn a_vm_can_run_without_a_nat_ip_until_it_is_shown() {
 async fn a_deleted_vm_is_404_once_its_operation_is_done_and_its_squid_is_gone() {
     let (fake, _origin) = fake_with_origin().await;
     let gce = client(&fake).await;
-    insert(&gce, "px-del", "").send().await.unwrap();
+    let recreate = |request_id| insert(&gce, "px-del", "").set_request_id(request_id).send();
+    recreate(uuid(9)).await.unwrap();
     let (_, nat_ip) = running_with_nat_ip(&gce, "px-del").await;
 
     let op = delete(&gce, "px-del")
@@ -632,6 +633,16 @@ async fn a_deleted_vm_is_404_once_its_operation_is_done_and_its_squid_is_gone() 
     assert_eq!(e.http_status_code(), Some(404));
     assert!(refuses((nat_ip, 3128)));
     assert_eq!(fake.calls(Method::Delete), 2);
+
+    // Recreating with the first insert's requestId only answers that insert's operation.
+    let old = recreate(uuid(9)).await.unwrap();
+    assert_eq!(old.status, Some(operation::Status::Done));
+    assert_eq!(
+        get(&gce, "px-del").await.unwrap_err().http_status_code(),
+        Some(404)
+    );
+    recreate(uuid(10)).await.unwrap();
+    running_with_nat_ip(&gce, "px-del").await;
 }
 
 #[tokio::test]

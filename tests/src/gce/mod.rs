@@ -24,12 +24,14 @@
 //! insert the name (`[a-z]([-a-z0-9]{0,61}[a-z0-9])?`), the machine type (a
 //! `zones/{z}/machineTypes/{t}` URL of a type in [`FakeOptions::machine_types`]), label keys
 //! (`[a-z][a-z0-9_-]{0,62}`) and values (`[a-z0-9_-]{0,63}`) (400 `invalid`), a taken name
-//! (409 `alreadyExists`); the list filter ([`filter`]'s subset, else 400). A repeated
-//! `requestId` answers the operation it started, whatever became of it. Unknown query
-//! parameters (`$alt`, `$apiVersion`) are ignored and no credentials are needed.
+//! (409 `alreadyExists`); a `requestId` that is not a UUID (400); the list filter
+//! (other than `labels.k = v`, `labels.k:*` and such terms in parentheses, ANDed: 400). A repeated `requestId` answers the operation it started,
+//! whatever became of it, as GCE does for about an hour: a provider that recreates a VM must
+//! not reuse the first insert's ID. Unknown query parameters (`$alt`, `$apiVersion`) are
+//! ignored and no credentials are needed.
 //!
-//! Lifecycles ([`Durations`], changeable while running) are in [`store`]; the VM runner that
-//! turns a RUNNING instance into a squid configured from its cloud-config is [`vm`]. Faults
+//! Lifecycles ([`Durations`], changeable while running) are in `store.rs`; the VM runner that
+//! turns a RUNNING instance into a squid configured from its cloud-config is `vm.rs`. Faults
 //! are injected through [`FakeGce`]'s methods: tests run the fake in their own process, the
 //! operator under test talks to it over HTTP.
 //!
