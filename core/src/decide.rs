@@ -206,7 +206,9 @@ fn deletion(spec: &ProxySpec, status: &ProxyStatus, observed: &Observed) -> Step
         }
     };
     match &observed.instance {
-        InstanceView::NotFound => finalizer_removed(format!("instance {provider_id} is gone")),
+        InstanceView::NotFound | InstanceView::CreateFailed(_) => {
+            finalizer_removed(format!("instance {provider_id} is gone"))
+        }
         // Even a failed lookup deletes (seed 004: a permanent `get` error still calls
         // `delete`): `delete` needs no state, and the finalizer waits for a NotFound anyway.
         InstanceView::NotLookedUp
@@ -354,7 +356,7 @@ fn create(spec: &ProxySpec, observed: &Observed, provider: &str, machine: &Machi
 /// replacement reuses the name, so creating it earlier would collide with the old instance.
 fn replace(observed: &Observed, provider: &str, provider_id: &str) -> Step {
     match &observed.instance {
-        InstanceView::NotFound => Step::set(
+        InstanceView::NotFound | InstanceView::CreateFailed(_) => Step::set(
             facts(
                 None,
                 ProvisionedReason::Replacing,
@@ -420,6 +422,7 @@ fn observe(status: &ProxyStatus, observed: &Observed, provider: &str, provider_i
             "was terminated",
         ),
         InstanceView::NotFound => gone(status, observed, provider_id),
+        InstanceView::CreateFailed(error) => creation_failed(status, observed, error),
         InstanceView::Error(error) => lookup_failed(status, observed, provider_id, error),
         InstanceView::NotLookedUp => {
             let error = ProviderError::transient(
@@ -466,6 +469,19 @@ fn gone(status: &ProxyStatus, observed: &Observed, provider_id: &str) -> Step {
         facts(None, reason, message),
         Requeue::After(observed.timing.requeue_soon),
     )
+}
+
+/// The instance is not there because its creation failed after the provider accepted it:
+/// the create's failure, handled as if the create call itself had failed (quota waits and
+/// says `QuotaExceeded`, a permanent error latches, anything else backs off), with the
+/// providerID cleared, so that the next attempt creates again.
+fn creation_failed(status: &ProxyStatus, observed: &Observed, error: &ProviderError) -> Step {
+    let gone = ProxyStatus {
+        provider_id: None,
+        ip: None,
+        ..status.clone()
+    };
+    call_failed(&gone, observed, ProviderCall::Create, error)
 }
 
 /// `get` failed, so the instance's state is unknown. A permanent failure latches; any other

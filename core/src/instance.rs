@@ -24,6 +24,9 @@ pub enum InstanceState {
     Terminated,
     /// Does not exist.
     NotFound,
+    /// Does not exist because its creation failed after the provider accepted it: what a
+    /// provider that creates asynchronously answers when the create it submitted failed.
+    CreateFailed(ProviderError),
 }
 
 impl From<InstanceState> for InstanceView {
@@ -34,6 +37,7 @@ impl From<InstanceState> for InstanceView {
             InstanceState::Stopped => Self::Stopped,
             InstanceState::Terminated => Self::Terminated,
             InstanceState::NotFound => Self::NotFound,
+            InstanceState::CreateFailed(error) => Self::CreateFailed(error),
         }
     }
 }
@@ -63,6 +67,10 @@ mod tests {
             (Ok(InstanceState::Stopped), InstanceView::Stopped),
             (Ok(InstanceState::Terminated), InstanceView::Terminated),
             (Ok(InstanceState::NotFound), InstanceView::NotFound),
+            (
+                Ok(InstanceState::CreateFailed(failed.clone())),
+                InstanceView::CreateFailed(failed.clone()),
+            ),
             (Err(failed.clone()), InstanceView::Error(failed)),
         ] {
             assert_eq!(InstanceView::from(answer.clone()), view, "{answer:?}");

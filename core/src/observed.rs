@@ -123,6 +123,10 @@ pub enum InstanceView {
     Terminated,
     /// No instance with that providerID exists.
     NotFound,
+    /// No instance with that providerID exists because its creation failed after the
+    /// provider had accepted it (a cloud that creates asynchronously: GCE's insert operation
+    /// ended with a quota error). Handled as the create's own failure.
+    CreateFailed(ProviderError),
     /// The lookup failed; the instance's state is unknown.
     Error(ProviderError),
 }

@@ -442,3 +442,106 @@ fn unavailable_cloud_init_blocks_replacement() {
     assert_eq!(status.ip, None);
     assert_eq!(status.phase, Some(Phase::Provisioning));
 }
+
+// ---- A create that failed after the provider accepted it ------------------------------------
+
+/// The decision while the instance is being created, when `get` answers that its creation
+/// failed with `error`.
+fn creation_failed(error: ProviderError) -> proxy_core::Decision {
+    let observed = Observed::test()
+        .annotated(testing::hash())
+        .instance(InstanceView::CreateFailed(error));
+    decide(&managed_spec(), &support::provisioning_status(), &observed)
+}
+
+#[test]
+fn quota_that_failed_an_accepted_create_waits_with_no_instance_and_creates_again() {
+    let decision = creation_failed(ProviderError::quota(
+        "operation operation-1: Quota 'CPUS' exceeded. (QUOTA_EXCEEDED)",
+    ));
+    let message = "creating instance proxy-kbqzhquppopaia3n failed, the provider's quota is \
+                   used up; retrying in 5m: operation operation-1: Quota 'CPUS' exceeded. \
+                   (QUOTA_EXCEEDED)";
+    let waiting = status_of(
+        Phase::Pending,
+        None,
+        None,
+        1,
+        [
+            ("False", "QuotaExceeded", message, T0),
+            no_address(T0),
+            not_provisioned("not provisioned (QuotaExceeded)", T0),
+        ],
+    );
+    assert_eq!(
+        decision.actions(),
+        [
+            Action::PatchStatus(waiting),
+            event(EventType::Warning, "QuotaExceeded", message),
+        ]
+    );
+    assert_eq!(decision.requeue(), QUOTA_RETRY);
+    // The next pass creates again: the providerID is gone.
+    let retry = decide(&managed_spec(), decision.status(), &Observed::test().at(T1));
+    assert!(matches!(
+        retry.provider_call(),
+        Some(ProviderRequest::Create(_))
+    ));
+}
+
+#[test]
+fn a_permanent_failure_of_an_accepted_create_latches_with_no_instance() {
+    let decision = creation_failed(ProviderError::permanent(
+        "zone mars-1 does not exist (spec.placement.zone)",
+    ));
+    assert_eq!(
+        decision.actions(),
+        [
+            Action::PatchStatus(latched_status(1)),
+            event(
+                EventType::Warning,
+                "PermanentError",
+                "creating instance proxy-kbqzhquppopaia3n failed permanently: zone mars-1 does \
+                 not exist (spec.placement.zone); nothing is retried until the spec changes",
+            ),
+        ]
+    );
+    assert_eq!(decision.requeue(), Requeue::AwaitChange);
+}
+
+#[test]
+fn a_transient_failure_of_an_accepted_create_backs_off_with_no_instance() {
+    let decision = creation_failed(ProviderError::transient("ZONE_RESOURCE_POOL_EXHAUSTED"));
+    let status = decision.status();
+    assert_eq!(status.provider_id, None, "{status:?}");
+    assert_eq!(status.ip, None);
+    assert_eq!(
+        status.conditions[0].message,
+        "creating instance proxy-kbqzhquppopaia3n failed, retrying with backoff: \
+         ZONE_RESOURCE_POOL_EXHAUSTED"
+    );
+    assert_eq!(decision.requeue(), Requeue::Backoff);
+}
+
+#[test]
+fn a_failed_create_needs_no_delete_when_the_proxy_goes_or_is_replaced() {
+    let failed = InstanceView::CreateFailed(ProviderError::quota("QUOTA_EXCEEDED"));
+    let deleting = Observed::test()
+        .annotated(testing::hash())
+        .deleting()
+        .instance(failed.clone());
+    let decision = decide(&managed_spec(), &deleting_status(), &deleting);
+    assert_eq!(decision.provider_call(), None);
+    assert!(
+        decision
+            .actions()
+            .iter()
+            .any(|a| matches!(a, Action::RemoveFinalizer)),
+        "{:?}",
+        decision.actions()
+    );
+    let replacing = Observed::test().annotated("an-older-hash").instance(failed);
+    let decision = decide(&managed_spec(), &replacing_status(), &replacing);
+    assert_eq!(decision.provider_call(), None);
+    assert_eq!(decision.status().provider_id, None);
+}

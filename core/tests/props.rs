@@ -53,6 +53,9 @@ enum Transition {
     ProviderLoses,
     /// The next provider call fails with this class.
     ProviderErrors(ErrorClass),
+    /// The creation of booting instances fails after the provider accepted it, with this
+    /// class (a cloud that creates asynchronously gives up: GCE's insert operation fails).
+    ProviderFailsCreation(ErrorClass),
     /// `kubectl delete px`.
     DeleteRequested,
     /// Someone removes the spec hash annotation.
@@ -77,7 +80,8 @@ fn transition() -> impl Strategy<Value = Transition> {
         2 => Just(Transition::ProviderStops),
         1 => Just(Transition::ProviderTerminates),
         1 => Just(Transition::ProviderLoses),
-        3 => class.prop_map(Transition::ProviderErrors),
+        3 => class.clone().prop_map(Transition::ProviderErrors),
+        1 => class.prop_map(Transition::ProviderFailsCreation),
         1 => Just(Transition::DeleteRequested),
         2 => Just(Transition::HashAnnotationStripped),
         4 => any::<bool>().prop_map(Transition::Probe),
@@ -105,6 +109,9 @@ enum SimState {
     Terminated,
     /// Being deleted: gone after this many more ticks.
     Deleting(u8),
+    /// Its creation failed after it was accepted: the next `get` says so, and then it is
+    /// gone (the provider reports such a failure once).
+    CreateFailed(ErrorClass),
 }
 
 /// The reference model: the world `decide` reasons about, and what the shell has seen of it.
@@ -222,6 +229,13 @@ impl World {
             Transition::ProviderTerminates => self.each_live_instance(SimState::Terminated),
             Transition::ProviderLoses => self.instances.clear(),
             Transition::ProviderErrors(class) => self.fault = Some(*class),
+            Transition::ProviderFailsCreation(class) => {
+                for instance in self.instances.values_mut() {
+                    if instance.state == SimState::Provisioning {
+                        instance.state = SimState::CreateFailed(*class);
+                    }
+                }
+            }
             Transition::DeleteRequested => {
                 if self.exists && self.has_finalizer {
                     self.deletion_requested = true;
@@ -278,7 +292,8 @@ impl World {
             SimState::Provisioning
             | SimState::Running
             | SimState::Stopped
-            | SimState::Terminated => true,
+            | SimState::Terminated
+            | SimState::CreateFailed(_) => true,
         });
     }
 
@@ -294,7 +309,10 @@ impl World {
         for instance in self.instances.values_mut() {
             match instance.state {
                 SimState::Provisioning | SimState::Running => instance.state = state,
-                SimState::Stopped | SimState::Terminated | SimState::Deleting(_) => {}
+                SimState::Stopped
+                | SimState::Terminated
+                | SimState::Deleting(_)
+                | SimState::CreateFailed(_) => {}
             }
         }
     }
@@ -314,9 +332,20 @@ impl World {
                 },
                 SimState::Stopped => InstanceView::Stopped,
                 SimState::Terminated | SimState::Deleting(_) => InstanceView::Terminated,
+                SimState::CreateFailed(class) => InstanceView::CreateFailed(ProviderError {
+                    class,
+                    message: format!("injected {class:?} failure of an accepted create"),
+                }),
             },
         };
-        if view == InstanceView::NotFound {
+        if let InstanceView::CreateFailed(error) = &view {
+            if error.class == ErrorClass::Permanent {
+                self.permanent_error_generation = Some(self.generation);
+            }
+            self.instances
+                .retain(|_, i| !matches!(i.state, SimState::CreateFailed(_)));
+        }
+        if matches!(view, InstanceView::NotFound | InstanceView::CreateFailed(_)) {
             self.awaiting_not_found = false;
         }
         self.last_lookup = Some(view.clone());
@@ -467,6 +496,7 @@ impl World {
                         | InstanceView::Provisioning
                         | InstanceView::Running { .. }
                         | InstanceView::NotFound
+                        | InstanceView::CreateFailed(_)
                         | InstanceView::Error(_) => {
                             // A replacement: only when the annotation names another spec.
                             let annotation = observed.object.spec_hash_annotation.as_deref();
@@ -492,7 +522,7 @@ impl World {
                 for instance in self.instances.values_mut() {
                     if &instance.id == provider_id {
                         match instance.state {
-                            SimState::Deleting(_) => {}
+                            SimState::Deleting(_) | SimState::CreateFailed(_) => {}
                             SimState::Provisioning
                             | SimState::Running
                             | SimState::Stopped
@@ -502,6 +532,10 @@ impl World {
                         }
                     }
                 }
+                // An instance whose creation failed does not exist: deleting it ends it.
+                self.instances.retain(|_, i| {
+                    !(&i.id == provider_id && matches!(i.state, SimState::CreateFailed(_)))
+                });
                 Ok(Outcome::Deleted)
             }
         }

@@ -125,6 +125,12 @@ fn instance(view: &InstanceView, has_provider_id: bool) -> String {
         InstanceView::Stopped => "instance Stopped".to_owned(),
         InstanceView::Terminated => "instance Terminated".to_owned(),
         InstanceView::NotFound => "instance NotFound".to_owned(),
+        InstanceView::CreateFailed(error) => {
+            format!(
+                "instance NotFound: its creation failed ({:?}): {}",
+                error.class, error.message
+            )
+        }
         InstanceView::Error(error) => {
             format!(
                 "instance lookup failed ({:?}): {}",
