@@ -67,6 +67,10 @@ pub struct RunArgs {
     /// Seconds between checks of a machine that is being deleted.
     #[arg(long, default_value_t = 10.0)]
     pub deletion_poll_seconds: f64,
+    /// Seconds before a create that the provider refused for quota is tried again (quota is
+    /// expected in a busy project: no backoff, no error).
+    #[arg(long, default_value_t = 300.0)]
+    pub quota_retry_seconds: f64,
     /// PEM file of extra CA certificates to trust for probe URLs (a private probe origin);
     /// the public web PKI is always trusted.
     #[arg(long, env = "PROBE_CA_BUNDLE")]
@@ -223,6 +227,7 @@ impl RunArgs {
             provisioning_poll: seconds(self.provisioning_poll_seconds),
             drift_poll: seconds(self.drift_poll_seconds),
             deletion_poll: seconds(self.deletion_poll_seconds),
+            quota_retry: seconds(self.quota_retry_seconds),
             ..proxy_core::Timing::default()
         }
     }

@@ -3,7 +3,9 @@
 //! The contract every provider keeps (the reconciler and GC rely on it):
 //! - `create` is idempotent by name: when an instance with the requested name exists, it
 //!   returns that instance's ID instead of creating a second one;
-//! - `get` answers [`InstanceState::NotFound`] for a missing instance, never an error;
+//! - `get` answers [`InstanceState::NotFound`] for a missing instance, never an error, or
+//!   [`InstanceState::CreateFailed`] when it is missing because a create the provider had
+//!   accepted failed later (a provider that creates asynchronously), reported once;
 //! - `delete` of a missing instance succeeds;
 //! - every instance carries the labels of [`labels`] (including this installation's
 //!   identity), set at creation, so that orphan GC can find it and knows whose it is;

@@ -2,7 +2,8 @@
 //!
 //! GCE error bodies carry no gRPC `status` field, so the client's `e.status()` says `Unknown`
 //! for every one of them: classification reads the HTTP status code and the body's
-//! `error.errors[].reason`. An operation that fails after it was accepted (insert answers
+//! `error.errors[].reason`, which the client keeps as `ErrorInfo` details of that status (a
+//! body it cannot parse stays the raw payload, read the same way). An operation that fails after it was accepted (insert answers
 //! 200, then the operation ends `DONE` with `error`) is classified by its error codes and its
 //! `httpErrorStatusCode` the same way.
 //!
@@ -15,6 +16,7 @@
 //! 404 and 409 are not errors here: the provider turns them into `NotFound` and "already
 //! exists" before it gets to classifying.
 
+use google_cloud_gax::error::rpc::StatusDetails;
 use proxy_core::{ErrorClass, ProviderError};
 use serde::Deserialize;
 
@@ -39,7 +41,7 @@ const FIELDS: [(&str, &str); 4] = [
     ("resource.metadata", "spec.cloudInit"),
 ];
 
-/// The error body GCE answers with.
+/// The error body GCE answers with, when the client kept it raw.
 #[derive(Debug, Deserialize)]
 struct Body {
     error: BodyError,
@@ -65,15 +67,27 @@ pub fn classify(error: &google_cloud_compute_v1::Error) -> ProviderError {
         // No HTTP answer: a timeout, a refused connection, a TLS or credentials failure.
         return ProviderError::transient(format!("compute API: {error}"));
     };
-    let body = error
-        .http_payload()
-        .and_then(|payload| serde_json::from_slice::<Body>(payload).ok());
-    let (message, reasons) = match body {
-        Some(Body { error }) => (
-            error.message,
-            error.errors.into_iter().map(|r| r.reason).collect(),
-        ),
-        None => (error.to_string(), Vec::new()),
+    let (message, reasons) = if let Some(status) = error.status() {
+        let reasons = status
+            .details
+            .iter()
+            .filter_map(|detail| match detail {
+                StatusDetails::ErrorInfo(info) => Some(info.reason.clone()),
+                _ => None,
+            })
+            .collect();
+        (status.message.clone(), reasons)
+    } else {
+        match error
+            .http_payload()
+            .and_then(|payload| serde_json::from_slice::<Body>(payload).ok())
+        {
+            Some(Body { error }) => (
+                error.message,
+                error.errors.into_iter().map(|r| r.reason).collect(),
+            ),
+            None => (error.to_string(), Vec::new()),
+        }
     };
     of_answer(code, &reasons, &message)
 }
@@ -142,17 +156,19 @@ mod tests {
     use google_cloud_compute_v1::model::operation::Error as OperationError;
     use google_cloud_compute_v1::model::operation::error::Errors;
 
+    /// A GCE error answer as the client hands it over: the body parsed into a status (what
+    /// `gaxi::http::to_http_error` does), with the HTTP status code.
     fn answer(code: u16, reason: &str, message: &str) -> google_cloud_compute_v1::Error {
-        let body = serde_json::json!({"error": {
-            "code": code,
-            "message": message,
-            "errors": [{"domain": "global", "reason": reason, "message": message}],
-        }});
-        google_cloud_compute_v1::Error::http(
-            code,
-            Default::default(),
-            bytes::Bytes::from(body.to_string()),
-        )
+        let body = bytes::Bytes::from(
+            serde_json::json!({"error": {
+                "code": code,
+                "message": message,
+                "errors": [{"domain": "global", "reason": reason, "message": message}],
+            }})
+            .to_string(),
+        );
+        let status = google_cloud_gax::error::rpc::Status::try_from(&body).unwrap();
+        google_cloud_compute_v1::Error::service_with_http_metadata(status, Some(code), None)
     }
 
     #[test]

@@ -9,9 +9,12 @@
 //!   Proxy's UID and the whole request, so a retried call is the same request to GCE, and a
 //!   `409 alreadyExists` counts as success (a crash between the insert and the status write
 //!   is safe). An insert GCE accepted and then failed (quota, stockout) is remembered, and
-//!   the `get` that finds no VM reports that failure instead of `NotFound`, so the Proxy says
-//!   `QuotaExceeded` rather than looping through creates. The next insert after a failure
-//!   takes a new `requestId`: GCE answers a known one with its old, failed operation.
+//!   the `get` that finds no VM reports that failure (`InstanceState::CreateFailed`) instead
+//!   of `NotFound`, so the Proxy says `QuotaExceeded` rather than looping through creates. GCE answers a request ID it knows
+//!   (for about an hour) with that request's old operation, so each VM of a provider ID is
+//!   a new request: the ID also counts the VMs of that provider ID this process has seen end
+//!   (deleted, or failed), and an insert answered with an operation that is already DONE
+//!   (an earlier VM's, from before an operator restart) is sent again with the next one.
 //! - `delete` remembers its operation and, while it runs, checks it instead of sending
 //!   another delete on every poll.
 //! - `list_by_tag` is one aggregated list across all zones. `google-cloud-compute-v1` 4.1.0
@@ -69,8 +72,9 @@ pub struct GcpProvider {
     inserting: Mutex<HashMap<String, String>>,
     /// Deletes in progress: provider ID → operation name.
     deleting: Mutex<HashMap<String, String>>,
-    /// Inserts GCE failed after accepting them, per provider ID: part of the next request ID.
-    failed_inserts: Mutex<HashMap<String, u32>>,
+    /// Per provider ID, how many VMs of that ID this process has seen end (deleted, or an
+    /// insert GCE failed): part of the request ID, so each new VM is a new request.
+    incarnations: Mutex<HashMap<String, u32>>,
 }
 
 impl std::fmt::Debug for GcpProvider {
@@ -107,7 +111,7 @@ impl GcpProvider {
             installation,
             inserting: Mutex::default(),
             deleting: Mutex::default(),
-            failed_inserts: Mutex::default(),
+            incarnations: Mutex::default(),
         })
     }
 
@@ -139,19 +143,29 @@ impl GcpProvider {
             .map_err(|e| errors::classify(&e))
     }
 
-    /// The request ID of an insert: the same for the same request, until GCE failed it.
-    fn request_id(&self, id: &InstanceId, request: &CreateRequest) -> String {
-        let failures = lock(&self.failed_inserts)
-            .get(&id.to_string())
+    /// How many VMs of `provider_id` this process has seen end.
+    fn incarnation(&self, provider_id: &str) -> u32 {
+        lock(&self.incarnations)
+            .get(provider_id)
             .copied()
-            .unwrap_or(0);
-        request_id(request, failures)
+            .unwrap_or(0)
+    }
+
+    /// The VM of `provider_id` has ended, or its request ID is spent: the next insert is a
+    /// new request.
+    fn next_incarnation(&self, provider_id: &str) {
+        *lock(&self.incarnations)
+            .entry(provider_id.to_owned())
+            .or_default() += 1;
     }
 }
 
-/// The request ID of an insert of `request` after `failures` failed inserts: a UUID built
-/// from a digest of everything the insert depends on.
-fn request_id(request: &CreateRequest, failures: u32) -> String {
+/// How many spent request IDs one create skips before it gives up for this attempt.
+const REPLAYS: u32 = 3;
+
+/// The request ID of the insert of `request`'s VM number `incarnation`: a UUID built from a
+/// digest of everything the insert depends on, so a retried call is the same request.
+fn request_id(request: &CreateRequest, incarnation: u32) -> String {
     let mut digest = Sha256::new();
     for part in [
         request.uid.as_str(),
@@ -159,7 +173,7 @@ fn request_id(request: &CreateRequest, failures: u32) -> String {
         &serde_json::to_string(&request.placement).unwrap_or_default(),
         request.cloud_init.as_deref().unwrap_or_default(),
         &request.port.to_string(),
-        &failures.to_string(),
+        &incarnation.to_string(),
     ] {
         digest.update(part.as_bytes());
         digest.update([0]);
@@ -197,33 +211,35 @@ impl Provider for GcpProvider {
     async fn create(&self, request: &CreateRequest) -> Result<String, ProviderError> {
         let (id, body) = insert::body(request, &self.settings, &self.installation)?;
         let key = id.to_string();
-        let insert = self
-            .client
-            .insert()
-            .set_project(&self.settings.project)
-            .set_zone(&id.zone)
-            .set_request_id(self.request_id(&id, request))
-            .set_body(body)
-            .send();
-        match self.call("instances.insert", insert).await? {
-            Ok(operation) => match outcome(&operation) {
-                // A known request ID whose operation had failed: the next one is new.
-                Outcome::Failed(error) => {
-                    *lock(&self.failed_inserts).entry(key).or_default() += 1;
-                    return Err(error);
-                }
-                Outcome::Done => {}
-                Outcome::Running => {
-                    if let Some(name) = operation.name {
+        // A fresh insert's operation is never DONE at once: one that is, is GCE answering a
+        // request ID it already knows (an earlier incarnation of this VM, before a restart
+        // of the operator made it forget). That request ID is spent: take the next one.
+        for _ in 0..REPLAYS {
+            let insert = self
+                .client
+                .insert()
+                .set_project(&self.settings.project)
+                .set_zone(&id.zone)
+                .set_request_id(request_id(request, self.incarnation(&key)))
+                .set_body(body.clone())
+                .send();
+            match self.call("instances.insert", insert).await? {
+                Ok(operation) => match (outcome(&operation), operation.name) {
+                    (Outcome::Running, Some(name)) => {
                         lock(&self.inserting).insert(key.clone(), name);
+                        return Ok(key);
                     }
-                }
-            },
-            // The VM an earlier attempt made.
-            Err(e) if e.http_status_code() == Some(409) => {}
-            Err(e) => return Err(errors::classify(&e)),
+                    (Outcome::Running, None) => return Ok(key),
+                    (Outcome::Done | Outcome::Failed(_), _) => self.next_incarnation(&key),
+                },
+                // The VM an earlier attempt made.
+                Err(e) if e.http_status_code() == Some(409) => return Ok(key),
+                Err(e) => return Err(errors::classify(&e)),
+            }
         }
-        Ok(key)
+        Err(ProviderError::transient(format!(
+            "instances.insert of {key} answered {REPLAYS} finished operations of earlier requests"
+        )))
     }
 
     async fn get(&self, provider_id: &str) -> Result<InstanceState, ProviderError> {
@@ -253,10 +269,8 @@ impl Provider for GcpProvider {
                     }
                     Outcome::Failed(error) => {
                         lock(&self.inserting).remove(provider_id);
-                        *lock(&self.failed_inserts)
-                            .entry(provider_id.to_owned())
-                            .or_default() += 1;
-                        Err(error)
+                        self.next_incarnation(provider_id);
+                        Ok(InstanceState::CreateFailed(error))
                     }
                 }
             }
@@ -266,7 +280,10 @@ impl Provider for GcpProvider {
 
     async fn delete(&self, provider_id: &str) -> Result<(), ProviderError> {
         let id = InstanceId::parse(provider_id)?;
-        lock(&self.inserting).remove(provider_id);
+        if lock(&self.inserting).remove(provider_id).is_some() {
+            // The VM being inserted goes: the next one is a new request.
+            self.next_incarnation(provider_id);
+        }
         let running = lock(&self.deleting).get(provider_id).cloned();
         if let Some(operation) = running {
             match outcome(&self.operation(&id.zone, &operation).await?) {
@@ -287,6 +304,7 @@ impl Provider for GcpProvider {
             .send();
         match self.call("instances.delete", delete).await? {
             Ok(operation) => {
+                self.next_incarnation(provider_id);
                 match outcome(&operation) {
                     Outcome::Failed(error) => return Err(error),
                     Outcome::Done => {}
@@ -298,10 +316,7 @@ impl Provider for GcpProvider {
                 }
                 Ok(())
             }
-            Err(e) if e.http_status_code() == Some(404) => {
-                lock(&self.failed_inserts).remove(provider_id);
-                Ok(())
-            }
+            Err(e) if e.http_status_code() == Some(404) => Ok(()),
             Err(e) => Err(errors::classify(&e)),
         }
     }
@@ -321,14 +336,14 @@ impl GcpProvider {
     /// Our VMs in every zone of the project: one `aggregatedList`, page by page.
     async fn list_everywhere(&self) -> Result<Vec<Listed>, ProviderError> {
         let mut listed = Vec::new();
-        let mut page_token = String::new();
+        let mut page_token = None;
         loop {
             let page = self
                 .client
                 .aggregated_list()
                 .set_project(&self.settings.project)
                 .set_filter(labels::managed_filter())
-                .set_page_token(page_token.clone())
+                .set_or_clear_page_token(page_token.take())
                 .send();
             let page = self
                 .call("instances.aggregatedList", page)
@@ -344,7 +359,7 @@ impl GcpProvider {
                     .map(state::listed),
             );
             match page.next_page_token {
-                Some(token) if !token.is_empty() => page_token = token,
+                Some(token) if !token.is_empty() => page_token = Some(token),
                 _ => return Ok(listed),
             }
         }
@@ -374,7 +389,7 @@ impl GcpProvider {
 
     async fn list_zone(&self, zone: &str) -> Result<Vec<Listed>, ProviderError> {
         let mut listed = Vec::new();
-        let mut page_token = String::new();
+        let mut page_token = None;
         loop {
             let page = self
                 .client
@@ -382,7 +397,7 @@ impl GcpProvider {
                 .set_project(&self.settings.project)
                 .set_zone(zone)
                 .set_filter(labels::managed_filter())
-                .set_page_token(page_token.clone())
+                .set_or_clear_page_token(page_token.take())
                 .send();
             let page = self
                 .call("instances.list", page)
@@ -390,7 +405,7 @@ impl GcpProvider {
                 .map_err(|e| errors::classify(&e))?;
             listed.extend(page.items.into_iter().map(state::listed));
             match page.next_page_token {
-                Some(token) if !token.is_empty() => page_token = token,
+                Some(token) if !token.is_empty() => page_token = Some(token),
                 _ => return Ok(listed),
             }
         }
@@ -415,7 +430,7 @@ mod tests {
     }
 
     #[test]
-    fn request_ids_follow_the_request_and_the_failures() {
+    fn request_ids_follow_the_request_and_the_incarnation() {
         let first = request_id(&request(), 0);
         assert_eq!(first, request_id(&request(), 0), "deterministic");
         assert!(uuid::Uuid::parse_str(&first).is_ok(), "{first}");
