@@ -116,11 +116,33 @@ impl Operator {
             binary,
             polls,
             probe_ca_pem,
+            "",
             extra_args,
         )
     }
 
-    /// As [`Operator::start_with`], but the operator talks to the API server with
+    /// As [`Operator::start_with`], with `more_providers` (entries of the `providers:` list,
+    /// as YAML lines) after `pods`.
+    pub fn start_with_providers(
+        plane: &ControlPlane,
+        namespace: &str,
+        polls: Polls,
+        probe_ca_pem: Option<&str>,
+        more_providers: &str,
+        extra_args: &[&str],
+    ) -> Self {
+        Self::start_with_kubeconfig(
+            &plane.kubeconfig,
+            namespace,
+            binary(),
+            polls,
+            probe_ca_pem,
+            more_providers,
+            extra_args,
+        )
+    }
+
+    /// As [`Operator::start_with_providers`], but the operator talks to the API server with
     /// `kubeconfig` (a user with less than the admin's rights, for RBAC tests).
     pub fn start_with_kubeconfig(
         kubeconfig: &Path,
@@ -128,13 +150,14 @@ impl Operator {
         binary: &Path,
         polls: Polls,
         probe_ca_pem: Option<&str>,
+        more_providers: &str,
         extra_args: &[&str],
     ) -> Self {
         let dir = subdir(&format!("operator-{namespace}"));
         let config = dir.join("providers.yaml");
         std::fs::write(
             &config,
-            "providers:\n  - name: pods\n    type: kubernetes\n    kubernetes:\n      allowedSourceCIDRs: [\"127.0.0.0/8\"]\n",
+            format!("providers:\n  - name: pods\n    type: kubernetes\n    kubernetes:\n      allowedSourceCIDRs: [\"127.0.0.0/8\"]\n{more_providers}"),
         )
         .expect("write the providers config");
         let log = dir.join("operator.log");

@@ -254,6 +254,7 @@ async fn gc_waits_for_a_proxy_cache_it_cannot_list() {
         binary(),
         Polls::FAST,
         None,
+        "",
         &["--gc-interval-seconds", "1", "--gc-min-age-seconds", "1"],
     );
 

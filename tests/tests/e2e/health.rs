@@ -32,32 +32,6 @@ fn healthy_message(proxy: &Proxy) -> String {
         .unwrap_or_default()
 }
 
-/// The notes of the `ProbeFailed` events about `name`, once one of them contains `says`
-/// (events are written after the status, so they may lag it a little).
-async fn probe_failed_events(bed: &Bed, name: &str, says: &str) -> Vec<String> {
-    use k8s_openapi::api::events::v1::Event;
-    use kube::Api;
-    let events: Api<Event> = Api::namespaced(bed.proxies.clone().into_client(), &bed.ns);
-    let mut notes = Vec::new();
-    for _ in 0..100 {
-        notes = events
-            .list(&Default::default())
-            .await
-            .unwrap()
-            .items
-            .into_iter()
-            .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name))
-            .filter(|e| e.reason.as_deref() == Some("ProbeFailed"))
-            .filter_map(|e| e.note)
-            .collect();
-        if notes.iter().any(|note| note.contains(says)) {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    notes
-}
-
 /// Asserts that the `Healthy` condition of `proxy` and a `ProbeFailed` event about it both
 /// say `says`.
 async fn assert_cause(bed: &Bed, proxy: &Proxy, says: &str) {
@@ -67,7 +41,7 @@ async fn assert_cause(bed: &Bed, proxy: &Proxy, says: &str) {
         message.starts_with("probes through the proxy fail: ") && message.contains(says),
         "{name}: the Healthy condition says {message:?}, not {says:?}"
     );
-    let notes = probe_failed_events(bed, name, says).await;
+    let notes = bed.event_notes(name, "ProbeFailed", says).await;
     assert!(
         notes.contains(&message),
         "{name}: no ProbeFailed event saying {message:?}: {notes:?}"

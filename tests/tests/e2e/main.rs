@@ -7,6 +7,7 @@ mod crd;
 mod freed;
 mod gate;
 mod gc;
+mod gcp;
 mod health;
 mod hostile;
 mod leadership;

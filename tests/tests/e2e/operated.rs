@@ -1,6 +1,6 @@
 //! The bed of the operator's end-to-end tests: a namespace, a pod runner with real squid, a
-//! probe origin, and the real operator binary watching that namespace and trusting the
-//! origin's CA for its probes.
+//! probe origin, optionally a local Compute Engine API whose VMs are real squids, and the real
+//! operator binary watching that namespace and trusting the origin's CA for its probes.
 
 use std::time::Duration;
 
@@ -8,7 +8,8 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, PostParams};
 use proxy_crd::Proxy;
 use proxy_tests::control_plane::ControlPlane;
-use proxy_tests::operator::{Operator, Polls, binary};
+use proxy_tests::gce::{FakeGce, FakeOptions};
+use proxy_tests::operator::{Operator, Polls};
 use proxy_tests::pod_runner::PodRunner;
 use proxy_tests::probe_origin::ProbeOrigin;
 pub use proxy_tests::proxy_status::{condition, provisioned};
@@ -16,23 +17,40 @@ use serde_json::json;
 
 /// Starts the debug operator for `ns`, trusting `origin`'s CA, with `extra_args`.
 pub fn start_operator(ns: &str, origin: &ProbeOrigin, extra_args: &[&str]) -> Operator {
-    start_operator_on(ControlPlane::shared(), ns, origin, extra_args)
+    start_operator_on(ControlPlane::shared(), ns, origin, "", extra_args)
 }
 
-/// [`start_operator`] against `plane`.
+/// [`start_operator`] against `plane`, with `more_providers` after `pods`.
 fn start_operator_on(
     plane: &ControlPlane,
     ns: &str,
     origin: &ProbeOrigin,
+    more_providers: &str,
     extra_args: &[&str],
 ) -> Operator {
-    Operator::start_with(
+    Operator::start_with_providers(
         plane,
         ns,
-        binary(),
         Polls::FAST,
         Some(&origin.ca_pem),
+        more_providers,
         extra_args,
+    )
+}
+
+/// The name of the gcp provider of a bed [`Bed::with_gce`] made: the one
+/// `examples/proxy-gcp.yaml` names.
+pub const GCP: &str = "gcp-eu";
+
+/// The providers config entry of a gcp provider whose VMs are `gce`'s, in its two first
+/// zones, serving loopback clients (the operator's probes and the tests).
+fn gcp_provider(gce: &FakeGce) -> String {
+    format!(
+        "  - name: {GCP}\n    type: gcp\n    gcp:\n      project: {}\n      zones: [europe-west1-b, europe-west1-c]\n      \
+         allowedSourceCIDRs: [\"127.0.0.0/8\"]\n      endpoint: {}\n      credentials: none\n      \
+         requestTimeoutSeconds: 5\n",
+        gce.project(),
+        gce.endpoint()
     )
 }
 
@@ -43,7 +61,10 @@ pub struct Bed {
     pub operator: Operator,
     pub runner: PodRunner,
     pub origin: ProbeOrigin,
+    /// The local Compute Engine API of a bed made by [`Bed::with_gce`].
+    pub gce: Option<FakeGce>,
     plane: &'static ControlPlane,
+    more_providers: String,
     extra_args: Vec<String>,
 }
 
@@ -69,13 +90,37 @@ impl Bed {
 
     /// A bed on `plane` (a private one, for a test that restarts it).
     pub async fn on(plane: &'static ControlPlane, prefix: &str, extra_args: &[&str]) -> Self {
+        Self::build(plane, prefix, false, extra_args).await
+    }
+
+    /// A bed whose operator also has the gcp provider [`GCP`], on a local Compute Engine
+    /// API ([`Bed::gce`]) whose VMs are real squids.
+    pub async fn with_gce(prefix: &str, extra_args: &[&str]) -> Self {
+        Self::build(ControlPlane::shared(), prefix, true, extra_args).await
+    }
+
+    async fn build(
+        plane: &'static ControlPlane,
+        prefix: &str,
+        gce: bool,
+        extra_args: &[&str],
+    ) -> Self {
         let client = plane.client().await;
         let ns = plane.namespace(&client, prefix).await;
         let origin = ProbeOrigin::start().await.unwrap();
         let runner = PodRunner::start(client.clone(), &ns, origin.hosts_file.clone())
             .await
             .unwrap();
-        let operator = start_operator_on(plane, &ns, &origin, extra_args);
+        let gce = match gce {
+            true => Some(
+                FakeGce::start(FakeOptions::with_squid(origin.hosts_file.clone()))
+                    .await
+                    .unwrap(),
+            ),
+            false => None,
+        };
+        let more_providers = gce.as_ref().map(gcp_provider).unwrap_or_default();
+        let operator = start_operator_on(plane, &ns, &origin, &more_providers, extra_args);
         Self {
             ns: ns.clone(),
             proxies: Api::namespaced(client.clone(), &ns),
@@ -83,9 +128,16 @@ impl Bed {
             operator,
             runner,
             origin,
+            gce,
             plane,
+            more_providers,
             extra_args: extra_args.iter().map(|a| (*a).to_owned()).collect(),
         }
+    }
+
+    /// The bed's local Compute Engine API.
+    pub fn gce(&self) -> &FakeGce {
+        self.gce.as_ref().expect("a bed made by Bed::with_gce")
     }
 
     pub async fn create(&self, name: &str, spec: serde_json::Value) -> Proxy {
@@ -103,7 +155,39 @@ impl Bed {
     pub fn restart_operator(&mut self) {
         self.operator.kill();
         let extra: Vec<&str> = self.extra_args.iter().map(String::as_str).collect();
-        self.operator = start_operator_on(self.plane, &self.ns, &self.origin, &extra);
+        self.operator = start_operator_on(
+            self.plane,
+            &self.ns,
+            &self.origin,
+            &self.more_providers,
+            &extra,
+        );
+    }
+
+    /// The notes of the `reason` events about the Proxy `name`, once one of them contains
+    /// `says` (events are written after the status, so they may lag it a little; an event
+    /// also shows a state that lasted too short for a poll of the status to see).
+    pub async fn event_notes(&self, name: &str, reason: &str, says: &str) -> Vec<String> {
+        use k8s_openapi::api::events::v1::Event;
+        let events: Api<Event> = Api::namespaced(self.proxies.clone().into_client(), &self.ns);
+        let mut notes = Vec::new();
+        for _ in 0..100 {
+            notes = events
+                .list(&Default::default())
+                .await
+                .unwrap()
+                .items
+                .into_iter()
+                .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name))
+                .filter(|e| e.reason.as_deref() == Some(reason))
+                .filter_map(|e| e.note)
+                .collect();
+            if notes.iter().any(|note| note.contains(says)) {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        notes
     }
 
     /// Waits until `check` holds for the Proxy, and returns it; fails with the operator's log.
