@@ -51,6 +51,11 @@ bench-reconcile:
     tests/bed/provision.sh > /dev/null
     cargo run -q -p proxy-tests --bin bench-reconcile
 
+# Benchmark: 200 gcp Proxies to all Ready against the local Compute API: time, API calls per proxy, steady-state calls (docs/benchmarks.md).
+bench-gcp:
+    tests/bed/provision.sh > /dev/null
+    cargo run -q -p proxy-tests --bin bench-gcp
+
 # Benchmark: health probing with 50% of the proxies hung, probe cost, proxies per core (docs/benchmarks.md).
 bench-health:
     tests/bed/provision.sh > /dev/null

@@ -126,6 +126,7 @@ impl Operator {
     pub fn start_with_providers(
         plane: &ControlPlane,
         namespace: &str,
+        binary: &Path,
         polls: Polls,
         probe_ca_pem: Option<&str>,
         more_providers: &str,
@@ -134,7 +135,7 @@ impl Operator {
         Self::start_with_kubeconfig(
             &plane.kubeconfig,
             namespace,
-            binary(),
+            binary,
             polls,
             probe_ca_pem,
             more_providers,

@@ -201,3 +201,34 @@ async fn gc_lists_our_vms_with_the_cores_label_keys_even_with_a_zone_down() {
     assert_eq!(listed.len(), 1, "{listed:?}");
     assert!(gce.calls(Method::List) >= 2);
 }
+
+#[tokio::test]
+async fn the_gets_of_a_fleet_share_one_list() {
+    let gce = fake().await;
+    let provider = provider(&gce).await;
+    let ids: Vec<String> = futures::future::try_join_all((0..10).map(|i| {
+        let provider = &provider;
+        async move { provider.create(&request(&format!("uid-fleet-{i}"))).await }
+    }))
+    .await
+    .unwrap();
+    for id in &ids {
+        until(&provider, id, running).await;
+    }
+    // A second later every earlier list is too old: ten gets at once make one list, no get.
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let (lists, gets) = (gce.calls(Method::AggregatedList), gce.calls(Method::Get));
+    let states = futures::future::join_all(ids.iter().map(|id| provider.get(id))).await;
+    assert!(
+        states
+            .iter()
+            .all(|s| matches!(s, Ok(InstanceState::Running(_)))),
+        "{states:?}"
+    );
+    assert_eq!(gce.calls(Method::AggregatedList) - lists, 1);
+    assert_eq!(gce.calls(Method::Get) - gets, 0);
+    // A VM the list does not show is asked for alone, and its absence is the get's answer.
+    provider.delete(&ids[0]).await.unwrap();
+    until(&provider, &ids[0], |s| *s == InstanceState::NotFound).await;
+    assert!(gce.calls(Method::Get) > gets);
+}

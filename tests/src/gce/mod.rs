@@ -239,6 +239,21 @@ impl FakeGce {
         &self.store.options().project
     }
 
+    /// The providers config entry (YAML lines of the `providers:` list) of a gcp provider
+    /// named `name` whose VMs are this fake's: in its first two zones, without credentials,
+    /// serving loopback clients (the operator's probes and the tests).
+    pub fn provider_entry(&self, name: &str) -> String {
+        let zones = &self.store.options().zones;
+        format!(
+            "  - name: {name}\n    type: gcp\n    gcp:\n      project: {}\n      zones: [{}]\n      \
+             allowedSourceCIDRs: [\"127.0.0.0/8\"]\n      endpoint: {}\n      credentials: none\n      \
+             requestTimeoutSeconds: 5\n",
+            self.project(),
+            zones.iter().take(2).cloned().collect::<Vec<_>>().join(", "),
+            self.endpoint()
+        )
+    }
+
     /// The next `n` inserts that pass validation fail with `fault`.
     pub fn fail_next_inserts(&self, n: u32, fault: InsertFault) {
         self.store.fail_inserts(n, fault);

@@ -9,7 +9,7 @@ use kube::api::{Api, PostParams};
 use proxy_crd::Proxy;
 use proxy_tests::control_plane::ControlPlane;
 use proxy_tests::gce::{FakeGce, FakeOptions};
-use proxy_tests::operator::{Operator, Polls};
+use proxy_tests::operator::{Operator, Polls, binary};
 use proxy_tests::pod_runner::PodRunner;
 use proxy_tests::probe_origin::ProbeOrigin;
 pub use proxy_tests::proxy_status::{condition, provisioned};
@@ -31,6 +31,7 @@ fn start_operator_on(
     Operator::start_with_providers(
         plane,
         ns,
+        binary(),
         Polls::FAST,
         Some(&origin.ca_pem),
         more_providers,
@@ -41,18 +42,6 @@ fn start_operator_on(
 /// The name of the gcp provider of a bed [`Bed::with_gce`] made: the one
 /// `examples/proxy-gcp.yaml` names.
 pub const GCP: &str = "gcp-eu";
-
-/// The providers config entry of a gcp provider whose VMs are `gce`'s, in its two first
-/// zones, serving loopback clients (the operator's probes and the tests).
-fn gcp_provider(gce: &FakeGce) -> String {
-    format!(
-        "  - name: {GCP}\n    type: gcp\n    gcp:\n      project: {}\n      zones: [europe-west1-b, europe-west1-c]\n      \
-         allowedSourceCIDRs: [\"127.0.0.0/8\"]\n      endpoint: {}\n      credentials: none\n      \
-         requestTimeoutSeconds: 5\n",
-        gce.project(),
-        gce.endpoint()
-    )
-}
 
 pub struct Bed {
     pub ns: String,
@@ -119,7 +108,10 @@ impl Bed {
             ),
             false => None,
         };
-        let more_providers = gce.as_ref().map(gcp_provider).unwrap_or_default();
+        let more_providers = gce
+            .as_ref()
+            .map(|gce| gce.provider_entry(GCP))
+            .unwrap_or_default();
         let operator = start_operator_on(plane, &ns, &origin, &more_providers, extra_args);
         Self {
             ns: ns.clone(),

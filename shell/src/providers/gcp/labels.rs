@@ -88,6 +88,15 @@ pub fn managed_filter() -> String {
     )
 }
 
+/// The list filter that selects the VMs of this installation.
+pub fn installation_filter(installation: &str) -> String {
+    format!(
+        "({}) (labels.{} = {installation})",
+        managed_filter(),
+        gce_key(labels::INSTALLATION)
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -149,5 +158,9 @@ mod tests {
     #[test]
     fn the_filter_names_the_managed_label() {
         assert_eq!(managed_filter(), "labels.crawl-example-com_managed = true");
+        assert_eq!(
+            installation_filter("inst-1"),
+            "(labels.crawl-example-com_managed = true) (labels.crawl-example-com_installation = inst-1)"
+        );
     }
 }

@@ -22,6 +22,12 @@
 //!   whole) the configured zones are listed one by one, and one failing zone does not blind
 //!   GC to the others.
 //!
+//! - `get` is answered from one aggregated list of this installation's VMs that many gets
+//!   share (at most [`SNAPSHOT_AGE`] old; the first get after that lists again while the
+//!   others wait for it), so a fleet's polls cost one call a second, not one per proxy. Only a
+//!   VM the list shows is answered from it: a VM it does not show (just inserted, gone, or the
+//!   list failed) is asked for alone, so absence is never concluded from a list.
+//!
 //! Every call is bounded by `gcp.requestTimeoutSeconds`. Errors are classified in
 //! [`errors`]; the insert body is built in [`insert`]; the labels GCE allows in [`labels`].
 
@@ -34,12 +40,12 @@ pub mod state;
 use std::collections::HashMap;
 use std::future::Future;
 use std::sync::{Mutex, PoisonError};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use google_cloud_compute_v1::client::Instances;
-use google_cloud_compute_v1::model::Operation;
 use google_cloud_compute_v1::model::operation::Status as OperationStatus;
+use google_cloud_compute_v1::model::{Instance, Operation};
 use proxy_core::gc::Listed;
 use proxy_core::{CreateRequest, InstanceState, ProviderError};
 use sha2::{Digest, Sha256};
@@ -75,6 +81,19 @@ pub struct GcpProvider {
     /// Per provider ID, how many VMs of that ID this process has seen end (deleted, or an
     /// insert GCE failed): part of the request ID, so each new VM is a new request.
     incarnations: Mutex<HashMap<String, u32>>,
+    /// The last list of this installation's VMs, which `get` answers from.
+    snapshot: tokio::sync::Mutex<Option<Snapshot>>,
+}
+
+/// How old a list may be and still answer a `get`: about what a direct get would cost in
+/// latency, and far below any poll interval.
+pub const SNAPSHOT_AGE: Duration = Duration::from_secs(1);
+
+/// This installation's VMs as one list showed them, by provider ID.
+struct Snapshot {
+    /// When the list was asked for.
+    asked: Instant,
+    vms: HashMap<String, Instance>,
 }
 
 impl std::fmt::Debug for GcpProvider {
@@ -112,6 +131,7 @@ impl GcpProvider {
             inserting: Mutex::default(),
             deleting: Mutex::default(),
             incarnations: Mutex::default(),
+            snapshot: tokio::sync::Mutex::default(),
         })
     }
 
@@ -244,6 +264,11 @@ impl Provider for GcpProvider {
 
     async fn get(&self, provider_id: &str) -> Result<InstanceState, ProviderError> {
         let id = InstanceId::parse(provider_id)?;
+        if let Some(instance) = self.listed(provider_id).await {
+            lock(&self.inserting).remove(provider_id);
+            return Ok(state::state_of(&instance));
+        }
+        // Not in a fresh list: ask for this VM alone.
         let get = self
             .client
             .get()
@@ -322,8 +347,8 @@ impl Provider for GcpProvider {
     }
 
     async fn list_by_tag(&self) -> Result<Vec<Listed>, ProviderError> {
-        match self.list_everywhere().await {
-            Ok(listed) => Ok(listed),
+        match self.list_everywhere(&labels::managed_filter()).await {
+            Ok(vms) => Ok(vms.into_iter().map(state::listed).collect()),
             Err(error) => {
                 tracing::warn!(message = %error.message, "the aggregated list failed: listing the configured zones one by one");
                 self.list_configured_zones().await
@@ -333,8 +358,9 @@ impl Provider for GcpProvider {
 }
 
 impl GcpProvider {
-    /// Our VMs in every zone of the project: one `aggregatedList`, page by page.
-    async fn list_everywhere(&self) -> Result<Vec<Listed>, ProviderError> {
+    /// The VMs `filter` selects in every zone of the project: one `aggregatedList`, page by
+    /// page.
+    async fn list_everywhere(&self, filter: &str) -> Result<Vec<Instance>, ProviderError> {
         let mut listed = Vec::new();
         let mut page_token = None;
         loop {
@@ -342,7 +368,7 @@ impl GcpProvider {
                 .client
                 .aggregated_list()
                 .set_project(&self.settings.project)
-                .set_filter(labels::managed_filter())
+                .set_filter(filter)
                 .set_or_clear_page_token(page_token.take())
                 .send();
             let page = self
@@ -350,19 +376,41 @@ impl GcpProvider {
                 .await?
                 .map_err(|e| errors::classify(&e))?;
             if !page.unreachables.is_empty() {
-                tracing::warn!(unreachable = ?page.unreachables, "GC cannot see the VMs of these zones in this sweep");
+                tracing::warn!(unreachable = ?page.unreachables, "the VMs of these zones are not in this list");
             }
-            listed.extend(
-                page.items
-                    .into_values()
-                    .flat_map(|scope| scope.instances)
-                    .map(state::listed),
-            );
+            listed.extend(page.items.into_values().flat_map(|scope| scope.instances));
             match page.next_page_token {
                 Some(token) if !token.is_empty() => page_token = Some(token),
                 _ => return Ok(listed),
             }
         }
+    }
+
+    /// The VM `provider_id` as a list at most [`SNAPSHOT_AGE`] old shows it; `None` when it
+    /// does not, or when listing failed.
+    async fn listed(&self, provider_id: &str) -> Option<Instance> {
+        let mut snapshot = self.snapshot.lock().await;
+        if snapshot
+            .as_ref()
+            .is_none_or(|s| s.asked.elapsed() > SNAPSHOT_AGE)
+        {
+            let asked = Instant::now();
+            let filter = labels::installation_filter(&self.installation);
+            *snapshot = match self.list_everywhere(&filter).await {
+                Ok(vms) => Some(Snapshot {
+                    asked,
+                    vms: vms
+                        .into_iter()
+                        .map(|vm| (state::provider_id_of(&vm), vm))
+                        .collect(),
+                }),
+                Err(error) => {
+                    tracing::debug!(message = %error.message, "listing for gets failed: asking for each VM alone");
+                    None
+                }
+            };
+        }
+        snapshot.as_ref()?.vms.get(provider_id).cloned()
     }
 
     /// Our VMs in the configured zones, one `instances.list` per zone: what GC sees when the

@@ -42,15 +42,20 @@ fn external_ip(instance: &Instance) -> Option<&str> {
         .filter(|ip| !ip.is_empty())
 }
 
+/// The provider ID of a listed VM, from its zone URL and name.
+pub fn provider_id_of(instance: &Instance) -> String {
+    InstanceId {
+        zone: last_segment(instance.zone.as_deref().unwrap_or_default()).to_owned(),
+        name: instance.name.clone().unwrap_or_default(),
+    }
+    .to_string()
+}
+
 /// A VM of an aggregated list, as GC reads it: its provider ID, its labels in the core's
 /// keys, and its creation time (`None` when GCE did not say or it does not parse).
 pub fn listed(instance: Instance) -> Listed {
-    let id = InstanceId {
-        zone: last_segment(instance.zone.as_deref().unwrap_or_default()).to_owned(),
-        name: instance.name.clone().unwrap_or_default(),
-    };
     Listed {
-        provider_id: id.to_string(),
+        provider_id: provider_id_of(&instance),
         labels: labels::from_instance(&instance.labels),
         created_at: instance
             .creation_timestamp
