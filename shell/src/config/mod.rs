@@ -13,11 +13,16 @@
 //!     kubernetes: {}        # the block named after the type, and no other
 //! ```
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::fmt;
 use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
+
+mod kvm;
+pub use kvm::{
+    Accelerator, AddressSource, DirectBoot, HostPortPool, KvmHost, KvmSettings, StaticPool,
+};
 
 /// The squid image the kubernetes provider runs when the config does not name one. Pinned to
 /// a tag so that an image update never replaces the fleet by surprise.
@@ -179,25 +184,6 @@ fn default_gcp_request_timeout() -> u64 {
 }
 
 fn default_network() -> String {
-    "default".to_owned()
-}
-
-/// Settings of the `kvm` provider.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct KvmSettings {
-    /// libvirt connection URI per host name (`placement.host` picks one). Required.
-    #[serde(default)]
-    pub hosts: BTreeMap<String, String>,
-    /// Storage pool for the VMs' disks (default `default`).
-    #[serde(default = "default_pool")]
-    pub storage_pool: String,
-    /// libvirt network the VMs attach to (default `default`).
-    #[serde(default = "default_network")]
-    pub network: String,
-}
-
-fn default_pool() -> String {
     "default".to_owned()
 }
 
@@ -388,11 +374,8 @@ fn validate(raw: RawConfig) -> Result<ProvidersConfig, Vec<Problem>> {
                     problem(format!("{at}.gcp.{path}"), message);
                 }
             }
-            ProviderSettings::Kvm(kvm) if kvm.hosts.is_empty() => {
-                problem(
-                    format!("{at}.kvm.hosts"),
-                    "required: at least one host name with its libvirt URI".into(),
-                );
+            ProviderSettings::Kvm(settings) => {
+                kvm::validate(settings, &format!("{at}.kvm"), &mut problem);
             }
             ProviderSettings::Kubernetes(k) => {
                 for (path, message) in cidr_problems(&k.allowed_source_cidrs) {

@@ -273,3 +273,119 @@ fn dns1123_labels() {
         assert!(!is_dns1123_label(bad), "{bad}");
     }
 }
+
+#[test]
+fn the_example_kvm_hosts_have_their_address_sources() {
+    let config = ProvidersConfig::load(&examples().join("providers.yaml")).unwrap();
+    let Some(Provider {
+        settings: ProviderSettings::Kvm(kvm),
+        ..
+    }) = config.get("lab")
+    else {
+        panic!("lab is not a kvm provider: {config:?}")
+    };
+    let [beelink, nas1] = &kvm.hosts[..] else {
+        panic!("{kvm:?}")
+    };
+    assert_eq!(beelink.address, AddressSource::Dhcp {});
+    assert_eq!(beelink.network(), Some("default"));
+    assert_eq!(beelink.accelerator, Accelerator::Kvm);
+    assert_eq!(nas1.network(), None);
+    assert_eq!(
+        nas1.address.pool(),
+        Some(&["192.168.1.60".to_owned(), "192.168.1.61".to_owned()][..])
+    );
+}
+
+/// The problems of a providers config with one kvm provider whose `kvm` block is `block`.
+fn kvm_problems(block: &str) -> Vec<String> {
+    let text = format!("providers:\n- name: lab\n  type: kvm\n  kvm:\n{block}");
+    match ProvidersConfig::parse(&text) {
+        Ok(config) => panic!("accepted: {config:?}"),
+        Err(problems) => problems
+            .into_iter()
+            .map(|p| format!("{}: {}", p.path, p.message))
+            .collect(),
+    }
+}
+
+#[test]
+fn kvm_settings_are_validated_with_their_paths() {
+    let host = "    hosts:\n    - {name: a, uri: 'qemu:///system', baseImage: base.qcow2";
+    let cases: [(String, &[&str]); 8] = [
+        (
+            "    hosts: []\n".into(),
+            &["providers[0].kvm.hosts: required: at least one libvirt host"],
+        ),
+        (
+            "    hosts:\n    - {name: a}\n".into(),
+            &[
+                "providers[0].kvm.hosts[0].uri: required",
+                "providers[0].kvm.hosts[0].baseImage: required",
+            ],
+        ),
+        (
+            format!("{host}}}\n    - {{name: a, uri: 'x', baseImage: b}}\n"),
+            &[
+                "providers[0].kvm.hosts[1].name: duplicate host name \"a\"",
+                "providers[0].kvm.hosts[1].uri: \"x\" is not a libvirt URI",
+            ],
+        ),
+        (
+            format!(
+                "{host}, address: {{static: {{addresses: [10.0.0.5, nope, 10.0.0.5], gateway: g}}}}}}\n"
+            ),
+            &[
+                "providers[0].kvm.hosts[0].address.static.gateway: \"g\" is not an IP address",
+                "providers[0].kvm.hosts[0].address.static.addresses[1]: \"nope\" is not an IPv4 address",
+                "providers[0].kvm.hosts[0].address.static.addresses[2]: duplicate address \"10.0.0.5\"",
+            ],
+        ),
+        (
+            format!("{host}, network: default, address: {{hostPort: {{addresses: []}}}}}}\n"),
+            &[
+                "providers[0].kvm.hosts[0].network: a hostPort host's VMs use qemu's user-mode networking",
+                "providers[0].kvm.hosts[0].address.hostPort.addresses: required",
+            ],
+        ),
+        (
+            format!("{host}, address: {{dhcp: {{}}, hostPort: {{addresses: []}}}}}}\n"),
+            &["providers[0].kvm.hosts[0].address: "],
+        ),
+        (
+            format!("{host}, accelerator: hvf}}\n"),
+            &["providers[0].kvm.hosts[0].accelerator: unknown variant `hvf`"],
+        ),
+        (
+            format!("{host}}}\n    allowedSourceCIDRs: [10.0.0.0/40]\n"),
+            &["providers[0].kvm.allowedSourceCIDRs[0]: \"10.0.0.0/40\" is not"],
+        ),
+    ];
+    for (block, wanted) in cases {
+        let problems = kvm_problems(&block);
+        assert_eq!(problems.len(), wanted.len(), "{block}: {problems:?}");
+        for (problem, wanted) in problems.iter().zip(wanted) {
+            assert!(
+                problem.starts_with(wanted),
+                "{block}: {problem:?} is not {wanted:?}"
+            );
+        }
+    }
+}
+
+#[test]
+fn kvm_defaults_are_dhcp_on_the_default_network_and_pool() {
+    let config = ProvidersConfig::parse(
+        "providers:\n- {name: lab, type: kvm, kvm: {hosts: [{name: a, uri: 'qemu:///system', baseImage: b}]}}\n",
+    )
+    .unwrap();
+    let ProviderSettings::Kvm(kvm) = &config.providers[0].settings else {
+        panic!()
+    };
+    let host = &kvm.hosts[0];
+    assert_eq!(
+        (host.storage_pool.as_str(), host.network(), &host.address),
+        ("default", Some("default"), &AddressSource::Dhcp {})
+    );
+    assert_eq!(kvm.allowed_source_cidrs, default_allowed_source_cidrs());
+}

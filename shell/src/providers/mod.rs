@@ -19,6 +19,8 @@
 
 pub mod gcp;
 pub mod kubernetes;
+#[cfg(feature = "kvm")]
+pub mod kvm;
 pub mod metered;
 pub mod registry;
 pub mod squid;

@@ -20,7 +20,10 @@ pub struct Registry {
 #[derive(Debug, thiserror::Error)]
 pub enum BuildError {
     /// This build has no code for the provider's type.
-    #[error("providers[{index}] ({name:?}): type {type_name} is not available in this build yet")]
+    #[error(
+        "providers[{index}] ({name:?}): type {type_name} is not available in this build: \
+         build proxy-operator with `--features {type_name}` (it links libvirt)"
+    )]
     Unsupported {
         /// The entry's position in the config.
         index: usize,
@@ -67,11 +70,17 @@ impl Registry {
                             error,
                         })?,
                 ),
-                other @ ProviderSettings::Kvm(_) => {
+                #[cfg(feature = "kvm")]
+                ProviderSettings::Kvm(settings) => Arc::new(super::kvm::KvmProvider::new(
+                    settings.clone(),
+                    installation.to_owned(),
+                )),
+                #[cfg(not(feature = "kvm"))]
+                ProviderSettings::Kvm(_) => {
                     return Err(BuildError::Unsupported {
                         index,
                         name: entry.name.clone(),
-                        type_name: other.type_name(),
+                        type_name: "kvm",
                     });
                 }
             };
