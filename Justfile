@@ -17,7 +17,7 @@ test *ARGS:
 test-core:
     cargo test -p proxy-core -p proxy-crd
 
-# Build (or find cached) kube-apiserver, etcd and kubectl; install squid when missing.
+# Build (or find cached) kube-apiserver, etcd, kubectl and the kvm guest image; install squid, libvirt and qemu when missing.
 provision:
     tests/bed/provision.sh
 
@@ -25,10 +25,11 @@ provision:
 fmt:
     cargo fmt --all
 
-# Lint as CI does.
+# Lint as CI does: the workspace with the kvm feature, the operator alone without it.
 lint:
     cargo fmt --all -- --check
     cargo clippy --workspace --all-targets -- -D warnings
+    cargo clippy --package proxy-operator --all-targets -- -D warnings
 
 # Regenerate the CRD YAML in deploy/crds/ from the Rust types.
 generate:

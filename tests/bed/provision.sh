@@ -2,11 +2,16 @@
 # Provisions what the test bed needs, idempotently:
 #   - kube-apiserver, etcd and kubectl, built from the Go module proxy into a cache keyed by
 #     version (no registry we can reach ships these binaries, and there is no Docker engine);
-#   - squid from Debian's packages, when it is missing.
-# A warm run only checks that the cached binaries answer `--version` and returns in seconds.
-# Prints `export` lines for the binaries' directory, so callers can `eval` it.
+#   - squid from Debian's packages, when it is missing;
+#   - for the kvm provider: libvirt (daemon, qemu driver, client, headers) and qemu from
+#     Debian's packages, debootstrap, and the guest image tests/bed/guest-image.sh builds
+#     into the same cache.
+# A warm run only checks that the cached binaries answer `--version` and the guest image is
+# complete, and returns in seconds.
+# Prints `export` lines for the binaries' and the guest image's directories, so callers can
+# `eval` it.
 #
-# `provision.sh --check-only` only runs that check: exits 0 when the cache is good, 1 when a
+# `provision.sh --check-only` only runs those checks: exits 0 when the cache is good, 1 when a
 # run would rebuild (nothing is installed or built). CI runs it 50 times in a row (.ci/run).
 #
 # Environment:
@@ -25,6 +30,13 @@ install_debian_packages() {
   local missing=()
   command -v squid >/dev/null 2>&1 || [ -x /usr/sbin/squid ] || missing+=(squid)
   command -v pkill >/dev/null 2>&1 || missing+=(procps)
+  # The kvm provider: libvirt-dev to build it, the daemon and qemu for its real-VM e2e,
+  # debootstrap for the guest image.
+  local pkg
+  for pkg in libvirt-dev libvirt-clients libvirt-daemon libvirt-daemon-driver-qemu \
+      qemu-system-x86 qemu-utils debootstrap; do
+    [[ $(dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null) == *"ok installed"* ]] || missing+=("$pkg")
+  done
   [ ${#missing[@]} -eq 0 ] && return 0
   if [ "${SKIP_APT:-}" = 1 ]; then log "missing ${missing[*]} and SKIP_APT=1"; exit 1; fi
   log "installing ${missing[*]} from Debian's packages"
@@ -86,8 +98,11 @@ build_control_plane() {
   rm -rf "$OUT" && mv "$OUT.tmp" "$OUT"
 }
 
+GUEST_IMAGE="$(dirname "$0")/guest-image.sh"
+
 if [ "${1:-}" = --check-only ]; then
   binaries_ok || { log "the cached binaries in $OUT do not answer --version: a run would rebuild"; exit 1; }
+  "$GUEST_IMAGE" --check-only || exit 1
   exit 0
 fi
 install_debian_packages
@@ -100,3 +115,4 @@ else
   log "built into $OUT"
 fi
 echo "export PROXY_OPERATOR_KBINS=$OUT"
+"$GUEST_IMAGE"

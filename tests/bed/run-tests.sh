@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
 # The whole test suite, on a fresh machine or a warm one: provisions the test bed (cached
 # kube-apiserver, etcd, kubectl; Debian's squid), then runs every test of the workspace —
-# unit, property, CEL, and the end-to-end tests against the real control plane and squid.
+# unit, property, CEL, and the end-to-end tests against the real control plane and squid,
+# and the kvm provider's, with real VMs (libvirt, qemu and the guest image).
 # Extra arguments go to `cargo test` (e.g. `-- --nocapture`).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 eval "$(tests/bed/provision.sh)"
-export PROXY_OPERATOR_KBINS
-# The end-to-end tests start the real operator binary; build it first so they do not.
-cargo build --package proxy-operator --bin proxy-operator
+export PROXY_OPERATOR_KBINS PROXY_OPERATOR_GUEST
+# The end-to-end tests start the real operator binary; build it first so they do not. With
+# the kvm provider, as the tests build it (tests/src/operator.rs); the workspace's tests
+# enable the feature through the tests crate.
+cargo build --package proxy-operator --bin proxy-operator --features kvm
 exec cargo test --workspace --no-fail-fast "$@"

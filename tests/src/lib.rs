@@ -6,6 +6,8 @@
 //!   ([`control_plane::ControlPlane::namespace`]).
 //! - [`pod_runner`]: the kubelet stand-in. It registers a Node, binds Pods to it, starts one
 //!   real `squid` per Pod on its own loopback address and reports the Pod Running.
+//! - [`libvirt`]: a session-mode `libvirtd` with a storage pool holding the guest image, for
+//!   the kvm provider's real VMs.
 //! - [`probe_origin`]: a local HTTPS origin with its own CA, named `probe.test`, that squid
 //!   reaches through a hosts file.
 //!
@@ -16,6 +18,7 @@ pub mod bins;
 pub mod certs;
 pub mod control_plane;
 pub mod gce;
+pub mod libvirt;
 pub mod operator;
 pub mod pod_runner;
 pub mod ports;

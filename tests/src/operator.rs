@@ -37,6 +37,9 @@ fn build(release: bool) -> PathBuf {
         "proxy-operator",
         "--bin",
         "proxy-operator",
+        // The kvm provider's e2e needs it; every e2e runs the same binary.
+        "--features",
+        "kvm",
     ]);
     if release {
         command.arg("--release");

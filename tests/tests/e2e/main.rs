@@ -10,6 +10,7 @@ mod gc;
 mod gcp;
 mod health;
 mod hostile;
+mod kvm;
 mod leadership;
 mod leases;
 mod metrics;
