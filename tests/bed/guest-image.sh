@@ -10,7 +10,8 @@
 # whole path (seed ISO -> cloud-init -> squid config -> squid).
 #
 # `guest-image.sh --check-only` exits 0 when the cached image is complete, 1 when a run would
-# rebuild (nothing is built). Prints `export PROXY_OPERATOR_GUEST=<dir>` on success.
+# rebuild (nothing is built). `guest-image.sh --dir` prints the cache directory of this
+# version. A run prints `export PROXY_OPERATOR_GUEST=<dir>` on success.
 #
 # Environment:
 #   PROXY_OPERATOR_CACHE  cache root (default ${XDG_CACHE_HOME:-$HOME/.cache}/proxy-operator)
@@ -18,7 +19,7 @@
 set -euo pipefail
 
 # Bump when the recipe below changes: a new version is a new cache directory.
-VERSION=2
+VERSION=3
 CACHE=${PROXY_OPERATOR_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/proxy-operator}
 OUT=$CACHE/guest/v$VERSION
 MIRROR=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
@@ -43,9 +44,11 @@ build() {
          log "debootstrap failed: see $CACHE/guest/debootstrap.log"; return 1; }
   # NoCloud only (no probing of metadata services that do not exist here), and only the
   # cloud-init modules a proxy's cloud-config uses: under TCG every module costs seconds
-  # (locale generation alone took 3 s, the whole default list about 80 s).
+  # (locale generation alone took 3 s, the whole default list about 80 s). manage_etc_hosts:
+  # the guest's own name resolves from /etc/hosts, not by asking DNS.
   cat > "$root/etc/cloud/cloud.cfg.d/90_proxy_operator.cfg" <<'CFG'
 datasource_list: [ NoCloud, None ]
+manage_etc_hosts: true
 cloud_init_modules: [seed_random, bootcmd, write_files, set_hostname, update_hostname, update_etc_hosts, users_groups]
 cloud_config_modules: [runcmd]
 cloud_final_modules: [package_update_upgrade_install, write_files_deferred, scripts_per_once, scripts_per_boot, scripts_per_instance, scripts_user, final_message]
@@ -72,6 +75,10 @@ CFG
   echo "v$VERSION" > "$OUT/complete"
 }
 
+if [ "${1:-}" = --dir ]; then
+  echo "$OUT"
+  exit 0
+fi
 if [ "${1:-}" = --check-only ]; then
   image_ok || { log "no complete guest image in $OUT: a run would build it"; exit 1; }
   exit 0

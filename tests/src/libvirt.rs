@@ -36,16 +36,18 @@ pub struct Libvirt {
     _daemon: Child,
 }
 
-/// The guest image directory: `$PROXY_OPERATOR_GUEST`, else guest-image.sh's default cache.
+/// The guest image directory: `$PROXY_OPERATOR_GUEST`, else the one of the version
+/// `tests/bed/guest-image.sh` builds.
 pub fn guest_dir() -> PathBuf {
     if let Some(dir) = std::env::var_os("PROXY_OPERATOR_GUEST") {
         return dir.into();
     }
-    crate::bins::kbins_dir()
-        .parent()
-        .and_then(Path::parent)
-        .expect("the kbins directory is inside the cache")
-        .join("guest/v2")
+    let script = crate::bins::repo_root().join("tests/bed/guest-image.sh");
+    let output = Command::new(&script)
+        .arg("--dir")
+        .output()
+        .unwrap_or_else(|e| panic!("{}: {e}", script.display()));
+    PathBuf::from(String::from_utf8_lossy(&output.stdout).trim())
 }
 
 fn require(path: &Path, what: &str) {
