@@ -17,7 +17,7 @@ use std::net::IpAddr;
 
 use serde::Deserialize;
 
-use super::{default_allowed_source_cidrs, is_cidr};
+use super::default_allowed_source_cidrs;
 
 /// Settings of the `kvm` provider.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -184,13 +184,8 @@ pub(super) fn validate(kvm: &KvmSettings, at: &str, problem: &mut impl FnMut(Str
             "required: at least one libvirt host (name, uri, baseImage)".into(),
         );
     }
-    for (j, cidr) in kvm.allowed_source_cidrs.iter().enumerate() {
-        if !is_cidr(cidr) {
-            problem(
-                format!("{at}.allowedSourceCIDRs[{j}]"),
-                format!("{cidr:?} is not an IPv4 or IPv6 CIDR such as 10.0.0.0/8"),
-            );
-        }
+    for (path, message) in super::cidr_problems(&kvm.allowed_source_cidrs) {
+        problem(format!("{at}.{path}"), message);
     }
     let mut names = std::collections::BTreeSet::new();
     for (i, host) in kvm.hosts.iter().enumerate() {

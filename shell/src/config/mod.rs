@@ -382,7 +382,6 @@ fn validate(raw: RawConfig) -> Result<ProvidersConfig, Vec<Problem>> {
                     problem(format!("{at}.kubernetes.{path}"), message);
                 }
             }
-            _ => {}
         }
         providers.push(Provider {
             name: entry.name,
@@ -463,7 +462,7 @@ fn gcp_problems(gcp: &GcpSettings) -> Vec<(String, String)> {
 
 /// The problems of a list of source ranges, as (path, message): each must be a CIDR, and
 /// none may let the whole internet in.
-fn cidr_problems(cidrs: &[String]) -> Vec<(String, String)> {
+pub(super) fn cidr_problems(cidrs: &[String]) -> Vec<(String, String)> {
     let mut problems = Vec::new();
     for (j, cidr) in cidrs.iter().enumerate() {
         let path = format!("allowedSourceCIDRs[{j}]");
