@@ -113,8 +113,8 @@ impl Operator {
         probe_ca_pem: Option<&str>,
         extra_args: &[&str],
     ) -> Self {
-        Self::start_with_kubeconfig(
-            &plane.kubeconfig,
+        Self::start_with_providers(
+            plane,
             namespace,
             binary,
             polls,
