@@ -66,9 +66,9 @@ use crate::status::{self, Provisioning};
 ///   the finalizer is there, so no instance can exist without the finalizer guarding it.
 /// - A create never runs while an instance may exist under the same name: a replacement
 ///   deletes the old instance and creates only after `get` answers
-///   [`InstanceView::NotFound`].
+///   [`InstanceView::NotFound`] or [`InstanceView::CreateFailed`].
 /// - The finalizer is removed only when there is no instance: no providerID, or `get`
-///   answered [`InstanceView::NotFound`].
+///   answered [`InstanceView::NotFound`] or [`InstanceView::CreateFailed`].
 /// - `status.ip` is set only while `Provisioned` is `True`, that is when `get` last answered
 ///   [`InstanceView::Running`] with a non-empty address (a failed lookup keeps the last known
 ///   answer, since it says nothing new), or for External proxies, from `spec.endpoint.host`.

@@ -224,6 +224,12 @@ pub(super) fn validate(kvm: &KvmSettings, at: &str, problem: &mut impl FnMut(Str
         if host.storage_pool.is_empty() {
             problem(format!("{at}.storagePool"), "must not be empty".into());
         }
+        if host.network.as_deref().is_some_and(str::is_empty) {
+            problem(
+                format!("{at}.network"),
+                "must not be empty: leave it out for the default".into(),
+            );
+        }
         if let Some(boot) = &host.direct_boot
             && boot.kernel.is_empty()
         {

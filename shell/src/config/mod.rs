@@ -410,6 +410,20 @@ fn gcp_problems(gcp: &GcpSettings) -> Vec<(String, String)> {
             "required: at least one zone to place VMs in, such as europe-west1-b".into(),
         ));
     }
+    let named = [
+        ("machineType", Some(&gcp.machine_type)),
+        ("image", Some(&gcp.image)),
+        ("network", Some(&gcp.network)),
+        ("subnetwork", gcp.subnetwork.as_ref()),
+    ];
+    for (key, value) in named {
+        if value.is_some_and(|v| v.trim().is_empty()) {
+            problems.push((
+                key.into(),
+                "must not be empty: leave it out for the default".into(),
+            ));
+        }
+    }
     for (j, zone) in gcp.zones.iter().enumerate() {
         if !is_dns1123_label(zone) {
             problems.push((

@@ -198,6 +198,10 @@ fn gcp_settings_are_checked_field_by_field() {
             "providers[0].gcp.endpoint: \"localhost:8080\" is not an http:// or https:// URL",
         ),
         (
+            &format!("{{{GCP_OK}, machineType: \"\"}}"),
+            "providers[0].gcp.machineType: must not be empty",
+        ),
+        (
             &format!("{{{GCP_OK}, requestTimeoutSeconds: 0}}"),
             "providers[0].gcp.requestTimeoutSeconds: must be at least 1",
         ),
@@ -312,7 +316,7 @@ fn kvm_problems(block: &str) -> Vec<String> {
 #[test]
 fn kvm_settings_are_validated_with_their_paths() {
     let host = "    hosts:\n    - {name: a, uri: 'qemu:///system', baseImage: base.qcow2";
-    let cases: [(String, &[&str]); 8] = [
+    let cases: [(String, &[&str]); 10] = [
         (
             "    hosts: []\n".into(),
             &["providers[0].kvm.hosts: required: at least one libvirt host"],
@@ -359,6 +363,16 @@ fn kvm_settings_are_validated_with_their_paths() {
         (
             format!("{host}}}\n    allowedSourceCIDRs: [10.0.0.0/40]\n"),
             &["providers[0].kvm.allowedSourceCIDRs[0]: \"10.0.0.0/40\" is not"],
+        ),
+        (
+            format!("{host}}}\n    allowedSourceCIDRs: [0.0.0.0/0]\n"),
+            &[
+                "providers[0].kvm.allowedSourceCIDRs[0]: \"0.0.0.0/0\" would make every proxy an open relay",
+            ],
+        ),
+        (
+            format!("{host}, network: ''}}\n"),
+            &["providers[0].kvm.hosts[0].network: must not be empty"],
         ),
     ];
     for (block, wanted) in cases {

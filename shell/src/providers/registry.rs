@@ -19,7 +19,8 @@ pub struct Registry {
 /// Why a provider could not be built.
 #[derive(Debug, thiserror::Error)]
 pub enum BuildError {
-    /// This build has no code for the provider's type.
+    /// This build has no code for the provider's type: only kvm can be left out (a cargo
+    /// feature, because it links libvirt).
     #[error(
         "providers[{index}] ({name:?}): type {type_name} is not available in this build: \
          build proxy-operator with `--features {type_name}` (it links libvirt)"

@@ -8,13 +8,19 @@ use serde_json::json;
 
 use crate::operated::Bed;
 
+/// One scrape of the metrics at `url`. An operator that was just started may not listen yet
+/// (its start-up builds the providers first): a refused connection is tried again for 20 s.
 pub(crate) async fn scrape(url: &str) -> String {
-    reqwest::get(url)
-        .await
-        .expect("the metrics endpoint answers")
-        .text()
-        .await
-        .unwrap()
+    let mut refused = None;
+    for _ in 0..100 {
+        match reqwest::get(url).await {
+            Ok(response) => return response.text().await.unwrap(),
+            Err(error) if error.is_connect() => refused = Some(error),
+            Err(error) => panic!("the metrics endpoint answers: {error}"),
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    panic!("the metrics endpoint never listened: {refused:?}")
 }
 
 /// Waits until the scrape satisfies `check`; returns the last scrape.

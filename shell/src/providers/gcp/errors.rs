@@ -30,16 +30,31 @@ const QUOTA_REASONS: [&str; 6] = [
     "ZONE_RESOURCE_POOL_EXHAUSTED",
 ];
 
-/// Where the Proxy sets what GCE calls a field, for the fields an insert takes from it.
-const FIELDS: [(&str, &str); 4] = [
+/// Where the Proxy sets what GCE calls a field, by the prefix of GCE's field name (its
+/// nested names, `resource.disks[0].initializeParams.diskSizeGb`, start with these). A
+/// value that came from the providers config because the Proxy set none is blamed on the
+/// Proxy field that would override it: that is where it can be fixed for this proxy.
+const FIELDS: [(&str, &str); 6] = [
     ("resource.machineType", "spec.placement.machineType"),
     (
         "resource.disks[0].initializeParams.sourceImage",
         "spec.placement.image",
     ),
+    (
+        "resource.disks[0].initializeParams.diskSizeGb",
+        "spec.placement.parameters.diskSizeGb",
+    ),
+    (
+        "resource.scheduling",
+        "spec.placement.parameters.provisioningModel",
+    ),
+    ("resource.metadata", CLOUD_INIT),
     ("zone", "spec.placement.zone"),
-    ("resource.metadata", "spec.cloudInit"),
 ];
+
+/// The Proxy field of the VM's user data. GCE quotes a rejected value in its message, and
+/// the user data may come from a Secret: a message about it is never passed on.
+const CLOUD_INIT: &str = "spec.cloudInit";
 
 /// The error body GCE answers with, when the client kept it raw.
 #[derive(Debug, Deserialize)]
@@ -137,13 +152,18 @@ fn of_answer(code: u16, reasons: &[String], message: &str) -> ProviderError {
     }
 }
 
-/// The message, led by the Proxy field it is about when GCE names one.
+/// The message, led by the Proxy field it is about when GCE names one; about the user data,
+/// GCE's words only without the value it quotes.
 fn naming_field(message: &str) -> String {
     let field = message
         .split_once("field '")
         .and_then(|(_, rest)| rest.split_once('\''))
         .map(|(field, _)| field);
-    match field.and_then(|f| FIELDS.iter().find(|(gce, _)| *gce == f)) {
+    match field.and_then(|f| FIELDS.iter().find(|(gce, _)| f.starts_with(gce))) {
+        Some((gce, CLOUD_INIT)) => format!(
+            "{CLOUD_INIT}: GCE refused the VM's user data ({gce}); its message quotes the value, \
+             so it is not shown here"
+        ),
         Some((_, ours)) => format!("{ours}: {message}"),
         None => message.to_owned(),
     }

@@ -387,7 +387,7 @@ impl GcpProvider {
     }
 
     /// The VM `provider_id` as a list at most [`SNAPSHOT_AGE`] old shows it; `None` when it
-    /// does not, or when listing failed.
+    /// does not, or when that list failed.
     async fn listed(&self, provider_id: &str) -> Option<Instance> {
         let mut snapshot = self.snapshot.lock().await;
         if snapshot
@@ -404,9 +404,14 @@ impl GcpProvider {
                         .map(|vm| (state::provider_id_of(&vm), vm))
                         .collect(),
                 }),
+                // Remembered as a list that shows nothing: until it is too old, every get asks
+                // for its VM alone instead of listing again.
                 Err(error) => {
                     tracing::debug!(message = %error.message, "listing for gets failed: asking for each VM alone");
-                    None
+                    Some(Snapshot {
+                        asked,
+                        vms: HashMap::new(),
+                    })
                 }
             };
         }

@@ -67,11 +67,20 @@ impl VolumeWriter for StreamUpload {
         volume.upload(&stream, 0, data.len() as u64, 0)?;
         let mut sent = 0;
         while sent < data.len() {
-            let n = stream.send(&data[sent..])?;
-            sent += usize::try_from(n)
-                .unwrap_or(0)
-                .max(1)
-                .min(data.len() - sent);
+            let n = match stream.send(&data[sent..]) {
+                Ok(n) => usize::try_from(n).unwrap_or(0),
+                Err(error) => {
+                    let _ = stream.abort();
+                    return Err(error);
+                }
+            };
+            if n == 0 {
+                // Nothing sent is a broken stream, not progress: counting it would leave a
+                // hole in the seed ISO.
+                let _ = stream.abort();
+                return Err(virt::error::Error::last_error());
+            }
+            sent += n.min(data.len() - sent);
         }
         stream.finish()
     }
@@ -305,6 +314,8 @@ struct Plan {
     port: i32,
     flavour: &'static Flavour,
     base_image: String,
+    /// Whether `base_image` is the Proxy's `placement.image` (else the host's).
+    image_from_placement: bool,
     user_data: String,
     labels: std::collections::BTreeMap<String, String>,
 }
@@ -356,10 +367,16 @@ impl Plan {
         let disk = disk_name(&self.name);
         if find_volume(host, &pool, &disk)?.is_none() {
             let base = find_volume(host, &pool, &self.base_image)?.ok_or_else(|| {
-                ProviderError::transient(format!(
+                let missing = format!(
                     "host {}: base image {:?} is not a volume of storage pool {:?}",
                     settings.name, self.base_image, settings.storage_pool
-                ))
+                );
+                // The Proxy's own image is the Proxy's to fix; the host's may yet be uploaded.
+                if self.image_from_placement {
+                    ProviderError::permanent(format!("spec.placement.image: {missing}"))
+                } else {
+                    ProviderError::transient(missing)
+                }
             })?;
             let capacity = base
                 .info()
@@ -541,6 +558,7 @@ impl Provider for KvmProvider {
             base_image: placement
                 .and_then(|p| p.image.clone())
                 .unwrap_or_else(|| host.settings.base_image.clone()),
+            image_from_placement: placement.is_some_and(|p| p.image.is_some()),
             user_data: request
                 .cloud_init
                 .clone()

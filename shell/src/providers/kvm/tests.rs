@@ -283,6 +283,17 @@ async fn placement_errors_name_the_field() {
             .message
             .starts_with("spec.placement.machineType: unknown kvm machine type \"huge\"")
     );
+    let mut no_image = request("proxy-td-place");
+    no_image.placement = Some(Placement {
+        image: Some("no-such-volume.qcow2".into()),
+        ..Placement::default()
+    });
+    let error = provider.create(&no_image).await.unwrap_err();
+    assert_eq!(error.class, ErrorClass::Permanent);
+    assert!(
+        error.message.starts_with("spec.placement.image: host td-place: base image \"no-such-volume.qcow2\" is not a volume"),
+        "{error:?}"
+    );
     let error = provider.get("elsewhere/proxy-x").await.unwrap_err();
     assert_eq!(error.class, ErrorClass::Permanent);
 }
