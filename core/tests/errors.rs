@@ -129,6 +129,11 @@ fn quota_on_create_is_a_condition_not_an_error() {
     let decision = decide(&managed_spec(), &creating_status(), &observed);
     let message = "creating instance proxy-kbqzhquppopaia3n failed, the provider's quota is \
                    used up; retrying in 5m: CPUS quota exceeded in europe-west1";
+    assert_waits_for_quota(&decision, message);
+}
+
+/// Asserts that `decision` waits for quota with no instance, saying `message`.
+fn assert_waits_for_quota(decision: &proxy_core::Decision, message: &str) {
     let waiting = status_of(
         // Nothing exists yet: Pending, not Failed.
         Phase::Pending,
@@ -466,25 +471,7 @@ fn quota_that_failed_an_accepted_create_waits_with_no_instance_and_creates_again
     let message = "creating instance proxy-kbqzhquppopaia3n failed, the provider's quota is \
                    used up; retrying in 5m: operation operation-1: Quota 'CPUS' exceeded. \
                    (QUOTA_EXCEEDED)";
-    let waiting = status_of(
-        Phase::Pending,
-        None,
-        None,
-        1,
-        [
-            ("False", "QuotaExceeded", message, T0),
-            no_address(T0),
-            not_provisioned("not provisioned (QuotaExceeded)", T0),
-        ],
-    );
-    assert_eq!(
-        decision.actions(),
-        [
-            Action::PatchStatus(waiting),
-            event(EventType::Warning, "QuotaExceeded", message),
-        ]
-    );
-    assert_eq!(decision.requeue(), QUOTA_RETRY);
+    assert_waits_for_quota(&decision, message);
     // The next pass creates again: the providerID is gone.
     let retry = decide(&managed_spec(), decision.status(), &Observed::test().at(T1));
     assert!(matches!(
