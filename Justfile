@@ -33,11 +33,11 @@ lint:
 
 # Regenerate the CRD YAML in deploy/crds/ from the Rust types.
 generate:
-    cargo run -q -p proxy-operator -- crd > deploy/crds/proxies.crawl.example.com.yaml
+    cargo run -q -p proxy-operator -- crd --write deploy/crds
 
 # Fail when a generated file differs from what the code generates.
 check-generated:
-    cargo run -q -p proxy-operator -- crd | diff -u deploy/crds/proxies.crawl.example.com.yaml -
+    tmp=$(mktemp -d) && cargo run -q -p proxy-operator -- crd --write "$tmp" && diff -ru deploy/crds "$tmp"
 
 # Repeated code in the tree.
 duplicates:

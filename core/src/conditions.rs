@@ -61,6 +61,9 @@ pub enum ProvisionedReason {
     PermanentError,
     /// `spec.provider` names no configured provider.
     ProviderNotConfigured,
+    /// The provider failed its last health check: no machine is created (or replaced) until
+    /// a check passes.
+    ProviderUnhealthy,
     /// The `Proxy` is being deleted, and its instance with it.
     Deleting,
     /// An External proxy: `status.ip` is `spec.endpoint.host`.
@@ -71,7 +74,7 @@ pub enum ProvisionedReason {
 
 impl ProvisionedReason {
     /// Every reason. `parse` looks a string up here, so a new variant must be added here too.
-    pub const ALL: [Self; 14] = [
+    pub const ALL: [Self; 15] = [
         Self::Creating,
         Self::Provisioning,
         Self::Created,
@@ -83,6 +86,7 @@ impl ProvisionedReason {
         Self::CloudInitUnavailable,
         Self::PermanentError,
         Self::ProviderNotConfigured,
+        Self::ProviderUnhealthy,
         Self::Deleting,
         Self::ExternalEndpoint,
         Self::EndpointMissing,
@@ -102,6 +106,7 @@ impl ProvisionedReason {
             Self::CloudInitUnavailable => "CloudInitUnavailable",
             Self::PermanentError => "PermanentError",
             Self::ProviderNotConfigured => "ProviderNotConfigured",
+            Self::ProviderUnhealthy => "ProviderUnhealthy",
             Self::Deleting => "Deleting",
             Self::ExternalEndpoint => "ExternalEndpoint",
             Self::EndpointMissing => "EndpointMissing",
@@ -135,6 +140,7 @@ impl ProvisionedReason {
             | Self::CloudInitUnavailable
             | Self::PermanentError
             | Self::ProviderNotConfigured
+            | Self::ProviderUnhealthy
             | Self::EndpointMissing => EventType::Warning,
         }
     }
@@ -152,10 +158,14 @@ impl ProvisionedReason {
             | Self::InstanceTerminated
             | Self::InstanceGone
             | Self::Deleting => Progress::InProgress,
-            Self::QuotaExceeded | Self::CloudInitUnavailable if has_instance => {
+            Self::QuotaExceeded | Self::CloudInitUnavailable | Self::ProviderUnhealthy
+                if has_instance =>
+            {
                 Progress::InProgress
             }
-            Self::QuotaExceeded | Self::CloudInitUnavailable => Progress::NotStarted,
+            Self::QuotaExceeded | Self::CloudInitUnavailable | Self::ProviderUnhealthy => {
+                Progress::NotStarted
+            }
             Self::PermanentError | Self::ProviderNotConfigured | Self::EndpointMissing => {
                 Progress::Failed
             }

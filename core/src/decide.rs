@@ -15,6 +15,7 @@ use crate::conditions::{self, PROVISIONED, ProvisionedReason};
 use crate::error::{ErrorClass, ProviderError};
 use crate::naming::instance_name;
 use crate::observed::{CloudInitView, InstanceView, Observed, Outcome, ProviderCall, instance_id};
+use crate::provider_health::ProviderDown;
 use crate::spec_hash::{HashInput, spec_hash};
 use crate::status::{self, Provisioning};
 
@@ -72,6 +73,10 @@ use crate::status::{self, Provisioning};
 /// - `status.ip` is set only while `Provisioned` is `True`, that is when `get` last answered
 ///   [`InstanceView::Running`] with a non-empty address (a failed lookup keeps the last known
 ///   answer, since it says nothing new), or for External proxies, from `spec.endpoint.host`.
+/// - While the provider's last health check failed ([`Observed::provider_down`]), nothing is
+///   created and no serving instance is deleted for a replacement; the `Provisioned`
+///   condition says why (`ProviderUnhealthy` while there is no instance). Lookups,
+///   deletions and the deletion of stopped or terminated instances go on.
 /// - External proxies never get a provider call and never get the finalizer.
 /// - A permanent provider error latches: while the `Provisioned` condition says
 ///   `PermanentError` for the current generation, no provider call is made. Deletion never
@@ -306,7 +311,14 @@ fn managed(spec: &ProxySpec, status: &ProxyStatus, observed: &Observed) -> Step 
         return create(spec, observed, provider, &machine);
     };
     match HashState::of(&observed.object.spec_hash_annotation, &machine.hash) {
-        HashState::Differs => replace(observed, provider, provider_id),
+        // Deleting a machine that serves before its successor can be created would only
+        // lose capacity: while the provider is down, the old machine stays and says why.
+        HashState::Differs => match &observed.provider_down {
+            Some(down) if may_serve(&observed.instance) => {
+                replacement_held(observe(status, observed, provider, provider_id), down)
+            }
+            _ => replace(observed, provider, provider_id),
+        },
         // Instances created before the annotation existed (or whose annotation was removed)
         // are adopted: otherwise the first release that adds a field to the hash input
         // would replace the whole fleet.
@@ -330,6 +342,21 @@ fn managed(spec: &ProxySpec, status: &ProxyStatus, observed: &Observed) -> Step 
 fn create(spec: &ProxySpec, observed: &Observed, provider: &str, machine: &Machine<'_>) -> Step {
     let object = &observed.object;
     let name = instance_name(&object.uid);
+    // The monitor reconciles this Proxy again as soon as a check passes; the poll is only
+    // a fallback.
+    if let Some(down) = &observed.provider_down {
+        return Step::set(
+            facts(
+                None,
+                ProvisionedReason::ProviderUnhealthy,
+                format!(
+                    "{}; instance {name} is created once a check passes",
+                    down.message
+                ),
+            ),
+            Requeue::After(observed.timing.drift_poll),
+        );
+    }
     let request = CreateRequest {
         provider: provider.to_owned(),
         instance_name: name.clone(),
@@ -382,6 +409,32 @@ fn replace(observed: &Observed, provider: &str, provider_id: &str) -> Step {
         )
         .with_call(delete(provider, provider_id)),
     }
+}
+
+/// Whether the instance serves or may (it starts, or its state is unknown): what a
+/// replacement must not delete while no successor can be created. A stopped, terminated
+/// or missing one holds no capacity.
+fn may_serve(instance: &InstanceView) -> bool {
+    match instance {
+        InstanceView::Provisioning | InstanceView::Running { .. } | InstanceView::Error(_) => true,
+        InstanceView::NotLookedUp
+        | InstanceView::Stopped
+        | InstanceView::Terminated
+        | InstanceView::NotFound
+        | InstanceView::CreateFailed(_) => false,
+    }
+}
+
+/// A replacement that waits for the provider: `step` observes the old instance as if the
+/// spec had not changed, and its message says why the replacement waits.
+fn replacement_held(mut step: Step, down: &ProviderDown) -> Step {
+    if let NextStatus::Set(facts) = &mut step.status {
+        facts.message = format!(
+            "{}; the spec changed, and the instance is replaced once a check passes",
+            down.message
+        );
+    }
+    step
 }
 
 /// The instance matches the spec: follow what `get` answered.
@@ -681,6 +734,7 @@ fn describes_the_instance(reason: ProvisionedReason) -> bool {
         | ProvisionedReason::CloudInitUnavailable
         | ProvisionedReason::PermanentError
         | ProvisionedReason::ProviderNotConfigured
+        | ProvisionedReason::ProviderUnhealthy
         | ProvisionedReason::ExternalEndpoint
         | ProvisionedReason::EndpointMissing => false,
     }
@@ -700,6 +754,7 @@ fn awaits_deletion(reason: ProvisionedReason) -> bool {
         | ProvisionedReason::CloudInitUnavailable
         | ProvisionedReason::PermanentError
         | ProvisionedReason::ProviderNotConfigured
+        | ProvisionedReason::ProviderUnhealthy
         | ProvisionedReason::Deleting
         | ProvisionedReason::ExternalEndpoint
         | ProvisionedReason::EndpointMissing => false,

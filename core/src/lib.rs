@@ -44,6 +44,8 @@
 //! - [`InstanceState`]: what a provider's `get` answers, as [`InstanceView`] takes it in;
 //! - [`health`], [`probe_failure`]: what probes mean, and how a failure is worded;
 //! - [`probe_schedule`]: which proxy is probed when;
+//! - [`provider_health`]: what a provider's health check means, for its `ProviderHealth`
+//!   object and for the Proxies that use it;
 //! - [`naming`], [`spec_hash`]: the instance name and the spec hash.
 
 #![warn(missing_docs)]
@@ -65,6 +67,7 @@ pub mod observed;
 pub mod phase;
 pub mod probe_failure;
 pub mod probe_schedule;
+pub mod provider_health;
 pub mod reconcile;
 pub mod record;
 pub mod spec_hash;
@@ -84,6 +87,7 @@ pub use observed::{
     instance_id,
 };
 pub use probe_failure::ProbeFailure;
+pub use provider_health::ProviderDown;
 pub use reconcile::{
     AfterCall, Decided, Effects, Followup, Interruption, Next, PendingCall, Plan, Reconcile, Wake,
 };

@@ -13,6 +13,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::ProviderError;
 use crate::probe_failure::ProbeFailure;
+use crate::provider_health::ProviderDown;
 
 /// Everything the shell observed for one reconcile of one `Proxy`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -27,6 +28,12 @@ pub struct Observed {
     pub cloud_init: CloudInitView,
     /// Whether `spec.provider` names a provider in the operator's providers config.
     pub provider_configured: bool,
+    /// What the provider health monitor concluded about `spec.provider`, when its last
+    /// check failed: new machines wait (see [`ProviderDown`]). `None` while the check
+    /// passes, before the first check and for a provider without one. Left out of a
+    /// recording when `None`, so recordings made before it existed replay unchanged.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub provider_down: Option<ProviderDown>,
     /// What the provider's `get(status.providerID)` answered.
     pub instance: InstanceView,
     /// The outcome of the provider call the previous [`Decision`](crate::Decision) of this

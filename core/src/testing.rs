@@ -134,6 +134,7 @@ impl Observed {
                 content: CLOUD_INIT.to_owned(),
             },
             provider_configured: true,
+            provider_down: None,
             instance: InstanceView::NotLookedUp,
             outcome: None,
             health: None,
@@ -181,6 +182,14 @@ impl Observed {
     /// With `spec.provider` missing from the providers config.
     pub fn provider_unconfigured(mut self) -> Self {
         self.provider_configured = false;
+        self
+    }
+
+    /// With the provider's last health check failed, saying `message`.
+    pub fn provider_down(mut self, message: &str) -> Self {
+        self.provider_down = Some(crate::ProviderDown {
+            message: message.to_owned(),
+        });
         self
     }
 

@@ -32,7 +32,7 @@ use proxy_core::record::{DecideRecord, Header, Record, Recording, placeholder, r
 use proxy_core::testing::{self, external_spec, managed_spec};
 use proxy_core::{
     Action, CloudInitView, Decided, Effects, ErrorClass, InstanceView, MetadataWrite, Observed,
-    Outcome, ProviderError, ProviderRequest, Reconcile, decide,
+    Outcome, ProviderDown, ProviderError, ProviderRequest, Reconcile, decide,
 };
 use proxy_crd::{CloudInit, Phase, ProxySpec, ProxyStatus, SecretKeyRef};
 use serde_json::Value;
@@ -67,6 +67,8 @@ enum Scene {
     NewGeneration,
     /// The provider is missing from the providers config.
     Unconfigured,
+    /// The provider failed its health check (no instance exists at this point of the life).
+    ProviderDown,
     /// The cloud-init Secret is missing (a [`Source::Secret`] life only).
     SecretMissing,
     /// `kubectl delete px`.
@@ -108,6 +110,7 @@ fn scenes() -> Vec<Scene> {
         Scene::Instance(I::Error(ProviderError::permanent("access denied"))),
         Scene::NewGeneration,
         Scene::Instance(I::NotFound),
+        Scene::ProviderDown,
         Scene::Instance(I::NotLookedUp),
         Scene::Unconfigured,
         Scene::SecretMissing,
@@ -185,6 +188,7 @@ impl Life {
         };
         let mut health = None;
         let mut provider_configured = true;
+        let mut provider_down = None;
         let mut fails = None;
         match scene {
             Scene::Instance(view) => instance = view.clone(),
@@ -197,6 +201,11 @@ impl Life {
             Scene::CallFails(class) => fails = Some(*class),
             Scene::NewGeneration => self.generation += 1,
             Scene::Unconfigured => provider_configured = false,
+            Scene::ProviderDown => {
+                provider_down = Some(ProviderDown {
+                    message: "provider pods failed its check: connection refused".to_owned(),
+                });
+            }
             Scene::SecretMissing => {
                 if let Source::Secret = self.source {
                     cloud_init = CloudInitView::Unavailable {
@@ -215,6 +224,7 @@ impl Life {
         observed.object.spec_hash_annotation = self.annotation.clone();
         observed.object.deletion_requested = self.deleting;
         observed.provider_configured = provider_configured;
+        observed.provider_down = provider_down;
         if let Some(healthy) = health {
             observed = observed.health(IP, healthy);
         }

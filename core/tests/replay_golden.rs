@@ -492,6 +492,7 @@ impl Story {
                 content: SECRET.to_owned(),
             },
             provider_configured: true,
+            provider_down: None,
             instance: match &self.status.provider_id {
                 Some(id) => self
                     .instances

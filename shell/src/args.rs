@@ -36,8 +36,13 @@ pub enum Command {
         /// The providers config (YAML), as passed to `--providers-config`.
         file: PathBuf,
     },
-    /// Print the Proxy CustomResourceDefinition as YAML (`... crd | kubectl apply -f -`).
-    Crd,
+    /// Print the CustomResourceDefinitions (Proxy, ProviderHealth) as YAML documents
+    /// (`... crd | kubectl apply -f -`), or write one file per CRD into a directory.
+    Crd {
+        /// Write `<plural>.<group>.yaml` files into this directory instead of printing.
+        #[arg(long, value_name = "DIR")]
+        write: Option<PathBuf>,
+    },
     /// Replay a recording through this build's core: print the timeline, then exit 0 when
     /// every decision is the same, 1 at the first divergence (shown), 2 when the file
     /// cannot be read. See docs/replay.md.
@@ -178,6 +183,13 @@ pub struct RunArgs {
     /// How long a proxy is not leased for a target after a `blocked` report, in seconds.
     #[arg(long, default_value_t = 1800)]
     pub blocked_cooldown_seconds: u64,
+    /// Seconds between two rounds of provider health checks (each provider's
+    /// `ProviderHealth`); the leader also checks at the start of its term.
+    #[arg(long, default_value_t = 60.0)]
+    pub provider_check_interval_seconds: f64,
+    /// Seconds one provider health check may take before it counts as failed.
+    #[arg(long, default_value_t = 10.0)]
+    pub provider_check_timeout_seconds: f64,
     /// Log line format (default: json, or text when standard output is a terminal). Inside a
     /// span, lines carry `trace_id`/`span_id`; spans go to OTLP/HTTP when
     /// `OTEL_EXPORTER_OTLP_ENDPOINT` is set.
@@ -219,6 +231,14 @@ impl RunArgs {
             format!("{}-{}", host.trim(), std::process::id())
         });
         Candidate::new(identity, timing).ok_or_else(|| anyhow!("--identity must not be empty"))
+    }
+
+    /// When and how long the provider health checks run (`--provider-check-*`).
+    pub fn provider_checks(&self) -> crate::provider_health::Schedule {
+        crate::provider_health::Schedule {
+            interval: seconds(self.provider_check_interval_seconds),
+            timeout: seconds(self.provider_check_timeout_seconds),
+        }
     }
 
     /// The requeue intervals handed to the core (`--*-poll-seconds`).

@@ -22,9 +22,22 @@ pub fn check_config(file: &Path) -> ExitCode {
     }
 }
 
-/// `crd`: the Proxy CustomResourceDefinition as YAML.
-pub fn crd() -> ExitCode {
-    print!("{}", proxy_crd::Proxy::crd_yaml());
+/// `crd [--write DIR]`: every CustomResourceDefinition as YAML documents on stdout, or one
+/// file per CRD in `DIR` (what `deploy/crds/` holds).
+pub fn crd(write: Option<&Path>) -> ExitCode {
+    let crds = proxy_crd::crds();
+    let Some(dir) = write else {
+        let documents: Vec<&str> = crds.iter().map(|(_, yaml)| yaml.as_str()).collect();
+        print!("{}", documents.join("---\n"));
+        return ExitCode::SUCCESS;
+    };
+    for (file, yaml) in &crds {
+        let path = dir.join(file);
+        if let Err(error) = std::fs::write(&path, yaml) {
+            eprintln!("{}: {error}", path.display());
+            return ExitCode::FAILURE;
+        }
+    }
     ExitCode::SUCCESS
 }
 

@@ -14,6 +14,7 @@ pub mod health;
 pub mod leadership;
 pub mod loops;
 pub mod metrics;
+pub mod provider_health;
 pub mod providers;
 pub mod recorder;
 pub mod server;

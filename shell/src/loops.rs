@@ -16,6 +16,7 @@
 //! 3. once the controller has stopped, the loops are aborted;
 //! 4. then the servers are awaited, and the process exits.
 
+use std::collections::BTreeMap;
 use std::future::Future;
 use std::sync::Arc;
 
@@ -29,6 +30,7 @@ use tokio::task::JoinSet;
 use crate::controller::{self, Context};
 use crate::discovery::{self, Discovery};
 use crate::gc::{CacheWatch, Collector, GcSettings};
+use crate::provider_health::{Monitor, Schedule};
 use crate::metrics::Metrics;
 use crate::server::{BearerToken, Settings};
 use crate::supervise::{self, Loop};
@@ -52,8 +54,21 @@ pub struct Parts {
     pub leases: kube::Api<Lease>,
     /// The leadership Lease's name.
     pub leadership_name: String,
+    /// Where and how the provider health monitor runs.
+    pub provider_checks: ProviderChecks,
     /// The two HTTP servers.
     pub servers: Servers,
+}
+
+/// Where and how the provider health monitor ([`crate::provider_health`]) runs.
+#[derive(Debug)]
+pub struct ProviderChecks {
+    /// The namespace of the `ProviderHealth` objects: the operator's own.
+    pub namespace: String,
+    /// The type of each configured provider, by name.
+    pub types: BTreeMap<String, &'static str>,
+    /// How often and how long.
+    pub schedule: Schedule,
 }
 
 /// The discovery API and the admin port, bound already.
@@ -80,6 +95,7 @@ pub async fn run(parts: Parts, stopping: watch::Receiver<bool>) -> anyhow::Resul
         max_concurrent_reconciles,
         leases,
         leadership_name,
+        provider_checks,
         servers,
     } = parts;
     let mut background = Background {
@@ -117,6 +133,17 @@ pub async fn run(parts: Parts, stopping: watch::Receiver<bool>) -> anyhow::Resul
     // The health engine probes what the cache holds and asks for a reconcile when a verdict
     // must be written; it never writes status itself.
     let (health_tx, mut health_rx) = tokio::sync::mpsc::channel(1024);
+    let monitor = Arc::new(Monitor {
+        ctx: ctx.clone(),
+        namespace: provider_checks.namespace,
+        types: provider_checks.types,
+        schedule: provider_checks.schedule,
+        proxies: store.clone(),
+        wake: health_tx.clone(),
+    });
+    background.spawn(Loop::ProviderHealth, move || {
+        crate::provider_health::run(monitor.clone())
+    });
     background.spawn(Loop::Health, {
         let (health, store, leadership) =
             (ctx.health.clone(), store.clone(), ctx.leadership.clone());

@@ -13,6 +13,6 @@ fn main() -> ExitCode {
         Command::Run(args) => wiring::run(*args),
         Command::CheckConfig { file } => commands::check_config(&file),
         Command::Replay { file, quiet } => commands::replay(&file, quiet),
-        Command::Crd => commands::crd(),
+        Command::Crd { write } => commands::crd(write.as_deref()),
     }
 }

@@ -126,6 +126,7 @@ pub struct Metrics {
     panics: Family<PanicLabels, Counter>,
     provider_in_flight: Family<ProviderName, Gauge>,
     provider_in_flight_max: Family<ProviderName, Gauge>,
+    provider_up: Family<ProviderName, Gauge>,
     gc_held_back: Family<ProviderName, Counter>,
     gc_kept: Family<KeptLabels, Gauge>,
     writes_dropped: Family<WriteLabels, Counter>,
@@ -208,6 +209,12 @@ impl Default for Metrics {
             "The most provider calls that ran at once since the start, by provider (bounded by --max-concurrent-reconciles, plus one for GC)",
             provider_in_flight_max.clone(),
         );
+        let provider_up = Family::<ProviderName, Gauge>::default();
+        registry.register(
+            "provider_up",
+            "1 when the provider passed its last health check, 0 when it failed, timed out or could not be started; absent for a provider without a check",
+            provider_up.clone(),
+        );
         let gc_held_back = Family::<ProviderName, Counter>::default();
         registry.register(
             "gc_held_back",
@@ -243,6 +250,7 @@ impl Default for Metrics {
             panics,
             provider_in_flight,
             provider_in_flight_max,
+            provider_up,
             gc_held_back,
             gc_kept,
             writes_dropped,
@@ -345,6 +353,22 @@ impl Metrics {
             .get_or_create(&labels)
             .inner()
             .fetch_max(now, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// The verdict of `provider`'s last health check: `None` removes the series (a provider
+    /// without a check).
+    pub fn provider_up(&self, provider: &str, up: Option<bool>) {
+        let labels = ProviderName {
+            provider: provider.to_owned(),
+        };
+        match up {
+            Some(up) => {
+                self.provider_up.get_or_create(&labels).set(i64::from(up));
+            }
+            None => {
+                self.provider_up.remove(&labels);
+            }
+        }
     }
 
     /// A provider call ended (returned, failed or was cancelled).

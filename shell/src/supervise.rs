@@ -44,16 +44,19 @@ pub enum Loop {
     DiscoverySync,
     /// The leadership rounds.
     Leadership,
+    /// The provider health checks.
+    ProviderHealth,
 }
 
 impl Loop {
     /// Every loop, so that each has a series from the start.
-    pub const ALL: [Self; 5] = [
+    pub const ALL: [Self; 6] = [
         Self::Reconcile,
         Self::Health,
         Self::Gc,
         Self::DiscoverySync,
         Self::Leadership,
+        Self::ProviderHealth,
     ];
 
     /// The metric label and the name in logs.
@@ -64,6 +67,7 @@ impl Loop {
             Self::Gc => "gc",
             Self::DiscoverySync => "discovery_sync",
             Self::Leadership => "leadership",
+            Self::ProviderHealth => "provider_health",
         }
     }
 }

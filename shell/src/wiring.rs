@@ -21,9 +21,10 @@ use crate::discovery::Discovery;
 use crate::health::HealthEngine;
 use crate::health::probe::Prober;
 use crate::leadership::Leadership;
-use crate::loops::{self, Parts, Servers};
+use crate::loops::{self, Parts, ProviderChecks, Servers};
 use crate::metrics::Metrics;
 use crate::providers::registry::Registry;
+use crate::providers::types::Env;
 use crate::recorder::Recorder;
 use crate::server::BearerToken;
 use crate::telemetry::{self, LogFormat};
@@ -85,9 +86,11 @@ async fn serve(args: RunArgs, config: ProvidersConfig) -> anyhow::Result<()> {
             .uid
             .unwrap_or_default(),
     };
-    let providers = Registry::build(&config, &client, &installation, &metrics)
-        .await
-        .map_err(|e| anyhow!("{}: {e}", args.providers_config.display()))?;
+    let env = Env {
+        client: client.clone(),
+        installation: installation.clone(),
+    };
+    let providers = Registry::build(&config, &env, &metrics).await;
     let gc = args.gc(&installation);
     let timing = args.timing();
     tracing::info!(providers = %config.summary(), namespace = ?args.namespace, identity = leadership.identity(), installation, "proxy-operator starting");
@@ -131,6 +134,15 @@ async fn serve(args: RunArgs, config: ProvidersConfig) -> anyhow::Result<()> {
         token: BearerToken::new(args.discovery_token.as_deref()),
         http: args.http(),
     };
+    let provider_checks = ProviderChecks {
+        namespace: args.leadership_namespace.clone(),
+        types: config
+            .providers
+            .iter()
+            .map(|p| (p.name.clone(), p.settings.type_name()))
+            .collect(),
+        schedule: args.provider_checks(),
+    };
     let parts = Parts {
         ctx,
         discovery,
@@ -138,6 +150,7 @@ async fn serve(args: RunArgs, config: ProvidersConfig) -> anyhow::Result<()> {
         gc,
         max_concurrent_reconciles: args.max_concurrent_reconciles,
         leases,
+        provider_checks,
         leadership_name: args.leadership_name,
         servers,
     };

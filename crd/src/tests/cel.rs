@@ -446,7 +446,7 @@ fn the_crd_carries_every_rule_and_no_other() {
     assert_eq!(found, want);
     // And the YAML written to deploy/crds/ carries as many.
     assert_eq!(
-        Proxy::crd_yaml().matches("rule: ").count(),
+        crate::crd_yaml::<Proxy>().matches("rule: ").count(),
         rules::ALL.len()
     );
 }

@@ -177,7 +177,7 @@ impl KvmHost {
 }
 
 /// Every problem of a `kvm` block at `at` (e.g. `providers[2].kvm`).
-pub(super) fn validate(kvm: &KvmSettings, at: &str, problem: &mut impl FnMut(String, String)) {
+pub(crate) fn validate(kvm: &KvmSettings, at: &str, problem: &mut impl FnMut(String, String)) {
     if kvm.hosts.is_empty() {
         problem(
             format!("{at}.hosts"),

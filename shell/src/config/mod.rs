@@ -9,7 +9,7 @@
 //! ```yaml
 //! providers:
 //!   - name: pods            # DNS-1123 label, unique
-//!     type: kubernetes      # kubernetes | gcp | kvm
+//!     type: kubernetes      # kubernetes | gcp | kvm (`providers::types`)
 //!     kubernetes: {}        # the block named after the type, and no other
 //! ```
 
@@ -23,6 +23,9 @@ mod kvm;
 pub use kvm::{
     Accelerator, AddressSource, DirectBoot, HostPortPool, KvmHost, KvmSettings, StaticPool,
 };
+pub(crate) use kvm::validate as validate_kvm;
+
+pub use crate::providers::types::ProviderSettings;
 
 /// The squid image the kubernetes provider runs when the config does not name one. Pinned to
 /// a tag so that an image update never replaces the fleet by surprise.
@@ -36,9 +39,6 @@ pub const DEFAULT_ALLOWED_SOURCE_CIDRS: [&str; 4] = [
     "192.168.0.0/16",
     "127.0.0.0/8",
 ];
-
-/// The provider types this operator knows.
-pub const PROVIDER_TYPES: [&str; 3] = ["kubernetes", "gcp", "kvm"];
 
 /// A validated providers config.
 #[derive(Debug, Clone, PartialEq)]
@@ -54,28 +54,6 @@ pub struct Provider {
     pub name: String,
     /// Type-specific settings.
     pub settings: ProviderSettings,
-}
-
-/// Type-specific settings of a provider.
-#[derive(Debug, Clone, PartialEq)]
-pub enum ProviderSettings {
-    /// One Pod running squid per proxy, in the Proxy's namespace.
-    Kubernetes(KubernetesSettings),
-    /// One Compute Engine VM per proxy.
-    Gcp(GcpSettings),
-    /// One libvirt domain per proxy.
-    Kvm(KvmSettings),
-}
-
-impl ProviderSettings {
-    /// The `type` word of these settings in the config file.
-    pub fn type_name(&self) -> &'static str {
-        match self {
-            Self::Kubernetes(_) => "kubernetes",
-            Self::Gcp(_) => "gcp",
-            Self::Kvm(_) => "kvm",
-        }
-    }
 }
 
 /// Settings of the `kubernetes` provider.
@@ -228,16 +206,16 @@ struct RawConfig {
     providers: Vec<RawProvider>,
 }
 
+/// One entry as written: its name, its type and its blocks (only the type's own block
+/// belongs; [`ProviderSettings::parse`] reads it).
 #[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
 struct RawProvider {
     #[serde(default)]
     name: String,
     #[serde(default, rename = "type")]
     type_: String,
-    kubernetes: Option<KubernetesSettings>,
-    gcp: Option<GcpSettings>,
-    kvm: Option<KvmSettings>,
+    #[serde(flatten)]
+    blocks: std::collections::BTreeMap<String, serde_json::Value>,
 }
 
 impl ProvidersConfig {
@@ -327,62 +305,56 @@ fn validate(raw: RawConfig) -> Result<ProvidersConfig, Vec<Problem>> {
                 format!("duplicate provider name {:?}", entry.name),
             );
         }
-        let blocks = [
-            ("kubernetes", entry.kubernetes.is_some()),
-            ("gcp", entry.gcp.is_some()),
-            ("kvm", entry.kvm.is_some()),
-        ];
-        for (block, present) in blocks {
-            if present && block != entry.type_ {
+        let mut blocks = entry.blocks;
+        let block = blocks.remove(&entry.type_);
+        for key in blocks.keys() {
+            let message = if ProviderSettings::NAMES.contains(&key.as_str()) {
+                format!(
+                    "a {key:?} block does not belong to a provider of type {:?}",
+                    entry.type_
+                )
+            } else {
+                format!(
+                    "unknown field `{key}`, expected `name`, `type` or the block named after \
+                     the type ({})",
+                    ProviderSettings::NAMES.join(", ")
+                )
+            };
+            problem(format!("{at}.{key}"), message);
+        }
+        let Some(block) = block.filter(|_| ProviderSettings::NAMES.contains(&entry.type_.as_str()))
+        else {
+            if ProviderSettings::NAMES.contains(&entry.type_.as_str()) {
                 problem(
-                    format!("{at}.{block}"),
+                    format!("{at}.{}", entry.type_),
                     format!(
-                        "a {block:?} block does not belong to a provider of type {:?}",
+                        "a provider of type {0:?} needs a {0:?} block (it may be empty: {0}: {{}})",
                         entry.type_
                     ),
                 );
-            }
-        }
-        let settings = match entry.type_.as_str() {
-            "kubernetes" => entry.kubernetes.map(ProviderSettings::Kubernetes),
-            "gcp" => entry.gcp.map(ProviderSettings::Gcp),
-            "kvm" => entry.kvm.map(ProviderSettings::Kvm),
-            unknown => {
+            } else {
                 problem(
                     format!("{at}.type"),
                     format!(
-                        "unknown provider type {unknown:?} (known: {})",
-                        PROVIDER_TYPES.join(", ")
+                        "unknown provider type {:?} (known: {})",
+                        entry.type_,
+                        ProviderSettings::NAMES.join(", ")
                     ),
                 );
-                continue;
             }
-        };
-        let Some(settings) = settings else {
-            problem(
-                format!("{at}.{}", entry.type_),
-                format!(
-                    "a provider of type {0:?} needs a {0:?} block (it may be empty: {0}: {{}})",
-                    entry.type_
-                ),
-            );
             continue;
         };
-        match &settings {
-            ProviderSettings::Gcp(gcp) => {
-                for (path, message) in gcp_problems(gcp) {
-                    problem(format!("{at}.gcp.{path}"), message);
+        let at = format!("{at}.{}", entry.type_);
+        let settings = match ProviderSettings::parse(&entry.type_, block, &at) {
+            Some(Ok(settings)) => settings,
+            Some(Err(found)) => {
+                for Problem { path, message } in found {
+                    problem(path, message);
                 }
+                continue;
             }
-            ProviderSettings::Kvm(settings) => {
-                kvm::validate(settings, &format!("{at}.kvm"), &mut problem);
-            }
-            ProviderSettings::Kubernetes(k) => {
-                for (path, message) in cidr_problems(&k.allowed_source_cidrs) {
-                    problem(format!("{at}.kubernetes.{path}"), message);
-                }
-            }
-        }
+            None => continue,
+        };
         providers.push(Provider {
             name: entry.name,
             settings,
@@ -396,7 +368,7 @@ fn validate(raw: RawConfig) -> Result<ProvidersConfig, Vec<Problem>> {
 }
 
 /// The problems of a gcp block, as (path below `gcp.`, message).
-fn gcp_problems(gcp: &GcpSettings) -> Vec<(String, String)> {
+pub(crate) fn gcp_problems(gcp: &GcpSettings) -> Vec<(String, String)> {
     let mut problems = Vec::new();
     if gcp.project.is_empty() {
         problems.push((
@@ -476,7 +448,7 @@ fn gcp_problems(gcp: &GcpSettings) -> Vec<(String, String)> {
 
 /// The problems of a list of source ranges, as (path, message): each must be a CIDR, and
 /// none may let the whole internet in.
-pub(super) fn cidr_problems(cidrs: &[String]) -> Vec<(String, String)> {
+pub(crate) fn cidr_problems(cidrs: &[String]) -> Vec<(String, String)> {
     let mut problems = Vec::new();
     for (j, cidr) in cidrs.iter().enumerate() {
         let path = format!("allowedSourceCIDRs[{j}]");

@@ -33,6 +33,7 @@ use crate::gate::Gate;
 use crate::health::HealthEngine;
 use crate::leadership::Leadership;
 use crate::metrics::Metrics;
+use crate::provider_health::Board;
 use crate::providers::registry::Registry;
 use crate::recorder::Recorder;
 use crate::supervise::{self, Loop, Panicked};
@@ -58,7 +59,9 @@ pub struct Context {
     pub recorder: Arc<Recorder>,
     /// The leader gate every write passes.
     pub gate: Gate,
-    events: EventRecorder,
+    /// Which providers failed their last health check, for the observations.
+    pub provider_health: Board,
+    pub(crate) events: EventRecorder,
     // Consecutive failed reconciles per object, which the core's driver turns into a
     // backoff ([`Followup`]); an object without an entry has none.
     failures: Mutex<BTreeMap<ProxyKey, u32>>,
@@ -132,6 +135,7 @@ impl Context {
             leadership,
             recorder,
             gate,
+            provider_health: Board::default(),
             events,
             failures: Mutex::default(),
         }

@@ -75,6 +75,7 @@ pub async fn observe(proxy: &Proxy, failures: u32, ctx: &Context) -> Result<Obse
         },
         cloud_init: resolve_cloud_init(proxy, &ctx.client).await?,
         provider_configured: provider.is_some(),
+        provider_down: ctx.provider_health.down(&proxy.spec),
         instance,
         outcome: None,
         health: ctx.health.reported(proxy),

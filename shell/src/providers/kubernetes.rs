@@ -7,12 +7,14 @@
 use async_trait::async_trait;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::Resource;
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use proxy_core::gc::Listed;
 use proxy_core::{CreateRequest, InstanceState, ProviderError};
+use proxy_crd::Proxy;
 use serde_json::json;
 
-use super::{Provider, labels, squid};
+use super::{Checked, Provider, labels, squid};
 use crate::config::KubernetesSettings;
 
 /// Creates squid Pods through the Kubernetes API.
@@ -43,7 +45,11 @@ impl KubernetesProvider {
     }
 }
 
-/// The Pod for one proxy.
+/// The Pod for one proxy. It is owned by its Proxy (a controller reference, without
+/// `blockOwnerDeletion`, which would need delete rights on Proxies' finalizers): Kubernetes'
+/// garbage collector deletes it if the Proxy ever goes without the operator's finalizer
+/// having run, and `kubectl` tree views show it under the Proxy. The operator's own
+/// deletion and orphan GC do not depend on it.
 pub fn pod(request: &CreateRequest, settings: &KubernetesSettings, installation: &str) -> Pod {
     let image = request
         .placement
@@ -61,6 +67,13 @@ pub fn pod(request: &CreateRequest, settings: &KubernetesSettings, installation:
                 labels::PROXY_UID: request.uid,
                 labels::PROXY_NAME: request.name,
             },
+            "ownerReferences": [{
+                "apiVersion": Proxy::api_version(&()),
+                "kind": Proxy::kind(&()),
+                "name": request.name,
+                "uid": request.uid,
+                "controller": true,
+            }],
         },
         "spec": {
             "restartPolicy": "Always",
@@ -185,6 +198,11 @@ impl Provider for KubernetesProvider {
             .map_err(classify)?;
         Ok(list.items.into_iter().map(listed).collect())
     }
+
+    /// Lists the managed Pods: the API server answers and the operator may list Pods.
+    async fn check(&self) -> Checked {
+        Checked::of_listing(self.list_by_tag().await, &self.installation)
+    }
 }
 
 #[cfg(test)]
@@ -218,6 +236,16 @@ mod tests {
         assert_eq!(labels[labels::MANAGED], "true");
         assert_eq!(labels[labels::PROXY_UID], "uid-1");
         assert_eq!(labels[labels::INSTALLATION], "install-1");
+        let owners = pod.metadata.owner_references.clone().unwrap_or_default();
+        assert_eq!(owners.len(), 1, "{owners:?}");
+        let owner = &owners[0];
+        assert_eq!(
+            (owner.api_version.as_str(), owner.kind.as_str()),
+            ("crawl.example.com/v1alpha1", "Proxy")
+        );
+        assert_eq!((owner.name.as_str(), owner.uid.as_str()), ("p1", "uid-1"));
+        assert_eq!(owner.controller, Some(true));
+        assert_eq!(owner.block_owner_deletion, None);
         let container = &pod.spec.unwrap().containers[0];
         assert_eq!(
             container.image.as_deref(),

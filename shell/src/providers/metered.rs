@@ -12,7 +12,7 @@ use proxy_core::gc::Listed;
 use proxy_core::{CreateRequest, InstanceState, ProviderError, ProxyKey};
 use tracing::Instrument;
 
-use super::Provider;
+use super::{Checked, Provider};
 use crate::metrics::Metrics;
 
 /// A provider with metrics and tracing around every call.
@@ -98,5 +98,19 @@ impl Provider for Metered {
         drop(in_flight);
         self.count("list", &result);
         result
+    }
+
+    async fn check(&self) -> Checked {
+        let span = tracing::info_span!("provider", provider = %self.name, op = "check");
+        let in_flight = self.in_flight();
+        let checked = self.inner.check().instrument(span).await;
+        drop(in_flight);
+        let result = match &checked {
+            Checked::Failed(error) => Err(error.clone()),
+            Checked::NotStarted(why) => Err(ProviderError::transient(why.clone())),
+            Checked::Passed { .. } | Checked::Unsupported => Ok(()),
+        };
+        self.count("check", &result);
+        checked
     }
 }

@@ -11,7 +11,11 @@
 //!   identity), set at creation, so that orphan GC can find it and knows whose it is;
 //! - errors are classified ([`ErrorClass`]): unclassified failures are transient, because
 //!   retrying is always safer than latching a Proxy as Failed;
-//! - all methods are safe to call concurrently.
+//! - all methods are safe to call concurrently;
+//! - `check`, when a provider has one, is cheap (one authenticated call, or one per host)
+//!   and proves that creates can work: the endpoint answers and the credentials are accepted.
+//!
+//! The whole contract, with the rules the callers rely on, is `docs/providers.md`.
 //!
 //! The trait speaks the core's types: `get` answers a [`proxy_core::InstanceState`], which
 //! becomes the observation's `InstanceView` as it is, and `list_by_tag` answers the
@@ -24,6 +28,8 @@ pub mod kvm;
 pub mod metered;
 pub mod registry;
 pub mod squid;
+pub mod types;
+pub mod unstarted;
 
 use async_trait::async_trait;
 use proxy_core::gc::Listed;
@@ -53,4 +59,47 @@ pub trait Provider: Send + Sync + std::fmt::Debug {
     async fn delete(&self, provider_id: &str) -> Result<(), ProviderError>;
     /// Every instance carrying the managed label.
     async fn list_by_tag(&self) -> Result<Vec<Listed>, ProviderError>;
+    /// Whether the provider can serve now (see [`Checked`]); the provider health monitor
+    /// calls it at start and then every `--provider-check-interval-seconds`, under a
+    /// timeout. A provider without a check keeps this default.
+    async fn check(&self) -> Checked {
+        Checked::Unsupported
+    }
+}
+
+/// What a provider's [`Provider::check`] found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Checked {
+    /// It answered.
+    Passed {
+        /// How many instances of this installation it holds, when the check counts them.
+        instances: Option<u64>,
+    },
+    /// It answered with an error, or could not be reached.
+    Failed(ProviderError),
+    /// It could not be started: why.
+    NotStarted(String),
+    /// It has no check.
+    Unsupported,
+}
+
+impl Checked {
+    /// The check that lists the managed instances: it passes when the list works, and
+    /// counts the instances of `installation` among them.
+    pub fn of_listing(listed: Result<Vec<Listed>, ProviderError>, installation: &str) -> Self {
+        match listed {
+            Ok(listed) => Self::Passed {
+                instances: Some(
+                    listed
+                        .iter()
+                        .filter(|l| {
+                            l.labels.get(labels::INSTALLATION).map(String::as_str)
+                                == Some(installation)
+                        })
+                        .count() as u64,
+                ),
+            },
+            Err(error) => Self::Failed(error),
+        }
+    }
 }

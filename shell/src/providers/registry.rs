@@ -4,10 +4,10 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use super::Provider;
-use super::gcp::GcpProvider;
-use super::kubernetes::KubernetesProvider;
 use super::metered::Metered;
-use crate::config::{ProviderSettings, ProvidersConfig};
+use super::types::Env;
+use super::unstarted::Unstarted;
+use crate::config::ProvidersConfig;
 use crate::metrics::Metrics;
 
 /// The configured providers, by name.
@@ -16,79 +16,25 @@ pub struct Registry {
     providers: BTreeMap<String, Arc<dyn Provider>>,
 }
 
-/// Why a provider could not be built.
-#[derive(Debug, thiserror::Error)]
-pub enum BuildError {
-    /// This build has no code for the provider's type: only kvm can be left out (a cargo
-    /// feature, because it links libvirt).
-    #[error(
-        "providers[{index}] ({name:?}): type {type_name} is not available in this build: \
-         build proxy-operator with `--features {type_name}` (it links libvirt)"
-    )]
-    Unsupported {
-        /// The entry's position in the config.
-        index: usize,
-        /// The entry's name.
-        name: String,
-        /// Its type.
-        type_name: &'static str,
-    },
-    /// The gcp provider refused to start.
-    #[error("providers[{index}] ({name:?}): {error}")]
-    Gcp {
-        /// The entry's position in the config.
-        index: usize,
-        /// The entry's name.
-        name: String,
-        /// Why.
-        error: super::gcp::StartError,
-    },
-}
-
 impl Registry {
-    /// Builds every provider of `config`. A provider type this build cannot serve is an error
-    /// at start, never a Proxy stuck later.
-    pub async fn build(
-        config: &ProvidersConfig,
-        client: &kube::Client,
-        installation: &str,
-        metrics: &Arc<Metrics>,
-    ) -> Result<Self, BuildError> {
+    /// Starts every provider of `config` ([`super::types::ProviderSettings::start`]). One
+    /// that cannot start (no credentials, a type this build lacks) does not stop the
+    /// operator: it is kept [`Unstarted`], its `ProviderHealth` says why, and each health
+    /// check tries again.
+    pub async fn build(config: &ProvidersConfig, env: &Env, metrics: &Arc<Metrics>) -> Self {
         let mut providers: BTreeMap<String, Arc<dyn Provider>> = BTreeMap::new();
-        for (index, entry) in config.providers.iter().enumerate() {
-            let provider: Arc<dyn Provider> = match &entry.settings {
-                ProviderSettings::Kubernetes(settings) => Arc::new(KubernetesProvider::new(
-                    client.clone(),
-                    settings.clone(),
-                    installation.to_owned(),
-                )),
-                ProviderSettings::Gcp(settings) => Arc::new(
-                    GcpProvider::start(settings.clone(), installation.to_owned())
-                        .await
-                        .map_err(|error| BuildError::Gcp {
-                            index,
-                            name: entry.name.clone(),
-                            error,
-                        })?,
-                ),
-                #[cfg(feature = "kvm")]
-                ProviderSettings::Kvm(settings) => Arc::new(super::kvm::KvmProvider::new(
-                    settings.clone(),
-                    installation.to_owned(),
-                )),
-                #[cfg(not(feature = "kvm"))]
-                ProviderSettings::Kvm(_) => {
-                    return Err(BuildError::Unsupported {
-                        index,
-                        name: entry.name.clone(),
-                        type_name: "kvm",
-                    });
+        for entry in &config.providers {
+            let provider = match entry.settings.start(env).await {
+                Ok(provider) => provider,
+                Err(why) => {
+                    tracing::error!(provider = %entry.name, r#type = entry.settings.type_name(), %why, "provider could not be started: its ProviderHealth shows why, and each check tries again");
+                    Arc::new(Unstarted::new(entry.settings.clone(), env.clone(), why))
                 }
             };
             let metered = Metered::new(entry.name.clone(), provider, metrics.clone());
             providers.insert(entry.name.clone(), Arc::new(metered));
         }
-        Ok(Self { providers })
+        Self { providers }
     }
 
     /// Every provider with its name, in name order.

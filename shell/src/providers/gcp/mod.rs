@@ -51,7 +51,7 @@ use proxy_core::{CreateRequest, InstanceState, ProviderError};
 use sha2::{Digest, Sha256};
 
 use self::id::InstanceId;
-use super::Provider;
+use super::{Checked, Provider};
 use crate::config::{GcpCredentials, GcpSettings};
 
 /// Why the gcp provider could not start.
@@ -354,6 +354,16 @@ impl Provider for GcpProvider {
                 self.list_configured_zones().await
             }
         }
+    }
+
+    /// One `aggregatedList` of the managed VMs: the API answers and the credentials may list
+    /// instances in the project. No per-zone fallback: a check says whether the call works.
+    async fn check(&self) -> Checked {
+        let listed = self
+            .list_everywhere(&labels::managed_filter())
+            .await
+            .map(|vms| vms.into_iter().map(state::listed).collect());
+        Checked::of_listing(listed, &self.installation)
     }
 }
 

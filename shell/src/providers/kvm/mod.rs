@@ -36,7 +36,7 @@ use self::hosts::Host;
 use self::metadata::Metadata;
 use self::seed::Seed;
 use self::state::Phase;
-use super::{Provider, labels, squid};
+use super::{Checked, Provider, labels, squid};
 use crate::config::{AddressSource, KvmSettings};
 
 /// Writes bytes into a storage volume. The provider uploads through a libvirt stream
@@ -597,5 +597,10 @@ impl Provider for KvmProvider {
             all.extend(blocking(host, listed).await?);
         }
         Ok(all)
+    }
+
+    /// Lists the domains of every host: each host answers (an error names the host).
+    async fn check(&self) -> Checked {
+        Checked::of_listing(self.list_by_tag().await, &self.installation)
     }
 }

@@ -1,0 +1,357 @@
+//! What a provider health check means: the `ProviderHealth` status the monitor writes, the
+//! Event it emits when the verdict flips, and what an unhealthy provider means for the
+//! Proxies that use it.
+//!
+//! The shell's monitor runs each provider's check (under a timeout) and hands the result to
+//! [`assess`]; everything it writes, emits and exports comes from the [`Assessment`].
+//!
+//! For Proxies, a failed check means *new machines wait* ([`ProviderDown`], which
+//! [`decide`](fn@crate::decide) reads): a create would most likely fail too, and a
+//! replacement would delete a machine that serves before its successor can be created. What
+//! exists goes on being observed, probed and leased, and deletions go ahead (they are
+//! retried anyway, and a deletion never waits for anything). One failed check is enough:
+//! checks are a minute apart, and a create against a provider that is down fails anyway, so
+//! waiting for a second one would only delay the explanation.
+
+use std::time::Duration;
+
+use jiff::Timestamp;
+use proxy_crd::provider_health::HEALTHY;
+use proxy_crd::{Condition, ProviderHealthStatus};
+use serde::{Deserialize, Serialize};
+
+use crate::action::{Event, EventType};
+use crate::conditions::{FALSE, TRUE, UNKNOWN, format_time};
+use crate::error::ProviderError;
+
+/// What one check of a provider gave.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Check {
+    /// The provider answered: it is reachable and its credentials are accepted.
+    Passed {
+        /// How long the check took.
+        latency: Duration,
+        /// How many instances of this installation it holds, when the check counts them.
+        instances: Option<u64>,
+    },
+    /// The provider answered with an error, or could not be reached.
+    Failed {
+        /// How long the check took.
+        latency: Duration,
+        /// Why.
+        error: ProviderError,
+    },
+    /// The provider did not answer within the check's timeout.
+    TimedOut {
+        /// The timeout.
+        after: Duration,
+    },
+    /// The provider could not be started (for example: no credentials were found); it is
+    /// tried again at every check.
+    NotStarted {
+        /// Why.
+        message: String,
+    },
+    /// The provider has no check.
+    Unsupported,
+}
+
+/// A provider whose last check failed: the Proxies that use it create nothing until a check
+/// passes. Part of the [`Observed`](crate::Observed) of each such Proxy.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ProviderDown {
+    /// What the failed check said, for the Proxy's `Provisioned` condition.
+    pub message: String,
+}
+
+/// What the monitor does with one check's result.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Assessment {
+    /// The `ProviderHealth` status to write.
+    pub status: ProviderHealthStatus,
+    /// The Event to emit on the `ProviderHealth` object: one on every change of the
+    /// `Healthy` condition's status (a new message alone is no flip).
+    pub event: Option<Event>,
+    /// `proxy_operator_provider_up`: 1 when the check passed, 0 when it failed, absent when
+    /// the provider has no check.
+    pub up: Option<bool>,
+    /// What the Proxies that use this provider are told, while it is down.
+    pub down: Option<ProviderDown>,
+    /// Whether the provider just came back: the Proxies waiting on it are reconciled now
+    /// instead of at their next poll.
+    pub recovered: bool,
+}
+
+/// The condition reasons of a `ProviderHealth`.
+pub mod reasons {
+    /// The last check passed.
+    pub const CHECK_PASSED: &str = "CheckPassed";
+    /// The last check failed.
+    pub const CHECK_FAILED: &str = "CheckFailed";
+    /// The last check timed out.
+    pub const CHECK_TIMED_OUT: &str = "CheckTimedOut";
+    /// The provider could not be started.
+    pub const NOT_STARTED: &str = "NotStarted";
+    /// The provider has no check.
+    pub const NO_CHECK: &str = "NoCheck";
+}
+
+/// The assessment of `check`, a check of provider `provider` that ran at `now`, given the
+/// status the `ProviderHealth` object had (default when it had none).
+pub fn assess(
+    provider: &str,
+    previous: &ProviderHealthStatus,
+    check: &Check,
+    now: Timestamp,
+) -> Assessment {
+    let (status, reason, message, latency) = match check {
+        Check::Passed { latency, .. } => (
+            TRUE,
+            reasons::CHECK_PASSED,
+            format!("provider {provider} answered its check"),
+            Some(*latency),
+        ),
+        Check::Failed { latency, error } => (
+            FALSE,
+            reasons::CHECK_FAILED,
+            format!("provider {provider} failed its check: {}", error.message),
+            Some(*latency),
+        ),
+        Check::TimedOut { after } => (
+            FALSE,
+            reasons::CHECK_TIMED_OUT,
+            format!(
+                "provider {provider} did not answer its check within {}",
+                friendly(*after)
+            ),
+            Some(*after),
+        ),
+        Check::NotStarted { message } => (
+            FALSE,
+            reasons::NOT_STARTED,
+            format!("provider {provider} could not be started: {message}"),
+            None,
+        ),
+        Check::Unsupported => (
+            UNKNOWN,
+            reasons::NO_CHECK,
+            format!("provider {provider} has no health check"),
+            None,
+        ),
+    };
+    let was = previous.conditions.iter().find(|c| c.type_ == HEALTHY);
+    let flipped = was.is_none_or(|c| c.status != status);
+    let condition = Condition {
+        type_: HEALTHY.to_owned(),
+        status: status.to_owned(),
+        reason: reason.to_owned(),
+        message: message.clone(),
+        observed_generation: None,
+        last_transition_time: match was {
+            Some(c) if !flipped => c.last_transition_time.clone(),
+            _ => format_time(now),
+        },
+    };
+    let instances = match check {
+        Check::Passed {
+            instances: Some(n), ..
+        } => Some(i64::try_from(*n).unwrap_or(i64::MAX)),
+        // A failed check counted nothing: keep the last count rather than claim zero.
+        _ => previous.instances,
+    };
+    let event = flipped.then(|| Event {
+        type_: if status == FALSE {
+            EventType::Warning
+        } else {
+            EventType::Normal
+        },
+        reason: match status {
+            TRUE => "ProviderHealthy",
+            FALSE => "ProviderUnhealthy",
+            _ => "ProviderUnchecked",
+        }
+        .to_owned(),
+        message: message.clone(),
+    });
+    let was_down = was.is_some_and(|c| c.status == FALSE);
+    Assessment {
+        status: ProviderHealthStatus {
+            conditions: vec![condition],
+            last_check_time: Some(format_time(now)),
+            latency_ms: latency.map(|l| i64::try_from(l.as_millis()).unwrap_or(i64::MAX)),
+            instances,
+        },
+        event,
+        up: match status {
+            TRUE => Some(true),
+            FALSE => Some(false),
+            _ => None,
+        },
+        down: (status == FALSE).then_some(ProviderDown { message }),
+        recovered: was_down && status != FALSE,
+    }
+}
+
+/// A duration for messages: `10s`.
+fn friendly(duration: Duration) -> String {
+    jiff::fmt::friendly::SpanPrinter::new().unsigned_duration_to_string(&duration)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::error::ErrorClass;
+
+    fn at(seconds: i64) -> Timestamp {
+        Timestamp::from_second(1_800_000_000 + seconds).unwrap_or(Timestamp::UNIX_EPOCH)
+    }
+
+    fn passed(instances: u64) -> Check {
+        Check::Passed {
+            latency: Duration::from_millis(42),
+            instances: Some(instances),
+        }
+    }
+
+    fn failed(message: &str) -> Check {
+        Check::Failed {
+            latency: Duration::from_millis(7),
+            error: ProviderError {
+                class: ErrorClass::Transient,
+                message: message.to_owned(),
+            },
+        }
+    }
+
+    fn healthy(status: &ProviderHealthStatus) -> (&str, &str, &str) {
+        let c = &status.conditions[0];
+        (c.status.as_str(), c.reason.as_str(), c.message.as_str())
+    }
+
+    #[test]
+    fn each_check_result_has_its_condition_metric_and_proxy_verdict() {
+        let none = ProviderHealthStatus::default();
+        let cases: [(Check, &str, &str, Option<bool>, bool); 5] = [
+            (passed(3), TRUE, reasons::CHECK_PASSED, Some(true), false),
+            (failed("boom"), FALSE, reasons::CHECK_FAILED, Some(false), true),
+            (
+                Check::TimedOut {
+                    after: Duration::from_secs(10),
+                },
+                FALSE,
+                reasons::CHECK_TIMED_OUT,
+                Some(false),
+                true,
+            ),
+            (
+                Check::NotStarted {
+                    message: "no credentials".into(),
+                },
+                FALSE,
+                reasons::NOT_STARTED,
+                Some(false),
+                true,
+            ),
+            (Check::Unsupported, UNKNOWN, reasons::NO_CHECK, None, false),
+        ];
+        for (check, status, reason, up, down) in cases {
+            let a = assess("gcp-eu", &none, &check, at(0));
+            assert_eq!(healthy(&a.status).0, status, "{check:?}");
+            assert_eq!(healthy(&a.status).1, reason, "{check:?}");
+            assert_eq!(a.up, up, "{check:?}");
+            assert_eq!(a.down.is_some(), down, "{check:?}");
+            assert_eq!(a.status.last_check_time.as_deref(), Some("2027-01-15T08:00:00Z"));
+        }
+    }
+
+    #[test]
+    fn messages_name_the_provider_and_the_cause() {
+        let none = ProviderHealthStatus::default();
+        let a = assess("gcp-eu", &none, &failed("403 permission denied"), at(0));
+        assert_eq!(
+            healthy(&a.status).2,
+            "provider gcp-eu failed its check: 403 permission denied"
+        );
+        assert_eq!(
+            a.down.map(|d| d.message).as_deref(),
+            Some("provider gcp-eu failed its check: 403 permission denied")
+        );
+        let t = assess(
+            "kvm",
+            &none,
+            &Check::TimedOut {
+                after: Duration::from_secs(10),
+            },
+            at(0),
+        );
+        assert_eq!(
+            healthy(&t.status).2,
+            "provider kvm did not answer its check within 10s"
+        );
+        assert_eq!(t.status.latency_ms, Some(10_000));
+    }
+
+    #[test]
+    fn an_event_on_every_flip_and_none_while_it_holds() {
+        let none = ProviderHealthStatus::default();
+        let first = assess("p", &none, &passed(1), at(0));
+        let event = first.event.clone().map(|e| (e.type_, e.reason));
+        assert_eq!(event, Some((EventType::Normal, "ProviderHealthy".into())));
+        let same = assess("p", &first.status, &passed(2), at(60));
+        assert_eq!(same.event, None, "a check that changes nothing emits nothing");
+        let down = assess("p", &same.status, &failed("refused"), at(120));
+        let event = down.event.clone().map(|e| (e.type_, e.reason));
+        assert_eq!(event, Some((EventType::Warning, "ProviderUnhealthy".into())));
+        let still = assess("p", &down.status, &failed("another message"), at(180));
+        assert_eq!(still.event, None, "a new message alone is no flip");
+        let back = assess("p", &still.status, &passed(2), at(240));
+        assert_eq!(back.event.map(|e| e.reason).as_deref(), Some("ProviderHealthy"));
+    }
+
+    #[test]
+    fn the_transition_time_moves_only_on_a_flip() {
+        let none = ProviderHealthStatus::default();
+        let first = assess("p", &none, &failed("a"), at(0));
+        let later = assess("p", &first.status, &failed("b"), at(60));
+        assert_eq!(
+            later.status.conditions[0].last_transition_time,
+            first.status.conditions[0].last_transition_time
+        );
+        let back = assess("p", &later.status, &passed(0), at(120));
+        assert_eq!(
+            back.status.conditions[0].last_transition_time,
+            format_time(at(120))
+        );
+    }
+
+    #[test]
+    fn recovery_is_reported_once_when_a_down_provider_comes_back() {
+        let none = ProviderHealthStatus::default();
+        assert!(!assess("p", &none, &passed(0), at(0)).recovered);
+        let down = assess("p", &none, &failed("x"), at(0));
+        assert!(!down.recovered);
+        let back = assess("p", &down.status, &passed(0), at(60));
+        assert!(back.recovered);
+        assert!(!assess("p", &back.status, &passed(0), at(120)).recovered);
+    }
+
+    #[test]
+    fn a_failed_check_keeps_the_last_instance_count() {
+        let none = ProviderHealthStatus::default();
+        let counted = assess("p", &none, &passed(7), at(0));
+        assert_eq!(counted.status.instances, Some(7));
+        let failed = assess("p", &counted.status, &failed("x"), at(60));
+        assert_eq!(failed.status.instances, Some(7));
+        let uncounted = Check::Passed {
+            latency: Duration::ZERO,
+            instances: None,
+        };
+        assert_eq!(
+            assess("p", &failed.status, &uncounted, at(120))
+                .status
+                .instances,
+            Some(7)
+        );
+    }
+}

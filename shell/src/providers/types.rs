@@ -1,0 +1,276 @@
+//! The provider types: the one list of them.
+//!
+//! Everything the operator knows about a type is here, in one match per question: the
+//! `type` word and settings block of the providers config ([`ProviderSettings::parse`]), the
+//! checks of that block, the constructor ([`ProviderSettings::start`]) and the RBAC rules the
+//! operator needs for it ([`ProviderSettings::rbac`]). Adding a type is a variant of
+//! [`ProviderSettings`], its name in [`ProviderSettings::NAMES`], and an arm in each match
+//! below (the compiler finds every one of them); the type's own code lives in its module
+//! under `providers/` and its settings in `config/`. `docs/providers.md` is the checklist.
+
+use std::sync::Arc;
+
+use futures::future::BoxFuture;
+use serde::de::DeserializeOwned;
+
+use super::Provider;
+use super::gcp::GcpProvider;
+use super::kubernetes::KubernetesProvider;
+use crate::config::{self, GcpSettings, KubernetesSettings, KvmSettings, Problem};
+
+/// The settings of one configured provider, by type.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ProviderSettings {
+    /// One Pod running squid per proxy, in the Proxy's namespace.
+    Kubernetes(KubernetesSettings),
+    /// One Compute Engine VM per proxy.
+    Gcp(GcpSettings),
+    /// One libvirt domain per proxy.
+    Kvm(KvmSettings),
+}
+
+/// What starting a provider may use.
+#[derive(Clone)]
+pub struct Env {
+    /// The operator's API client (the kubernetes provider's Pods).
+    pub client: kube::Client,
+    /// This installation's identity, which every instance is labelled with.
+    pub installation: String,
+}
+
+impl std::fmt::Debug for Env {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Env")
+            .field("installation", &self.installation)
+            .finish_non_exhaustive()
+    }
+}
+
+/// One RBAC rule, as in a ClusterRole.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Rule {
+    /// `apiGroups`.
+    pub api_groups: &'static [&'static str],
+    /// `resources`.
+    pub resources: &'static [&'static str],
+    /// `verbs`.
+    pub verbs: &'static [&'static str],
+    /// `resourceNames`; empty for every object of those resources.
+    pub resource_names: &'static [&'static str],
+    /// Why the operator needs it.
+    pub why: &'static str,
+}
+
+impl ProviderSettings {
+    /// Every type, as the config's `type` names it.
+    pub const NAMES: [&'static str; 3] = ["kubernetes", "gcp", "kvm"];
+
+    /// The `type` word of these settings in the config file (also the name of their block).
+    pub fn type_name(&self) -> &'static str {
+        match self {
+            Self::Kubernetes(_) => "kubernetes",
+            Self::Gcp(_) => "gcp",
+            Self::Kvm(_) => "kvm",
+        }
+    }
+
+    /// The settings block `block` of a provider of type `type_name`, found at path `at`
+    /// (`providers[1].gcp`), parsed and checked; every problem carries its full path.
+    /// `None` for a type this operator does not know.
+    pub fn parse(
+        type_name: &str,
+        block: serde_json::Value,
+        at: &str,
+    ) -> Option<Result<Self, Vec<Problem>>> {
+        let settings = match type_name {
+            "kubernetes" => typed(block, at).map(Self::Kubernetes),
+            "gcp" => typed(block, at).map(Self::Gcp),
+            "kvm" => typed(block, at).map(Self::Kvm),
+            _ => return None,
+        };
+        Some(settings.and_then(|settings| {
+            let mut problems = Vec::new();
+            let mut problem = |path: String, message: String| problems.push(Problem { path, message });
+            match &settings {
+                Self::Kubernetes(k) => {
+                    for (path, message) in config::cidr_problems(&k.allowed_source_cidrs) {
+                        problem(format!("{at}.{path}"), message);
+                    }
+                }
+                Self::Gcp(gcp) => {
+                    for (path, message) in config::gcp_problems(gcp) {
+                        problem(format!("{at}.{path}"), message);
+                    }
+                }
+                Self::Kvm(kvm) => config::validate_kvm(kvm, at, &mut problem),
+            }
+            if problems.is_empty() {
+                Ok(settings)
+            } else {
+                Err(problems)
+            }
+        }))
+    }
+
+    /// Starts the provider these settings describe. An error says why, for the provider's
+    /// `ProviderHealth`: the operator starts anyway, and tries again at every check.
+    pub fn start<'a>(&'a self, env: &'a Env) -> BoxFuture<'a, Result<Arc<dyn Provider>, String>> {
+        Box::pin(async move {
+            let provider: Arc<dyn Provider> = match self {
+                Self::Kubernetes(settings) => Arc::new(KubernetesProvider::new(
+                    env.client.clone(),
+                    settings.clone(),
+                    env.installation.clone(),
+                )),
+                Self::Gcp(settings) => Arc::new(
+                    GcpProvider::start(settings.clone(), env.installation.clone())
+                        .await
+                        .map_err(|e| e.to_string())?,
+                ),
+                #[cfg(feature = "kvm")]
+                Self::Kvm(settings) => Arc::new(super::kvm::KvmProvider::new(
+                    settings.clone(),
+                    env.installation.clone(),
+                )),
+                #[cfg(not(feature = "kvm"))]
+                Self::Kvm(_) => {
+                    return Err("type kvm is not available in this build: build proxy-operator \
+                                with `--features kvm` (it links libvirt)"
+                        .to_owned());
+                }
+            };
+            Ok(provider)
+        })
+    }
+
+    /// The RBAC rules this type needs on top of [`COMMON_RULES`].
+    pub fn rbac(&self) -> &'static [Rule] {
+        match self {
+            Self::Kubernetes(_) => &[Rule {
+                api_groups: &[""],
+                resources: &["pods"],
+                verbs: &["get", "list", "watch", "create", "delete"],
+                resource_names: &[],
+                why: "the kubernetes provider: one squid Pod per Proxy, in the Proxy's \
+                      namespace; GC and the health check list them across namespaces",
+            }],
+            // Cloud and libvirt credentials come from outside the cluster's RBAC.
+            Self::Gcp(_) | Self::Kvm(_) => &[],
+        }
+    }
+}
+
+/// What every installation needs, whatever its providers, cluster-wide.
+pub const COMMON_RULES: [Rule; 5] = [
+    Rule {
+        api_groups: &["crawl.example.com"],
+        resources: &["proxies"],
+        verbs: &["get", "list", "watch", "patch", "update"],
+        resource_names: &[],
+        why: "the Proxy objects: watch, finalizer and hash annotation",
+    },
+    Rule {
+        api_groups: &["crawl.example.com"],
+        resources: &["proxies/status"],
+        verbs: &["get", "patch", "update"],
+        resource_names: &[],
+        why: "the Proxy status",
+    },
+    Rule {
+        api_groups: &[""],
+        resources: &["secrets"],
+        verbs: &["get", "list", "watch"],
+        resource_names: &[],
+        why: "cloud-init content; only Secrets labelled crawl.example.com/cloud-init=true are \
+              read (RBAC cannot select by label: narrow it with namespaced Roles)",
+    },
+    Rule {
+        api_groups: &[""],
+        resources: &["namespaces"],
+        verbs: &["get"],
+        resource_names: &["kube-system"],
+        why: "the installation identity defaults to the kube-system namespace's UID",
+    },
+    Rule {
+        api_groups: &["events.k8s.io"],
+        resources: &["events"],
+        verbs: &["create", "patch"],
+        resource_names: &[],
+        why: "`kubectl describe` of Proxies and ProviderHealths tells the story",
+    },
+];
+
+/// What every installation needs in its own namespace: leadership, and the ProviderHealth
+/// objects.
+pub const NAMESPACE_RULES: [Rule; 3] = [
+    Rule {
+        api_groups: &["coordination.k8s.io"],
+        resources: &["leases"],
+        verbs: &["get", "create", "update"],
+        resource_names: &[],
+        why: "leadership: the replicas compete for one Lease",
+    },
+    Rule {
+        api_groups: &["crawl.example.com"],
+        resources: &["providerhealths"],
+        verbs: &["get", "list", "watch", "create", "patch", "update", "delete"],
+        resource_names: &[],
+        why: "one ProviderHealth per configured provider; the ones no longer configured are \
+              deleted",
+    },
+    Rule {
+        api_groups: &["crawl.example.com"],
+        resources: &["providerhealths/status"],
+        verbs: &["get", "patch", "update"],
+        resource_names: &[],
+        why: "what the provider health monitor found",
+    },
+];
+
+/// `block` as the settings type `T`; a bad key or value is one problem, with its path.
+fn typed<T: DeserializeOwned>(block: serde_json::Value, at: &str) -> Result<T, Vec<Problem>> {
+    serde_path_to_error::deserialize(block).map_err(|e| {
+        let inner = e.path().to_string();
+        let path = if inner == "." {
+            at.to_owned()
+        } else {
+            format!("{at}.{inner}")
+        };
+        vec![Problem {
+            path,
+            message: e.into_inner().to_string(),
+        }]
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_named_type_parses_and_names_itself() {
+        for name in ProviderSettings::NAMES {
+            // An empty block: parsed, whether or not its checks pass.
+            let parsed = ProviderSettings::parse(name, serde_json::json!({}), "p")
+                .unwrap_or_else(|| panic!("{name} is in NAMES but parse does not know it"));
+            if let Ok(settings) = parsed {
+                assert_eq!(settings.type_name(), name);
+            }
+        }
+        assert!(ProviderSettings::parse("aws", serde_json::json!({}), "p").is_none());
+    }
+
+    #[test]
+    fn only_the_kubernetes_provider_needs_pod_permissions() {
+        let k = ProviderSettings::parse("kubernetes", serde_json::json!({}), "p");
+        let Some(Ok(k)) = k else {
+            panic!("an empty kubernetes block is valid: {k:?}")
+        };
+        assert!(k.rbac().iter().any(|r| r.resources.contains(&"pods")));
+        let every_common = COMMON_RULES.iter().chain(&NAMESPACE_RULES);
+        assert!(
+            !every_common.clone().any(|r| r.resources.contains(&"pods")),
+            "no Pod permissions without a kubernetes provider"
+        );
+    }
+}
