@@ -234,7 +234,13 @@ mod tests {
         let none = ProviderHealthStatus::default();
         let cases: [(Check, &str, &str, Option<bool>, bool); 5] = [
             (passed(3), TRUE, reasons::CHECK_PASSED, Some(true), false),
-            (failed("boom"), FALSE, reasons::CHECK_FAILED, Some(false), true),
+            (
+                failed("boom"),
+                FALSE,
+                reasons::CHECK_FAILED,
+                Some(false),
+                true,
+            ),
             (
                 Check::TimedOut {
                     after: Duration::from_secs(10),
@@ -261,7 +267,10 @@ mod tests {
             assert_eq!(healthy(&a.status).1, reason, "{check:?}");
             assert_eq!(a.up, up, "{check:?}");
             assert_eq!(a.down.is_some(), down, "{check:?}");
-            assert_eq!(a.status.last_check_time.as_deref(), Some("2027-01-15T08:00:00Z"));
+            assert_eq!(
+                a.status.last_check_time.as_deref(),
+                Some("2027-01-15T08:00:00Z")
+            );
         }
     }
 
@@ -299,14 +308,23 @@ mod tests {
         let event = first.event.clone().map(|e| (e.type_, e.reason));
         assert_eq!(event, Some((EventType::Normal, "ProviderHealthy".into())));
         let same = assess("p", &first.status, &passed(2), at(60));
-        assert_eq!(same.event, None, "a check that changes nothing emits nothing");
+        assert_eq!(
+            same.event, None,
+            "a check that changes nothing emits nothing"
+        );
         let down = assess("p", &same.status, &failed("refused"), at(120));
         let event = down.event.clone().map(|e| (e.type_, e.reason));
-        assert_eq!(event, Some((EventType::Warning, "ProviderUnhealthy".into())));
+        assert_eq!(
+            event,
+            Some((EventType::Warning, "ProviderUnhealthy".into()))
+        );
         let still = assess("p", &down.status, &failed("another message"), at(180));
         assert_eq!(still.event, None, "a new message alone is no flip");
         let back = assess("p", &still.status, &passed(2), at(240));
-        assert_eq!(back.event.map(|e| e.reason).as_deref(), Some("ProviderHealthy"));
+        assert_eq!(
+            back.event.map(|e| e.reason).as_deref(),
+            Some("ProviderHealthy")
+        );
     }
 
     #[test]

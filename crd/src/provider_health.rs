@@ -41,7 +41,11 @@ pub const HEALTHY: &str = "Healthy";
         json_path = ".status.conditions[?(@.type==\"Healthy\")].reason"
     ),
     printcolumn(name = "Instances", type_ = "integer", json_path = ".status.instances"),
-    printcolumn(name = "Latency-ms", type_ = "integer", json_path = ".status.latencyMs"),
+    printcolumn(
+        name = "Latency-ms",
+        type_ = "integer",
+        json_path = ".status.latencyMs"
+    ),
     printcolumn(name = "Checked", type_ = "date", json_path = ".status.lastCheckTime"),
     printcolumn(
         name = "Age",

@@ -208,7 +208,10 @@ impl Monitor {
             "kind": ProviderHealth::kind(&()),
             "status": status,
         });
-        match api.patch_status(name, &params, &Patch::Apply(&status)).await {
+        match api
+            .patch_status(name, &params, &Patch::Apply(&status))
+            .await
+        {
             Ok(written) => Ok(Some(written)),
             Err(error) => {
                 tracing::warn!(provider = name, %error, "writing the ProviderHealth status failed");
@@ -236,8 +239,13 @@ impl Monitor {
             self.ctx.gate.pass(Write::Status)?;
             let name = stale.name_any();
             match api.delete(&name, &Default::default()).await {
-                Ok(_) => tracing::info!(provider = name, "deleted the ProviderHealth of a provider no longer configured"),
-                Err(error) => tracing::warn!(provider = name, %error, "deleting a stale ProviderHealth failed"),
+                Ok(_) => tracing::info!(
+                    provider = name,
+                    "deleted the ProviderHealth of a provider no longer configured"
+                ),
+                Err(error) => {
+                    tracing::warn!(provider = name, %error, "deleting a stale ProviderHealth failed")
+                }
             }
         }
         Ok(())

@@ -20,10 +20,10 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 
 mod kvm;
+pub(crate) use kvm::validate as validate_kvm;
 pub use kvm::{
     Accelerator, AddressSource, DirectBoot, HostPortPool, KvmHost, KvmSettings, StaticPool,
 };
-pub(crate) use kvm::validate as validate_kvm;
 
 pub use crate::providers::types::ProviderSettings;
 

@@ -90,7 +90,8 @@ impl ProviderSettings {
         };
         Some(settings.and_then(|settings| {
             let mut problems = Vec::new();
-            let mut problem = |path: String, message: String| problems.push(Problem { path, message });
+            let mut problem =
+                |path: String, message: String| problems.push(Problem { path, message });
             match &settings {
                 Self::Kubernetes(k) => {
                     for (path, message) in config::cidr_problems(&k.allowed_source_cidrs) {
@@ -134,9 +135,11 @@ impl ProviderSettings {
                 )),
                 #[cfg(not(feature = "kvm"))]
                 Self::Kvm(_) => {
-                    return Err("type kvm is not available in this build: build proxy-operator \
+                    return Err(
+                        "type kvm is not available in this build: build proxy-operator \
                                 with `--features kvm` (it links libvirt)"
-                        .to_owned());
+                            .to_owned(),
+                    );
                 }
             };
             Ok(provider)
@@ -213,7 +216,9 @@ pub const NAMESPACE_RULES: [Rule; 3] = [
     Rule {
         api_groups: &["crawl.example.com"],
         resources: &["providerhealths"],
-        verbs: &["get", "list", "watch", "create", "patch", "update", "delete"],
+        verbs: &[
+            "get", "list", "watch", "create", "patch", "update", "delete",
+        ],
         resource_names: &[],
         why: "one ProviderHealth per configured provider; the ones no longer configured are \
               deleted",

@@ -265,6 +265,12 @@ impl FakeGce {
         self.store.fail_requests(n, status, method);
     }
 
+    /// Every request of `method` answers `code` with GCE's `backendError` body while it is
+    /// `Some`: an outage of that part of the API, until it is set back to `None`.
+    pub fn set_outage(&self, method: Method, code: Option<u16>) {
+        self.store.set_outage(method, code);
+    }
+
     /// Changes the lifecycle durations; steps already waiting keep theirs.
     pub fn set_durations(&self, durations: Durations) {
         self.store.set_durations(durations);

@@ -127,6 +127,7 @@ pub(super) struct State {
     durations: Durations,
     insert_faults: VecDeque<InsertFault>,
     request_faults: VecDeque<(u16, Option<Method>)>,
+    outages: BTreeMap<Method, u16>,
     withhold_next: u32,
     pub unreachable: BTreeSet<String>,
     calls: BTreeMap<Method, u64>,
@@ -186,6 +187,9 @@ impl Store {
     pub fn admit(&self, method: Method) -> Result<(), GceError> {
         let mut state = self.lock();
         *state.calls.entry(method).or_default() += 1;
+        if let Some(code) = state.outages.get(&method) {
+            return Err(GceError::backend(*code));
+        }
         let due = state
             .request_faults
             .iter()
@@ -516,6 +520,14 @@ impl Store {
     pub fn fail_inserts(&self, n: u32, fault: InsertFault) {
         let mut state = self.lock();
         state.insert_faults.extend((0..n).map(|_| fault));
+    }
+
+    pub fn set_outage(&self, method: Method, code: Option<u16>) {
+        let mut state = self.lock();
+        match code {
+            Some(code) => state.outages.insert(method, code),
+            None => state.outages.remove(&method),
+        };
     }
 
     pub fn fail_requests(&self, n: u32, code: u16, method: Option<Method>) {

@@ -16,6 +16,7 @@ mod leases;
 mod metrics;
 mod operated;
 mod pods;
+mod provider_health;
 mod reconcile;
 mod replay;
 mod servers;

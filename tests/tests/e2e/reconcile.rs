@@ -45,6 +45,20 @@ async fn a_managed_proxy_gets_a_pod_then_its_ip_and_deletion_removes_both() {
     let labels = pod.metadata.labels.unwrap();
     assert_eq!(labels["crawl.example.com/proxy-uid"], uid);
     assert_eq!(labels["crawl.example.com/managed"], "true");
+    // Owned by its Proxy: kubectl tree views, and Kubernetes' own GC as a second line.
+    let owners = pod.metadata.owner_references.unwrap_or_default();
+    let owner: Vec<_> = owners
+        .iter()
+        .map(|o| {
+            (
+                o.kind.as_str(),
+                o.name.as_str(),
+                o.uid.as_str(),
+                o.controller,
+            )
+        })
+        .collect();
+    assert_eq!(owner, [("Proxy", "p1", uid.as_str(), Some(true))]);
 
     bed.proxies
         .delete("p1", &DeleteParams::default())
