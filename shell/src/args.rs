@@ -43,6 +43,17 @@ pub enum Command {
         #[arg(long, value_name = "DIR")]
         write: Option<PathBuf>,
     },
+    /// Print the RBAC the operator needs for a providers config (a ClusterRole and a Role in
+    /// its namespace, both `proxy-operator`): no Pod permissions without a kubernetes
+    /// provider.
+    Rbac {
+        /// The providers config (YAML), as passed to `--providers-config`.
+        #[arg(long)]
+        providers_config: PathBuf,
+        /// The operator's namespace (its Lease and ProviderHealth objects).
+        #[arg(long, default_value = "proxy-operator")]
+        namespace: String,
+    },
     /// Replay a recording through this build's core: print the timeline, then exit 0 when
     /// every decision is the same, 1 at the first divergence (shown), 2 when the file
     /// cannot be read. See docs/replay.md.

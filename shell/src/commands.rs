@@ -41,6 +41,21 @@ pub fn crd(write: Option<&Path>) -> ExitCode {
     ExitCode::SUCCESS
 }
 
+/// `rbac --providers-config FILE`: the RBAC the operator needs for that config, or every
+/// problem of the config and exit 1.
+pub fn rbac(file: &Path, namespace: &str) -> ExitCode {
+    match ProvidersConfig::load(file) {
+        Ok(config) => {
+            print!("{}", crate::providers::types::rbac_yaml(&config, namespace));
+            ExitCode::SUCCESS
+        }
+        Err(error) => {
+            eprintln!("{error}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
 /// `replay FILE`: the timeline (unless `quiet`), then the verdict: 0 when every decision is
 /// the same, 1 at the first divergence, 2 when the file cannot be read.
 pub fn replay(file: &Path, quiet: bool) -> ExitCode {

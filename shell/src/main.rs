@@ -14,5 +14,9 @@ fn main() -> ExitCode {
         Command::CheckConfig { file } => commands::check_config(&file),
         Command::Replay { file, quiet } => commands::replay(&file, quiet),
         Command::Crd { write } => commands::crd(write.as_deref()),
+        Command::Rbac {
+            providers_config,
+            namespace,
+        } => commands::rbac(&providers_config, &namespace),
     }
 }
