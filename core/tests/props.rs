@@ -25,8 +25,8 @@ use proxy_core::naming::instance_name;
 use proxy_core::testing::{self, UID, external_spec, managed_spec};
 use proxy_core::{
     CloudInitView, Decided, Decision, Effects, ErrorClass, HealthVerdict, InstanceView,
-    MetadataWrite, Observed, Outcome, ProviderCall, ProviderError, ProviderRequest, Reconcile,
-    Requeue, decide,
+    MetadataWrite, Observed, Outcome, ProviderCall, ProviderDown, ProviderError, ProviderRequest,
+    Reconcile, Requeue, decide,
 };
 use proxy_crd::{CloudInit, Mode, Phase, ProxySpec, ProxyStatus, SecretKeyRef};
 
@@ -56,6 +56,8 @@ enum Transition {
     /// The creation of booting instances fails after the provider accepted it, with this
     /// class (a cloud that creates asynchronously gives up: GCE's insert operation fails).
     ProviderFailsCreation(ErrorClass),
+    /// The provider fails its health check (`true`) or passes it again (`false`).
+    ProviderDown(bool),
     /// `kubectl delete px`.
     DeleteRequested,
     /// Someone removes the spec hash annotation.
@@ -82,6 +84,7 @@ fn transition() -> impl Strategy<Value = Transition> {
         1 => Just(Transition::ProviderLoses),
         3 => class.clone().prop_map(Transition::ProviderErrors),
         1 => class.prop_map(Transition::ProviderFailsCreation),
+        2 => any::<bool>().prop_map(Transition::ProviderDown),
         1 => Just(Transition::DeleteRequested),
         2 => Just(Transition::HashAnnotationStripped),
         4 => any::<bool>().prop_map(Transition::Probe),
@@ -134,6 +137,8 @@ struct World {
     creates: u32,
     unique_ids: bool,
     fault: Option<ErrorClass>,
+    /// Whether the provider's last health check failed.
+    provider_down: bool,
     /// The generation in which the provider last answered with a permanent error: the only
     /// generation the proxy may be latched `Failed` in.
     permanent_error_generation: Option<i64>,
@@ -177,6 +182,7 @@ impl World {
             creates: 0,
             unique_ids,
             fault: None,
+            provider_down: false,
             permanent_error_generation: None,
             verdict: None,
             now: testing::at(testing::T0),
@@ -229,6 +235,11 @@ impl World {
             Transition::ProviderTerminates => self.each_live_instance(SimState::Terminated),
             Transition::ProviderLoses => self.instances.clear(),
             Transition::ProviderErrors(class) => self.fault = Some(*class),
+            Transition::ProviderDown(down) => {
+                // A recovery reconciles the provider's Proxies at once.
+                self.dirty |= self.provider_down && !down;
+                self.provider_down = *down;
+            }
             Transition::ProviderFailsCreation(class) => {
                 for instance in self.instances.values_mut() {
                     if instance.state == SimState::Provisioning {
@@ -376,6 +387,9 @@ impl World {
         observed.object.deletion_requested = self.deletion_requested;
         observed.object.spec_hash_annotation = self.annotation.clone();
         observed.health = self.verdict.clone();
+        observed.provider_down = self.provider_down.then(|| ProviderDown {
+            message: "provider pods failed its check: injected".to_owned(),
+        });
         observed
     }
 
@@ -464,6 +478,7 @@ impl World {
                     "create before the deleted instance was observed NotFound"
                 );
                 prop_assert!(!self.deletion_requested, "create during deletion");
+                prop_assert!(!self.provider_down, "create while the provider is down");
                 prop_assert_eq!(request.cloud_init.clone(), self.secret_content());
                 if let Some(error) = self.take_fault() {
                     return Ok(Outcome::Failed {
@@ -501,6 +516,17 @@ impl World {
                             // A replacement: only when the annotation names another spec.
                             let annotation = observed.object.spec_hash_annotation.as_deref();
                             let current = self.current_hash();
+                            let may_serve = matches!(
+                                observed.instance,
+                                InstanceView::Provisioning
+                                    | InstanceView::Running { .. }
+                                    | InstanceView::Error(_)
+                            );
+                            prop_assert!(
+                                !(may_serve && self.provider_down),
+                                "a machine that may serve deleted for a replacement while the \
+                                 provider is down"
+                            );
                             prop_assert!(
                                 annotation.is_some_and(|a| !a.is_empty())
                                     && annotation != current.as_deref(),
@@ -609,6 +635,7 @@ impl World {
     /// must converge.
     fn settle(&mut self) -> Result<(), TestCaseError> {
         self.fault = None;
+        self.apply(&Transition::ProviderDown(false))?;
         if !self.secret_present {
             self.secret_present = true;
             self.dirty = true;

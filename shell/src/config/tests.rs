@@ -403,3 +403,46 @@ fn kvm_defaults_are_dhcp_on_the_default_network_and_pool() {
     );
     assert_eq!(kvm.allowed_source_cidrs, default_allowed_source_cidrs());
 }
+
+#[test]
+fn every_sample_managed_proxy_names_a_provider_and_placement_of_the_example_config() {
+    let config = ProvidersConfig::load(&examples().join("providers.yaml")).unwrap();
+    let mut checked = 0;
+    for entry in std::fs::read_dir(examples()).unwrap() {
+        let path = entry.unwrap().path();
+        let name = path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .unwrap_or_default();
+        if !(name.starts_with("proxy-") && name.ends_with(".yaml")) {
+            continue;
+        }
+        let text = std::fs::read_to_string(&path).unwrap();
+        let proxy: proxy_crd::Proxy = serde_saphyr::from_str(&text).unwrap();
+        let Some(provider) = proxy.spec.provider.as_deref() else {
+            continue;
+        };
+        let placement = proxy.spec.placement.clone().unwrap_or_default();
+        let entry = config
+            .get(provider)
+            .unwrap_or_else(|| panic!("{name}: provider {provider} is not in providers.yaml"));
+        match &entry.settings {
+            ProviderSettings::Gcp(gcp) => {
+                if let Some(zone) = &placement.zone {
+                    assert!(gcp.zones.contains(zone), "{name}: zone {zone}");
+                }
+            }
+            ProviderSettings::Kvm(kvm) => {
+                if let Some(host) = &placement.host {
+                    assert!(
+                        kvm.hosts.iter().any(|h| &h.name == host),
+                        "{name}: host {host}"
+                    );
+                }
+            }
+            ProviderSettings::Kubernetes(_) => {}
+        }
+        checked += 1;
+    }
+    assert_eq!(checked, 3, "the kubernetes, gcp and kvm samples");
+}
