@@ -158,11 +158,11 @@ impl ProvisionedReason {
             | Self::InstanceTerminated
             | Self::InstanceGone
             | Self::Deleting => Progress::InProgress,
-            Self::QuotaExceeded | Self::CloudInitUnavailable | Self::ProviderUnhealthy
-                if has_instance =>
-            {
+            Self::QuotaExceeded | Self::CloudInitUnavailable if has_instance => {
                 Progress::InProgress
             }
+            // Only a Proxy without an instance waits for its provider's health (a serving
+            // one keeps its own reason).
             Self::QuotaExceeded | Self::CloudInitUnavailable | Self::ProviderUnhealthy => {
                 Progress::NotStarted
             }

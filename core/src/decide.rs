@@ -314,7 +314,11 @@ fn managed(spec: &ProxySpec, status: &ProxyStatus, observed: &Observed) -> Step 
         // Deleting a machine that serves before its successor can be created would only
         // lose capacity: while the provider is down, the old machine stays and says why.
         HashState::Differs => match &observed.provider_down {
-            Some(down) if may_serve(&observed.instance) => {
+            // Once the delete went out, the replacement goes on: the machine is on its way.
+            Some(down)
+                if may_serve(&observed.instance)
+                    && provisioned_reason(status) != Some(ProvisionedReason::Replacing) =>
+            {
                 replacement_held(observe(status, observed, provider, provider_id), down)
             }
             _ => replace(observed, provider, provider_id),
@@ -416,9 +420,11 @@ fn replace(observed: &Observed, provider: &str, provider_id: &str) -> Step {
 /// or missing one holds no capacity.
 fn may_serve(instance: &InstanceView) -> bool {
     match instance {
-        InstanceView::Provisioning | InstanceView::Running { .. } | InstanceView::Error(_) => true,
-        InstanceView::NotLookedUp
-        | InstanceView::Stopped
+        InstanceView::Provisioning
+        | InstanceView::Running { .. }
+        | InstanceView::Error(_)
+        | InstanceView::NotLookedUp => true,
+        InstanceView::Stopped
         | InstanceView::Terminated
         | InstanceView::NotFound
         | InstanceView::CreateFailed(_) => false,
@@ -426,9 +432,15 @@ fn may_serve(instance: &InstanceView) -> bool {
 }
 
 /// A replacement that waits for the provider: `step` observes the old instance as if the
-/// spec had not changed, and its message says why the replacement waits.
+/// spec had not changed, and when it serves or starts, its message says why the
+/// replacement waits (any other step, a failed lookup say, keeps its own message).
 fn replacement_held(mut step: Step, down: &ProviderDown) -> Step {
-    if let NextStatus::Set(facts) = &mut step.status {
+    if let NextStatus::Set(facts) = &mut step.status
+        && matches!(
+            facts.reason,
+            ProvisionedReason::Created | ProvisionedReason::Provisioning
+        )
+    {
         facts.message = format!(
             "{}; the spec changed, and the instance is replaced once a check passes",
             down.message

@@ -78,8 +78,8 @@ pub struct Assessment {
     pub up: Option<bool>,
     /// What the Proxies that use this provider are told, while it is down.
     pub down: Option<ProviderDown>,
-    /// Whether the provider just came back: the Proxies waiting on it are reconciled now
-    /// instead of at their next poll.
+    /// Whether the Proxies held for this provider are released by this check: they are
+    /// reconciled now instead of at their next poll.
     pub recovered: bool,
 }
 
@@ -95,13 +95,22 @@ pub mod reasons {
     pub const NOT_STARTED: &str = "NotStarted";
     /// The provider has no check.
     pub const NO_CHECK: &str = "NoCheck";
+    /// The Event of a flip to `Healthy=True`.
+    pub const EVENT_HEALTHY: &str = "ProviderHealthy";
+    /// The Event of a flip to `Healthy=False`.
+    pub const EVENT_UNHEALTHY: &str = "ProviderUnhealthy";
+    /// The Event of a flip to `Healthy=Unknown` (the provider has no check).
+    pub const EVENT_UNCHECKED: &str = "ProviderUnchecked";
 }
 
 /// The assessment of `check`, a check of provider `provider` that ran at `now`, given the
-/// status the `ProviderHealth` object had (default when it had none).
+/// status the `ProviderHealth` object had (default when it had none) and whether its
+/// Proxies are being `held` now (what the shell last told them: a status write that failed
+/// must not keep them waiting).
 pub fn assess(
     provider: &str,
     previous: &ProviderHealthStatus,
+    held: bool,
     check: &Check,
     now: Timestamp,
 ) -> Assessment {
@@ -167,14 +176,13 @@ pub fn assess(
             EventType::Normal
         },
         reason: match status {
-            TRUE => "ProviderHealthy",
-            FALSE => "ProviderUnhealthy",
-            _ => "ProviderUnchecked",
+            TRUE => reasons::EVENT_HEALTHY,
+            FALSE => reasons::EVENT_UNHEALTHY,
+            _ => reasons::EVENT_UNCHECKED,
         }
         .to_owned(),
         message: message.clone(),
     });
-    let was_down = was.is_some_and(|c| c.status == FALSE);
     Assessment {
         status: ProviderHealthStatus {
             conditions: vec![condition],
@@ -189,7 +197,7 @@ pub fn assess(
             _ => None,
         },
         down: (status == FALSE).then_some(ProviderDown { message }),
-        recovered: was_down && status != FALSE,
+        recovered: held && status != FALSE,
     }
 }
 
@@ -262,7 +270,7 @@ mod tests {
             (Check::Unsupported, UNKNOWN, reasons::NO_CHECK, None, false),
         ];
         for (check, status, reason, up, down) in cases {
-            let a = assess("gcp-eu", &none, &check, at(0));
+            let a = assess("gcp-eu", &none, false, &check, at(0));
             assert_eq!(healthy(&a.status).0, status, "{check:?}");
             assert_eq!(healthy(&a.status).1, reason, "{check:?}");
             assert_eq!(a.up, up, "{check:?}");
@@ -277,7 +285,13 @@ mod tests {
     #[test]
     fn messages_name_the_provider_and_the_cause() {
         let none = ProviderHealthStatus::default();
-        let a = assess("gcp-eu", &none, &failed("403 permission denied"), at(0));
+        let a = assess(
+            "gcp-eu",
+            &none,
+            false,
+            &failed("403 permission denied"),
+            at(0),
+        );
         assert_eq!(
             healthy(&a.status).2,
             "provider gcp-eu failed its check: 403 permission denied"
@@ -289,6 +303,7 @@ mod tests {
         let t = assess(
             "kvm",
             &none,
+            false,
             &Check::TimedOut {
                 after: Duration::from_secs(10),
             },
@@ -304,23 +319,29 @@ mod tests {
     #[test]
     fn an_event_on_every_flip_and_none_while_it_holds() {
         let none = ProviderHealthStatus::default();
-        let first = assess("p", &none, &passed(1), at(0));
+        let first = assess("p", &none, false, &passed(1), at(0));
         let event = first.event.clone().map(|e| (e.type_, e.reason));
         assert_eq!(event, Some((EventType::Normal, "ProviderHealthy".into())));
-        let same = assess("p", &first.status, &passed(2), at(60));
+        let same = assess("p", &first.status, false, &passed(2), at(60));
         assert_eq!(
             same.event, None,
             "a check that changes nothing emits nothing"
         );
-        let down = assess("p", &same.status, &failed("refused"), at(120));
+        let down = assess("p", &same.status, false, &failed("refused"), at(120));
         let event = down.event.clone().map(|e| (e.type_, e.reason));
         assert_eq!(
             event,
             Some((EventType::Warning, "ProviderUnhealthy".into()))
         );
-        let still = assess("p", &down.status, &failed("another message"), at(180));
+        let still = assess(
+            "p",
+            &down.status,
+            false,
+            &failed("another message"),
+            at(180),
+        );
         assert_eq!(still.event, None, "a new message alone is no flip");
-        let back = assess("p", &still.status, &passed(2), at(240));
+        let back = assess("p", &still.status, false, &passed(2), at(240));
         assert_eq!(
             back.event.map(|e| e.reason).as_deref(),
             Some("ProviderHealthy")
@@ -330,13 +351,13 @@ mod tests {
     #[test]
     fn the_transition_time_moves_only_on_a_flip() {
         let none = ProviderHealthStatus::default();
-        let first = assess("p", &none, &failed("a"), at(0));
-        let later = assess("p", &first.status, &failed("b"), at(60));
+        let first = assess("p", &none, false, &failed("a"), at(0));
+        let later = assess("p", &first.status, false, &failed("b"), at(60));
         assert_eq!(
             later.status.conditions[0].last_transition_time,
             first.status.conditions[0].last_transition_time
         );
-        let back = assess("p", &later.status, &passed(0), at(120));
+        let back = assess("p", &later.status, false, &passed(0), at(120));
         assert_eq!(
             back.status.conditions[0].last_transition_time,
             format_time(at(120))
@@ -344,29 +365,35 @@ mod tests {
     }
 
     #[test]
-    fn recovery_is_reported_once_when_a_down_provider_comes_back() {
+    fn held_proxies_are_released_when_a_check_passes_again() {
         let none = ProviderHealthStatus::default();
-        assert!(!assess("p", &none, &passed(0), at(0)).recovered);
-        let down = assess("p", &none, &failed("x"), at(0));
-        assert!(!down.recovered);
-        let back = assess("p", &down.status, &passed(0), at(60));
-        assert!(back.recovered);
-        assert!(!assess("p", &back.status, &passed(0), at(120)).recovered);
+        // Nothing held: nothing to release, whatever the object says.
+        assert!(!assess("p", &none, false, &passed(0), at(0)).recovered);
+        let down = assess("p", &none, false, &failed("x"), at(0));
+        assert!(!down.recovered && down.down.is_some());
+        // Held: a passing check releases them...
+        assert!(assess("p", &down.status, true, &passed(0), at(60)).recovered);
+        // ...also when the object never got to say False (its status write failed)...
+        assert!(assess("p", &none, true, &passed(0), at(60)).recovered);
+        // ...and a provider without a check holds nothing either...
+        assert!(assess("p", &down.status, true, &Check::Unsupported, at(60)).recovered);
+        // ...but another failure keeps them waiting.
+        assert!(!assess("p", &down.status, true, &failed("y"), at(60)).recovered);
     }
 
     #[test]
     fn a_failed_check_keeps_the_last_instance_count() {
         let none = ProviderHealthStatus::default();
-        let counted = assess("p", &none, &passed(7), at(0));
+        let counted = assess("p", &none, false, &passed(7), at(0));
         assert_eq!(counted.status.instances, Some(7));
-        let failed = assess("p", &counted.status, &failed("x"), at(60));
+        let failed = assess("p", &counted.status, false, &failed("x"), at(60));
         assert_eq!(failed.status.instances, Some(7));
         let uncounted = Check::Passed {
             latency: Duration::ZERO,
             instances: None,
         };
         assert_eq!(
-            assess("p", &failed.status, &uncounted, at(120))
+            assess("p", &failed.status, false, &uncounted, at(120))
                 .status
                 .instances,
             Some(7)

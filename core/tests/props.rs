@@ -516,14 +516,19 @@ impl World {
                             // A replacement: only when the annotation names another spec.
                             let annotation = observed.object.spec_hash_annotation.as_deref();
                             let current = self.current_hash();
-                            let may_serve = matches!(
+                            // While the provider is down, a replacement may not start on a
+                            // machine that serves (or may); one already under way goes on.
+                            let may_serve = !matches!(
                                 observed.instance,
-                                InstanceView::Provisioning
-                                    | InstanceView::Running { .. }
-                                    | InstanceView::Error(_)
+                                InstanceView::Stopped
+                                    | InstanceView::Terminated
+                                    | InstanceView::NotFound
+                                    | InstanceView::CreateFailed(_)
                             );
+                            let under_way = conditions::find(&self.status, PROVISIONED)
+                                .is_some_and(|c| c.reason == "Replacing");
                             prop_assert!(
-                                !(may_serve && self.provider_down),
+                                !(may_serve && self.provider_down && !under_way),
                                 "a machine that may serve deleted for a replacement while the \
                                  provider is down"
                             );

@@ -146,3 +146,33 @@ fn a_running_instance_of_the_current_spec_is_left_alone() {
     assert_eq!(decision.actions(), [], "nothing to write, nothing to call");
     assert_eq!(decision.status().provider_id.as_deref(), Some(ID));
 }
+
+#[test]
+fn a_replacement_whose_delete_went_out_goes_on() {
+    // The delete was sent before the provider went down: the machine is on its way, and
+    // the replacement does not pretend it serves again.
+    let observed = down()
+        .annotated("an-older-hash")
+        .instance(InstanceView::Running { ip: IP.to_owned() });
+    let decision = decide(&managed_spec(), &support::replacing_status(), &observed);
+    assert!(decision.actions().contains(&delete()));
+    assert_eq!(decision.status().conditions[0].reason, "Replacing");
+    assert_eq!(decision.status().ip, None);
+}
+
+#[test]
+fn a_held_replacement_keeps_the_message_of_a_failed_lookup() {
+    let observed = down()
+        .annotated("an-older-hash")
+        .instance(InstanceView::Error(proxy_core::ProviderError::permanent(
+            "access denied",
+        )));
+    let decision = decide(&managed_spec(), &running_status(), &observed);
+    let provisioned = &decision.status().conditions[0];
+    assert_eq!(provisioned.reason, "PermanentError");
+    assert!(
+        !provisioned.message.contains("replaced once a check passes"),
+        "a latched message must not promise a retry: {}",
+        provisioned.message
+    );
+}

@@ -27,6 +27,8 @@ pub enum Write {
     Event,
     /// A garbage collector's delete of an orphan.
     GcDelete,
+    /// The provider health monitor's write or delete of a `ProviderHealth`.
+    ProviderHealth,
 }
 
 impl Write {
@@ -46,6 +48,7 @@ impl Write {
             Self::Status => "status",
             Self::Event => "event",
             Self::GcDelete => "gc_delete",
+            Self::ProviderHealth => "provider_health",
         }
     }
 }

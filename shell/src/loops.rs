@@ -104,6 +104,7 @@ pub async fn run(parts: Parts, stopping: watch::Receiver<bool>) -> anyhow::Resul
     };
     background.spawn(Loop::Leadership, {
         let leadership = ctx.leadership.clone();
+        let leadership_name = leadership_name.clone();
         move || {
             let (leadership, leases, name) =
                 (leadership.clone(), leases.clone(), leadership_name.clone());
@@ -136,6 +137,7 @@ pub async fn run(parts: Parts, stopping: watch::Receiver<bool>) -> anyhow::Resul
     let monitor = Arc::new(Monitor {
         ctx: ctx.clone(),
         namespace: provider_checks.namespace,
+        operator: leadership_name,
         types: provider_checks.types,
         schedule: provider_checks.schedule,
         proxies: store.clone(),

@@ -12,6 +12,7 @@
 //! runs the checks and carries out the assessment.
 
 use std::collections::BTreeMap;
+use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -31,8 +32,10 @@ use crate::gate::{NotLeader, Write};
 use crate::providers::{Checked, Provider};
 use crate::supervise;
 
-/// The label on every `ProviderHealth` this operator writes, so that it deletes only its own.
-pub const MANAGED_BY: (&str, &str) = ("app.kubernetes.io/managed-by", "proxy-operator");
+/// The label on every `ProviderHealth` an operator writes, whose value is its
+/// `--leadership-name`: two operators in one namespace (a canary next to the main one)
+/// each prune only their own objects.
+pub const OPERATOR_LABEL: &str = "crawl.example.com/operator";
 
 /// Which providers failed their last check, by name: what each observation reads.
 #[derive(Debug, Default)]
@@ -47,6 +50,11 @@ impl Board {
         supervise::lock(&self.down).get(provider).cloned()
     }
 
+    /// Whether the Proxies of `provider` are held now.
+    fn holds(&self, provider: &str) -> bool {
+        supervise::lock(&self.down).contains_key(provider)
+    }
+
     fn set(&self, provider: &str, down: Option<ProviderDown>) {
         let mut board = supervise::lock(&self.down);
         match down {
@@ -54,6 +62,21 @@ impl Board {
             None => board.remove(provider),
         };
     }
+
+    /// Forgets every verdict: a replica that no longer leads holds nothing when it leads
+    /// again, until its first round.
+    fn clear(&self) {
+        supervise::lock(&self.down).clear();
+    }
+}
+
+/// Why an API call of the monitor did not answer.
+#[derive(Debug, thiserror::Error)]
+enum BoundedError {
+    #[error("{0}")]
+    Api(kube::Error),
+    #[error("no answer within {0:?}")]
+    TimedOut(Duration),
 }
 
 /// How often and how long.
@@ -71,6 +94,8 @@ pub struct Monitor {
     pub ctx: Arc<Context>,
     /// Where the `ProviderHealth` objects live: the operator's namespace.
     pub namespace: String,
+    /// This operator's `--leadership-name`, the value of [`OPERATOR_LABEL`].
+    pub operator: String,
     /// The type of each configured provider, by name.
     pub types: BTreeMap<String, &'static str>,
     /// How often and how long.
@@ -96,12 +121,15 @@ pub async fn run(monitor: Arc<Monitor>) {
     let mut elected = monitor.ctx.leadership.subscribe();
     loop {
         while !*elected.borrow_and_update() {
+            monitor.ctx.provider_health.clear();
             if elected.changed().await.is_err() {
                 return;
             }
         }
+        // A round cut short by the end of the claim waits like any other: the next term
+        // starts with a round of its own.
         if let Err(NotLeader(_)) = monitor.round().await {
-            continue;
+            tracing::debug!("provider checks stopped: no longer the leader");
         }
         tokio::select! {
             () = tokio::time::sleep(monitor.schedule.interval) => {}
@@ -141,18 +169,30 @@ impl Monitor {
             Ok(Checked::Unsupported) => Check::Unsupported,
         };
         let api = self.api();
-        let previous = match api.get_opt(name).await {
-            Ok(object) => object.and_then(|o| o.status).unwrap_or_default(),
+        let board = &self.ctx.provider_health;
+        let previous = match self.bounded(api.get_opt(name)).await {
+            Ok(object) => Some(object.and_then(|o| o.status).unwrap_or_default()),
             Err(error) => {
-                tracing::warn!(provider = name, %error, "reading the ProviderHealth failed: assessing as if it had no status");
-                ProviderHealthStatus::default()
+                tracing::warn!(provider = name, %error, "reading the ProviderHealth failed: this round updates only the Proxies and the metric");
+                None
             }
         };
-        let assessment = assess(name, &previous, &check, jiff::Timestamp::now());
+        let known = previous.clone().unwrap_or_default();
+        let assessment = assess(
+            name,
+            &known,
+            board.holds(name),
+            &check,
+            jiff::Timestamp::now(),
+        );
         tracing::debug!(provider = name, ?check, "provider checked");
-        self.ctx.provider_health.set(name, assessment.down.clone());
+        board.set(name, assessment.down.clone());
         self.ctx.metrics.provider_up(name, assessment.up);
-        let object = self.write(name, assessment.status).await?;
+        // Without the object's status, a transition time or an Event would be made up.
+        let object = match previous {
+            Some(_) => self.write(name, assessment.status).await?,
+            None => None,
+        };
         if let (Some(event), Some(object)) = (assessment.event, object) {
             self.ctx.gate.pass(Write::Event)?;
             let published = KubeEvent {
@@ -197,9 +237,12 @@ impl Monitor {
         );
         object
             .labels_mut()
-            .insert(MANAGED_BY.0.to_owned(), MANAGED_BY.1.to_owned());
-        self.ctx.gate.pass(Write::Status)?;
-        if let Err(error) = api.patch(name, &params, &Patch::Apply(&object)).await {
+            .insert(OPERATOR_LABEL.to_owned(), self.operator.clone());
+        self.ctx.gate.pass(Write::ProviderHealth)?;
+        if let Err(error) = self
+            .bounded(api.patch(name, &params, &Patch::Apply(&object)))
+            .await
+        {
             tracing::warn!(provider = name, %error, "writing the ProviderHealth failed");
             return Ok(None);
         }
@@ -223,8 +266,11 @@ impl Monitor {
     /// Deletes the `ProviderHealth` objects this operator wrote for providers it no longer has.
     async fn prune(&self) -> Result<(), NotLeader> {
         let api = self.api();
-        let selector = format!("{}={}", MANAGED_BY.0, MANAGED_BY.1);
-        let listed = match api.list(&ListParams::default().labels(&selector)).await {
+        let selector = format!("{OPERATOR_LABEL}={}", self.operator);
+        let listed = match self
+            .bounded(api.list(&ListParams::default().labels(&selector)))
+            .await
+        {
             Ok(listed) => listed,
             Err(error) => {
                 tracing::warn!(%error, "listing the ProviderHealth objects failed");
@@ -236,9 +282,9 @@ impl Monitor {
             .iter()
             .filter(|o| self.ctx.providers.get(&o.name_any()).is_none())
         {
-            self.ctx.gate.pass(Write::Status)?;
+            self.ctx.gate.pass(Write::ProviderHealth)?;
             let name = stale.name_any();
-            match api.delete(&name, &Default::default()).await {
+            match self.bounded(api.delete(&name, &Default::default())).await {
                 Ok(_) => tracing::info!(
                     provider = name,
                     "deleted the ProviderHealth of a provider no longer configured"
@@ -263,6 +309,17 @@ impl Monitor {
             if self.wake.send(proxy).await.is_err() {
                 return;
             }
+        }
+    }
+
+    /// `call` under the check timeout: a hung API server stalls one round, not the monitor.
+    async fn bounded<T>(
+        &self,
+        call: impl Future<Output = Result<T, kube::Error>>,
+    ) -> Result<T, BoundedError> {
+        match tokio::time::timeout(self.schedule.timeout, call).await {
+            Ok(result) => result.map_err(BoundedError::Api),
+            Err(_) => Err(BoundedError::TimedOut(self.schedule.timeout)),
         }
     }
 

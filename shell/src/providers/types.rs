@@ -5,8 +5,9 @@
 //! checks of that block, the constructor ([`ProviderSettings::start`]) and the RBAC rules the
 //! operator needs for it ([`ProviderSettings::rbac`]). Adding a type is a variant of
 //! [`ProviderSettings`], its name in [`ProviderSettings::NAMES`], and an arm in each match
-//! below (the compiler finds every one of them); the type's own code lives in its module
-//! under `providers/` and its settings in `config/`. `docs/providers.md` is the checklist.
+//! below: the compiler finds every match on the enum, and a test checks that every name in
+//! `NAMES` parses into settings of that name. The type's own code lives in its module under
+//! `providers/` and its settings in `config/`. `docs/providers.md` is the checklist.
 
 use std::sync::Arc;
 
@@ -310,15 +311,30 @@ fn typed<T: DeserializeOwned>(block: serde_json::Value, at: &str) -> Result<T, V
 mod tests {
     use super::*;
 
+    /// A block of type `name` that passes its checks.
+    fn valid_block(name: &str) -> serde_json::Value {
+        match name {
+            "kubernetes" => serde_json::json!({}),
+            "gcp" => serde_json::json!({
+                "project": "p", "zones": ["europe-west1-b"], "allowedSourceCIDRs": ["10.0.0.0/8"]
+            }),
+            "kvm" => serde_json::json!({
+                "allowedSourceCIDRs": ["10.0.0.0/8"],
+                "hosts": [{"name": "h", "uri": "qemu:///system", "baseImage": "b.qcow2",
+                           "address": {"dhcp": {}}}]
+            }),
+            other => panic!("give the new type {other} a valid block in this test"),
+        }
+    }
+
     #[test]
-    fn every_named_type_parses_and_names_itself() {
+    fn every_name_parses_into_settings_of_that_name() {
         for name in ProviderSettings::NAMES {
-            // An empty block: parsed, whether or not its checks pass.
-            let parsed = ProviderSettings::parse(name, serde_json::json!({}), "p")
-                .unwrap_or_else(|| panic!("{name} is in NAMES but parse does not know it"));
-            if let Ok(settings) = parsed {
-                assert_eq!(settings.type_name(), name);
-            }
+            let parsed = ProviderSettings::parse(name, valid_block(name), "p");
+            let Some(Ok(settings)) = parsed else {
+                panic!("{name} is in NAMES but does not parse: {parsed:?}")
+            };
+            assert_eq!(settings.type_name(), name);
         }
         assert!(ProviderSettings::parse("aws", serde_json::json!({}), "p").is_none());
     }
@@ -359,7 +375,7 @@ mod tests {
 
     #[test]
     fn only_the_kubernetes_provider_needs_pod_permissions() {
-        let k = ProviderSettings::parse("kubernetes", serde_json::json!({}), "p");
+        let k = ProviderSettings::parse("kubernetes", valid_block("kubernetes"), "p");
         let Some(Ok(k)) = k else {
             panic!("an empty kubernetes block is valid: {k:?}")
         };

@@ -17,22 +17,30 @@ use serde_json::json;
 
 /// Starts the debug operator for `ns`, trusting `origin`'s CA, with `extra_args`.
 pub fn start_operator(ns: &str, origin: &ProbeOrigin, extra_args: &[&str]) -> Operator {
-    start_operator_on(ControlPlane::shared(), ns, origin, "", extra_args)
+    start_operator_on(
+        ControlPlane::shared(),
+        ns,
+        origin,
+        "",
+        Polls::FAST,
+        extra_args,
+    )
 }
 
-/// [`start_operator`] against `plane`, with `more_providers` after `pods`.
+/// [`start_operator`] against `plane`, with `more_providers` after `pods`, polling at `polls`.
 fn start_operator_on(
     plane: &ControlPlane,
     ns: &str,
     origin: &ProbeOrigin,
     more_providers: &str,
+    polls: Polls,
     extra_args: &[&str],
 ) -> Operator {
     Operator::start_with_providers(
         plane,
         ns,
         binary(),
-        Polls::FAST,
+        polls,
         Some(&origin.ca_pem),
         more_providers,
         extra_args,
@@ -54,6 +62,7 @@ pub struct Bed {
     pub gce: Option<FakeGce>,
     plane: &'static ControlPlane,
     more_providers: String,
+    polls: Polls,
     extra_args: Vec<String>,
 }
 
@@ -79,19 +88,32 @@ impl Bed {
 
     /// A bed on `plane` (a private one, for a test that restarts it).
     pub async fn on(plane: &'static ControlPlane, prefix: &str, extra_args: &[&str]) -> Self {
-        Self::build(plane, prefix, false, extra_args).await
+        Self::build(plane, prefix, false, Polls::FAST, extra_args).await
     }
 
     /// A bed whose operator also has the gcp provider [`GCP`], on a local Compute Engine
     /// API ([`Bed::gce`]) whose VMs are real squids.
     pub async fn with_gce(prefix: &str, extra_args: &[&str]) -> Self {
-        Self::build(ControlPlane::shared(), prefix, true, extra_args).await
+        Self::build(
+            ControlPlane::shared(),
+            prefix,
+            true,
+            Polls::FAST,
+            extra_args,
+        )
+        .await
+    }
+
+    /// [`Bed::with_gce`], with the operator polling at `polls`.
+    pub async fn with_gce_polling(prefix: &str, polls: Polls, extra_args: &[&str]) -> Self {
+        Self::build(ControlPlane::shared(), prefix, true, polls, extra_args).await
     }
 
     async fn build(
         plane: &'static ControlPlane,
         prefix: &str,
         gce: bool,
+        polls: Polls,
         extra_args: &[&str],
     ) -> Self {
         let client = plane.client().await;
@@ -112,7 +134,7 @@ impl Bed {
             .as_ref()
             .map(|gce| gce.provider_entry(GCP))
             .unwrap_or_default();
-        let operator = start_operator_on(plane, &ns, &origin, &more_providers, extra_args);
+        let operator = start_operator_on(plane, &ns, &origin, &more_providers, polls, extra_args);
         Self {
             ns: ns.clone(),
             proxies: Api::namespaced(client.clone(), &ns),
@@ -123,6 +145,7 @@ impl Bed {
             gce,
             plane,
             more_providers,
+            polls,
             extra_args: extra_args.iter().map(|a| (*a).to_owned()).collect(),
         }
     }
@@ -152,6 +175,7 @@ impl Bed {
             &self.ns,
             &self.origin,
             &self.more_providers,
+            self.polls,
             &extra,
         );
     }

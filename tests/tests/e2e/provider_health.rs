@@ -10,6 +10,7 @@ use k8s_openapi::api::events::v1::Event;
 use kube::Api;
 use proxy_crd::{Phase, ProviderHealth, Proxy};
 use proxy_tests::gce::Method;
+use proxy_tests::operator::Polls;
 use serde_json::json;
 
 use crate::metrics::scrape;
@@ -85,7 +86,14 @@ fn provisioned_reason(proxy: &Proxy) -> Option<String> {
 
 #[tokio::test]
 async fn provider_health_flips_with_the_provider_and_creates_wait_while_it_is_down() {
-    let mut bed = Bed::with_gce("ph", &["--provider-check-interval-seconds", "1"]).await;
+    // A drift poll of an hour: a waiting Proxy is reconciled again when its provider comes
+    // back only because the monitor wakes it.
+    let polls = Polls {
+        drift: 3600.0,
+        ..Polls::FAST
+    };
+    let mut bed =
+        Bed::with_gce_polling("ph", polls, &["--provider-check-interval-seconds", "1"]).await;
     let api: Api<ProviderHealth> = Api::namespaced(bed.proxies.clone().into_client(), &bed.ns);
 
     // One object per configured provider, both healthy.
@@ -131,7 +139,8 @@ async fn provider_health_flips_with_the_provider_and_creates_wait_while_it_is_do
         "no create while it is down"
     );
 
-    // The API recovers: the provider is healthy again and the waiting Proxy gets its VM.
+    // The API recovers: the provider is healthy again, and the waiting Proxy, woken by the
+    // monitor, gets its VM.
     bed.gce().set_outage(Method::AggregatedList, None);
     wait_healthy(&bed, &api, GCP, "True").await;
     bed.wait_for("waits", "Ready on its VM", |p| {

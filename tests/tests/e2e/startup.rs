@@ -1,4 +1,5 @@
-//! What `proxy-operator run` refuses, and warns about, at start, and what it starts with\n//! anyway (a provider that cannot serve): the real binary.
+//! What `proxy-operator run` refuses, and warns about, at start, and what it starts with
+//! anyway (a provider that cannot serve): the real binary.
 
 use std::path::Path;
 use std::process::{Command, ExitStatus, Stdio};
