@@ -15,7 +15,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use futures::{Stream, StreamExt};
-use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::api::core::v1::{Pod, Secret};
 use kube::ResourceExt;
 use kube::api::Api;
 use kube::runtime::controller::{self, Controller};
@@ -34,6 +34,7 @@ use crate::health::HealthEngine;
 use crate::leadership::Leadership;
 use crate::metrics::Metrics;
 use crate::provider_health::Board;
+use crate::providers::labels;
 use crate::providers::registry::Registry;
 use crate::recorder::Recorder;
 use crate::supervise::{self, Loop, Panicked};
@@ -219,6 +220,19 @@ pub async fn run(
     // Secrets are watched (and read), so the operator never caches unrelated secrets.
     let secret_watch =
         watcher::Config::default().labels(&format!("{CLOUD_INIT_SECRET_LABEL}=true"));
+    // The kubernetes provider's Pods are owned by their Proxy: a Pod that starts, gets its
+    // IP or dies reconciles its Proxy at once, and the polls are only a fallback. Only our
+    // own Pods are watched (and cached).
+    let controller = if ctx.providers.has_owned_pods() {
+        let pods: Api<Pod> = match &namespace {
+            Some(ns) => Api::namespaced(ctx.client.clone(), ns),
+            None => Api::all(ctx.client.clone()),
+        };
+        let managed = format!("{}={}", labels::MANAGED, labels::MANAGED_VALUE);
+        controller.owns(pods, watcher::Config::default().labels(&managed))
+    } else {
+        controller
+    };
     // A reconcile still running when its Proxy went (its finalizer removed, by hand or by
     // the reconcile itself) leaves nothing behind: the observers forgot the Proxy already,
     // and nothing would forget the count or the records it adds after that. The cache drops

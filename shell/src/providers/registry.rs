@@ -14,6 +14,7 @@ use crate::metrics::Metrics;
 #[derive(Debug, Clone, Default)]
 pub struct Registry {
     providers: BTreeMap<String, Arc<dyn Provider>>,
+    owned_pods: bool,
 }
 
 impl Registry {
@@ -34,7 +35,19 @@ impl Registry {
             let metered = Metered::new(entry.name.clone(), provider, metrics.clone());
             providers.insert(entry.name.clone(), Arc::new(metered));
         }
-        Self { providers }
+        Self {
+            providers,
+            owned_pods: config
+                .providers
+                .iter()
+                .any(|p| p.settings.instances_are_owned_pods()),
+        }
+    }
+
+    /// Whether some provider's instances are Pods owned by their Proxy (the controller then
+    /// watches them; without such a provider the operator may have no Pod permissions).
+    pub fn has_owned_pods(&self) -> bool {
+        self.owned_pods
     }
 
     /// Every provider with its name, in name order.

@@ -147,6 +147,15 @@ impl ProviderSettings {
         })
     }
 
+    /// Whether this type's instances are Pods owned by their Proxy, which the controller
+    /// watches: a Pod's change reconciles its Proxy at once instead of at the next poll.
+    pub fn instances_are_owned_pods(&self) -> bool {
+        match self {
+            Self::Kubernetes(_) => true,
+            Self::Gcp(_) | Self::Kvm(_) => false,
+        }
+    }
+
     /// The RBAC rules this type needs on top of [`COMMON_RULES`].
     pub fn rbac(&self) -> &'static [Rule] {
         match self {

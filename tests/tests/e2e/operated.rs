@@ -86,6 +86,11 @@ impl Bed {
         Self::on(ControlPlane::shared(), prefix, extra_args).await
     }
 
+    /// A bed whose operator polls at `polls`.
+    pub async fn new_polling(prefix: &str, polls: Polls, extra_args: &[&str]) -> Self {
+        Self::build(ControlPlane::shared(), prefix, false, polls, extra_args).await
+    }
+
     /// A bed on `plane` (a private one, for a test that restarts it).
     pub async fn on(plane: &'static ControlPlane, prefix: &str, extra_args: &[&str]) -> Self {
         Self::build(plane, prefix, false, Polls::FAST, extra_args).await

@@ -7,6 +7,7 @@ use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use kube::runtime::wait::{await_condition, conditions};
 use proxy_crd::FINALIZER;
 use proxy_tests::control_plane::ControlPlane;
+use proxy_tests::operator::Polls;
 use serde_json::json;
 
 use crate::operated::{Bed, condition, provisioned};
@@ -78,6 +79,24 @@ async fn a_managed_proxy_gets_a_pod_then_its_ip_and_deletion_removes_both() {
         bed.pods.get_opt(&pod_name).await.unwrap().is_none(),
         "the finalizer removed the Pod first"
     );
+}
+
+#[tokio::test]
+async fn a_pod_that_starts_reconciles_its_proxy_without_waiting_for_a_poll() {
+    // Polls of an hour: only the watch on the Pods the operator owns can bring the news
+    // that the Pod runs and has its IP.
+    let polls = Polls {
+        provisioning: 3600.0,
+        deletion: 3600.0,
+        drift: 3600.0,
+    };
+    let mut bed = Bed::new_polling("op-pod-watch", polls, &[]).await;
+    bed.create("p1", json!({"mode": "Managed", "provider": "pods"}))
+        .await;
+    let proxy = bed
+        .wait_for("p1", "Provisioned through the Pod watch", provisioned)
+        .await;
+    assert!(proxy.status.and_then(|s| s.ip).is_some());
 }
 
 #[tokio::test]
