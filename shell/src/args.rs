@@ -3,7 +3,8 @@
 //! operator from them is [`crate::wiring`]'s.
 //!
 //! The doc comments of the items below are the `--help` text; README and `docs/` list the
-//! same flags.
+//! same flags. Every `--*-seconds` flag takes a duration: plain seconds (`30`, `2.5`) or a
+//! number with a unit (`500ms`, `30s`, `10m`, `1h30m`), see [`crate::duration`].
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -15,6 +16,7 @@ use proxy_core::leadership::Candidate;
 use proxy_core::lease::LeaseConfig;
 
 use crate::discovery::Limits;
+use crate::duration;
 use crate::gc::GcSettings;
 
 /// Runs fleets of HTTP forward proxies for web crawlers on Kubernetes.
@@ -75,18 +77,18 @@ pub struct RunArgs {
     #[arg(long, env = "WATCH_NAMESPACE")]
     pub namespace: Option<String>,
     /// Seconds between checks of a machine that is being created.
-    #[arg(long, default_value_t = 10.0)]
-    pub provisioning_poll_seconds: f64,
+    #[arg(long, default_value = "10", value_parser = duration::parse)]
+    pub provisioning_poll_seconds: Duration,
     /// Seconds between checks of a running machine (how soon a vanished machine is noticed).
-    #[arg(long, default_value_t = 60.0)]
-    pub drift_poll_seconds: f64,
+    #[arg(long, default_value = "60", value_parser = duration::parse)]
+    pub drift_poll_seconds: Duration,
     /// Seconds between checks of a machine that is being deleted.
-    #[arg(long, default_value_t = 10.0)]
-    pub deletion_poll_seconds: f64,
+    #[arg(long, default_value = "10", value_parser = duration::parse)]
+    pub deletion_poll_seconds: Duration,
     /// Seconds before a create that the provider refused for quota is tried again (quota is
     /// expected in a busy project: no backoff, no error).
-    #[arg(long, default_value_t = 300.0)]
-    pub quota_retry_seconds: f64,
+    #[arg(long, default_value = "300", value_parser = duration::parse)]
+    pub quota_retry_seconds: Duration,
     /// PEM file of extra CA certificates to trust for probe URLs (a private probe origin);
     /// the public web PKI is always trusted.
     #[arg(long, env = "PROBE_CA_BUNDLE")]
@@ -99,6 +101,11 @@ pub struct RunArgs {
     /// clients only).
     #[arg(long, env = "METRICS_ADDR", default_value = "0.0.0.0:9090")]
     pub metrics_addr: std::net::SocketAddr,
+    /// Address of the probe port: `GET /healthz` (the process serves) and `GET /readyz`
+    /// (200 once the Proxy cache has completed its first list, 503 before), for the
+    /// Deployment's liveness and readiness probes.
+    #[arg(long, env = "PROBE_ADDR", default_value = "0.0.0.0:8081")]
+    pub probe_addr: std::net::SocketAddr,
     /// Address of the discovery API (crawlers lease proxies here).
     #[arg(long, env = "DISCOVERY_ADDR", default_value = "0.0.0.0:8090")]
     pub discovery_addr: std::net::SocketAddr,
@@ -108,22 +115,22 @@ pub struct RunArgs {
     pub discovery_token: Option<String>,
     /// Seconds a client of the discovery API or the admin port may take to send a request's
     /// headers (also how long a connection may sit idle between requests).
-    #[arg(long, default_value_t = 10.0)]
-    pub http_header_timeout_seconds: f64,
+    #[arg(long, default_value = "10", value_parser = duration::parse)]
+    pub http_header_timeout_seconds: Duration,
     /// Seconds a request to the discovery API or the admin port may take to arrive, body
     /// included; past it the answer is 408.
-    #[arg(long, default_value_t = 30.0)]
-    pub http_request_timeout_seconds: f64,
+    #[arg(long, default_value = "30", value_parser = duration::parse)]
+    pub http_request_timeout_seconds: Duration,
     /// Seconds the servers let requests in flight finish after SIGTERM; connections still
     /// open then are closed.
-    #[arg(long, default_value_t = 10.0)]
-    pub shutdown_grace_seconds: f64,
+    #[arg(long, default_value = "10", value_parser = duration::parse)]
+    pub shutdown_grace_seconds: Duration,
     /// The longest lease a client may ask for, in seconds.
-    #[arg(long, default_value_t = 3600)]
-    pub max_lease_ttl_seconds: u64,
+    #[arg(long, default_value = "3600", value_parser = duration::parse)]
+    pub max_lease_ttl_seconds: Duration,
     /// How long a proxy is not leased for a target after a `rate_limited` report, in seconds.
-    #[arg(long, default_value_t = 300)]
-    pub rate_limited_cooldown_seconds: u64,
+    #[arg(long, default_value = "300", value_parser = duration::parse)]
+    pub rate_limited_cooldown_seconds: Duration,
     /// This installation's identity, put on every instance it creates so that GC never
     /// touches another installation's instances (default: the UID of the cluster's
     /// kube-system namespace).
@@ -139,14 +146,14 @@ pub struct RunArgs {
     #[arg(long, default_value = "proxy-operator")]
     pub leadership_name: String,
     /// Seconds a leader's claim holds after its last renew.
-    #[arg(long, default_value_t = 15)]
-    pub leadership_duration_seconds: u64,
+    #[arg(long, default_value = "15", value_parser = duration::parse)]
+    pub leadership_duration_seconds: Duration,
     /// Seconds after its last renew at which a leader stops writing.
-    #[arg(long, default_value_t = 10.0)]
-    pub leadership_renew_deadline_seconds: f64,
+    #[arg(long, default_value = "10", value_parser = duration::parse)]
+    pub leadership_renew_deadline_seconds: Duration,
     /// Seconds between leadership rounds.
-    #[arg(long, default_value_t = 2.0)]
-    pub leadership_retry_period_seconds: f64,
+    #[arg(long, default_value = "2", value_parser = duration::parse)]
+    pub leadership_retry_period_seconds: Duration,
     /// How many decide calls are kept in memory per Proxy, for `GET /debug/recording` on
     /// the metrics port.
     #[arg(long, default_value_t = 64)]
@@ -161,11 +168,11 @@ pub struct RunArgs {
     #[arg(long)]
     pub no_leader_election: bool,
     /// Seconds between orphan-GC sweeps.
-    #[arg(long, default_value_t = 600.0)]
-    pub gc_interval_seconds: f64,
+    #[arg(long, default_value = "600", value_parser = duration::parse)]
+    pub gc_interval_seconds: Duration,
     /// Minimum age, in seconds, of an instance GC may delete.
-    #[arg(long, default_value_t = 600.0)]
-    pub gc_min_age_seconds: f64,
+    #[arg(long, default_value = "600", value_parser = duration::parse)]
+    pub gc_min_age_seconds: Duration,
     /// The largest share of a provider's instances (of this installation) one GC sweep may
     /// delete, from 0 (delete nothing, report only) to 1 (no brake). Rounded down: below 1 a
     /// sweep never deletes every instance, so a lone orphan (1 of 1) is held back, logged
@@ -192,15 +199,15 @@ pub struct RunArgs {
     #[arg(long, env = "MAX_CONCURRENT_RECONCILES", default_value_t = 4)]
     pub max_concurrent_reconciles: u16,
     /// How long a proxy is not leased for a target after a `blocked` report, in seconds.
-    #[arg(long, default_value_t = 1800)]
-    pub blocked_cooldown_seconds: u64,
+    #[arg(long, default_value = "1800", value_parser = duration::parse)]
+    pub blocked_cooldown_seconds: Duration,
     /// Seconds between two rounds of provider health checks (each provider's
-    /// `ProviderHealth`); the leader also checks at the start of its term.
-    #[arg(long, default_value_t = 60.0)]
-    pub provider_check_interval_seconds: f64,
+    /// `ProviderHealth`), at least 1 s; the leader also checks at the start of its term.
+    #[arg(long, default_value = "60", value_parser = duration::parse)]
+    pub provider_check_interval_seconds: Duration,
     /// Seconds one provider health check may take before it counts as failed.
-    #[arg(long, default_value_t = 10.0)]
-    pub provider_check_timeout_seconds: f64,
+    #[arg(long, default_value = "10", value_parser = duration::parse)]
+    pub provider_check_timeout_seconds: Duration,
     /// Log line format (default: json, or text when standard output is a terminal). Inside a
     /// span, lines carry `trace_id`/`span_id`; spans go to OTLP/HTTP when
     /// `OTEL_EXPORTER_OTLP_ENDPOINT` is set.
@@ -208,9 +215,9 @@ pub struct RunArgs {
     pub log_format: Option<crate::telemetry::LogFormat>,
 }
 
-/// A flag's seconds as a duration; at least 10 ms, so that no loop spins on a zero.
-fn seconds(s: f64) -> Duration {
-    Duration::from_secs_f64(s.max(0.01))
+/// A flag's duration, at least 10 ms, so that no loop spins on a zero.
+fn at_least_10ms(duration: Duration) -> Duration {
+    duration.max(Duration::from_millis(10))
 }
 
 impl RunArgs {
@@ -232,9 +239,9 @@ impl RunArgs {
     /// ID) with the `--leadership-*` timing.
     pub fn candidate(&self) -> anyhow::Result<Candidate> {
         let timing = proxy_core::leadership::Timing::new(
-            Duration::from_secs(self.leadership_duration_seconds),
-            seconds(self.leadership_renew_deadline_seconds),
-            seconds(self.leadership_retry_period_seconds),
+            self.leadership_duration_seconds,
+            at_least_10ms(self.leadership_renew_deadline_seconds),
+            at_least_10ms(self.leadership_retry_period_seconds),
         )
         .map_err(|e| anyhow!("--leadership-*: {e}"))?;
         let identity = self.identity.clone().unwrap_or_else(|| {
@@ -247,18 +254,21 @@ impl RunArgs {
     /// When and how long the provider health checks run (`--provider-check-*`).
     pub fn provider_checks(&self) -> crate::provider_health::Schedule {
         crate::provider_health::Schedule {
-            interval: seconds(self.provider_check_interval_seconds),
-            timeout: seconds(self.provider_check_timeout_seconds),
+            // Checks call the providers' APIs: never more than once a second.
+            interval: self
+                .provider_check_interval_seconds
+                .max(Duration::from_secs(1)),
+            timeout: at_least_10ms(self.provider_check_timeout_seconds),
         }
     }
 
     /// The requeue intervals handed to the core (`--*-poll-seconds`).
     pub fn timing(&self) -> proxy_core::Timing {
         proxy_core::Timing {
-            provisioning_poll: seconds(self.provisioning_poll_seconds),
-            drift_poll: seconds(self.drift_poll_seconds),
-            deletion_poll: seconds(self.deletion_poll_seconds),
-            quota_retry: seconds(self.quota_retry_seconds),
+            provisioning_poll: at_least_10ms(self.provisioning_poll_seconds),
+            drift_poll: at_least_10ms(self.drift_poll_seconds),
+            deletion_poll: at_least_10ms(self.deletion_poll_seconds),
+            quota_retry: at_least_10ms(self.quota_retry_seconds),
             ..proxy_core::Timing::default()
         }
     }
@@ -266,8 +276,8 @@ impl RunArgs {
     /// How GC runs for `installation`, or `None` with `--no-gc`.
     pub fn gc(&self, installation: &str) -> Option<GcSettings> {
         (!self.no_gc).then(|| GcSettings {
-            interval: seconds(self.gc_interval_seconds),
-            min_age: seconds(self.gc_min_age_seconds),
+            interval: at_least_10ms(self.gc_interval_seconds),
+            min_age: at_least_10ms(self.gc_min_age_seconds),
             dry_run: self.gc_dry_run,
             installation: installation.to_owned(),
             max_delete_fraction: self.gc_max_delete_fraction,
@@ -277,8 +287,8 @@ impl RunArgs {
     /// The lease book's cooldowns (`--*-cooldown-seconds`).
     pub fn lease_config(&self) -> LeaseConfig {
         LeaseConfig {
-            rate_limited_cooldown: Duration::from_secs(self.rate_limited_cooldown_seconds),
-            blocked_cooldown: Duration::from_secs(self.blocked_cooldown_seconds),
+            rate_limited_cooldown: self.rate_limited_cooldown_seconds,
+            blocked_cooldown: self.blocked_cooldown_seconds,
             ..LeaseConfig::default()
         }
     }
@@ -286,7 +296,7 @@ impl RunArgs {
     /// The limits of lease requests (`--max-lease-ttl-seconds`).
     pub fn limits(&self) -> Limits {
         Limits {
-            max_ttl: Duration::from_secs(self.max_lease_ttl_seconds),
+            max_ttl: self.max_lease_ttl_seconds,
             ..Limits::default()
         }
     }
@@ -294,9 +304,9 @@ impl RunArgs {
     /// The timeouts and shutdown grace of both servers (`--http-*`, `--shutdown-grace-seconds`).
     pub fn http(&self) -> crate::server::Settings {
         crate::server::Settings {
-            header_read_timeout: seconds(self.http_header_timeout_seconds),
-            request_timeout: seconds(self.http_request_timeout_seconds),
-            shutdown_grace: seconds(self.shutdown_grace_seconds),
+            header_read_timeout: at_least_10ms(self.http_header_timeout_seconds),
+            request_timeout: at_least_10ms(self.http_request_timeout_seconds),
+            shutdown_grace: at_least_10ms(self.shutdown_grace_seconds),
         }
     }
 
@@ -355,6 +365,42 @@ mod tests {
             .gc("install")
             .map(|gc| (gc.installation, gc.dry_run));
         assert_eq!(gc, Some(("install".to_owned(), false)));
+    }
+
+    #[test]
+    fn duration_flags_take_seconds_or_units() {
+        let args = run_args(&[
+            "--gc-interval-seconds",
+            "10m",
+            "--provisioning-poll-seconds",
+            "500ms",
+            "--max-lease-ttl-seconds",
+            "1h30m",
+            "--drift-poll-seconds",
+            "45",
+        ]);
+        let gc = args.gc("install").map(|gc| gc.interval);
+        assert_eq!(gc, Some(Duration::from_secs(600)));
+        assert_eq!(args.timing().provisioning_poll, Duration::from_millis(500));
+        assert_eq!(args.timing().drift_poll, Duration::from_secs(45));
+        assert_eq!(args.limits().max_ttl, Duration::from_secs(5400));
+        // The defaults are the documented seconds.
+        assert_eq!(run_args(&[]).timing().quota_retry, Duration::from_secs(300));
+    }
+
+    #[test]
+    fn a_bad_duration_flag_names_the_flag_and_the_forms() {
+        let argv = [
+            "proxy-operator",
+            "run",
+            "--providers-config",
+            "p.yaml",
+            "--gc-min-age-seconds",
+            "10 minutes",
+        ];
+        let message = Cli::try_parse_from(argv).unwrap_err().to_string();
+        assert!(message.contains("--gc-min-age-seconds"), "{message}");
+        assert!(message.contains("500ms, 30s, 10m"), "{message}");
     }
 
     #[test]

@@ -70,6 +70,19 @@ impl CacheWatch {
         crate::supervise::lock(&self.0).observe(signal);
     }
 
+    /// The probe port's readiness: ready once a list has completed since the start (a later
+    /// re-list does not make the replica unready: its cache stays as complete as it was).
+    pub fn first_list(&self) -> Result<(), String> {
+        let sync = crate::supervise::lock(&self.0);
+        if sync.lists_completed() > 0 {
+            return Ok(());
+        }
+        Err(match sync.last_error() {
+            Some(error) => format!("the Proxy cache has not completed its first list: {error}"),
+            None => "the Proxy cache has not completed its first list".to_owned(),
+        })
+    }
+
     /// The core's verdict: may GC sweep now?
     fn gate(&self, leader: bool) -> Gate {
         gate(leader, &crate::supervise::lock(&self.0))

@@ -8,6 +8,7 @@ pub mod commands;
 pub mod config;
 pub mod controller;
 pub mod discovery;
+pub mod duration;
 pub mod gate;
 pub mod gc;
 pub mod health;

@@ -71,13 +71,15 @@ pub struct ProviderChecks {
     pub schedule: Schedule,
 }
 
-/// The discovery API and the admin port, bound already.
+/// The discovery API, the admin port and the probe port, bound already.
 #[derive(Debug)]
 pub struct Servers {
     /// The discovery API's listener.
     pub discovery: TcpListener,
     /// The admin port's listener (`/metrics`, `/debug/recording`).
     pub admin: TcpListener,
+    /// The probe port's listener (`/healthz`, `/readyz`).
+    pub probes: TcpListener,
     /// The token of the discovery API and of `/debug/recording`.
     pub token: BearerToken,
     /// Timeouts and shutdown grace of both.
@@ -127,6 +129,19 @@ pub async fn run(parts: Parts, stopping: watch::Receiver<bool>) -> anyhow::Resul
         stopped(stopping.clone()),
     ));
 
+    // Ready once the Proxy cache has listed (the watch below feeds `completeness`).
+    let completeness = CacheWatch::default();
+    let probes = tokio::spawn({
+        let completeness = completeness.clone();
+        crate::server::serve(
+            "probes",
+            crate::server::probes::routes(Arc::new(move || completeness.first_list())),
+            servers.probes,
+            http,
+            stopped(stopping.clone()),
+        )
+    });
+
     // The controller's cache, read by every loop below and by the scrape.
     let cache = reflector::store::Writer::<Proxy>::default();
     let store = cache.as_reader();
@@ -159,7 +174,6 @@ pub async fn run(parts: Parts, stopping: watch::Receiver<bool>) -> anyhow::Resul
         let (discovery, store) = (discovery.clone(), store.clone());
         move || discovery.clone().sync(store.clone())
     });
-    let completeness = CacheWatch::default();
     if let Some(settings) = gc {
         let collector = Collector {
             settings,
@@ -197,6 +211,7 @@ pub async fn run(parts: Parts, stopping: watch::Receiver<bool>) -> anyhow::Resul
     background.tasks.shutdown().await;
     api.await?;
     admin.await?;
+    probes.await?;
     tracing::info!("stopped");
     Ok(())
 }

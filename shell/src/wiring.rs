@@ -109,6 +109,10 @@ async fn serve(args: RunArgs, config: ProvidersConfig) -> anyhow::Result<()> {
         .await
         .map_err(|e| anyhow!("--metrics-addr {}: {e}", args.metrics_addr))?;
     tracing::info!(addr = %admin_listener.local_addr()?, "metrics listening");
+    let probe_listener = tokio::net::TcpListener::bind(args.probe_addr)
+        .await
+        .map_err(|e| anyhow!("--probe-addr {}: {e}", args.probe_addr))?;
+    tracing::info!(addr = %probe_listener.local_addr()?, "probes (/healthz, /readyz) listening");
     let recorder = Arc::new(
         Recorder::new(
             record_header(&config, timing),
@@ -131,6 +135,7 @@ async fn serve(args: RunArgs, config: ProvidersConfig) -> anyhow::Result<()> {
     let servers = Servers {
         discovery: discovery_listener,
         admin: admin_listener,
+        probes: probe_listener,
         token: BearerToken::new(args.discovery_token.as_deref()),
         http: args.http(),
     };

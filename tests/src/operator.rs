@@ -70,10 +70,12 @@ pub struct Operator {
     pub discovery: String,
     /// URL of its metrics endpoint.
     pub metrics: String,
+    /// Base URL of its probe port (`http://127.0.0.1:PORT`: `/healthz`, `/readyz`).
+    pub probes: String,
     /// Its identity in the leadership Lease.
     pub identity: String,
-    /// The ports of its discovery and metrics servers, reserved while it runs.
-    _ports: [Port; 2],
+    /// The ports of its discovery, metrics and probe servers, reserved while it runs.
+    _ports: [Port; 3],
 }
 
 /// How often the operator polls, in seconds (its `--*-poll-seconds` flags).
@@ -173,14 +175,16 @@ impl Operator {
             .expect("open the operator log");
         let seconds = |s: f64| s.to_string();
         let mut command = Command::new(binary);
-        let ports = [Port::reserve(), Port::reserve()];
+        let ports = [Port::reserve(), Port::reserve(), Port::reserve()];
         let discovery = format!("127.0.0.1:{}", ports[0].number());
         let metrics = format!("127.0.0.1:{}", ports[1].number());
+        let probes = format!("127.0.0.1:{}", ports[2].number());
         let identity = format!("operator-{}", ports[0].number());
         command
             .arg("run")
             .args(["--discovery-addr", &discovery])
             .args(["--metrics-addr", &metrics])
+            .args(["--probe-addr", &probes])
             .args([
                 "--installation-id",
                 namespace,
@@ -222,6 +226,7 @@ impl Operator {
             log,
             discovery: format!("http://{discovery}"),
             metrics: format!("http://{metrics}/metrics"),
+            probes: format!("http://{probes}"),
             identity,
             _ports: ports,
         }

@@ -123,8 +123,11 @@ pub struct GcpSettings {
     #[serde(default)]
     pub credentials: GcpCredentials,
     /// How long one Compute API call may take before it counts as a transient failure, in
-    /// seconds (default 30).
-    #[serde(default = "default_gcp_request_timeout")]
+    /// seconds (default 30; `30`, `"30s"` and `"2m"` are all accepted).
+    #[serde(
+        default = "default_gcp_request_timeout",
+        deserialize_with = "crate::duration::deserialize_whole_seconds"
+    )]
     pub request_timeout_seconds: u64,
 }
 

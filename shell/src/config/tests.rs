@@ -446,3 +446,24 @@ fn every_sample_managed_proxy_names_a_provider_and_placement_of_the_example_conf
     }
     assert_eq!(checked, 3, "the kubernetes, gcp and kvm samples");
 }
+
+#[test]
+fn gcp_request_timeout_takes_seconds_or_a_duration() {
+    let timeout = |value: &str| {
+        let text = format!(
+            "providers:\n- {{name: g, type: gcp, gcp: {{{GCP_OK}, requestTimeoutSeconds: {value}}}}}\n"
+        );
+        ProvidersConfig::parse(&text)
+            .map(|config| match &config.providers[0].settings {
+                ProviderSettings::Gcp(gcp) => gcp.request_timeout_seconds,
+                other => panic!("{other:?}"),
+            })
+            .map_err(|problems| format!("{problems:?}"))
+    };
+    assert_eq!(timeout("45"), Ok(45));
+    assert_eq!(timeout("2m"), Ok(120));
+    assert_eq!(timeout("\"30s\""), Ok(30));
+    let refused = timeout("ten").unwrap_err();
+    assert!(refused.contains("requestTimeoutSeconds"), "{refused}");
+    assert!(refused.contains("10m"), "{refused}");
+}

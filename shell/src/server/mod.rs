@@ -1,4 +1,4 @@
-//! The HTTP server under the discovery API and the admin port: warp's filters served by
+//! The HTTP server under the discovery API, the admin port and the probe port ([`probes`]): warp's filters served by
 //! hyper's HTTP/1 connection with the limits warp's own server does not set.
 //!
 //! - **Header read timeout.** A client must send a request's whole head within it, counted
@@ -16,6 +16,7 @@
 //! depend on where the request comes from (`warp::ext::get::<Peer>()`).
 
 mod auth;
+pub mod probes;
 
 use std::convert::Infallible;
 use std::future::Future;

@@ -138,7 +138,7 @@ async fn gc_reaps_only_old_orphans_of_its_own_installation() {
 /// A kubeconfig for `user`: the bed's admin certificate, impersonating `user` (the API
 /// server authorizes every request as `user`, with RBAC, exactly as if `user` had its own
 /// certificate).
-fn kubeconfig_of(plane: &ControlPlane, user: &str) -> PathBuf {
+pub(crate) fn kubeconfig_of(plane: &ControlPlane, user: &str) -> PathBuf {
     let mut config = Kubeconfig::read_from(&plane.kubeconfig).unwrap();
     for named in &mut config.auth_infos {
         if let Some(auth) = named.auth_info.as_mut() {
@@ -175,7 +175,7 @@ async fn apply_rbac(client: &kube::Client, kind: &str, ns: Option<&str>, object:
 /// Grants `user` what the operator needs in `ns` *except* Proxies: Pods everywhere (the
 /// kubernetes provider lists them cluster-wide), Leases, Events and Secrets in `ns`. With
 /// `proxies`, the Role also grants Proxies and their status.
-async fn grant(client: &kube::Client, ns: &str, user: &str, proxies: bool) {
+pub(crate) async fn grant(client: &kube::Client, ns: &str, user: &str, proxies: bool) {
     let subject = json!([{"kind": "User", "apiGroup": "rbac.authorization.k8s.io", "name": user}]);
     apply_rbac(
         client,

@@ -16,6 +16,7 @@ mod leases;
 mod metrics;
 mod operated;
 mod pods;
+mod probes;
 mod provider_health;
 mod reconcile;
 mod replay;

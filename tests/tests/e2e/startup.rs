@@ -24,6 +24,8 @@ fn run(dir: &Path, args: &[&str], token: Option<&str>) -> std::process::Child {
             "127.0.0.1:0",
             "--metrics-addr",
             "127.0.0.1:0",
+            "--probe-addr",
+            "127.0.0.1:0",
         ])
         .args(args)
         .env("KUBECONFIG", &ControlPlane::shared().kubeconfig)
