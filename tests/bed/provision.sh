@@ -5,7 +5,10 @@
 #   - squid from Debian's packages, when it is missing;
 #   - for the kvm provider: libvirt (daemon, qemu driver, client, headers) and qemu from
 #     Debian's packages, debootstrap, and the guest image tests/bed/guest-image.sh builds
-#     into the same cache.
+#     into the same cache;
+#   - for shipping (issue 19): helm and promtool, built from the Go module proxy into the same
+#     cache keyed by version, and podman (it builds with buildah's library) with runc from Debian's packages
+#     (the image is built and run without a Docker engine or an image registry).
 # A warm run only checks that the cached binaries answer `--version` and the guest image is
 # complete, and returns in seconds.
 # Prints `export` lines for the binaries' and the guest image's directories, so callers can
@@ -16,6 +19,9 @@
 #
 # Environment:
 #   K8S_VERSION       kube-apiserver version to build (default 1.36.3)
+#   HELM_VERSION      helm to build (default 4.3.2; module helm.sh/helm/v4)
+#   PROMETHEUS_VERSION  promtool's Prometheus release (default 3.16.0; its Go module is
+#                     github.com/prometheus/prometheus v0.316.0)
 #   PROXY_OPERATOR_CACHE  cache root (default ${XDG_CACHE_HOME:-$HOME/.cache}/proxy-operator)
 #   SKIP_APT=1        do not install Debian packages (for machines without root)
 set -euo pipefail
@@ -24,6 +30,12 @@ K8S=${K8S_VERSION:-1.36.3}
 STG=0.${K8S#1.}                     # k8s 1.36.3 -> staging modules v0.36.3
 CACHE=${PROXY_OPERATOR_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/proxy-operator}
 OUT=$CACHE/kbins/v$K8S
+HELM=${HELM_VERSION:-4.3.2}
+HELM_OUT=$CACHE/helm/v$HELM
+PROMTOOL=${PROMETHEUS_VERSION:-3.16.0}
+PROMTOOL_OUT=$CACHE/promtool/v$PROMTOOL
+IFS=. read -r pmajor pminor ppatch <<<"$PROMTOOL"
+PROMTOOL_MODULE=v0.$((pmajor * 100 + pminor)).$ppatch   # 3.16.0 -> v0.316.0
 log() { printf 'provision: %s\n' "$*" >&2; }
 
 install_debian_packages() {
@@ -31,10 +43,11 @@ install_debian_packages() {
   command -v squid >/dev/null 2>&1 || [ -x /usr/sbin/squid ] || missing+=(squid)
   command -v pkill >/dev/null 2>&1 || missing+=(procps)
   # The kvm provider: libvirt-dev to build it, the daemon and qemu for its real-VM e2e,
-  # debootstrap for the guest image.
+  # debootstrap for the guest image. Shipping: podman and runc for tests/bed/image.sh (crun
+  # refuses this machine's hybrid cgroup hierarchy; runc runs on it).
   local pkg
   for pkg in libvirt-dev libvirt-clients libvirt-daemon libvirt-daemon-driver-qemu \
-      qemu-system-x86 qemu-utils debootstrap; do
+      qemu-system-x86 qemu-utils debootstrap podman runc conmon; do
     [[ $(dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null) == *"ok installed"* ]] || missing+=("$pkg")
   done
   [ ${#missing[@]} -eq 0 ] && return 0
@@ -98,10 +111,43 @@ build_control_plane() {
   rm -rf "$OUT" && mv "$OUT.tmp" "$OUT"
 }
 
+# helm and promtool: one `go install` each, cached by version. The output is read whole
+# before it is matched (see says_version).
+helm_ok() {
+  local out
+  out=$("$HELM_OUT/helm" version --template '{{.Version}}' 2>/dev/null) || return 1
+  [[ $out == "v$HELM" ]]
+}
+promtool_ok() {
+  local out
+  out=$("$PROMTOOL_OUT/promtool" --version 2>/dev/null) || return 1
+  [[ $out == *"version $PROMTOOL "* ]]
+}
+# go_tool OUT PACKAGE@VERSION LDFLAGS: builds one binary into OUT (atomically).
+go_tool() {
+  local out=$1 pkg=$2 ldflags=$3
+  log "building $pkg from the Go module proxy (cold: several minutes on 2 cores)"
+  rm -rf "$out.tmp" && mkdir -p "$out.tmp"
+  CGO_ENABLED=0 GOTOOLCHAIN=local GOFLAGS= GOBIN="$out.tmp" \
+    go install -trimpath -ldflags "$ldflags" "$pkg" >&2
+  rm -rf "$out" && mv "$out.tmp" "$out"
+}
+build_helm() {
+  # helm's own Makefile sets its version the same way.
+  go_tool "$HELM_OUT" "helm.sh/helm/v4/cmd/helm@v$HELM" \
+    "-s -w -X helm.sh/helm/v4/internal/version.version=v$HELM"
+}
+build_promtool() {
+  go_tool "$PROMTOOL_OUT" "github.com/prometheus/prometheus/cmd/promtool@$PROMTOOL_MODULE" \
+    "-s -w -X github.com/prometheus/common/version.Version=$PROMTOOL"
+}
+
 GUEST_IMAGE="$(dirname "$0")/guest-image.sh"
 
 if [ "${1:-}" = --check-only ]; then
   binaries_ok || { log "the cached binaries in $OUT do not answer --version: a run would rebuild"; exit 1; }
+  helm_ok || { log "no helm v$HELM in $HELM_OUT: a run would build it"; exit 1; }
+  promtool_ok || { log "no promtool $PROMTOOL in $PROMTOOL_OUT: a run would build it"; exit 1; }
   "$GUEST_IMAGE" --check-only || exit 1
   exit 0
 fi
@@ -115,4 +161,9 @@ else
   log "built into $OUT"
 fi
 echo "export PROXY_OPERATOR_KBINS=$OUT"
+helm_ok || { build_helm; helm_ok || { log "the built helm does not say v$HELM"; exit 1; }; }
+promtool_ok || { build_promtool; promtool_ok || { log "the built promtool does not say $PROMTOOL"; exit 1; }; }
+log "helm v$HELM in $HELM_OUT, promtool $PROMTOOL in $PROMTOOL_OUT"
+echo "export PROXY_OPERATOR_HELM=$HELM_OUT/helm"
+echo "export PROXY_OPERATOR_PROMTOOL=$PROMTOOL_OUT/promtool"
 "$GUEST_IMAGE"
