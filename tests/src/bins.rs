@@ -12,7 +12,13 @@ pub fn kbins_dir() -> PathBuf {
     if let Some(dir) = std::env::var_os("PROXY_OPERATOR_KBINS") {
         return dir.into();
     }
-    let cache = std::env::var_os("PROXY_OPERATOR_CACHE")
+    cache_root().join("kbins").join(format!("v{K8S_VERSION}"))
+}
+
+/// The provision script's cache: `$PROXY_OPERATOR_CACHE`, else `$XDG_CACHE_HOME` or
+/// `~/.cache`, then `proxy-operator`.
+fn cache_root() -> PathBuf {
+    std::env::var_os("PROXY_OPERATOR_CACHE")
         .map(PathBuf::from)
         .unwrap_or_else(|| {
             std::env::var_os("XDG_CACHE_HOME")
@@ -21,8 +27,43 @@ pub fn kbins_dir() -> PathBuf {
                     PathBuf::from(std::env::var_os("HOME").expect("HOME is set")).join(".cache")
                 })
                 .join("proxy-operator")
-        });
-    cache.join("kbins").join(format!("v{K8S_VERSION}"))
+        })
+}
+
+/// helm version the provision script builds.
+pub const HELM_VERSION: &str = "4.3.2";
+/// Prometheus version whose promtool the provision script builds.
+pub const PROMETHEUS_VERSION: &str = "3.16.0";
+
+/// The cached `helm`: `$PROXY_OPERATOR_HELM`, else the provision script's cache.
+pub fn helm() -> PathBuf {
+    cached_tool(
+        "PROXY_OPERATOR_HELM",
+        &format!("helm/v{HELM_VERSION}/helm"),
+        "helm",
+    )
+}
+
+/// The cached `promtool`: `$PROXY_OPERATOR_PROMTOOL`, else the provision script's cache.
+pub fn promtool() -> PathBuf {
+    cached_tool(
+        "PROXY_OPERATOR_PROMTOOL",
+        &format!("promtool/v{PROMETHEUS_VERSION}/promtool"),
+        "promtool",
+    )
+}
+
+fn cached_tool(variable: &str, in_cache: &str, name: &str) -> PathBuf {
+    let path = std::env::var_os(variable)
+        .map(PathBuf::from)
+        .unwrap_or_else(|| cache_root().join(in_cache));
+    assert!(
+        path.is_file(),
+        "{} is missing: run `tests/bed/provision.sh` (it builds {name} from the Go module proxy \
+         into the cache), or use the README's test command, which runs it first",
+        path.display()
+    );
+    path
 }
 
 /// A control-plane program from the cache.

@@ -681,7 +681,7 @@ async fn the_deploy_manifests_are_accepted_by_the_api_server() {
     for kind in [
         "clusterrole.rbac.authorization.k8s.io/proxy-operator",
         "deployment.apps/proxy-operator",
-        "configmap/providers",
+        "configmap/proxy-operator-providers",
     ] {
         assert!(stdout.contains(kind), "{kind} missing from:\n{stdout}");
     }

@@ -2,6 +2,7 @@
 //! namespace per test, real squid processes. See `proxy_tests` for the parts.
 
 mod chaos;
+mod chart;
 mod concurrency;
 mod crd;
 mod freed;

@@ -1,0 +1,43 @@
+{{/* The name of every object, unless a release name says otherwise. */}}
+{{- define "proxy-operator.fullname" -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" -}}
+{{- else if contains .Chart.Name .Release.Name -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name .Chart.Name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+
+{{/* What selects the operator's Pods. */}}
+{{- define "proxy-operator.selectorLabels" -}}
+app.kubernetes.io/name: {{ .Chart.Name }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{/* The labels of every object. */}}
+{{- define "proxy-operator.labels" -}}
+{{ include "proxy-operator.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/part-of: proxy-operator
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
+{{- end -}}
+
+{{/* The Secret that holds the discovery token, and its key. */}}
+{{- define "proxy-operator.tokenSecret" -}}
+{{- .Values.discoveryToken.existingSecret | default (printf "%s-discovery-token" (include "proxy-operator.fullname" .)) -}}
+{{- end -}}
+
+{{/* "true" when a provider of type $type is configured: its RBAC is granted only then. */}}
+{{- define "proxy-operator.hasProvider" -}}
+{{- $found := false -}}
+{{- range .root.Values.providers -}}
+{{- if eq .type $.type -}}{{- $found = true -}}{{- end -}}
+{{- end -}}
+{{- $found -}}
+{{- end -}}
+
+{{/* The image reference: the tag defaults to the chart's appVersion. */}}
+{{- define "proxy-operator.image" -}}
+{{- printf "%s:%s" .Values.image.repository (.Values.image.tag | default .Chart.AppVersion) -}}
+{{- end -}}
