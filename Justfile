@@ -17,7 +17,7 @@ test *ARGS:
 test-core:
     cargo test -p proxy-core -p proxy-crd
 
-# Build (or find cached) kube-apiserver, etcd, kubectl and the kvm guest image; install squid, libvirt and qemu when missing.
+# Build (or find cached) kube-apiserver, etcd, kubectl, helm, promtool and the kvm guest image; install squid, libvirt, qemu, podman and runc when missing.
 provision:
     tests/bed/provision.sh
 
@@ -31,13 +31,23 @@ lint:
     cargo clippy --workspace --all-targets -- -D warnings
     cargo clippy --package proxy-operator --all-targets -- -D warnings
 
-# Regenerate the CRD YAML in deploy/crds/ from the Rust types.
+# Regenerate the CRD YAML in deploy/crds/ from the Rust types, and deploy/operator.yaml from the chart.
 generate:
     cargo run -q -p proxy-operator -- crd --write deploy/crds
+    deploy/render.sh
 
-# Fail when a generated file differs from what the code generates.
+# Fail when a generated file differs from what the code (or the chart) generates.
 check-generated:
     tmp=$(mktemp -d) && cargo run -q -p proxy-operator -- crd --write "$tmp" && diff -ru deploy/crds "$tmp"
+    deploy/render.sh --check
+
+# Build the container image localhost/proxy-operator:<version> with podman (deploy/Containerfile).
+image:
+    tests/bed/image.sh build
+
+# Lint the Helm chart and test the alert rules with the cached helm and promtool.
+check-deploy:
+    eval "$(tests/bed/provision.sh)" && "$PROXY_OPERATOR_HELM" lint --strict deploy/chart && "$PROXY_OPERATOR_PROMTOOL" check rules deploy/chart/files/alerts.yaml && "$PROXY_OPERATOR_PROMTOOL" test rules deploy/alerts/alerts.test.yaml
 
 # Repeated code in the tree.
 duplicates:

@@ -11,6 +11,7 @@ mod gc;
 mod gcp;
 mod health;
 mod hostile;
+mod image;
 mod kvm;
 mod leadership;
 mod leases;

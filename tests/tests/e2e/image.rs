@@ -1,0 +1,120 @@
+//! The container image (deploy/Containerfile, built by `tests/bed/image.sh`) run against the
+//! test bed: podman with runc, the host's network, user 65532, a read-only root filesystem
+//! and no capabilities, as the chart's Deployment asks; the chart's objects are installed
+//! and the containerised operator runs with the Deployment's args and environment, as the
+//! chart's ServiceAccount, until its Proxy is Ready. podman missing is a failure.
+
+use std::process::{Command, Stdio};
+
+use crate::chart::{Running, install};
+
+/// Builds the image (a no-op for cargo and podman's layer cache when nothing changed); its
+/// reference.
+fn build_image() -> String {
+    let script = proxy_tests::bins::repo_root().join("tests/bed/image.sh");
+    let out = Command::new(&script)
+        .arg("build")
+        .stderr(Stdio::inherit())
+        .output()
+        .unwrap_or_else(|e| panic!("run {}: {e}", script.display()));
+    assert!(
+        out.status.success(),
+        "tests/bed/image.sh build failed (podman is installed by tests/bed/provision.sh)"
+    );
+    String::from_utf8(out.stdout).unwrap().trim().to_owned()
+}
+
+/// Makes the kubeconfig at `path` self-contained: the certificate files it names are put in
+/// as `*-data`, so that the container needs no mount of the control plane's PKI.
+fn embed_certificates(path: &std::path::Path) {
+    let mut config: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(path).unwrap()).expect("a JSON kubeconfig");
+    let embed = |entry: &mut serde_json::Value, field: &str| {
+        if let Some(file) = entry.get(field).and_then(|f| f.as_str()).map(str::to_owned) {
+            let content = std::fs::read(&file).unwrap_or_else(|e| panic!("{file}: {e}"));
+            entry[format!("{field}-data")] = data_encoding::BASE64.encode(&content).into();
+            entry.as_object_mut().unwrap().remove(field);
+        }
+    };
+    for cluster in config["clusters"].as_array_mut().into_iter().flatten() {
+        embed(&mut cluster["cluster"], "certificate-authority");
+    }
+    for user in config["users"].as_array_mut().into_iter().flatten() {
+        embed(&mut user["user"], "client-certificate");
+        embed(&mut user["user"], "client-key");
+    }
+    std::fs::write(path, config.to_string()).unwrap();
+}
+
+/// Removes the container when dropped (killing podman's client leaves it running).
+struct Container(String);
+
+impl Drop for Container {
+    fn drop(&mut self) {
+        let _ = Command::new("podman")
+            .args(["rm", "--force", "--time", "0", &self.0])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
+    }
+}
+
+#[tokio::test]
+async fn the_image_runs_the_operator_to_a_ready_proxy() {
+    let image = build_image();
+    let installed = install("image").await;
+    embed_certificates(&installed.kubeconfig);
+    let ca = installed.write_ca();
+    let dir = installed.config_dir.display().to_string();
+    let log = installed.config_dir.join("container.log");
+    let out = std::fs::File::create(&log).unwrap();
+    let name = format!("proxy-operator-{}", installed.ns);
+    let container = Container(name.clone());
+    let script = proxy_tests::bins::repo_root().join("tests/bed/image.sh");
+    let child = Command::new(script)
+        .arg("run")
+        .args(installed.operator_args(&dir, &format!("{dir}/{ca}")))
+        .envs(installed.env.iter().map(|(k, v)| (k, v)))
+        .env("KUBECONFIG", &installed.kubeconfig)
+        .env("IMAGE", &image)
+        .env("CONTAINER_NAME", &name)
+        .stdin(Stdio::null())
+        .stdout(out.try_clone().unwrap())
+        .stderr(out)
+        .spawn()
+        .expect("start tests/bed/image.sh run");
+    let running = Running(child);
+    let show = || std::fs::read_to_string(&log).unwrap_or_default();
+
+    let proxies = installed.create_proxy("from-image").await;
+    let proxy = installed.wait_ready(&proxies, "from-image").await;
+    assert!(
+        proxy
+            .as_ref()
+            .and_then(|p| p.status.as_ref())
+            .is_some_and(|s| s
+                .conditions
+                .iter()
+                .any(|c| c.type_ == "Ready" && c.status == "True")),
+        "not Ready: {:?}\ncontainer log:\n{}",
+        proxy.and_then(|p| p.status),
+        show()
+    );
+    installed.check_serving("from-image", &show).await;
+    // It ran as the Deployment's user, on a read-only root filesystem.
+    let inspect = Command::new("podman")
+        .args([
+            "inspect",
+            "--format",
+            "{{.Config.User}} {{.HostConfig.ReadonlyRootfs}}",
+            &name,
+        ])
+        .output()
+        .expect("podman inspect");
+    assert_eq!(
+        String::from_utf8_lossy(&inspect.stdout).trim(),
+        "65532:65532 true"
+    );
+    drop(running);
+    drop(container);
+}
