@@ -584,3 +584,34 @@ async fn the_installed_chart_runs_the_operator_as_its_service_account_to_a_ready
     );
     installed.check_serving("from-chart", &show).await;
 }
+
+#[test]
+fn the_chart_refuses_unknown_values_naming_them() {
+    let file = subdir("chart-refused").join("values.yaml");
+    for (values, says) in [
+        (
+            "replica: 2\n",
+            "additional properties 'replica' not allowed",
+        ),
+        (
+            "providers: [{name: pods, type: aws}]\n",
+            "at '/providers/0/type'",
+        ),
+        (
+            "providers: [{name: Pods, type: kubernetes}]\n",
+            "at '/providers/0/name'",
+        ),
+        ("replicas: 0\n", "at '/replicas'"),
+    ] {
+        std::fs::write(&file, values).unwrap();
+        let chart = chart();
+        let out = Command::new(helm())
+            .args(["template", "x", chart.to_str().unwrap(), "--values"])
+            .arg(&file)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{values} was accepted");
+        assert!(stderr.contains(says), "{values}: {stderr}");
+    }
+}
