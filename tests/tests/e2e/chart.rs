@@ -2,7 +2,8 @@
 //! applied with a server-side dry run, and the rendered objects installed for real, with
 //! the operator run as the Deployment says (its args, its environment, the ServiceAccount's
 //! rights, the generated token, the providers config of the ConfigMap) from the built
-//! binary. What is not run: kubelet (there is none), so the Deployment's Pods, its probes
+//! binary; and `helm install` then `helm upgrade` for real (the generated token survives
+//! the upgrade). What is not run: kubelet (there is none), so the Deployment's Pods, its probes
 //! and its securityContext are not executed here; the image test (`image.rs`) runs the
 //! same args in the container image.
 
@@ -614,4 +615,71 @@ fn the_chart_refuses_unknown_values_naming_them() {
         assert!(!out.status.success(), "{values} was accepted");
         assert!(stderr.contains(says), "{values}: {stderr}");
     }
+}
+
+/// The `token` of Secret `name` in `ns`.
+async fn token_of(client: &kube::Client, ns: &str, name: &str) -> String {
+    let secret = Api::<Secret>::namespaced(client.clone(), ns)
+        .get(name)
+        .await
+        .unwrap();
+    let bytes = secret.data.and_then(|d| d.get("token").cloned()).unwrap();
+    String::from_utf8(bytes.0).unwrap()
+}
+
+#[tokio::test]
+async fn helm_install_generates_a_token_once_and_an_upgrade_keeps_it() {
+    let plane = ControlPlane::shared();
+    let client = plane.client().await;
+    let ns = plane.namespace(&client, "chart-helm").await;
+    let name = format!("helm-{ns}");
+    let chart = chart();
+    let kubeconfig = plane.kubeconfig.to_str().unwrap();
+    let release = |verb: &str, extra: &[&str]| {
+        let mut args = vec![
+            verb,
+            "rel",
+            chart.to_str().unwrap(),
+            "--kubeconfig",
+            kubeconfig,
+            "--namespace",
+            &ns,
+            "--set",
+        ];
+        let set = format!("fullnameOverride={name}");
+        args.push(&set);
+        args.extend_from_slice(extra);
+        run(&helm(), &args, "");
+    };
+    release("install", &[]);
+    let secret = format!("{name}-discovery-token");
+    let first = token_of(&client, &ns, &secret).await;
+    assert_eq!(first.len(), 48, "{first}");
+    release("upgrade", &["--set", "logLevel=debug"]);
+    assert_eq!(token_of(&client, &ns, &secret).await, first);
+    let deployment = Api::<Deployment>::namespaced(client.clone(), &ns)
+        .get(&name)
+        .await
+        .unwrap();
+    let env = deployment.spec.unwrap().template.spec.unwrap().containers[0]
+        .env
+        .clone()
+        .unwrap_or_default();
+    assert!(
+        env.iter()
+            .any(|e| e.name == "RUST_LOG" && e.value.as_deref() == Some("debug")),
+        "{env:?}"
+    );
+    run(
+        &helm(),
+        &[
+            "uninstall",
+            "rel",
+            "--kubeconfig",
+            kubeconfig,
+            "--namespace",
+            &ns,
+        ],
+        "",
+    );
 }
