@@ -368,7 +368,7 @@ mod tests {
         let documents: Vec<serde_json::Value> = serde_saphyr::from_multiple(manifest).unwrap();
         let config_map = documents
             .iter()
-            .find(|d| d["kind"] == "ConfigMap" && d["metadata"]["name"] == "providers")
+            .find(|d| d["kind"] == "ConfigMap" && d["data"]["providers.yaml"].is_string())
             .expect("the providers ConfigMap");
         let config_text = config_map["data"]["providers.yaml"].as_str().unwrap();
         let config = crate::config::ProvidersConfig::parse(config_text).unwrap();

@@ -482,10 +482,6 @@ impl Installed {
     }
 }
 
-/// Metrics the alerts and the dashboard read that are announced by another part of the
-/// operator first: `proxy_operator_provider_up` comes with the providers framework.
-const ANNOUNCED: &[&str] = &["proxy_operator_provider_up"];
-
 /// The `proxy_operator_*` names the alert rules and the dashboard use that the operator
 /// does not export: neither announced by the scrape (`# TYPE` lines; a counter's `_total`, a
 /// histogram's `_bucket` are samples of the announced name) nor registered in
@@ -534,7 +530,7 @@ fn missing_metrics(scraped: &str) -> Vec<String> {
                 .iter()
                 .find_map(|suffix| name.strip_suffix(suffix))
                 .unwrap_or(name);
-            !announced.contains(&base) && !ANNOUNCED.contains(&name.as_str())
+            !announced.contains(&base)
         })
         .collect()
 }
