@@ -91,9 +91,14 @@ fn apply(plane: &ControlPlane, yaml: &str, dry_run: bool) -> Vec<Value> {
 
 /// The rules of the ClusterRole among `objects`.
 fn cluster_role_resources(objects: &[Value]) -> Vec<String> {
+    role_resources(objects, "ClusterRole")
+}
+
+/// The resources the rules of every object of `kind` (ClusterRole, Role) name.
+fn role_resources(objects: &[Value], kind: &str) -> Vec<String> {
     objects
         .iter()
-        .filter(|o| o["kind"] == "ClusterRole")
+        .filter(|o| o["kind"] == kind)
         .flat_map(|o| o["rules"].as_array().cloned().unwrap_or_default())
         .flat_map(|rule| rule["resources"].as_array().cloned().unwrap_or_default())
         .filter_map(|r| r.as_str().map(str::to_owned))
@@ -135,16 +140,18 @@ async fn the_rendered_chart_passes_a_server_side_dry_run_with_least_privilege_pe
         assert!(kinds.contains(&kind), "{kind} missing from {kinds:?}");
     }
     let resources = cluster_role_resources(&objects);
-    for resource in [
-        "pods",
-        "proxies",
-        "proxies/status",
-        "providerhealths",
-        "providerhealths/status",
-    ] {
+    for resource in ["pods", "proxies", "proxies/status"] {
         assert!(
             resources.iter().any(|r| r == resource),
             "{resource}: {resources:?}"
+        );
+    }
+    // The ProviderHealth objects live in the release namespace: a Role is enough.
+    let namespaced = role_resources(&objects, "Role");
+    for resource in ["leases", "providerhealths", "providerhealths/status"] {
+        assert!(
+            namespaced.iter().any(|r| r == resource),
+            "{resource}: {namespaced:?}"
         );
     }
     // A generated token: never a known default, a new one on each render.
