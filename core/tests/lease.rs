@@ -11,6 +11,8 @@ use proxy_core::lease::{
 };
 
 const MINUTE: i64 = 60;
+/// How long ended leases are kept with the default config: the longest cooldown, `blocked`'s.
+const RETENTION: i64 = 30 * MINUTE;
 
 /// `secs` seconds after a fixed start.
 fn at(secs: i64) -> Timestamp {
@@ -312,10 +314,42 @@ fn a_late_report_lands_until_the_retention_window_ends() {
     let mut book = book([proxy("a", 10, 5)]);
     book.acquire(request("l1", Selector::all(), Some("t.example"), 60), at(0))
         .unwrap();
-    let retention_end = 60 + 5 * MINUTE;
+    let retention_end = 60 + RETENTION;
     let late = book.report("l1", ReportResult::RateLimited, None, at(retention_end - 1));
     assert_eq!(late.unwrap().unwrap().target.as_deref(), Some("t.example"));
     let too_late = book.report("l1", ReportResult::RateLimited, None, at(retention_end));
+    assert_eq!(too_late, Err(UnknownLease));
+}
+
+#[test]
+fn retention_follows_the_longest_cooldown() {
+    let secs = Duration::from_secs;
+    for (rate_limited, blocked, error, retention) in [
+        (300, 1800, 0, 1800),
+        (300, 60, 0, 300),
+        (300, 60, 900, 900),
+        (0, 0, 0, 0),
+    ] {
+        let config = LeaseConfig {
+            rate_limited_cooldown: secs(rate_limited),
+            blocked_cooldown: secs(blocked),
+            error_cooldown: secs(error),
+        };
+        assert_eq!(config.retention(), secs(retention), "{config:?}");
+    }
+    // A book with a 10-minute longest cooldown keeps an ended lease for 10 minutes.
+    let config = LeaseConfig {
+        rate_limited_cooldown: secs(60),
+        blocked_cooldown: secs(600),
+        error_cooldown: Duration::ZERO,
+    };
+    let mut book = LeaseBook::new(config);
+    book.upsert(proxy("a", 10, 5));
+    acquire(&mut book, "l1", None, 0).unwrap();
+    assert!(book.release("l1", at(0)));
+    let late = book.report("l1", ReportResult::RateLimited, None, at(10 * MINUTE - 1));
+    assert!(matches!(late, Ok(Some(_))), "{late:?}");
+    let too_late = book.report("l1", ReportResult::RateLimited, None, at(10 * MINUTE));
     assert_eq!(too_late, Err(UnknownLease));
 }
 
@@ -324,9 +358,9 @@ fn a_report_after_release_lands() {
     let mut book = book([proxy("a", 10, 5)]);
     acquire(&mut book, "l1", Some("t.example"), 0).unwrap();
     assert!(book.release("l1", at(10)));
-    let report = book.report("l1", ReportResult::Blocked, None, at(10 + 5 * MINUTE - 1));
+    let report = book.report("l1", ReportResult::Blocked, None, at(10 + RETENTION - 1));
     assert!(matches!(report, Ok(Some(_))));
-    let report = book.report("l1", ReportResult::Blocked, None, at(10 + 5 * MINUTE));
+    let report = book.report("l1", ReportResult::Blocked, None, at(10 + RETENTION));
     assert_eq!(report, Err(UnknownLease));
 }
 
@@ -381,7 +415,7 @@ fn a_lease_id_in_use_is_refused_while_the_lease_is_known() {
         Err(AcquireError::IdInUse)
     );
     assert_eq!(
-        leased(&mut book, "l1", None, 1 + 5 * MINUTE).as_deref(),
+        leased(&mut book, "l1", None, 1 + RETENTION).as_deref(),
         Some("default/a")
     );
 }

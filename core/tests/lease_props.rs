@@ -55,7 +55,6 @@ fn config() -> LeaseConfig {
         rate_limited_cooldown: Duration::from_secs(20),
         blocked_cooldown: Duration::from_secs(60),
         error_cooldown: Duration::from_secs(5),
-        retention: Duration::from_secs(30),
     }
 }
 
@@ -360,7 +359,7 @@ impl Model {
     }
 
     fn expire(&mut self, now: Timestamp) {
-        let retention = self.config.retention;
+        let retention = self.config.retention();
         for entry in &mut self.leases {
             if entry.forget_at.is_none() && entry.lease.expires_at <= now {
                 entry.forget_at = Some(later(entry.lease.expires_at, retention));
@@ -446,7 +445,7 @@ impl Model {
 
     fn release(&mut self, id: &str, now: Timestamp) -> bool {
         self.expire(now);
-        let retention = self.config.retention;
+        let retention = self.config.retention();
         let active = self
             .leases
             .iter_mut()

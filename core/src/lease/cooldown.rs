@@ -30,6 +30,11 @@ impl ForTarget<'_> {
             .and_then(|by_proxy| by_proxy.get(proxy))
             .is_some_and(|until| *until > now)
     }
+
+    /// When `proxy`'s cooldown for the target ends, if one is known (it may have ended).
+    pub(super) fn until(self, proxy: &ProxyKey) -> Option<Timestamp> {
+        self.0.and_then(|by_proxy| by_proxy.get(proxy)).copied()
+    }
 }
 
 impl Cooldowns {
@@ -61,6 +66,11 @@ impl Cooldowns {
         }
         self.ends.insert((until, target, proxy));
         until
+    }
+
+    /// Every running cooldown as `(until, target, proxy)`, ordered by end.
+    pub(super) fn iter(&self) -> impl Iterator<Item = &(Timestamp, Option<String>, ProxyKey)> {
+        self.ends.iter()
     }
 
     /// Drops every cooldown that ended at or before `now`.

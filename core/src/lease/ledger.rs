@@ -14,9 +14,9 @@ use crate::key::ProxyKey;
 enum State {
     /// Counts against the proxy's capacity until it expires or is released.
     Active,
-    /// Expired or released: no longer counts, kept until it is forgotten so that a late
-    /// report lands.
-    Retained,
+    /// Expired or released at `ended_at`: no longer counts, kept until it is forgotten so
+    /// that a late report lands.
+    Retained { ended_at: Timestamp },
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -66,7 +66,7 @@ impl Ledger {
             return None;
         }
         let (expires_at, id) = self.expiries.pop_first()?;
-        self.retain(id, later(expires_at, retention))
+        self.retain(id, expires_at, retention)
     }
 
     /// Ends the lease if it is active and returns its proxy; `None` when it is unknown or
@@ -79,13 +79,41 @@ impl Ledger {
     ) -> Option<ProxyKey> {
         let entry = self.entries.get(id)?;
         match entry.state {
-            State::Retained => None,
+            State::Retained { .. } => None,
             State::Active => {
                 let key = (entry.lease.expires_at, entry.lease.id.clone());
                 self.expiries.remove(&key);
-                self.retain(key.1, later(now, retention))
+                self.retain(key.1, now, retention)
             }
         }
+    }
+
+    /// Records a lease that already ended at `ended_at` (from a checkpoint): retained until
+    /// `ended_at + retention`. Its ID must be new ([`contains`](Self::contains)).
+    pub(super) fn record_ended(&mut self, lease: Lease, ended_at: Timestamp, retention: Duration) {
+        let id = lease.id.clone();
+        self.forgets
+            .insert((later(ended_at, retention), id.clone()));
+        let state = State::Retained { ended_at };
+        self.entries.insert(id, Entry { lease, state });
+    }
+
+    /// Whether the lease with this ID is active.
+    pub(super) fn is_active(&self, id: &str) -> bool {
+        self.entries
+            .get(id)
+            .is_some_and(|entry| entry.state == State::Active)
+    }
+
+    /// Every lease known, by ID, with the time it ended (`None`: active).
+    pub(super) fn iter(&self) -> impl Iterator<Item = (&Lease, Option<Timestamp>)> {
+        self.entries.values().map(|entry| {
+            let ended_at = match entry.state {
+                State::Active => None,
+                State::Retained { ended_at } => Some(ended_at),
+            };
+            (&entry.lease, ended_at)
+        })
     }
 
     /// Forgets every retained lease whose retention ended at or before `now`.
@@ -97,11 +125,11 @@ impl Ledger {
         }
     }
 
-    fn retain(&mut self, id: String, forget_at: Timestamp) -> Option<ProxyKey> {
+    fn retain(&mut self, id: String, ended_at: Timestamp, retention: Duration) -> Option<ProxyKey> {
         let entry = self.entries.get_mut(&id)?;
-        entry.state = State::Retained;
+        entry.state = State::Retained { ended_at };
         let proxy = entry.lease.proxy.clone();
-        self.forgets.insert((forget_at, id));
+        self.forgets.insert((later(ended_at, retention), id));
         Some(proxy)
     }
 }

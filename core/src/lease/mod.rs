@@ -17,6 +17,16 @@
 //!   [`list`](LeaseBook::list); read metrics with [`active_total`](LeaseBook::active_total)
 //!   and [`active_leases`](LeaseBook::active_leases) after [`expire`](LeaseBook::expire).
 //!
+//! # One book for the fleet
+//!
+//! Several replicas serve the discovery API, but one book answers: the owner's (the leader,
+//! once it has merged the last checkpoint). [`route`] says whether a replica serves a
+//! request, forwards it to the owner, or refuses it for now. The owner saves its book with
+//! [`checkpoint`](LeaseBook::checkpoint) in the background, and a new owner (after a
+//! failover or a restart) takes it back with [`restore`](LeaseBook::restore), a merge
+//! (module `checkpoint`). The [`Journal`] tracks what is not saved yet and fences grants
+//! when saving falls behind, which bounds what a crash of the owner can lose.
+//!
 //! The core has no clock and no randomness: every call that depends on time takes `now`,
 //! which should not go backwards (if it does, nothing breaks: leases and cooldowns just end
 //! later), and lease IDs come from the shell. Expiry is lazy: every call taking `now` first
@@ -33,7 +43,7 @@
 //!   means never leased. Lowering `max_leases` revokes nothing: the proxy takes no new lease
 //!   until it is below the new limit.
 //! - **Lifecycle.** A lease is active from the acquire until `expires_at` or its release,
-//!   whichever comes first; then it is retained for [`LeaseConfig::retention`] (it no longer
+//!   whichever comes first; then it is retained for [`LeaseConfig::retention`], the longest cooldown (it no longer
 //!   counts, but a report on it still lands, which matters most when the crawler was being
 //!   rate-limited), then forgotten. Release is idempotent. A zero TTL is allowed: the lease
 //!   ends at the next call.
@@ -78,9 +88,12 @@
 //! [`release`](LeaseBook::release) and [`report`](LeaseBook::report) are O((t + 1) · log n +
 //! log L) and O(log L + log c).
 
+mod checkpoint;
 mod cooldown;
 mod index;
+mod journal;
 mod ledger;
+mod routing;
 mod types;
 mod view;
 
@@ -90,9 +103,14 @@ use std::time::Duration;
 use jiff::Timestamp;
 
 use crate::key::ProxyKey;
+pub use checkpoint::{
+    CHECKPOINT_VERSION, Checkpoint, InvalidCheckpoint, Merged, SavedCooldown, SavedLease,
+};
 use cooldown::Cooldowns;
 use index::{EligibleIndex, Rank};
+pub use journal::{Journal, Ticket};
 use ledger::Ledger;
+pub use routing::{Call, Refusal, Route, Standing, route};
 pub use types::{
     AcquireError, AcquireRequest, Cooldown, Labels, Lease, LeaseConfig, Listed, NoMatch, ProxyView,
     ReportResult, Selector, UnknownLease,
@@ -182,7 +200,7 @@ impl LeaseBook {
     /// it did. Unknown, released and expired leases are fine: `false`, nothing changes.
     pub fn release(&mut self, id: &str, now: Timestamp) -> bool {
         self.expire(now);
-        match self.ledger.release(id, now, self.config.retention) {
+        match self.ledger.release(id, now, self.config.retention()) {
             Some(proxy) => {
                 self.lease_ended(&proxy);
                 true
@@ -227,7 +245,7 @@ impl LeaseBook {
     /// before reading [`active_total`](Self::active_total) or
     /// [`active_leases`](Self::active_leases) for metrics.
     pub fn expire(&mut self, now: Timestamp) {
-        while let Some(proxy) = self.ledger.expire_next(now, self.config.retention) {
+        while let Some(proxy) = self.ledger.expire_next(now, self.config.retention()) {
             self.lease_ended(&proxy);
         }
         self.ledger.forget_ended(now);
@@ -296,11 +314,18 @@ impl LeaseBook {
             expires_at: later(now, ttl),
             ttl,
         };
-        self.ledger.grant(lease.clone());
+        self.admit(lease.clone());
+        lease
+    }
+
+    /// Records `lease` as active and counts it against its proxy (which need not be in the
+    /// fleet). Its ID must be new.
+    fn admit(&mut self, lease: Lease) {
+        let key = lease.proxy.clone();
+        self.ledger.grant(lease);
         self.unindex(&key);
         *self.fleet.active.entry(key.clone()).or_default() += 1;
         self.index(&key);
-        lease
     }
 
     fn lease_ended(&mut self, key: &ProxyKey) {

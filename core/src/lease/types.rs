@@ -133,7 +133,8 @@ pub enum ReportResult {
     Error,
 }
 
-/// How long reports keep a proxy away from a target, and how long ended leases are kept.
+/// How long reports keep a proxy away from a target; ended leases are kept as long as the
+/// longest of them ([`retention`](Self::retention)).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct LeaseConfig {
     /// Cooldown after [`ReportResult::RateLimited`]. Default 5 minutes.
@@ -142,9 +143,6 @@ pub struct LeaseConfig {
     pub blocked_cooldown: Duration,
     /// Cooldown after [`ReportResult::Error`]; zero (the default) means none.
     pub error_cooldown: Duration,
-    /// How long a lease is kept after it expired or was released, so that a late report
-    /// still lands. Default 5 minutes, the rate-limit cooldown window.
-    pub retention: Duration,
 }
 
 impl Default for LeaseConfig {
@@ -153,12 +151,21 @@ impl Default for LeaseConfig {
             rate_limited_cooldown: Duration::from_secs(5 * 60),
             blocked_cooldown: Duration::from_secs(30 * 60),
             error_cooldown: Duration::ZERO,
-            retention: Duration::from_secs(5 * 60),
         }
     }
 }
 
 impl LeaseConfig {
+    /// How long a lease is kept after it expired or was released, so that a late report
+    /// still lands: the longest cooldown (30 minutes by default, the `blocked` one). A
+    /// report matters for as long as the cooldown it starts could last, and a site often
+    /// shows its rate limit or block only after the crawler is done with the proxy.
+    pub fn retention(&self) -> Duration {
+        self.rate_limited_cooldown
+            .max(self.blocked_cooldown)
+            .max(self.error_cooldown)
+    }
+
     /// How long `result` keeps a proxy away from a target; zero means not at all.
     pub fn cooldown(&self, result: ReportResult) -> Duration {
         match result {
