@@ -303,6 +303,7 @@ fn requests_are_served_by_the_owner_and_forwarded_once_by_the_others() {
     #[rustfmt::skip]
     let table: Vec<(Standing, Call, bool, &Journal, Route)> = vec![
         (Standing::Owner, Call::Acquire, false, &fresh, Route::Serve),
+        (Standing::Owner, Call::Other, false, &fresh, Route::Serve),
         (Standing::Owner, Call::Acquire, true, &fresh, Route::Serve),
         (Standing::Owner, Call::Acquire, false, &stale, refuse(Refusal::Unsaved)),
         (Standing::Owner, Call::Other, false, &stale, Route::Serve),
@@ -316,10 +317,16 @@ fn requests_are_served_by_the_owner_and_forwarded_once_by_the_others() {
     ];
     for (standing, call, forwarded, journal, want) in table {
         assert_eq!(
-            route(&standing, call, forwarded, me, journal, at(10)),
+            route(&standing, true, call, forwarded, me, journal, at(10)),
             want,
             "{standing:?} {call:?} forwarded={forwarded}"
         );
+        // Whatever it was, a replica whose claim ran out serves nothing itself.
+        let unled = route(&standing, false, call, forwarded, me, journal, at(10));
+        assert_ne!(unled, Route::Serve, "{standing:?} {call:?} not leading");
+        if matches!(standing, Standing::Owner | Standing::Restoring) {
+            assert_eq!(unled, refuse(Refusal::NoOwner), "{standing:?} not leading");
+        }
     }
 }
 

@@ -208,6 +208,20 @@ pub struct RunArgs {
     /// Seconds one provider health check may take before it counts as failed.
     #[arg(long, default_value = "10", value_parser = duration::parse)]
     pub provider_check_timeout_seconds: Duration,
+    /// This replica's discovery URL as the other replicas reach it: they forward lease
+    /// requests to the leader's, which owns the lease book (default: `http://` and
+    /// `--discovery-addr` when it names an address, else `http://$POD_IP:<its port>`).
+    #[arg(long, env = "DISCOVERY_ADVERTISE_URL")]
+    pub discovery_advertise_url: Option<String>,
+    /// This Pod's IP (`status.podIP`), for the default of `--discovery-advertise-url`.
+    #[arg(long, env = "POD_IP", hide = true)]
+    pub pod_ip: Option<std::net::IpAddr>,
+    /// Seconds between saves of the lease book to its ConfigMap (`<--leadership-name>-lease-book`
+    /// in `--leadership-namespace`) while it changes. The leader stops granting leases once a
+    /// change has been unsaved for three times this, so a crash of the leader loses at most
+    /// that much of its grants (docs/api.md).
+    #[arg(long, default_value = "1", value_parser = duration::parse)]
+    pub lease_checkpoint_interval_seconds: Duration,
     /// Log line format (default: json, or text when standard output is a terminal). Inside a
     /// span, lines carry `trace_id`/`span_id`; spans go to OTLP/HTTP when
     /// `OTEL_EXPORTER_OTLP_ENDPOINT` is set.
@@ -291,6 +305,29 @@ impl RunArgs {
             blocked_cooldown: self.blocked_cooldown_seconds,
             ..LeaseConfig::default()
         }
+    }
+
+    /// This replica's discovery URL for the other replicas (`--discovery-advertise-url`, or
+    /// derived from `--discovery-addr` and `POD_IP`); `None` when neither says one.
+    pub fn advertised_url(&self) -> Option<String> {
+        if let Some(url) = &self.discovery_advertise_url {
+            return Some(url.trim_end_matches('/').to_owned());
+        }
+        let addr = self.discovery_addr;
+        let ip = Some(addr.ip())
+            .filter(|ip| !ip.is_unspecified())
+            .or(self.pod_ip)?;
+        Some(format!(
+            "http://{}",
+            std::net::SocketAddr::new(ip, addr.port())
+        ))
+    }
+
+    /// How often the lease book is saved, and the fence: how long a change may stay
+    /// unsaved before the owner stops granting (three saves' worth).
+    pub fn lease_checkpoints(&self) -> (Duration, Duration) {
+        let interval = at_least_10ms(self.lease_checkpoint_interval_seconds);
+        (interval, interval * 3)
     }
 
     /// The limits of lease requests (`--max-lease-ttl-seconds`).
@@ -401,6 +438,39 @@ mod tests {
         let message = Cli::try_parse_from(argv).unwrap_err().to_string();
         assert!(message.contains("--gc-min-age-seconds"), "{message}");
         assert!(message.contains("500ms, 30s, 10m"), "{message}");
+    }
+
+    #[test]
+    fn the_advertised_url_is_the_flag_else_the_bound_address_else_the_pod_ip() {
+        let url = |flags: &[&str]| run_args(flags).advertised_url();
+        assert_eq!(url(&[]), None, "0.0.0.0 and no POD_IP");
+        assert_eq!(
+            url(&["--pod-ip", "10.1.2.3"]).as_deref(),
+            Some("http://10.1.2.3:8090")
+        );
+        assert_eq!(
+            url(&["--pod-ip", "fd00::7", "--discovery-addr", "[::]:8000"]).as_deref(),
+            Some("http://[fd00::7]:8000")
+        );
+        assert_eq!(
+            url(&["--pod-ip", "10.1.2.3", "--discovery-addr", "127.0.0.1:9999"]).as_deref(),
+            Some("http://127.0.0.1:9999")
+        );
+        assert_eq!(
+            url(&[
+                "--pod-ip",
+                "10.1.2.3",
+                "--discovery-advertise-url",
+                "http://op:8090/"
+            ])
+            .as_deref(),
+            Some("http://op:8090")
+        );
+        let (interval, fence) = run_args(&[]).lease_checkpoints();
+        assert_eq!(
+            (interval, fence),
+            (Duration::from_secs(1), Duration::from_secs(3))
+        );
     }
 
     #[test]

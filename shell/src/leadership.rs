@@ -5,7 +5,9 @@
 //!
 //! ("Leadership", not "lease": in this project a lease is a crawler's lease on a proxy.)
 //!
-//! Every replica serves the discovery API and metrics. Only the leader reconciles (so
+//! Every replica serves the discovery API and metrics; the leader also owns the lease book,
+//! and advertises its discovery URL in the Lease ([`DISCOVERY_URL_ANNOTATION`]) for the
+//! others to forward lease requests to (`crate::discovery`). Only the leader reconciles (so
 //! provider calls and status writes never come from two replicas at once), reports health
 //! and collects orphans; [`Leadership::is_leader`] is checked right before each of those
 //! writes, so a replica whose claim ran out stops writing even if it has not noticed yet.
@@ -16,6 +18,7 @@
 //! still waits on the API server, and each round is bounded by the renew deadline: a later
 //! answer could not extend the claim anyway.
 
+use std::collections::BTreeMap;
 use std::future::Future;
 use std::sync::Mutex;
 use std::time::Duration;
@@ -29,6 +32,10 @@ use tokio::sync::watch;
 
 use crate::time::{from_kube, to_kube};
 
+/// The annotation of the leadership Lease that carries the leader's discovery URL: the
+/// leader owns the lease book, and the other replicas forward lease requests there.
+pub const DISCOVERY_URL_ANNOTATION: &str = "crawl.example.com/discovery-url";
+
 /// The leadership of one replica.
 #[derive(Debug)]
 pub struct Leadership {
@@ -37,6 +44,10 @@ pub struct Leadership {
     changes: watch::Sender<bool>,
     /// Leads without a Lease: one replica only (`--no-leader-election`, benchmarks).
     unopposed: bool,
+    /// This replica's discovery URL, written into the Lease while it leads.
+    advertised: Option<String>,
+    /// The discovery URL of the other replica whose valid claim the last round read.
+    leader_url: Mutex<Option<String>>,
 }
 
 impl Leadership {
@@ -48,6 +59,8 @@ impl Leadership {
             standing: Mutex::default(),
             changes,
             unopposed: false,
+            advertised: None,
+            leader_url: Mutex::default(),
         }
     }
 
@@ -60,7 +73,22 @@ impl Leadership {
             standing: Mutex::default(),
             changes,
             unopposed: true,
+            advertised: None,
+            leader_url: Mutex::default(),
         }
+    }
+
+    /// Advertises `url` as this replica's discovery URL in the Lease while it leads, so that
+    /// the other replicas forward lease requests to it.
+    pub fn advertising(mut self, url: Option<String>) -> Self {
+        self.advertised = url;
+        self
+    }
+
+    /// The discovery URL of the replica that leads, when another one does and its claim
+    /// names one (as of the last round); `None` while this replica leads or nobody does.
+    pub fn leader_url(&self) -> Option<String> {
+        crate::supervise::lock(&self.leader_url).clone()
     }
 
     /// This replica's identity.
@@ -177,11 +205,20 @@ impl Leadership {
         };
         let observed = existing.as_ref().map(claim_of);
         let plan = plan(observed.as_ref(), &self.candidate, now);
+        *crate::supervise::lock(&self.leader_url) = match &plan {
+            Plan::Follow { .. } => existing.as_ref().and_then(discovery_url),
+            _ => None,
+        };
         let mut written = false;
         if let Some(claim) = plan.write() {
             let mut lease = existing.clone().unwrap_or_default();
             lease.metadata.name = Some(name.to_owned());
             lease.spec = Some(spec_of(claim));
+            let annotations = lease.metadata.annotations.get_or_insert_with(BTreeMap::new);
+            match &self.advertised {
+                Some(url) => annotations.insert(DISCOVERY_URL_ANNOTATION.to_owned(), url.clone()),
+                None => annotations.remove(DISCOVERY_URL_ANNOTATION),
+            };
             let write = match &plan {
                 Plan::Acquire { create: true, .. } => {
                     api.create(&PostParams::default(), &lease).await
@@ -198,6 +235,17 @@ impl Leadership {
         self.standing().record(&plan, written);
         plan.next_round()
     }
+}
+
+/// The discovery URL a Lease's holder advertises.
+fn discovery_url(lease: &Lease) -> Option<String> {
+    lease
+        .metadata
+        .annotations
+        .as_ref()?
+        .get(DISCOVERY_URL_ANNOTATION)
+        .filter(|url| !url.is_empty())
+        .cloned()
 }
 
 /// The claim a Lease records.

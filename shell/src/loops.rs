@@ -14,7 +14,8 @@
 //!    signal (it came while the operator was starting) or does not finish within the grace
 //!    is dropped, as a crash would (reconciles are idempotent);
 //! 3. once the controller has stopped, the loops are aborted;
-//! 4. then the servers are awaited, and the process exits.
+//! 4. then the servers are awaited, the owner of the lease book saves it once more, and the
+//!    process exits.
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -28,6 +29,7 @@ use tokio::sync::watch;
 use tokio::task::JoinSet;
 
 use crate::controller::{self, Context};
+use crate::discovery::ownership::{self, Store as LeaseBookStore};
 use crate::discovery::{self, Discovery};
 use crate::gc::{CacheWatch, Collector, GcSettings};
 use crate::metrics::Metrics;
@@ -44,6 +46,8 @@ pub struct Parts {
     pub ctx: Arc<Context>,
     /// The discovery API's state: the lease book.
     pub discovery: Arc<Discovery>,
+    /// Where the lease book is saved.
+    pub lease_book: Arc<LeaseBookStore>,
     /// The one namespace watched (`None`: all).
     pub namespace: Option<String>,
     /// How GC runs (`None`: it does not).
@@ -92,6 +96,7 @@ pub async fn run(parts: Parts, stopping: watch::Receiver<bool>) -> anyhow::Resul
     let Parts {
         ctx,
         discovery,
+        lease_book,
         namespace,
         gc,
         max_concurrent_reconciles,
@@ -170,6 +175,10 @@ pub async fn run(parts: Parts, stopping: watch::Receiver<bool>) -> anyhow::Resul
                 .run(store.clone(), health_tx.clone(), leadership.clone())
         }
     });
+    background.spawn(Loop::LeaseBook, {
+        let (discovery, lease_book) = (discovery.clone(), lease_book.clone());
+        move || ownership::run(discovery.clone(), lease_book.clone())
+    });
     background.spawn(Loop::DiscoverySync, {
         let (discovery, store) = (discovery.clone(), store.clone());
         move || discovery.clone().sync(store.clone())
@@ -186,7 +195,7 @@ pub async fn run(parts: Parts, stopping: watch::Receiver<bool>) -> anyhow::Resul
         };
         background.spawn(Loop::Gc, move || crate::gc::run(collector.clone()));
     }
-    let tracked = Arc::new(Tracked::new(ctx.clone(), discovery, store));
+    let tracked = Arc::new(Tracked::new(ctx.clone(), discovery.clone(), store));
     ctx.metrics.watch_tracked(&tracked);
     let observe = move |item: &_| {
         completeness.observe(item);
@@ -210,6 +219,8 @@ pub async fn run(parts: Parts, stopping: watch::Receiver<bool>) -> anyhow::Resul
     }
     background.tasks.shutdown().await;
     api.await?;
+    // Every lease request is answered: save the book once more, so a restart loses nothing.
+    ownership::save_at_shutdown(&discovery, &lease_book).await;
     admin.await?;
     probes.await?;
     tracing::info!("stopped");

@@ -102,7 +102,7 @@ pub struct ErrorLabels {
 /// Labels of caught panics.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct PanicLabels {
-    /// What panicked: `reconcile`, `health`, `gc`, `discovery_sync` or `leadership`
+    /// What panicked: `reconcile`, `health`, `gc`, `discovery_sync`, `leadership` or `lease_book`
     /// ([`Loop::label`]).
     pub r#loop: &'static str,
 }

@@ -46,17 +46,20 @@ pub enum Loop {
     Leadership,
     /// The provider health checks.
     ProviderHealth,
+    /// Taking the lease book over and saving it ([`crate::discovery::ownership`]).
+    LeaseBook,
 }
 
 impl Loop {
     /// Every loop, so that each has a series from the start.
-    pub const ALL: [Self; 6] = [
+    pub const ALL: [Self; 7] = [
         Self::Reconcile,
         Self::Health,
         Self::Gc,
         Self::DiscoverySync,
         Self::Leadership,
         Self::ProviderHealth,
+        Self::LeaseBook,
     ];
 
     /// The metric label and the name in logs.
@@ -68,6 +71,7 @@ impl Loop {
             Self::DiscoverySync => "discovery_sync",
             Self::Leadership => "leadership",
             Self::ProviderHealth => "provider_health",
+            Self::LeaseBook => "lease_book",
         }
     }
 }

@@ -17,7 +17,8 @@ use proxy_core::record::{Config as RecordConfig, Header, Operator};
 use crate::args::RunArgs;
 use crate::config::ProvidersConfig;
 use crate::controller::Context;
-use crate::discovery::Discovery;
+use crate::discovery::ownership::Store as LeaseBookStore;
+use crate::discovery::{Discovery, Replica};
 use crate::health::HealthEngine;
 use crate::health::probe::Prober;
 use crate::leadership::Leadership;
@@ -64,11 +65,20 @@ async fn serve(args: RunArgs, config: ProvidersConfig) -> anyhow::Result<()> {
     let prober = prober(args.probe_ca_bundle.as_deref())?;
     args.check_gc_scope()?;
     let candidate = args.candidate()?;
-    let leadership = Arc::new(if args.no_leader_election {
-        Leadership::unopposed(candidate)
-    } else {
-        Leadership::new(candidate)
-    });
+    let advertised = args.advertised_url();
+    let leadership = Arc::new(
+        if args.no_leader_election {
+            Leadership::unopposed(candidate)
+        } else {
+            Leadership::new(candidate)
+        }
+        .advertising(advertised.clone()),
+    );
+    if advertised.is_none() && !args.no_leader_election {
+        tracing::warn!(
+            "no --discovery-advertise-url (nor POD_IP): while another replica leads, this one cannot be forwarded to, and while this one leads the others cannot forward lease requests to it"
+        );
+    }
     let metrics = Arc::new(Metrics::default());
     let health = Arc::new(HealthEngine::new(
         prober,
@@ -95,10 +105,21 @@ async fn serve(args: RunArgs, config: ProvidersConfig) -> anyhow::Result<()> {
     let timing = args.timing();
     tracing::info!(providers = %config.summary(), namespace = ?args.namespace, identity = leadership.identity(), installation, "proxy-operator starting");
     let leases = kube::Api::<Lease>::namespaced(client.clone(), &args.leadership_namespace);
-    let discovery = Arc::new(Discovery::new(
+    let (checkpoint_interval, fence) = args.lease_checkpoints();
+    let discovery = Arc::new(Discovery::replicated(
         args.discovery_token.as_deref(),
         args.lease_config(),
         args.limits(),
+        Replica {
+            own_url: advertised,
+            leadership: leadership.clone(),
+        },
+        fence,
+    ));
+    let lease_book = Arc::new(LeaseBookStore::new(
+        kube::Api::namespaced(client.clone(), &args.leadership_namespace),
+        format!("{}-lease-book", args.leadership_name),
+        checkpoint_interval,
     ));
     let discovery_listener = tokio::net::TcpListener::bind(args.discovery_addr)
         .await
@@ -151,6 +172,7 @@ async fn serve(args: RunArgs, config: ProvidersConfig) -> anyhow::Result<()> {
     let parts = Parts {
         ctx,
         discovery,
+        lease_book,
         namespace: args.namespace,
         gc,
         max_concurrent_reconciles: args.max_concurrent_reconciles,

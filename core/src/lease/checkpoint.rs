@@ -224,10 +224,13 @@ impl LeaseBook {
 /// A lease as the book keeps it, and when it ended.
 type Parsed = (Lease, Option<Timestamp>);
 
+/// A cooldown as the book keeps it: proxy, target, end.
+type ParsedCooldown = (ProxyKey, Option<String>, Timestamp);
+
 /// The checkpoint's leases and cooldowns, parsed, or what is wrong with the first bad entry.
 fn checked(
     checkpoint: &Checkpoint,
-) -> Result<(Vec<Parsed>, Vec<(ProxyKey, Option<String>, Timestamp)>), InvalidCheckpoint> {
+) -> Result<(Vec<Parsed>, Vec<ParsedCooldown>), InvalidCheckpoint> {
     if checkpoint.version != CHECKPOINT_VERSION {
         return Err(InvalidCheckpoint(format!(
             "version {} is not {CHECKPOINT_VERSION}, the only one this build reads",

@@ -88,6 +88,12 @@ impl Journal {
         self.in_flight = None;
     }
 
+    /// The write under way, if any, was abandoned without an answer (its task ended): its
+    /// changes are still unsaved, and the next checkpoint may be taken.
+    pub fn abandoned(&mut self) {
+        self.in_flight = None;
+    }
+
     /// When the oldest unsaved change was made, if one is unsaved.
     pub fn unsaved_since(&self) -> Option<Timestamp> {
         self.unsaved_since

@@ -61,10 +61,13 @@ pub enum Refusal {
 }
 
 /// Where the request `call` goes on a replica standing at `standing`, whose own URL is
-/// `own_url`; `forwarded` says it came from another replica.
+/// `own_url`; `forwarded` says it came from another replica, `leading` that its leadership
+/// claim holds at `now` (an owner whose claim ran out stops serving at once, before its
+/// standing is updated: by then another replica may own the book).
 ///
 /// | standing | request | route |
 /// |---|---|---|
+/// | owner or restoring, not leading | any | refuse: no owner |
 /// | owner | acquire, journal fence passed | refuse: unsaved |
 /// | owner | anything else | serve |
 /// | restoring | any | refuse: restoring |
@@ -73,6 +76,7 @@ pub enum Refusal {
 /// | follower, owner unknown or us | any | refuse: no owner |
 pub fn route(
     standing: &Standing,
+    leading: bool,
     call: Call,
     forwarded: bool,
     own_url: Option<&str>,
@@ -80,6 +84,7 @@ pub fn route(
     now: Timestamp,
 ) -> Route {
     match standing {
+        Standing::Owner | Standing::Restoring if !leading => Route::Refuse(Refusal::NoOwner),
         Standing::Owner if call == Call::Acquire && !journal.may_grant(now) => {
             Route::Refuse(Refusal::Unsaved)
         }

@@ -1,6 +1,7 @@
 //! Every error of the discovery API: an HTTP status and `{"error": "<machine_code>",
 //! "message": "..."}`, so clients branch on the code and people read the message.
 
+use proxy_core::lease::Refusal;
 use serde::Serialize;
 use warp::http::StatusCode;
 use warp::reply::Response;
@@ -103,6 +104,35 @@ impl ApiError {
         )
     }
 
+    /// 503: no replica can answer for the lease book right now (it is moving between
+    /// replicas, or cannot be saved); the answer says `Retry-After: 1`.
+    pub fn unavailable(refusal: Refusal) -> Self {
+        let message = match refusal {
+            Refusal::NoOwner => {
+                "no replica owns the lease book right now (a failover is under way); retry in a second"
+            }
+            Refusal::Restoring => {
+                "this replica is taking the lease book over (reading its last checkpoint); retry in a second"
+            }
+            Refusal::Unsaved => {
+                "the lease book could not be saved to the API server lately, so no new lease is granted until it is; retry in a second"
+            }
+            Refusal::Misrouted => "the lease book is moving between replicas; retry in a second",
+        };
+        Self::new(StatusCode::SERVICE_UNAVAILABLE, "unavailable", message)
+    }
+
+    /// 503: the replica that owns the lease book did not answer a forwarded request.
+    pub fn owner_unreachable(owner: &str, error: impl std::fmt::Display) -> Self {
+        Self::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "unavailable",
+            format!(
+                "the replica that owns the lease book ({owner}) did not answer: {error}; retry in a second"
+            ),
+        )
+    }
+
     /// 500: a bug; the server keeps serving.
     pub fn internal() -> Self {
         Self::new(
@@ -112,15 +142,22 @@ impl ApiError {
         )
     }
 
-    /// The HTTP answer.
+    /// The HTTP answer; a 503 says when to retry.
     pub fn into_response(self) -> Response {
-        json_response(
+        let mut response = json_response(
             self.status,
             &Body {
                 error: self.code,
                 message: &self.message,
             },
-        )
+        );
+        if self.status == StatusCode::SERVICE_UNAVAILABLE {
+            response.headers_mut().insert(
+                warp::http::header::RETRY_AFTER,
+                warp::http::HeaderValue::from_static("1"),
+            );
+        }
+        response
     }
 }
 

@@ -2,9 +2,12 @@
 //! report how the site treated them (`docs/api.md`, `docs/openapi.yaml`).
 //!
 //! Every decision is the core's `LeaseBook`: which proxy, capacity, TTL, cooldowns, the 409
-//! statistics. This module keeps the book in step with the controller's cache, parses and
-//! checks requests, and turns the book's answers into HTTP. It runs on every replica (it is
-//! not leader-elected); leases live in the memory of the replica that granted them.
+//! statistics, and which replica answers (`proxy_core::lease::route`). This module keeps the
+//! book in step with the controller's cache, parses and checks requests, and turns the
+//! book's answers into HTTP. Every replica serves the API; one of them, the leader, owns the
+//! book, and the others forward lease requests to it ([`forward`]). The owner saves its
+//! book to a ConfigMap in the background and a new owner takes it back from there
+//! ([`ownership`]), so leases and cooldowns outlive a failover and a restart.
 //!
 //! Hardening, outermost first: a request log; a panic in a handler is a 500 JSON answer and
 //! the server keeps serving; bodies above 64 KiB are refused (413) without being buffered;
@@ -12,6 +15,8 @@
 //! server's timeouts and bounded shutdown ([`crate::server`]).
 
 mod error;
+pub mod forward;
+pub mod ownership;
 mod routes;
 
 use std::collections::BTreeSet;
@@ -21,9 +26,12 @@ use std::time::Duration;
 use kube::ResourceExt;
 use kube::runtime::reflector::Store;
 use proxy_core::ProxyKey;
-use proxy_core::lease::{LeaseBook, LeaseConfig, ProxyView, Selector, view_of};
+use proxy_core::lease::{
+    Call, Journal, LeaseBook, LeaseConfig, ProxyView, Route, Selector, Standing, route, view_of,
+};
 use proxy_crd::Proxy;
 
+use crate::leadership::Leadership;
 use crate::server::{BearerToken, Settings};
 
 pub use error::ApiError;
@@ -57,15 +65,64 @@ impl Default for Limits {
 /// The state behind the discovery API of one replica.
 #[derive(Debug)]
 pub struct Discovery {
-    book: Mutex<LeaseBook>,
+    shared: Mutex<Shared>,
     token: BearerToken,
     limits: Limits,
+    /// How this replica takes part in the fleet's one book; `None`: it is alone and owns
+    /// its book for good (tests, benchmarks).
+    replica: Option<Replica>,
+    forwarder: forward::Forwarder,
+}
+
+/// What one lock guards: the book, what of it is saved, and who owns it. One lock, so that
+/// a request is routed and served in the same step: once ownership moves, this replica
+/// grants nothing more.
+#[derive(Debug)]
+pub struct Shared {
+    /// The lease book.
+    pub book: LeaseBook,
+    /// Which of the book's changes are saved.
+    pub journal: Journal,
+    /// Whether this replica owns the book, takes it over, or forwards to the owner.
+    pub standing: Standing,
+}
+
+/// A replica of a fleet of operators that share one book.
+#[derive(Debug)]
+pub struct Replica {
+    /// This replica's discovery URL as the others reach it (`None`: they cannot).
+    pub own_url: Option<String>,
+    /// Whether this replica leads, which makes it the book's owner.
+    pub leadership: Arc<Leadership>,
 }
 
 impl Discovery {
     /// A discovery API with this token (`None`: no authentication, loudly warned about),
-    /// cooldowns and limits.
+    /// cooldowns and limits, that owns its book alone and never saves it.
     pub fn new(token: Option<&str>, config: LeaseConfig, limits: Limits) -> Self {
+        Self::build(token, config, limits, None, Duration::MAX)
+    }
+
+    /// A discovery API for one replica among several: it owns the book while it leads and
+    /// forwards to the leader otherwise; `fence` is how long a change may stay unsaved
+    /// before it stops granting ([`Journal`]).
+    pub fn replicated(
+        token: Option<&str>,
+        config: LeaseConfig,
+        limits: Limits,
+        replica: Replica,
+        fence: Duration,
+    ) -> Self {
+        Self::build(token, config, limits, Some(replica), fence)
+    }
+
+    fn build(
+        token: Option<&str>,
+        config: LeaseConfig,
+        limits: Limits,
+        replica: Option<Replica>,
+        fence: Duration,
+    ) -> Self {
         let token = BearerToken::new(token);
         if !token.is_set() {
             tracing::warn!(
@@ -73,22 +130,62 @@ impl Discovery {
                  set, so anyone who can reach the API can lease the fleet's proxies"
             );
         }
+        let standing = match replica {
+            None => Standing::Owner,
+            Some(_) => Standing::Follower { owner: None },
+        };
         Self {
-            book: Mutex::new(LeaseBook::new(config)),
+            shared: Mutex::new(Shared {
+                book: LeaseBook::new(config),
+                journal: Journal::new(fence),
+                standing,
+            }),
             token,
             limits,
+            replica,
+            forwarder: forward::Forwarder::new(),
         }
     }
 
-    /// The lease book. A handler that panicked while holding it leaves it as it was at the
-    /// panic; the book's operations are single steps, so serving on is the better choice.
-    fn book(&self) -> MutexGuard<'_, LeaseBook> {
-        crate::supervise::lock(&self.book)
+    /// The book, its journal and its standing. A handler that panicked while holding them
+    /// leaves them as they were at the panic; the book's operations are single steps, so
+    /// serving on is the better choice.
+    pub fn shared(&self) -> MutexGuard<'_, Shared> {
+        crate::supervise::lock(&self.shared)
     }
 
-    /// Active leases of this replica, for metrics.
+    /// The book, locked, if this replica answers `call` itself; else where the request goes
+    /// (forwarded to the owner, or refused for now). `forwarded`: another replica sent it.
+    fn serving(&self, call: Call, forwarded: bool) -> Result<MutexGuard<'_, Shared>, Elsewhere> {
+        let shared = self.shared();
+        let (leading, own_url) = match &self.replica {
+            None => (true, None),
+            Some(replica) => (replica.leadership.is_leader(), replica.own_url.as_deref()),
+        };
+        let now = jiff::Timestamp::now();
+        match route(
+            &shared.standing,
+            leading,
+            call,
+            forwarded,
+            own_url,
+            &shared.journal,
+            now,
+        ) {
+            Route::Serve => Ok(shared),
+            Route::Forward(owner) => Err(Elsewhere::Forward(owner)),
+            Route::Refuse(refusal) => Err(Elsewhere::Answer(ApiError::unavailable(refusal))),
+        }
+    }
+
+    /// Active leases in the book of this replica while it owns the book (0 otherwise: a
+    /// follower's book is not the fleet's), for metrics.
     pub fn active_leases(&self) -> usize {
-        self.book().active_total()
+        let shared = self.shared();
+        match shared.standing {
+            Standing::Owner => shared.book.active_total(),
+            _ => 0,
+        }
     }
 
     /// Keeps the book in line with the proxies of `store` until the task is dropped.
@@ -111,7 +208,8 @@ impl Discovery {
 
     /// Makes `views` the fleet: upserts each, and removes the proxies not among them.
     pub fn replace_fleet(&self, views: impl IntoIterator<Item = ProxyView>) {
-        let mut book = self.book();
+        let mut shared = self.shared();
+        let book = &mut shared.book;
         let mut gone: BTreeSet<ProxyKey> = book
             .list(&Selector::all(), false)
             .into_iter()
@@ -128,16 +226,31 @@ impl Discovery {
 
     /// Removes the proxy `key`, which is gone, from the book.
     pub fn forget(&self, key: &ProxyKey) {
-        self.book().remove(key);
+        self.shared().book.remove(key);
     }
 
     /// How many proxies the book holds.
     pub fn tracked(&self) -> usize {
-        self.book().list(&Selector::all(), false).len()
+        self.shared().book.list(&Selector::all(), false).len()
     }
 
     fn authorized(&self, header: Option<&str>) -> bool {
         self.token.accepts(header)
+    }
+}
+
+/// Where a request goes when this replica does not answer it from its book.
+#[derive(Debug)]
+pub(crate) enum Elsewhere {
+    /// This answer, now (an error, or a refusal while ownership moves).
+    Answer(ApiError),
+    /// To the owner at this base URL.
+    Forward(String),
+}
+
+impl From<ApiError> for Elsewhere {
+    fn from(error: ApiError) -> Self {
+        Self::Answer(error)
     }
 }
 

@@ -9,7 +9,7 @@ use std::time::Duration;
 use bytes::{Buf, BytesMut};
 use futures::StreamExt;
 use proxy_core::lease::{
-    AcquireError, AcquireRequest, Labels, Lease, Listed, ReportResult, Selector,
+    AcquireError, AcquireRequest, Call, Labels, Lease, Listed, ReportResult, Selector,
 };
 use serde::{Deserialize, Serialize};
 use warp::http::StatusCode;
@@ -17,10 +17,12 @@ use warp::reply::Response;
 use warp::{Filter, Reply};
 
 use super::error::{ApiError, json_response, recover};
-use super::{BODY_LIMIT, Discovery};
+use super::forward::{FORWARDED_HEADER, Incoming};
+use super::{BODY_LIMIT, Discovery, Elsewhere};
 
 /// Every route, with authentication, the body limit, panic recovery, JSON errors and the
-/// request log.
+/// request log. A request this replica does not answer from its book is forwarded to the
+/// owner or refused for now ([`Discovery::serving`]).
 pub fn routes(
     state: Arc<Discovery>,
 ) -> impl Filter<Extract = (impl warp::Reply,), Error = Infallible> + Clone {
@@ -38,6 +40,7 @@ pub fn routes(
             }
         })
         .untuple_one();
+    let no_body = || warp::any().map(bytes::Bytes::new);
 
     let healthz = warp::path!("healthz")
         .and(warp::get())
@@ -45,28 +48,49 @@ pub fn routes(
     let list = warp::path!("v1" / "proxies")
         .and(warp::get())
         .and(authorized.clone())
-        .and(query())
+        .and(incoming())
+        .and(no_body())
         .and(with_state.clone())
-        .map(|query: String, state: Arc<Discovery>| guarded(|| list(&state, &query)));
+        .then(|incoming: Incoming, body, state: Arc<Discovery>| {
+            let outcome = guarded(|| list(&state, incoming.forwarded, &incoming.query));
+            answered(state, incoming, body, outcome)
+        });
     let acquire = warp::path!("v1" / "leases")
         .and(warp::post())
         .and(authorized.clone())
+        .and(incoming())
         .and(body())
         .and(with_state.clone())
-        .map(|body: bytes::Bytes, state: Arc<Discovery>| guarded(|| acquire(&state, &body)));
+        .then(
+            |incoming: Incoming, body: bytes::Bytes, state: Arc<Discovery>| {
+                let outcome = guarded(|| acquire(&state, incoming.forwarded, &body));
+                answered(state, incoming, body, outcome)
+            },
+        );
     let release = warp::path!("v1" / "leases" / String)
         .and(warp::delete())
         .and(authorized.clone())
+        .and(incoming())
+        .and(no_body())
         .and(with_state.clone())
-        .map(|id: String, state: Arc<Discovery>| guarded(|| release(&state, &id)));
+        .then(
+            |id: String, incoming: Incoming, body, state: Arc<Discovery>| {
+                let outcome = guarded(|| release(&state, incoming.forwarded, &id));
+                answered(state, incoming, body, outcome)
+            },
+        );
     let report = warp::path!("v1" / "leases" / String / "report")
         .and(warp::post())
         .and(authorized)
+        .and(incoming())
         .and(body())
         .and(with_state)
-        .map(|id: String, body: bytes::Bytes, state: Arc<Discovery>| {
-            guarded(|| report(&state, &id, &body))
-        });
+        .then(
+            |id: String, incoming: Incoming, body: bytes::Bytes, state: Arc<Discovery>| {
+                let outcome = guarded(|| report(&state, incoming.forwarded, &id, &body));
+                answered(state, incoming, body, outcome)
+            },
+        );
 
     healthz
         .or(list)
@@ -88,6 +112,25 @@ pub fn routes(
                 "discovery request"
             );
         }))
+}
+
+/// What it takes to forward the request: method, path, query, token, and whether another
+/// replica forwarded it here already.
+fn incoming() -> impl Filter<Extract = (Incoming,), Error = warp::Rejection> + Clone {
+    warp::method()
+        .and(warp::path::full())
+        .and(query())
+        .and(warp::header::optional::<String>("authorization"))
+        .and(warp::header::optional::<String>(FORWARDED_HEADER))
+        .map(
+            |method, path, query, authorization, forwarded: Option<String>| Incoming {
+                method,
+                path,
+                query,
+                authorization,
+                forwarded: forwarded.is_some(),
+            },
+        )
 }
 
 /// The raw query string, empty when there is none.
@@ -125,14 +168,29 @@ async fn read_limited<B: Buf>(
 
 /// Runs a handler; a panic becomes a 500 answer instead of a dropped connection, and the
 /// server keeps serving.
-pub(super) fn guarded(handler: impl FnOnce() -> Result<Response, ApiError>) -> Response {
+pub(super) fn guarded(
+    handler: impl FnOnce() -> Result<Response, Elsewhere>,
+) -> Result<Response, Elsewhere> {
     match std::panic::catch_unwind(AssertUnwindSafe(handler)) {
-        Ok(Ok(response)) => response,
-        Ok(Err(error)) => error.into_response(),
+        Ok(outcome) => outcome,
         Err(_) => {
             tracing::error!("a discovery handler panicked (the panic message is above)");
-            ApiError::internal().into_response()
+            Err(Elsewhere::Answer(ApiError::internal()))
         }
+    }
+}
+
+/// The answer to a request: the handler's, or the owner's when the handler said to forward.
+async fn answered(
+    state: Arc<Discovery>,
+    incoming: Incoming,
+    body: bytes::Bytes,
+    outcome: Result<Response, Elsewhere>,
+) -> Response {
+    match outcome {
+        Ok(response) => response,
+        Err(Elsewhere::Answer(error)) => error.into_response(),
+        Err(Elsewhere::Forward(owner)) => state.forwarder.send(&owner, &incoming, body).await,
     }
 }
 
@@ -180,7 +238,7 @@ fn proxy_url(host: &str, port: u16) -> String {
 }
 
 /// `GET /v1/proxies[?healthy=true][&selector=geo=eu,tier=a]`
-fn list(state: &Discovery, query: &str) -> Result<Response, ApiError> {
+fn list(state: &Discovery, forwarded: bool, query: &str) -> Result<Response, Elsewhere> {
     let mut healthy_only = false;
     let mut selector = Selector::all();
     for (name, value) in form_urlencoded::parse(query.as_bytes()) {
@@ -192,7 +250,8 @@ fn list(state: &Discovery, query: &str) -> Result<Response, ApiError> {
                     other => {
                         return Err(ApiError::invalid_request(format!(
                             "healthy must be true or false, not {other:?}"
-                        )));
+                        ))
+                        .into());
                     }
                 }
             }
@@ -203,12 +262,14 @@ fn list(state: &Discovery, query: &str) -> Result<Response, ApiError> {
             other => {
                 return Err(ApiError::invalid_request(format!(
                     "unknown query parameter {other:?}"
-                )));
+                ))
+                .into());
             }
         }
     }
-    let book = state.book();
-    let proxies: Vec<ProxyItem<'_>> = book
+    let shared = state.serving(Call::Other, forwarded)?;
+    let proxies: Vec<ProxyItem<'_>> = shared
+        .book
         .list(&selector, healthy_only)
         .into_iter()
         .map(ProxyItem::from)
@@ -292,7 +353,7 @@ fn parse<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
 }
 
 /// `POST /v1/leases`
-fn acquire(state: &Discovery, body: &[u8]) -> Result<Response, ApiError> {
+fn acquire(state: &Discovery, forwarded: bool, body: &[u8]) -> Result<Response, Elsewhere> {
     let request: AcquireBody = parse(body)?;
     let ttl = match request.ttl_seconds {
         None => state.limits.default_ttl,
@@ -306,7 +367,8 @@ fn acquire(state: &Discovery, body: &[u8]) -> Result<Response, ApiError> {
             return Err(ApiError::invalid_ttl(format!(
                 "ttlSeconds must be between 1 and {}, not {seconds}",
                 state.limits.max_ttl.as_secs()
-            )));
+            ))
+            .into());
         }
     };
     let selector = Selector::checked(request.selector)
@@ -315,8 +377,8 @@ fn acquire(state: &Discovery, body: &[u8]) -> Result<Response, ApiError> {
         .target
         .map(|t| t.trim().to_owned())
         .filter(|t| !t.is_empty());
+    let mut shared = state.serving(Call::Acquire, forwarded)?;
     let now = jiff::Timestamp::now();
-    let mut book = state.book();
     loop {
         let id = uuid::Uuid::new_v4().to_string();
         let request = AcquireRequest {
@@ -325,8 +387,9 @@ fn acquire(state: &Discovery, body: &[u8]) -> Result<Response, ApiError> {
             target: target.clone(),
             ttl,
         };
-        match book.acquire(request, now) {
+        match shared.book.acquire(request, now) {
             Ok(lease) => {
+                shared.journal.changed(now);
                 return Ok(json_response(
                     StatusCode::CREATED,
                     &LeaseGranted::from(lease),
@@ -346,8 +409,12 @@ fn acquire(state: &Discovery, body: &[u8]) -> Result<Response, ApiError> {
 }
 
 /// `DELETE /v1/leases/{id}`: always 204, so a retried release is harmless.
-fn release(state: &Discovery, id: &str) -> Result<Response, ApiError> {
-    state.book().release(id, jiff::Timestamp::now());
+fn release(state: &Discovery, forwarded: bool, id: &str) -> Result<Response, Elsewhere> {
+    let mut shared = state.serving(Call::Other, forwarded)?;
+    let now = jiff::Timestamp::now();
+    if shared.book.release(id, now) {
+        shared.journal.changed(now);
+    }
     Ok(warp::reply::with_status(warp::reply(), StatusCode::NO_CONTENT).into_response())
 }
 
@@ -363,7 +430,12 @@ struct ReportBody {
 }
 
 /// `POST /v1/leases/{id}/report`
-fn report(state: &Discovery, id: &str, body: &[u8]) -> Result<Response, ApiError> {
+fn report(
+    state: &Discovery,
+    forwarded: bool,
+    id: &str,
+    body: &[u8],
+) -> Result<Response, Elsewhere> {
     let request: ReportBody = parse(body)?;
     let result: ReportResult = serde_json::from_value(serde_json::Value::String(
         request.result.clone(),
@@ -379,14 +451,16 @@ fn report(state: &Discovery, id: &str, body: &[u8]) -> Result<Response, ApiError
         .as_deref()
         .map(str::trim)
         .filter(|t| !t.is_empty());
-    match state
-        .book()
-        .report(id, result, target, jiff::Timestamp::now())
-    {
-        Ok(_) => {
+    let mut shared = state.serving(Call::Other, forwarded)?;
+    let now = jiff::Timestamp::now();
+    match shared.book.report(id, result, target, now) {
+        Ok(cooldown) => {
+            if cooldown.is_some() {
+                shared.journal.changed(now);
+            }
             Ok(warp::reply::with_status(warp::reply(), StatusCode::NO_CONTENT).into_response())
         }
-        Err(_) => Err(ApiError::unknown_lease(id)),
+        Err(_) => Err(ApiError::unknown_lease(id).into()),
     }
 }
 

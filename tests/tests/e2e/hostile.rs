@@ -64,7 +64,14 @@ async fn proxies_whose_cloud_init_is_a_recorded_string_reconcile_and_the_operato
         .text()
         .await
         .expect("a metrics body");
-    for part in ["reconcile", "health", "gc", "discovery_sync", "leadership"] {
+    for part in [
+        "reconcile",
+        "health",
+        "gc",
+        "discovery_sync",
+        "leadership",
+        "lease_book",
+    ] {
         let series = format!(r#"proxy_operator_panics_total{{loop="{part}"}} 0"#);
         assert!(
             text.lines().any(|l| l == series),

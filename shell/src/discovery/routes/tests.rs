@@ -20,7 +20,7 @@ fn state() -> Arc<Discovery> {
         ("b", "eu", true, 10),
         ("c", "us", false, 5),
     ] {
-        discovery.book().upsert(ProxyView {
+        discovery.shared().book.upsert(ProxyView {
             key: proxy_core::ProxyKey::new("crawl", name),
             labels: [("geo".to_owned(), geo.to_owned())].into(),
             healthy,
@@ -31,6 +31,32 @@ fn state() -> Arc<Discovery> {
         });
     }
     Arc::new(discovery)
+}
+
+/// A replica that does not lead, following the owner at `owner` (`None`: none known).
+fn follower(owner: Option<String>) -> Arc<Discovery> {
+    let candidate = proxy_core::leadership::Candidate::new("follower", Default::default()).unwrap();
+    let replica = crate::discovery::Replica {
+        own_url: Some("http://follower.invalid".into()),
+        leadership: Arc::new(crate::leadership::Leadership::new(candidate)),
+    };
+    let discovery = Discovery::replicated(
+        Some(TOKEN),
+        LeaseConfig::default(),
+        Limits::default(),
+        replica,
+        std::time::Duration::from_secs(3),
+    );
+    discovery.shared().standing = proxy_core::lease::Standing::Follower { owner };
+    Arc::new(discovery)
+}
+
+/// Serves `state` on a loopback port; its base URL.
+async fn serve(state: Arc<Discovery>) -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(warp::serve(routes(state)).incoming(listener).run());
+    base
 }
 
 struct Answer {
@@ -117,6 +143,132 @@ async fn without_a_token_configured_everything_is_open() {
     assert_eq!(
         call(&open, "GET", "/v1/proxies", None, None).await.status,
         StatusCode::OK
+    );
+}
+
+#[tokio::test]
+async fn a_follower_forwards_to_the_owner_and_relays_its_answers() {
+    let owner = state();
+    let follower = follower(Some(serve(owner.clone()).await));
+    let lease = authed(
+        &follower,
+        "POST",
+        "/v1/leases",
+        Some(r#"{"target": "t.example"}"#),
+    )
+    .await;
+    assert_eq!(lease.status, StatusCode::CREATED, "{}", lease.body);
+    assert_eq!(lease.body["proxy"]["name"], "b");
+    assert_eq!(owner.active_leases(), 1, "granted in the owner's book");
+    assert_eq!(
+        follower.active_leases(),
+        0,
+        "the follower's book is not the fleet's"
+    );
+    let listed = authed(&follower, "GET", "/v1/proxies?selector=geo=eu", None).await;
+    assert_eq!(
+        listed.body["proxies"][1]["activeLeases"], 1,
+        "{}",
+        listed.body
+    );
+    let id = lease.body["leaseID"].as_str().unwrap();
+    let report = format!("/v1/leases/{id}/report");
+    let reported = authed(
+        &follower,
+        "POST",
+        &report,
+        Some(r#"{"result": "rate_limited"}"#),
+    )
+    .await;
+    assert_eq!(reported.status, StatusCode::NO_CONTENT);
+    let released = authed(&follower, "DELETE", &format!("/v1/leases/{id}"), None).await;
+    assert_eq!(released.status, StatusCode::NO_CONTENT);
+    assert_eq!(owner.active_leases(), 0);
+    // The owner's errors come back as they are, and the token travels with the request.
+    let full = authed(
+        &follower,
+        "POST",
+        "/v1/leases",
+        Some(r#"{"target": "t.example"}"#),
+    )
+    .await;
+    assert_eq!(
+        full.status,
+        StatusCode::CREATED,
+        "a is free, b cools down for t.example"
+    );
+    assert_eq!(full.body["proxy"]["name"], "a");
+    let none = authed(
+        &follower,
+        "POST",
+        "/v1/leases",
+        Some(r#"{"target": "t.example"}"#),
+    )
+    .await;
+    assert_error(&none, StatusCode::CONFLICT, "no_match");
+    assert_eq!(
+        (
+            none.body["atCapacity"].as_u64(),
+            none.body["inCooldown"].as_u64()
+        ),
+        (Some(1), Some(1))
+    );
+    let unknown = authed(
+        &follower,
+        "POST",
+        "/v1/leases/nope/report",
+        Some(r#"{"result": "ok"}"#),
+    )
+    .await;
+    assert_error(&unknown, StatusCode::NOT_FOUND, "unknown_lease");
+    let bad = authed(&follower, "POST", "/v1/leases", Some("{")).await;
+    assert_error(&bad, StatusCode::BAD_REQUEST, "invalid_json");
+}
+
+#[tokio::test]
+async fn without_a_reachable_owner_a_follower_answers_503_with_retry_after() {
+    let dead = {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        format!("http://{}", listener.local_addr().unwrap())
+    };
+    for follower in [follower(None), follower(Some(dead))] {
+        for (method, path, body) in [
+            ("GET", "/v1/proxies", ""),
+            ("POST", "/v1/leases", "{}"),
+            ("DELETE", "/v1/leases/x", ""),
+            ("POST", "/v1/leases/x/report", r#"{"result": "ok"}"#),
+        ] {
+            let response = warp::test::request()
+                .method(method)
+                .path(path)
+                .header("authorization", format!("Bearer {TOKEN}"))
+                .body(body)
+                .reply(&routes(follower.clone()))
+                .await;
+            assert_eq!(
+                response.status(),
+                StatusCode::SERVICE_UNAVAILABLE,
+                "{method} {path}"
+            );
+            assert_eq!(response.headers()["retry-after"], "1");
+            let body: Value = serde_json::from_slice(response.body()).unwrap();
+            assert_eq!(body["error"], "unavailable", "{body}");
+        }
+    }
+    // A request another replica forwarded is never forwarded again.
+    let owner = serve(state()).await;
+    let response = warp::test::request()
+        .method("POST")
+        .path("/v1/leases")
+        .header("authorization", format!("Bearer {TOKEN}"))
+        .header(FORWARDED_HEADER, "1")
+        .reply(&routes(follower(Some(owner))))
+        .await;
+    assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+    let body: Value = serde_json::from_slice(response.body()).unwrap();
+    assert!(
+        body["message"].as_str().unwrap().contains("moving"),
+        "{body}"
     );
 }
 
@@ -417,7 +569,10 @@ async fn unknown_routes_and_methods_are_json_errors() {
 #[tokio::test]
 async fn a_panicking_handler_is_a_500_and_the_server_keeps_serving() {
     // The same guard every handler runs in, around a handler with a bug.
-    let buggy = warp::any().map(|| guarded(|| panic!("a bug in a handler")));
+    let buggy = warp::any().map(|| match guarded(|| panic!("a bug in a handler")) {
+        Err(Elsewhere::Answer(error)) => error.into_response(),
+        _ => unreachable!("a panic is an answer"),
+    });
     let response = warp::test::request().reply(&buggy).await;
     assert_eq!(response.status(), StatusCode::INTERNAL_SERVER_ERROR);
     let body: Value = serde_json::from_slice(response.body()).unwrap();
@@ -431,7 +586,7 @@ async fn a_panicking_handler_is_a_500_and_the_server_keeps_serving() {
     // A panic while holding the book does not wedge the book for later requests.
     let state = state();
     let poisoned = std::panic::catch_unwind(AssertUnwindSafe(|| {
-        let _book = state.book();
+        let _book = state.shared();
         panic!("a bug while holding the book");
     }));
     assert!(poisoned.is_err());
@@ -599,6 +754,31 @@ async fn openapi_matches_the_server() {
             "{method} {path} answered {} which docs/openapi.yaml does not list: {}",
             answer.status,
             answer.body
+        );
+        produced.insert(key);
+    }
+    // While no replica owns the lease book, every lease route answers 503.
+    let follower = follower(None);
+    for (template, method, path, body) in [
+        ("/v1/proxies", "GET", "/v1/proxies", ""),
+        ("/v1/leases", "POST", "/v1/leases", "{}"),
+        ("/v1/leases/{id}", "DELETE", "/v1/leases/x", ""),
+        (
+            "/v1/leases/{id}/report",
+            "POST",
+            "/v1/leases/x/report",
+            r#"{"result": "ok"}"#,
+        ),
+    ] {
+        let answer = call(&follower, method, path, Some(body.as_bytes()), Some(TOKEN)).await;
+        let key = (
+            template.to_owned(),
+            method.to_owned(),
+            answer.status.as_u16(),
+        );
+        assert!(
+            documented.contains(&key),
+            "{key:?} is not in docs/openapi.yaml"
         );
         produced.insert(key);
     }

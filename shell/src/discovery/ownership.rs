@@ -1,0 +1,295 @@
+//! Ownership of the lease book: the leader owns it and saves it to a ConfigMap; a replica
+//! that becomes the leader (after a failover, or a restart) merges the last saved book into
+//! its own before it serves a single request.
+//!
+//! The loop here follows leadership every [`TICK`]: a replica that starts leading stands
+//! `Restoring` (the API answers 503 `unavailable`) until it has read the ConfigMap and merged
+//! the checkpoint (`LeaseBook::restore`), then `Owner`; one that stops leading stands
+//! `Follower` and forwards to the replica the leadership Lease names. Every request checks
+//! the leadership claim itself too (`proxy_core::lease::route`), so an owner whose claim ran
+//! out stops granting at once, not at the next tick.
+//!
+//! While it owns the book, the loop saves it every `interval` when it changed: one write at
+//! a time, a `replace` with the `resourceVersion` it last read or wrote as a precondition.
+//! A conflict means another replica wrote the book after us (an owner that had not noticed
+//! it lost leadership): the loop reads that book and merges it into its own, so neither
+//! side's leases are lost, and saves again. A book that has not been saved for the fence
+//! stops grants ([`proxy_core::lease::Journal`]); on SIGTERM the owner saves once more
+//! ([`save_at_shutdown`]), so a restart loses nothing.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::{Api, ObjectMeta, PostParams};
+use proxy_core::lease::{Checkpoint, Standing};
+
+use super::Discovery;
+
+/// The ConfigMap key that holds the checkpoint (JSON).
+pub const CHECKPOINT_KEY: &str = "book.json";
+
+/// The most a checkpoint may take: under the API server's 1 MiB limit per object, with room
+/// for the metadata. Past it the oldest retained leases are left out
+/// ([`Checkpoint::trim_retained`]).
+const BUDGET: usize = 900 * 1024;
+
+/// How often the loop looks at leadership.
+const TICK: Duration = Duration::from_millis(100);
+
+/// Where the book is saved: one ConfigMap, next to the leadership Lease.
+#[derive(Debug)]
+pub struct Store {
+    api: Api<ConfigMap>,
+    name: String,
+    interval: Duration,
+    /// The `resourceVersion` last read or written: the precondition of the next write.
+    version: Mutex<Option<String>>,
+}
+
+/// Why a write did not land.
+enum WriteError {
+    /// Someone else wrote the ConfigMap since we last read or wrote it.
+    Conflict,
+    /// Anything else (unreachable, refused, too large).
+    Other(kube::Error),
+}
+
+impl Store {
+    /// The book saved as ConfigMap `name` through `api`, every `interval` while it changes.
+    pub fn new(api: Api<ConfigMap>, name: String, interval: Duration) -> Self {
+        Self {
+            api,
+            name,
+            interval,
+            version: Mutex::new(None),
+        }
+    }
+
+    /// Reads the saved checkpoint and remembers the ConfigMap's version; `Ok(None)` when
+    /// there is none (first start) or it cannot be read as one (logged: a bad checkpoint is
+    /// replaced by the next save rather than keeping the book from being served).
+    async fn load(&self) -> Result<Option<Checkpoint>, kube::Error> {
+        let map = self.api.get_opt(&self.name).await?;
+        *crate::supervise::lock(&self.version) = map
+            .as_ref()
+            .and_then(|m| m.metadata.resource_version.clone());
+        let Some(text) = map
+            .as_ref()
+            .and_then(|m| m.data.as_ref()?.get(CHECKPOINT_KEY))
+        else {
+            return Ok(None);
+        };
+        match serde_json::from_str::<Checkpoint>(text) {
+            Ok(checkpoint) => Ok(Some(checkpoint)),
+            Err(error) => {
+                tracing::error!(
+                    configmap = self.name,
+                    %error,
+                    "the saved lease book is not a checkpoint this build reads; starting from this replica's book and overwriting it"
+                );
+                Ok(None)
+            }
+        }
+    }
+
+    /// Writes `text` over the ConfigMap, conditional on the version last seen.
+    async fn write(&self, text: String) -> Result<(), WriteError> {
+        let version = crate::supervise::lock(&self.version).clone();
+        let map = ConfigMap {
+            metadata: ObjectMeta {
+                name: Some(self.name.clone()),
+                resource_version: version.clone(),
+                labels: Some(BTreeMap::from([(
+                    "app.kubernetes.io/name".to_owned(),
+                    "proxy-operator".to_owned(),
+                )])),
+                ..ObjectMeta::default()
+            },
+            data: Some(BTreeMap::from([(CHECKPOINT_KEY.to_owned(), text)])),
+            ..ConfigMap::default()
+        };
+        let params = PostParams::default();
+        let written = match version {
+            Some(_) => self.api.replace(&self.name, &params, &map).await,
+            None => self.api.create(&params, &map).await,
+        };
+        match written {
+            Ok(map) => {
+                *crate::supervise::lock(&self.version) = map.metadata.resource_version;
+                Ok(())
+            }
+            Err(kube::Error::Api(status)) if status.code == 409 => Err(WriteError::Conflict),
+            Err(error) => Err(WriteError::Other(error)),
+        }
+    }
+}
+
+/// Follows leadership, takes the book over, and saves it while this replica owns it, until
+/// the task is dropped. Does nothing for a replica that is alone.
+pub async fn run(discovery: Arc<Discovery>, store: Arc<Store>) {
+    let Some(replica) = &discovery.replica else {
+        return;
+    };
+    // A save this loop's previous run was writing when it stopped never answered.
+    discovery.shared().journal.abandoned();
+    let mut saved_at = tokio::time::Instant::now();
+    loop {
+        let leading = replica.leadership.is_leader();
+        let standing = discovery.shared().standing.clone();
+        match (leading, standing) {
+            (true, Standing::Follower { .. } | Standing::Restoring) => {
+                take_over(&discovery, &store).await;
+            }
+            (true, Standing::Owner) => {
+                if saved_at.elapsed() >= store.interval {
+                    saved_at = tokio::time::Instant::now();
+                    save(&discovery, &store).await;
+                }
+            }
+            (false, standing) => {
+                let owner = replica.leadership.leader_url();
+                let following = Standing::Follower { owner };
+                if standing != following {
+                    if standing == Standing::Owner {
+                        tracing::warn!(
+                            "no longer the leader: the lease book is the new leader's now"
+                        );
+                    }
+                    discovery.shared().standing = following;
+                }
+            }
+        }
+        tokio::time::sleep(TICK).await;
+    }
+}
+
+/// Reads the last saved book and merges it into ours, then owns the book; on a failed read,
+/// stays `Restoring` (the next tick tries again).
+async fn take_over(discovery: &Discovery, store: &Store) {
+    discovery.shared().standing = Standing::Restoring;
+    let checkpoint = match store.load().await {
+        Ok(checkpoint) => checkpoint,
+        Err(error) => {
+            tracing::warn!(%error, "cannot read the saved lease book; retrying");
+            return;
+        }
+    };
+    let mut shared = discovery.shared();
+    let now = jiff::Timestamp::now();
+    if let Some(checkpoint) = &checkpoint {
+        merge(&mut shared.book, checkpoint, now);
+    }
+    // Save the merged book under our ownership soon; an earlier write never answered.
+    shared.journal.abandoned();
+    shared.journal.changed(now);
+    shared.standing = Standing::Owner;
+    tracing::info!(
+        active = shared.book.active_total(),
+        "leading: the lease book is this replica's"
+    );
+}
+
+/// Merges `checkpoint` into `book`, logging what it brought or why it was refused.
+fn merge(book: &mut proxy_core::lease::LeaseBook, checkpoint: &Checkpoint, now: jiff::Timestamp) {
+    match book.restore(checkpoint, now) {
+        Ok(merged) => tracing::info!(
+            taken_at = %checkpoint.taken_at,
+            active_added = merged.active_added,
+            retained_added = merged.retained_added,
+            ended = merged.ended,
+            cooldowns = merged.cooldowns,
+            "merged the saved lease book"
+        ),
+        Err(error) => tracing::error!(
+            %error,
+            "the saved lease book is refused; starting from this replica's book and overwriting it"
+        ),
+    }
+}
+
+/// Saves the book if it changed since the last save; on a conflict, merges the book that
+/// won and leaves it for the next save.
+async fn save(discovery: &Discovery, store: &Store) {
+    let (checkpoint, ticket) = {
+        let mut shared = discovery.shared();
+        if shared.standing != Standing::Owner || !shared.journal.needs_checkpoint() {
+            return;
+        }
+        let checkpoint = shared.book.checkpoint(jiff::Timestamp::now());
+        (checkpoint, shared.journal.started())
+    };
+    let leading = discovery
+        .replica
+        .as_ref()
+        .is_some_and(|replica| replica.leadership.is_leader());
+    let written = match leading {
+        true => store.write(encode(checkpoint)).await,
+        false => Err(WriteError::Conflict),
+    };
+    match written {
+        Ok(()) => discovery.shared().journal.saved(ticket),
+        Err(WriteError::Conflict) => {
+            discovery.shared().journal.failed(ticket);
+            if leading {
+                tracing::warn!(
+                    "another replica saved the lease book since this one did: merging it"
+                );
+                match store.load().await {
+                    Ok(Some(theirs)) => merge(
+                        &mut discovery.shared().book,
+                        &theirs,
+                        jiff::Timestamp::now(),
+                    ),
+                    Ok(None) => {}
+                    Err(error) => tracing::warn!(%error, "cannot read the saved lease book"),
+                }
+            }
+        }
+        Err(WriteError::Other(error)) => {
+            discovery.shared().journal.failed(ticket);
+            tracing::warn!(%error, "cannot save the lease book; retrying");
+        }
+    }
+}
+
+/// The checkpoint as JSON, within [`BUDGET`]: the retained leases that ended first are left
+/// out until it fits (active leases always stay).
+fn encode(mut checkpoint: Checkpoint) -> String {
+    let mut text = serde_json::to_string(&checkpoint).unwrap_or_default();
+    while text.len() > BUDGET {
+        let retained = checkpoint
+            .leases
+            .iter()
+            .filter(|l| l.ended_at.is_some())
+            .count();
+        if retained == 0 {
+            tracing::error!(
+                bytes = text.len(),
+                active = checkpoint.leases.len(),
+                "the lease book's active leases alone do not fit a ConfigMap: it cannot be saved"
+            );
+            break;
+        }
+        let keep = retained * BUDGET / text.len() * 9 / 10;
+        let dropped = checkpoint.trim_retained(keep);
+        tracing::warn!(
+            dropped,
+            "the lease book is too large to save whole: left out the retained leases that ended first"
+        );
+        text = serde_json::to_string(&checkpoint).unwrap_or_default();
+    }
+    text
+}
+
+/// Saves the book once more if this replica owns it: on SIGTERM, after the last request was
+/// answered, so that a restart loses nothing.
+pub async fn save_at_shutdown(discovery: &Discovery, store: &Store) {
+    {
+        let mut shared = discovery.shared();
+        shared.journal.abandoned();
+        shared.journal.changed(jiff::Timestamp::now());
+    }
+    save(discovery, store).await;
+}
