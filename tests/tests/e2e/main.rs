@@ -14,6 +14,7 @@ mod hostile;
 mod image;
 mod kvm;
 mod leadership;
+mod lease_book;
 mod leases;
 mod metrics;
 mod operated;
