@@ -1,6 +1,9 @@
 //! Benchmark (not a test): lease acquire + release over HTTP on loopback, as a ratio to a
 //! trivial warp handler measured in the same run, with 100, 1,000 and 10,000 proxies in the
-//! book; the core's acquire cost at 10,000 proxies divided by that at 100; p50 and p99.
+//! book; with two replicas (1,000 proxies), the owner of the book and a follower that
+//! forwards to it, each request sent to a replica picked at random, and every request sent
+//! to the follower; the core's acquire cost at 10,000 proxies divided by that at 100; p50
+//! and p99.
 //!
 //! Run: `just bench-discovery` (`cargo run --release -p proxy-tests --bin bench-discovery`).
 //! Client and server share the machine's cores, the same for the trivial handler and the
@@ -9,8 +12,10 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use proxy_core::lease::{AcquireRequest, LeaseBook, LeaseConfig, ProxyView, Selector};
-use proxy_operator::discovery::{self, Discovery, Limits};
+use proxy_core::leadership::{Candidate, Timing};
+use proxy_core::lease::{AcquireRequest, LeaseBook, LeaseConfig, ProxyView, Selector, Standing};
+use proxy_operator::discovery::{self, Discovery, Limits, Replica};
+use proxy_operator::leadership::Leadership;
 use warp::Filter;
 
 const CLIENTS: usize = 8;
@@ -34,17 +39,28 @@ fn fleet(n: usize) -> impl Iterator<Item = ProxyView> {
     })
 }
 
-/// Runs `CLIENTS` clients, each doing `PAIRS_PER_CLIENT` POST + DELETE pairs against `base`;
-/// returns pairs per second and the per-pair latencies, sorted.
-async fn load(base: &str, body: &'static str) -> (f64, Vec<Duration>) {
+/// Runs `CLIENTS` clients, each doing `PAIRS_PER_CLIENT` POST + DELETE pairs, each request
+/// to one of `bases` picked at random; returns pairs per second and the per-pair latencies,
+/// sorted.
+async fn load(bases: &[String], body: &'static str) -> (f64, Vec<Duration>) {
     let started = Instant::now();
     let mut tasks = Vec::new();
-    for _ in 0..CLIENTS {
-        let (base, http) = (base.to_owned(), reqwest::Client::new());
+    for client in 0..CLIENTS {
+        let (bases, http) = (bases.to_vec(), reqwest::Client::new());
+        // xorshift64, seeded per client.
+        let mut rng =
+            0x9e37_79b9_7f4a_7c15_u64 ^ (client as u64 + 1).wrapping_mul(0x2545_f491_4f6c_dd1d);
+        let mut pick = move || {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            bases[(rng % bases.len() as u64) as usize].clone()
+        };
         tasks.push(tokio::spawn(async move {
             let mut latencies = Vec::with_capacity(PAIRS_PER_CLIENT);
             for _ in 0..PAIRS_PER_CLIENT {
                 let t = Instant::now();
+                let base = pick();
                 let lease: serde_json::Value = http
                     .post(format!("{base}/v1/leases"))
                     .bearer_auth(TOKEN)
@@ -57,6 +73,7 @@ async fn load(base: &str, body: &'static str) -> (f64, Vec<Duration>) {
                     .await
                     .expect("JSON");
                 let id = lease["leaseID"].as_str().expect("a lease");
+                let base = pick();
                 let status = http
                     .delete(format!("{base}/v1/leases/{id}"))
                     .bearer_auth(TOKEN)
@@ -127,6 +144,39 @@ async fn trivial() -> String {
 
 use warp::Reply;
 
+/// Two replicas of the discovery API, as the operator runs them, with `n` proxies: the owner
+/// of the book, and a follower that forwards every request to it (what a replica that does
+/// not lead does). Their base URLs.
+async fn two_replicas(n: usize) -> (String, String) {
+    let (owner, follower) = (
+        Arc::new(Discovery::new(
+            Some(TOKEN),
+            LeaseConfig::default(),
+            Limits::default(),
+        )),
+        Arc::new(Discovery::replicated(
+            Some(TOKEN),
+            LeaseConfig::default(),
+            Limits::default(),
+            Replica {
+                own_url: None,
+                // Never run: it does not lead.
+                leadership: Arc::new(Leadership::new(
+                    Candidate::new("follower", Timing::default()).expect("an identity"),
+                )),
+            },
+            Duration::from_secs(3),
+        )),
+    );
+    owner.replace_fleet(fleet(n));
+    follower.replace_fleet(fleet(n));
+    let owner = serve(discovery::routes(owner)).await;
+    follower.shared().standing = Standing::Follower {
+        owner: Some(owner.clone()),
+    };
+    (owner, serve(discovery::routes(follower)).await)
+}
+
 /// Core cost of acquire + release, nanoseconds, best of 3 rounds.
 #[allow(clippy::disallowed_methods, reason = "a benchmark reads the clock")]
 fn core_cost(n: usize) -> f64 {
@@ -162,7 +212,7 @@ async fn main() {
         "bench-discovery: {CLIENTS} clients x {PAIRS_PER_CLIENT} acquire+release pairs over HTTP on loopback, \
          {ROUNDS} rounds taking turns (best round of each kept, so a burst of load elsewhere hurts none of them alone)"
     );
-    let mut servers = vec![("trivial warp handler".to_owned(), trivial().await)];
+    let mut servers = vec![("trivial warp handler".to_owned(), vec![trivial().await])];
     for n in [100, 1_000, 10_000] {
         let state = Arc::new(Discovery::new(
             Some(TOKEN),
@@ -172,13 +222,19 @@ async fn main() {
         state.replace_fleet(fleet(n));
         servers.push((
             format!("discovery, {n:>6} proxies"),
-            serve(discovery::routes(state)).await,
+            vec![serve(discovery::routes(state)).await],
         ));
     }
+    let (owner, follower) = two_replicas(1_000).await;
+    servers.push((
+        "2 replicas, random one".to_owned(),
+        vec![owner.clone(), follower.clone()],
+    ));
+    servers.push(("2 replicas, via follower".to_owned(), vec![follower]));
     let mut best: Vec<Option<(f64, Vec<Duration>)>> = vec![None; servers.len()];
     for _ in 0..ROUNDS {
-        for (slot, (_, base)) in best.iter_mut().zip(&servers) {
-            let (rate, latencies) = load(base, body).await;
+        for (slot, (_, bases)) in best.iter_mut().zip(&servers) {
+            let (rate, latencies) = load(bases, body).await;
             if slot.as_ref().is_none_or(|(best_rate, _)| rate > *best_rate) {
                 *slot = Some((rate, latencies));
             }
