@@ -114,6 +114,13 @@ pub struct WriteLabels {
     pub kind: &'static str,
 }
 
+/// Labels of the lease book's saves.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct SaveLabels {
+    /// `saved`, `conflict` (another replica wrote first: its book was merged) or `failed`.
+    pub result: &'static str,
+}
+
 /// Every metric of one operator process.
 #[derive(Debug)]
 pub struct Metrics {
@@ -130,6 +137,7 @@ pub struct Metrics {
     gc_held_back: Family<ProviderName, Counter>,
     gc_kept: Family<KeptLabels, Gauge>,
     writes_dropped: Family<WriteLabels, Counter>,
+    lease_book_saves: Family<SaveLabels, Counter>,
     // The proxies that have series, for `proxy_operator_tracked_proxies{store="metrics"}`.
     proxy_series: Mutex<HashSet<ProxyLabels>>,
     sources: Arc<Sources>,
@@ -238,6 +246,15 @@ impl Default for Metrics {
                 kind: write.label(),
             }));
         }
+        let lease_book_saves = Family::<SaveLabels, Counter>::default();
+        registry.register(
+            "lease_book_saves",
+            "Saves of the lease book to its ConfigMap by the replica that owns it, by result (saved, conflict, failed)",
+            lease_book_saves.clone(),
+        );
+        for result in ["saved", "conflict", "failed"] {
+            drop(lease_book_saves.get_or_create(&SaveLabels { result }));
+        }
         let sources = Arc::new(Sources::default());
         registry.register_collector(Box::new(ScrapeTime(sources.clone())));
         Self {
@@ -254,6 +271,7 @@ impl Default for Metrics {
             gc_held_back,
             gc_kept,
             writes_dropped,
+            lease_book_saves,
             proxy_series: Mutex::default(),
             sources,
         }
@@ -331,6 +349,13 @@ impl Metrics {
             .get_or_create(&WriteLabels {
                 kind: write.label(),
             })
+            .inc();
+    }
+
+    /// Counts a save of the lease book: `saved`, `conflict` or `failed`.
+    pub fn lease_book_save(&self, result: &'static str) {
+        self.lease_book_saves
+            .get_or_create(&SaveLabels { result })
             .inc();
     }
 

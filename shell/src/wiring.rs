@@ -120,6 +120,7 @@ async fn serve(args: RunArgs, config: ProvidersConfig) -> anyhow::Result<()> {
         kube::Api::namespaced(client.clone(), &args.leadership_namespace),
         format!("{}-lease-book", args.leadership_name),
         checkpoint_interval,
+        metrics.clone(),
     ));
     let discovery_listener = tokio::net::TcpListener::bind(args.discovery_addr)
         .await

@@ -26,6 +26,7 @@ use kube::api::{Api, ObjectMeta, PostParams};
 use proxy_core::lease::{Checkpoint, Standing};
 
 use super::Discovery;
+use crate::metrics::Metrics;
 
 /// The ConfigMap key that holds the checkpoint (JSON).
 pub const CHECKPOINT_KEY: &str = "book.json";
@@ -44,6 +45,7 @@ pub struct Store {
     api: Api<ConfigMap>,
     name: String,
     interval: Duration,
+    metrics: Arc<Metrics>,
     /// The `resourceVersion` last read or written: the precondition of the next write.
     version: Mutex<Option<String>>,
 }
@@ -57,12 +59,19 @@ enum WriteError {
 }
 
 impl Store {
-    /// The book saved as ConfigMap `name` through `api`, every `interval` while it changes.
-    pub fn new(api: Api<ConfigMap>, name: String, interval: Duration) -> Self {
+    /// The book saved as ConfigMap `name` through `api`, every `interval` while it changes,
+    /// each save counted in `metrics` (`proxy_operator_lease_book_saves_total`).
+    pub fn new(
+        api: Api<ConfigMap>,
+        name: String,
+        interval: Duration,
+        metrics: Arc<Metrics>,
+    ) -> Self {
         Self {
             api,
             name,
             interval,
+            metrics,
             version: Mutex::new(None),
         }
     }
@@ -224,31 +233,33 @@ async fn save(discovery: &Discovery, store: &Store) {
         .replica
         .as_ref()
         .is_some_and(|replica| replica.leadership.is_leader());
-    let written = match leading {
-        true => store.write(encode(checkpoint)).await,
-        false => Err(WriteError::Conflict),
-    };
-    match written {
-        Ok(()) => discovery.shared().journal.saved(ticket),
+    if !leading {
+        // The claim ran out since the book was taken: the next owner saves.
+        discovery.shared().journal.failed(ticket);
+        return;
+    }
+    match store.write(encode(checkpoint)).await {
+        Ok(()) => {
+            discovery.shared().journal.saved(ticket);
+            store.metrics.lease_book_save("saved");
+        }
         Err(WriteError::Conflict) => {
             discovery.shared().journal.failed(ticket);
-            if leading {
-                tracing::warn!(
-                    "another replica saved the lease book since this one did: merging it"
-                );
-                match store.load().await {
-                    Ok(Some(theirs)) => merge(
-                        &mut discovery.shared().book,
-                        &theirs,
-                        jiff::Timestamp::now(),
-                    ),
-                    Ok(None) => {}
-                    Err(error) => tracing::warn!(%error, "cannot read the saved lease book"),
-                }
+            store.metrics.lease_book_save("conflict");
+            tracing::warn!("another replica saved the lease book since this one did: merging it");
+            match store.load().await {
+                Ok(Some(theirs)) => merge(
+                    &mut discovery.shared().book,
+                    &theirs,
+                    jiff::Timestamp::now(),
+                ),
+                Ok(None) => {}
+                Err(error) => tracing::warn!(%error, "cannot read the saved lease book"),
             }
         }
         Err(WriteError::Other(error)) => {
             discovery.shared().journal.failed(ticket);
+            store.metrics.lease_book_save("failed");
             tracing::warn!(%error, "cannot save the lease book; retrying");
         }
     }

@@ -340,6 +340,21 @@ async fn two_replicas_serve_one_lease_book_to_a_crawler_that_picks_a_replica_at_
     assert_eq!(crawler.listed_active().await, held);
     crawler.release_all().await;
     assert_eq!(crawler.listed_active().await, 0);
+    // The owner saved the book, and nothing else wrote it.
+    let saves = |result: &'static str| {
+        let (first, second) = (&bed.operator, &second);
+        let series = format!("result=\"{result}\"");
+        async move {
+            first
+                .metric_sum("proxy_operator_lease_book_saves_total", &series)
+                .await
+                + second
+                    .metric_sum("proxy_operator_lease_book_saves_total", &series)
+                    .await
+        }
+    };
+    assert!(saves("saved").await >= 1, "no save counted");
+    assert_eq!(saves("conflict").await + saves("failed").await, 0);
 }
 
 /// Waits until the saved book holds every lease the crawler holds and the cooldown: what
