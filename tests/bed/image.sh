@@ -10,7 +10,7 @@
 #                                escalation), on the host's network, with ARGS after the image;
 #                                the directories of KUBECONFIG and of every absolute path in
 #                                ARGS are mounted read-only at the same path, and KUBECONFIG,
-#                                DISCOVERY_TOKEN, RUST_LOG, LOG_FORMAT, POD_NAME, POD_NAMESPACE
+#                                DISCOVERY_TOKEN, RUST_LOG, LOG_FORMAT, POD_NAME, POD_NAMESPACE, POD_IP
 #                                are passed through. The container is named $CONTAINER_NAME
 #                                (default proxy-operator-$$), so a caller can remove it.
 #
@@ -61,7 +61,7 @@ run() {
   done
   for dir in $(printf '%s\n' "${dirs[@]}" | sort -u); do mounts+=(--volume "$dir:$dir:ro"); done
   local env=() name
-  for name in KUBECONFIG DISCOVERY_TOKEN RUST_LOG LOG_FORMAT POD_NAME POD_NAMESPACE; do
+  for name in KUBECONFIG DISCOVERY_TOKEN RUST_LOG LOG_FORMAT POD_NAME POD_NAMESPACE POD_IP; do
     [ -n "${!name:-}" ] && env+=(--env "$name")
   done
   exec podman run --rm --runtime runc --name "${CONTAINER_NAME:-proxy-operator-$$}" \

@@ -213,15 +213,23 @@ pub const COMMON_RULES: [Rule; 5] = [
     },
 ];
 
-/// What every installation needs in its own namespace: leadership, and the ProviderHealth
-/// objects.
-pub const NAMESPACE_RULES: [Rule; 3] = [
+/// What every installation needs in its own namespace: leadership, the lease book's
+/// checkpoint, and the ProviderHealth objects.
+pub const NAMESPACE_RULES: [Rule; 4] = [
     Rule {
         api_groups: &["coordination.k8s.io"],
         resources: &["leases"],
         verbs: &["get", "create", "update"],
         resource_names: &[],
         why: "leadership: the replicas compete for one Lease",
+    },
+    Rule {
+        api_groups: &[""],
+        resources: &["configmaps"],
+        verbs: &["get", "create", "update"],
+        resource_names: &[],
+        why: "the leader saves the crawlers' lease book to the ConfigMap \
+              <--leadership-name>-lease-book",
     },
     Rule {
         api_groups: &["crawl.example.com"],

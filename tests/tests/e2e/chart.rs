@@ -363,6 +363,8 @@ extraArgs: [--provisioning-poll-seconds=300ms, --deletion-poll-seconds=0.3, --dr
             (None, Some(from)) => match from.field_ref.as_ref().map(|f| f.field_path.as_str()) {
                 Some("metadata.name") => format!("{name}-0"),
                 Some("metadata.namespace") => ns.clone(),
+                // The Pod's IP: the test's operator runs on the loopback address.
+                Some("status.podIP") => "127.0.0.1".to_owned(),
                 other => panic!("unexpected fieldRef {other:?}"),
             },
             (None, None) => String::new(),
