@@ -421,25 +421,38 @@ impl Installed {
         "probe-ca.pem"
     }
 
-    /// Waits (at most 90 s) until the Proxy `name` is Ready; its last state otherwise.
-    pub async fn wait_ready(&self, proxies: &Api<Proxy>, name: &str) -> Option<Proxy> {
-        let mut last = None;
-        for _ in 0..900 {
-            last = proxies.get_opt(name).await.unwrap();
-            let ready = last
+    /// Waits (90 s at most) until the Proxy `name` is Ready, and fails with its status and
+    /// `log` (what the operator printed, called `what`) when it is not.
+    pub async fn assert_ready(
+        &self,
+        proxies: &Api<Proxy>,
+        name: &str,
+        what: &str,
+        log: &dyn Fn() -> String,
+    ) {
+        let is_ready = |proxy: &Option<Proxy>| {
+            proxy
                 .as_ref()
                 .and_then(|p| p.status.as_ref())
                 .is_some_and(|s| {
                     s.conditions
                         .iter()
                         .any(|c| c.type_ == "Ready" && c.status == "True")
-                });
-            if ready {
-                break;
+                })
+        };
+        let mut last = None;
+        for _ in 0..900 {
+            last = proxies.get_opt(name).await.unwrap();
+            if is_ready(&last) {
+                return;
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
-        last
+        panic!(
+            "not Ready: {:?}\n{what}:\n{}",
+            last.and_then(|p| p.status),
+            log()
+        );
     }
 
     /// Creates a Managed Proxy `name` on the `pods` provider, probed at the bed's origin.
@@ -575,19 +588,9 @@ async fn the_installed_chart_runs_the_operator_as_its_service_account_to_a_ready
     let show = || std::fs::read_to_string(&log).unwrap_or_default();
 
     let proxies = installed.create_proxy("from-chart").await;
-    let proxy = installed.wait_ready(&proxies, "from-chart").await;
-    assert!(
-        proxy
-            .as_ref()
-            .and_then(|p| p.status.as_ref())
-            .is_some_and(|s| s
-                .conditions
-                .iter()
-                .any(|c| c.type_ == "Ready" && c.status == "True")),
-        "not Ready: {:?}\noperator log:\n{}",
-        proxy.and_then(|p| p.status),
-        show()
-    );
+    installed
+        .assert_ready(&proxies, "from-chart", "operator log", &show)
+        .await;
     installed.check_serving("from-chart", &show).await;
 }
 

@@ -87,19 +87,9 @@ async fn the_image_runs_the_operator_to_a_ready_proxy() {
     let show = || std::fs::read_to_string(&log).unwrap_or_default();
 
     let proxies = installed.create_proxy("from-image").await;
-    let proxy = installed.wait_ready(&proxies, "from-image").await;
-    assert!(
-        proxy
-            .as_ref()
-            .and_then(|p| p.status.as_ref())
-            .is_some_and(|s| s
-                .conditions
-                .iter()
-                .any(|c| c.type_ == "Ready" && c.status == "True")),
-        "not Ready: {:?}\ncontainer log:\n{}",
-        proxy.and_then(|p| p.status),
-        show()
-    );
+    installed
+        .assert_ready(&proxies, "from-image", "container log", &show)
+        .await;
     installed.check_serving("from-image", &show).await;
     // It ran as the Deployment's user, on a read-only root filesystem.
     let inspect = Command::new("podman")
