@@ -52,6 +52,7 @@
 
 pub mod action;
 pub mod backoff;
+pub mod banned;
 pub mod cloud_init;
 pub mod conditions;
 mod decide;
@@ -78,6 +79,7 @@ pub mod testing;
 pub use action::{
     Action, CreateRequest, Decision, Event, EventType, MetadataWrite, ProviderRequest, Requeue,
 };
+pub use banned::BlockedSites;
 pub use decide::decide;
 pub use error::{ErrorClass, ProviderError};
 pub use instance::InstanceState;

@@ -11,6 +11,7 @@ use jiff::Timestamp;
 use proxy_crd::ProxyStatus;
 use serde::{Deserialize, Serialize};
 
+use crate::banned::BlockedSites;
 use crate::error::ProviderError;
 use crate::probe_failure::ProbeFailure;
 use crate::provider_health::ProviderDown;
@@ -42,6 +43,12 @@ pub struct Observed {
     pub outcome: Option<Outcome>,
     /// The health engine's current verdict for this object's UID, if it has one.
     pub health: Option<HealthVerdict>,
+    /// How many distinct sites blocked the proxy lately, from the lease book, when this
+    /// replica owns the book (see [`crate::banned`]); `None` otherwise, and the `Banned`
+    /// condition stays as it is. Left out of a recording when `None`, so recordings made
+    /// before it existed replay unchanged.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub blocked_sites: Option<BlockedSites>,
     /// How long to wait before looking again, per situation.
     pub timing: Timing,
     /// How many reconciles of this object in a row failed before this one (the shell keeps

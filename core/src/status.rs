@@ -9,6 +9,7 @@
 use proxy_crd::ProxyStatus;
 
 use crate::action::{Event, EventType};
+use crate::banned::banned_condition;
 use crate::conditions::{
     self, HEALTHY, HealthyReason, PROVISIONED, ProvisionedReason, READY, ReadyReason,
 };
@@ -138,7 +139,15 @@ pub(crate) fn complete(
         observed_generation: Some(generation),
         last_probe_latency_ms: verdict.map(|verdict| i64::from(verdict.latency_ms)),
         last_health_check_time: verdict.map(|verdict| conditions::format_time(verdict.probed_at)),
-        conditions: vec![provisioned_condition, healthy_condition, ready_condition],
+        conditions: [provisioned_condition, healthy_condition, ready_condition]
+            .into_iter()
+            .chain(banned_condition(
+                previous,
+                observed.blocked_sites.as_ref(),
+                generation,
+                now,
+            ))
+            .collect(),
     };
     (status, events)
 }

@@ -138,6 +138,7 @@ impl Observed {
             instance: InstanceView::NotLookedUp,
             outcome: None,
             health: None,
+            blocked_sites: None,
             timing: Timing::default(),
             failures: 0,
         }
@@ -189,6 +190,17 @@ impl Observed {
     pub fn provider_down(mut self, message: &str) -> Self {
         self.provider_down = Some(crate::ProviderDown {
             message: message.to_owned(),
+        });
+        self
+    }
+
+    /// With the lease book counting `sites` distinct sites that blocked the proxy, judged
+    /// against `threshold`.
+    pub fn blocked_sites(mut self, sites: u32, threshold: u32) -> Self {
+        self.blocked_sites = Some(crate::BlockedSites {
+            sites,
+            threshold,
+            window_seconds: 3600,
         });
         self
     }

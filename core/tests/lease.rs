@@ -334,6 +334,7 @@ fn retention_follows_the_longest_cooldown() {
             rate_limited_cooldown: secs(rate_limited),
             blocked_cooldown: secs(blocked),
             error_cooldown: secs(error),
+            ..LeaseConfig::default()
         };
         assert_eq!(config.retention(), secs(retention), "{config:?}");
     }
@@ -342,6 +343,7 @@ fn retention_follows_the_longest_cooldown() {
         rate_limited_cooldown: secs(60),
         blocked_cooldown: secs(600),
         error_cooldown: Duration::ZERO,
+        ..LeaseConfig::default()
     };
     let mut book = LeaseBook::new(config);
     book.upsert(proxy("a", 10, 5));

@@ -55,6 +55,7 @@ fn config() -> LeaseConfig {
         rate_limited_cooldown: Duration::from_secs(20),
         blocked_cooldown: Duration::from_secs(60),
         error_cooldown: Duration::from_secs(5),
+        ..LeaseConfig::default()
     }
 }
 

@@ -503,6 +503,7 @@ impl Story {
             },
             outcome: None,
             health: self.book.reported(&self.key(), &self.meta.uid).cloned(),
+            blocked_sites: None,
             timing: Timing::default(),
             failures: 0,
         }

@@ -414,3 +414,57 @@ fn deletion_of_a_failed_proxy_shows_deleting() {
     assert!(deleting.provider_call().is_some());
     assert_eq!(deleting.status().phase, Some(Phase::Deleting));
 }
+
+// ---- Banned: many distinct sites blocked the proxy ------------------------------------------
+
+/// The lease book's count of blocked sites reaches the status as a `Banned` condition, which
+/// is written when it flips and never because the count moved (no status-write storm).
+#[test]
+fn banned_is_written_when_it_flips_and_only_then() {
+    let healthy = || running(IP).health(IP, true);
+    let banned_of = |status: &ProxyStatus| {
+        status
+            .conditions
+            .iter()
+            .find(|c| c.type_ == "Banned")
+            .map(|c| (c.status.clone(), c.reason.clone(), c.message.clone()))
+    };
+    // Below the threshold, or with nothing known: no condition, no write.
+    for observed in [healthy(), healthy().blocked_sites(2, 3)] {
+        let decision = decide(&managed_spec(), &running_status(), &observed);
+        assert_eq!(decision.status_write(), None, "{observed:?}");
+    }
+    // Reaching it: one write, with the count.
+    let decision = decide(
+        &managed_spec(),
+        &running_status(),
+        &healthy().at(T1).blocked_sites(3, 3),
+    );
+    let banned = decision
+        .status_write()
+        .expect("the flip is written")
+        .clone();
+    assert_eq!(
+        banned_of(&banned),
+        Some((
+            "True".to_owned(),
+            "BlockedOnManySites".to_owned(),
+            "blocked on 3 distinct sites within the last 3600 s (banned from 3)".to_owned()
+        ))
+    );
+    // The other conditions are as before: a banned proxy still serves other sites.
+    assert_eq!(banned.phase, Some(Phase::Ready));
+    // More sites, or a replica that knows nothing: no write, the condition stays.
+    for observed in [healthy().blocked_sites(5, 3), healthy()] {
+        let decision = decide(&managed_spec(), &banned, &observed);
+        assert_eq!(decision.status_write(), None, "{observed:?}");
+        assert_eq!(banned_of(decision.status()), banned_of(&banned));
+    }
+    // Falling below: one write, False.
+    let decision = decide(&managed_spec(), &banned, &healthy().blocked_sites(1, 3));
+    let cleared = decision.status_write().expect("the flip back is written");
+    assert_eq!(
+        banned_of(cleared).map(|(status, reason, _)| (status, reason)),
+        Some(("False".to_owned(), "FewSitesBlock".to_owned()))
+    );
+}

@@ -131,6 +131,15 @@ pub struct RunArgs {
     /// How long a proxy is not leased for a target after a `rate_limited` report, in seconds.
     #[arg(long, default_value = "300", value_parser = duration::parse)]
     pub rate_limited_cooldown_seconds: Duration,
+    /// The window of the per-site statistics, in seconds: counts restart after it, a site is
+    /// forgotten this long after its last report, and blocked sites count toward `Banned`
+    /// within it.
+    #[arg(long, default_value = "3600", value_parser = duration::parse)]
+    pub site_window_seconds: Duration,
+    /// A proxy blocked on this many distinct sites within the site window gets the condition
+    /// `Banned=True` (at least 1).
+    #[arg(long, default_value = "3", value_parser = clap::value_parser!(u32).range(1..))]
+    pub banned_sites: u32,
     /// This installation's identity, put on every instance it creates so that GC never
     /// touches another installation's instances (default: the UID of the cluster's
     /// kube-system namespace).
@@ -298,11 +307,12 @@ impl RunArgs {
         })
     }
 
-    /// The lease book's cooldowns (`--*-cooldown-seconds`).
+    /// The lease book's cooldowns (`--*-cooldown-seconds`) and site window.
     pub fn lease_config(&self) -> LeaseConfig {
         LeaseConfig {
             rate_limited_cooldown: self.rate_limited_cooldown_seconds,
             blocked_cooldown: self.blocked_cooldown_seconds,
+            site_window: self.site_window_seconds,
             ..LeaseConfig::default()
         }
     }

@@ -151,9 +151,12 @@ async fn serve(args: RunArgs, config: ProvidersConfig) -> anyhow::Result<()> {
             )
         })?,
     );
-    let ctx = Arc::new(Context::new(
-        client, providers, timing, health, metrics, leadership, recorder,
-    ));
+    let ctx = Arc::new(
+        Context::new(
+            client, providers, timing, health, metrics, leadership, recorder,
+        )
+        .with_bans(discovery.clone(), args.banned_sites),
+    );
     let servers = Servers {
         discovery: discovery_listener,
         admin: admin_listener,

@@ -14,7 +14,9 @@
 //! - a lease both know stays as the book has it, except that an end wins over no end: a lease
 //!   the checkpoint saw released or expired ends in the book too (released or expired is
 //!   final, so whichever side saw the end is right);
-//! - a cooldown runs until the later of the two ends.
+//! - a cooldown runs until the later of the two ends;
+//! - site statistics of a (proxy, target) pair both know are the ones with the later last
+//!   report (whole: counts are not added, so restoring twice counts nothing twice).
 //!
 //! So a restore never frees a place that either side holds, never shortens a cooldown, and
 //! restoring the same checkpoint twice changes nothing the first restore did not. A merge can
@@ -27,7 +29,8 @@ use std::time::Duration;
 use jiff::Timestamp;
 use serde::{Deserialize, Serialize};
 
-use super::types::Lease;
+use super::sites::SiteStats;
+use super::types::{Lease, ReportResult};
 use super::{LeaseBook, later};
 use crate::key::ProxyKey;
 
@@ -46,6 +49,37 @@ pub struct Checkpoint {
     pub leases: Vec<SavedLease>,
     /// Every running cooldown, ordered by end.
     pub cooldowns: Vec<SavedCooldown>,
+    /// The per-site statistics, by proxy then target. Absent when there are none, and in
+    /// checkpoints of builds that kept none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub sites: Vec<SavedSite>,
+}
+
+/// The statistics of one (proxy, target) pair in a [`Checkpoint`] ([`SiteStats`]).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct SavedSite {
+    /// The proxy, `namespace/name`.
+    pub proxy: String,
+    /// The target, lowercased.
+    pub target: String,
+    /// When the current window started.
+    pub window_start: Timestamp,
+    /// `ok` reports in the window.
+    pub ok: u32,
+    /// `rate_limited` reports in the window.
+    pub rate_limited: u32,
+    /// `blocked` reports in the window.
+    pub blocked: u32,
+    /// `error` reports in the window.
+    pub error: u32,
+    /// The last report's result.
+    pub last: ReportResult,
+    /// When it landed.
+    pub last_at: Timestamp,
+    /// When the last `blocked` report landed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_blocked_at: Option<Timestamp>,
 }
 
 /// One lease in a [`Checkpoint`].
@@ -110,6 +144,8 @@ pub struct Merged {
     pub ended: usize,
     /// Cooldowns started or extended.
     pub cooldowns: usize,
+    /// Site statistics added or replaced by later ones.
+    pub sites: usize,
 }
 
 impl Checkpoint {
@@ -129,10 +165,26 @@ impl Checkpoint {
         self.leases.sort_by(|a, b| a.id.cmp(&b.id));
         dropped
     }
+
+    /// Keeps only the `keep` site statistics with the latest reports, for a checkpoint that
+    /// would not fit its store; returns how many it dropped. A proxy whose statistics are
+    /// dropped may count fewer blocked sites after a restore.
+    pub fn trim_sites(&mut self, keep: usize) -> usize {
+        let dropped = self.sites.len().saturating_sub(keep);
+        self.sites.sort_by(|a, b| {
+            b.last_at
+                .cmp(&a.last_at)
+                .then_with(|| (&a.proxy, &a.target).cmp(&(&b.proxy, &b.target)))
+        });
+        self.sites.truncate(keep);
+        self.sites
+            .sort_by(|a, b| (&a.proxy, &a.target).cmp(&(&b.proxy, &b.target)));
+        dropped
+    }
 }
 
 impl LeaseBook {
-    /// The book's leases and cooldowns, taken at `taken_at`, for [`restore`](Self::restore)
+    /// The book's leases, cooldowns and site statistics, taken at `taken_at`, for [`restore`](Self::restore)
     /// elsewhere or later. O(L + c).
     pub fn checkpoint(&self, taken_at: Timestamp) -> Checkpoint {
         let leases = self
@@ -159,11 +211,28 @@ impl LeaseBook {
                 until: *until,
             })
             .collect();
+        let sites = self
+            .sites
+            .iter()
+            .map(|(proxy, target, stats)| SavedSite {
+                proxy: proxy.to_string(),
+                target: target.clone(),
+                window_start: stats.window_start,
+                ok: stats.ok,
+                rate_limited: stats.rate_limited,
+                blocked: stats.blocked,
+                error: stats.error,
+                last: stats.last,
+                last_at: stats.last_at,
+                last_blocked_at: stats.last_blocked_at,
+            })
+            .collect();
         Checkpoint {
             version: CHECKPOINT_VERSION,
             taken_at,
             leases,
             cooldowns,
+            sites,
         }
     }
 
@@ -176,7 +245,7 @@ impl LeaseBook {
         checkpoint: &Checkpoint,
         now: Timestamp,
     ) -> Result<Merged, InvalidCheckpoint> {
-        let (leases, cooldowns) = checked(checkpoint)?;
+        let (leases, cooldowns, sites) = checked(checkpoint)?;
         self.expire(now);
         let retention = self.config.retention();
         let mut merged = Merged::default();
@@ -216,6 +285,19 @@ impl LeaseBook {
                 }
             }
         }
+        let window = self.config.site_window;
+        for (proxy, target, stats) in sites {
+            let current = later(stats.last_at, window) > now;
+            let newer = current
+                && self
+                    .sites
+                    .get(&proxy, &target)
+                    .is_none_or(|before| before.last_at < stats.last_at);
+            if newer {
+                self.sites.insert(proxy, target, stats);
+                merged.sites += 1;
+            }
+        }
         self.expire(now);
         Ok(merged)
     }
@@ -227,10 +309,15 @@ type Parsed = (Lease, Option<Timestamp>);
 /// A cooldown as the book keeps it: proxy, target, end.
 type ParsedCooldown = (ProxyKey, Option<String>, Timestamp);
 
-/// The checkpoint's leases and cooldowns, parsed, or what is wrong with the first bad entry.
-fn checked(
-    checkpoint: &Checkpoint,
-) -> Result<(Vec<Parsed>, Vec<ParsedCooldown>), InvalidCheckpoint> {
+/// Site statistics as the book keeps them: proxy, target, statistics.
+type ParsedSite = (ProxyKey, String, SiteStats);
+
+/// A whole checkpoint, parsed.
+type Parts = (Vec<Parsed>, Vec<ParsedCooldown>, Vec<ParsedSite>);
+
+/// The checkpoint's leases, cooldowns and site statistics, parsed, or what is wrong with
+/// the first bad entry.
+fn checked(checkpoint: &Checkpoint) -> Result<Parts, InvalidCheckpoint> {
     if checkpoint.version != CHECKPOINT_VERSION {
         return Err(InvalidCheckpoint(format!(
             "version {} is not {CHECKPOINT_VERSION}, the only one this build reads",
@@ -276,5 +363,24 @@ fn checked(
             Ok((proxy, target, saved.until))
         })
         .collect::<Result<_, _>>()?;
-    Ok((leases, cooldowns))
+    let sites = checkpoint
+        .sites
+        .iter()
+        .enumerate()
+        .map(|(i, saved)| {
+            let proxy = key(&saved.proxy, format!("sites[{i}]"))?;
+            let stats = SiteStats {
+                window_start: saved.window_start,
+                ok: saved.ok,
+                rate_limited: saved.rate_limited,
+                blocked: saved.blocked,
+                error: saved.error,
+                last: saved.last,
+                last_at: saved.last_at,
+                last_blocked_at: saved.last_blocked_at,
+            };
+            Ok((proxy, saved.target.to_ascii_lowercase(), stats))
+        })
+        .collect::<Result<_, _>>()?;
+    Ok((leases, cooldowns, sites))
 }

@@ -55,9 +55,15 @@
 //!   the proxy, and so do requests without a target. A report without any target cools the
 //!   proxy for requests without a target, and for no named target. Targets are compared
 //!   ASCII-case-insensitively (stored lowercased).
+//! - **Site statistics.** A report naming a target (its own or the lease's) counts for the
+//!   (proxy, target) pair while the proxy is in the book: counts per result in a tumbling
+//!   window of [`LeaseConfig::site_window`], the last result, the last `blocked`
+//!   ([`sites`](LeaseBook::sites), [`blocked_sites`](LeaseBook::blocked_sites), module
+//!   `sites` for the bounds). A status code a crawler saw maps to a result in
+//!   [`meaning_of`].
 //! - **Removal.** Removing a proxy takes it out of selection and listing at once. Its
 //!   leases stay (active until they expire or are released, reports on them land) and so do
-//!   its cooldowns: if the same key comes back (a relist, a re-created object) while
+//!   its cooldowns (its site statistics go): if the same key comes back (a relist, a re-created object) while
 //!   crawlers still hold leases on it, those still count against its capacity.
 //! - **Health.** An unhealthy proxy is not leased and keeps counting the leases it has.
 //!
@@ -90,10 +96,12 @@
 
 mod checkpoint;
 mod cooldown;
+mod feedback;
 mod index;
 mod journal;
 mod ledger;
 mod routing;
+mod sites;
 mod types;
 mod view;
 
@@ -104,13 +112,16 @@ use jiff::Timestamp;
 
 use crate::key::ProxyKey;
 pub use checkpoint::{
-    CHECKPOINT_VERSION, Checkpoint, InvalidCheckpoint, Merged, SavedCooldown, SavedLease,
+    CHECKPOINT_VERSION, Checkpoint, InvalidCheckpoint, Merged, SavedCooldown, SavedLease, SavedSite,
 };
 use cooldown::Cooldowns;
+pub use feedback::{InvalidStatus, StatusMeaning, meaning_of};
 use index::{EligibleIndex, Rank};
 pub use journal::{Journal, Ticket};
 use ledger::Ledger;
 pub use routing::{Call, Refusal, Route, Standing, route};
+use sites::Sites;
+pub use sites::{SITES_PER_PROXY, SiteStats};
 pub use types::{
     AcquireError, AcquireRequest, Cooldown, Labels, Lease, LeaseConfig, Listed, NoMatch, ProxyView,
     ReportResult, Selector, UnknownLease,
@@ -126,6 +137,7 @@ pub struct LeaseBook {
     eligible: EligibleIndex,
     ledger: Ledger,
     cooldowns: Cooldowns,
+    sites: Sites,
 }
 
 /// The proxies and how many leases each holds: what decides whether a proxy is eligible
@@ -135,6 +147,17 @@ struct Fleet {
     proxies: BTreeMap<ProxyKey, ProxyView>,
     /// Active leases per proxy key, also for removed proxies; absent means 0.
     active: BTreeMap<ProxyKey, u32>,
+}
+
+/// How one target treated one proxy, from [`LeaseBook::sites`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Site<'a> {
+    /// The target, lowercased.
+    pub target: &'a str,
+    /// The statistics as of the call.
+    pub stats: SiteStats,
+    /// When the proxy's cooldown for the target ends, while one runs.
+    pub cooldown_until: Option<Timestamp>,
 }
 
 /// Why a proxy cannot take a lease, before cooldowns are looked at.
@@ -162,9 +185,11 @@ impl LeaseBook {
     }
 
     /// Removes the proxy from selection and listing; returns whether it was in the book.
-    /// Its leases and cooldowns stay until they end (see the module's rules).
+    /// Its leases and cooldowns stay until they end (see the module's rules); its site
+    /// statistics go (a proxy that comes back under the same key is a new machine).
     pub fn remove(&mut self, key: &ProxyKey) -> bool {
         self.unindex(key);
+        self.sites.remove(key);
         self.fleet.proxies.remove(key).is_some()
     }
 
@@ -212,7 +237,8 @@ impl LeaseBook {
     /// Records what a crawler saw through the lease's proxy, for `target` or else the
     /// lease's target, and returns the cooldown it started or extended, if any. The lease
     /// may be active or retained (expired or released less than
-    /// [`LeaseConfig::retention`] ago).
+    /// [`LeaseConfig::retention`] ago). A report naming a target counts in the site
+    /// statistics of the proxy while it is in the book ([`sites`](Self::sites)).
     pub fn report(
         &mut self,
         id: &str,
@@ -222,14 +248,20 @@ impl LeaseBook {
     ) -> Result<Option<Cooldown>, UnknownLease> {
         self.expire(now);
         let lease = self.ledger.get(id).ok_or(UnknownLease)?;
-        let cooldown = self.config.cooldown(result);
-        if cooldown.is_zero() {
-            return Ok(None);
-        }
         let proxy = lease.proxy.clone();
         let target = target
             .map(str::to_ascii_lowercase)
             .or_else(|| lease.target.clone());
+        if let Some(site) = &target
+            && self.fleet.proxies.contains_key(&proxy)
+        {
+            self.sites
+                .record(&proxy, site, result, now, self.config.site_window);
+        }
+        let cooldown = self.config.cooldown(result);
+        if cooldown.is_zero() {
+            return Ok(None);
+        }
         let until = self
             .cooldowns
             .extend(proxy.clone(), target.clone(), later(now, cooldown));
@@ -238,6 +270,13 @@ impl LeaseBook {
             target,
             until,
         }))
+    }
+
+    /// Whether a lease with this ID is known at `now`, active or retained: whether a report
+    /// on it would land.
+    pub fn knows(&mut self, id: &str, now: Timestamp) -> bool {
+        self.expire(now);
+        self.ledger.contains(id)
     }
 
     /// Ends every lease that expired at or before `now` and forgets retained leases and
@@ -250,6 +289,41 @@ impl LeaseBook {
         }
         self.ledger.forget_ended(now);
         self.cooldowns.forget_ended(now);
+        self.sites.forget_ended(now, self.config.site_window);
+    }
+
+    /// How each target treated the proxy within the site window, by target, with the end
+    /// of the proxy's cooldown for it (if one runs at `now`). Empty for an unknown proxy.
+    /// Reads the statistics as of `now` without changing the book: counts of a window that
+    /// ended are shown as zero. O(s · log c) for s sites.
+    pub fn sites(&self, key: &ProxyKey, now: Timestamp) -> Vec<Site<'_>> {
+        let window = self.config.site_window;
+        self.sites
+            .of(key)
+            .into_iter()
+            .flatten()
+            .filter(|(_, stats)| later(stats.last_at, window) > now)
+            .map(|(target, stats)| Site {
+                target,
+                stats: stats.as_of(now, window),
+                cooldown_until: self
+                    .cooldowns
+                    .for_target(Some(target))
+                    .until(key)
+                    .filter(|until| *until > now),
+            })
+            .collect()
+    }
+
+    /// How many distinct targets reported the proxy `blocked` within the site window before
+    /// `now`: the count the `Banned` condition judges ([`crate::banned`]). O(s).
+    pub fn blocked_sites(&self, key: &ProxyKey, now: Timestamp) -> u32 {
+        self.sites.blocked_within(key, now, self.config.site_window)
+    }
+
+    /// The book's configuration.
+    pub fn config(&self) -> &LeaseConfig {
+        &self.config
     }
 
     /// How many leases are active, on all proxies (removed ones included).
@@ -275,6 +349,14 @@ impl LeaseBook {
                 active: self.active_leases(key),
             })
             .collect()
+    }
+
+    /// The proxy with this key, if it is in the book. O(log n).
+    pub fn get(&self, key: &ProxyKey) -> Option<Listed<'_>> {
+        self.fleet.proxies.get(key).map(|proxy| Listed {
+            proxy,
+            active: self.active_leases(key),
+        })
     }
 
     /// The key of the first proxy in rank order that the selector matches and that is not

@@ -143,6 +143,10 @@ pub struct LeaseConfig {
     pub blocked_cooldown: Duration,
     /// Cooldown after [`ReportResult::Error`]; zero (the default) means none.
     pub error_cooldown: Duration,
+    /// The window of the per-site statistics ([`SiteStats`](super::SiteStats)) and of the
+    /// distinct blocked sites that ban a proxy: a site is forgotten this long after its last
+    /// report. Default 1 hour.
+    pub site_window: Duration,
 }
 
 impl Default for LeaseConfig {
@@ -151,6 +155,7 @@ impl Default for LeaseConfig {
             rate_limited_cooldown: Duration::from_secs(5 * 60),
             blocked_cooldown: Duration::from_secs(30 * 60),
             error_cooldown: Duration::ZERO,
+            site_window: Duration::from_secs(60 * 60),
         }
     }
 }

@@ -29,6 +29,7 @@ use proxy_core::{
 use proxy_crd::{CLOUD_INIT_SECRET_LABEL, Proxy};
 
 use self::execute::Executor;
+use crate::discovery::Discovery;
 use crate::gate::Gate;
 use crate::health::HealthEngine;
 use crate::leadership::Leadership;
@@ -62,6 +63,10 @@ pub struct Context {
     pub gate: Gate,
     /// Which providers failed their last health check, for the observations.
     pub provider_health: Board,
+    /// Where the observations read how many sites blocked each proxy: the lease book of
+    /// this replica's discovery API, and the `--banned-sites` threshold. `None`: nothing is
+    /// observed, and `Banned` conditions stay as they are.
+    bans: Option<(Arc<Discovery>, u32)>,
     pub(crate) events: EventRecorder,
     // Consecutive failed reconciles per object, which the core's driver turns into a
     // backoff ([`Followup`]); an object without an entry has none.
@@ -137,9 +142,24 @@ impl Context {
             recorder,
             gate,
             provider_health: Board::default(),
+            bans: None,
             events,
             failures: Mutex::default(),
         }
+    }
+
+    /// Observes the blocked sites of each proxy in `discovery`'s lease book, judged against
+    /// `threshold` (the `Banned` condition).
+    pub fn with_bans(mut self, discovery: Arc<Discovery>, threshold: u32) -> Self {
+        self.bans = Some((discovery, threshold));
+        self
+    }
+
+    /// How many distinct sites blocked the proxy `key` lately, while this replica owns the
+    /// lease book.
+    pub(crate) fn blocked_sites(&self, key: &ProxyKey) -> Option<proxy_core::BlockedSites> {
+        let (discovery, threshold) = self.bans.as_ref()?;
+        discovery.blocked_sites(key, *threshold)
     }
 
     /// Consecutive failed reconciles of `object` so far.

@@ -79,6 +79,7 @@ pub async fn observe(proxy: &Proxy, failures: u32, ctx: &Context) -> Result<Obse
         instance,
         outcome: None,
         health: ctx.health.reported(proxy),
+        blocked_sites: ctx.blocked_sites(&proxy_core::ProxyKey::of(proxy)),
         timing: ctx.timing,
         failures,
     })

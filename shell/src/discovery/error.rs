@@ -59,6 +59,20 @@ impl ApiError {
         Self::new(StatusCode::BAD_REQUEST, "invalid_result", message)
     }
 
+    /// 400: a report status that is not an HTTP status code (100 to 599).
+    pub fn invalid_status(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::BAD_REQUEST, "invalid_status", message)
+    }
+
+    /// 404: no proxy `namespace/name` in the book (no such Proxy, or it has no address).
+    pub fn unknown_proxy(key: &proxy_core::ProxyKey) -> Self {
+        Self::new(
+            StatusCode::NOT_FOUND,
+            "unknown_proxy",
+            format!("no proxy {key} (no such Proxy, or it has no address yet)"),
+        )
+    }
+
     /// 401: no bearer token, or the wrong one.
     pub fn unauthorized() -> Self {
         Self::new(

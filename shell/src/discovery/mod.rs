@@ -25,10 +25,10 @@ use std::time::Duration;
 
 use kube::ResourceExt;
 use kube::runtime::reflector::Store;
-use proxy_core::ProxyKey;
 use proxy_core::lease::{
     Call, Journal, LeaseBook, LeaseConfig, ProxyView, Route, Selector, Standing, route, view_of,
 };
+use proxy_core::{BlockedSites, ProxyKey};
 use proxy_crd::Proxy;
 
 use crate::leadership::Leadership;
@@ -186,6 +186,18 @@ impl Discovery {
             Standing::Owner => shared.book.active_total(),
             _ => 0,
         }
+    }
+
+    /// How many distinct sites blocked the proxy `key` within the site window, judged against
+    /// `threshold`, while this replica owns the book (`None` otherwise: a follower's book, or
+    /// one not merged yet, is not the fleet's).
+    pub fn blocked_sites(&self, key: &ProxyKey, threshold: u32) -> Option<BlockedSites> {
+        let shared = self.shared();
+        (shared.standing == Standing::Owner).then(|| BlockedSites {
+            sites: shared.book.blocked_sites(key, jiff::Timestamp::now()),
+            threshold,
+            window_seconds: shared.book.config().site_window.as_secs(),
+        })
     }
 
     /// Keeps the book in line with the proxies of `store` until the task is dropped.

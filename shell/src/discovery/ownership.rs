@@ -265,11 +265,22 @@ async fn save(discovery: &Discovery, store: &Store) {
     }
 }
 
-/// The checkpoint as JSON, within [`BUDGET`]: the retained leases that ended first are left
-/// out until it fits (active leases always stay).
+/// The checkpoint as JSON, within [`BUDGET`]: the site statistics reported longest ago,
+/// then the retained leases that ended first are left out until it fits (active leases
+/// always stay).
 fn encode(mut checkpoint: Checkpoint) -> String {
     let mut text = serde_json::to_string(&checkpoint).unwrap_or_default();
     while text.len() > BUDGET {
+        if !checkpoint.sites.is_empty() {
+            let keep = checkpoint.sites.len() * BUDGET / text.len() * 9 / 10;
+            let dropped = checkpoint.trim_sites(keep);
+            tracing::warn!(
+                dropped,
+                "the lease book is too large to save whole: left out the site statistics reported longest ago"
+            );
+            text = serde_json::to_string(&checkpoint).unwrap_or_default();
+            continue;
+        }
         let retained = checkpoint
             .leases
             .iter()
@@ -303,4 +314,59 @@ pub async fn save_at_shutdown(discovery: &Discovery, store: &Store) {
         shared.journal.changed(jiff::Timestamp::now());
     }
     save(discovery, store).await;
+}
+
+#[cfg(test)]
+mod tests {
+    use proxy_core::lease::{CHECKPOINT_VERSION, ReportResult, SavedLease, SavedSite};
+
+    use super::*;
+
+    /// A checkpoint too large for its ConfigMap loses its oldest site statistics before any
+    /// retained lease, and never an active lease.
+    #[test]
+    fn an_oversize_checkpoint_drops_old_site_statistics_first() {
+        let t = |secs: i64| jiff::Timestamp::from_second(1_780_000_000 + secs).unwrap();
+        let lease = |i: i64, ended: bool| SavedLease {
+            id: format!("lease-{i}"),
+            proxy: "crawl/a".into(),
+            host: "10.0.0.1".into(),
+            port: 3128,
+            target: None,
+            granted_at: t(0),
+            expires_at: t(60),
+            ttl_millis: 60_000,
+            ended_at: ended.then(|| t(i)),
+        };
+        let site = |i: i64| SavedSite {
+            proxy: "crawl/a".into(),
+            target: format!("{}-{i}.example", "s".repeat(200)),
+            window_start: t(0),
+            ok: 1,
+            rate_limited: 0,
+            blocked: 0,
+            error: 0,
+            last: ReportResult::Ok,
+            last_at: t(i),
+            last_blocked_at: None,
+        };
+        let checkpoint = Checkpoint {
+            version: CHECKPOINT_VERSION,
+            taken_at: t(0),
+            leases: vec![lease(0, false), lease(1, true)],
+            cooldowns: Vec::new(),
+            sites: (0..6000).map(site).collect(),
+        };
+        let text = encode(checkpoint);
+        assert!(text.len() <= BUDGET, "{}", text.len());
+        let saved: Checkpoint = serde_json::from_str(&text).unwrap();
+        assert_eq!(
+            saved.leases.len(),
+            2,
+            "no lease is dropped while sites can go"
+        );
+        assert!(saved.sites.len() < 6000 && !saved.sites.is_empty());
+        let oldest = saved.sites.iter().map(|s| s.last_at).min().unwrap();
+        assert!(oldest > t(0), "the sites reported longest ago went first");
+    }
 }

@@ -8,8 +8,10 @@ use std::time::Duration;
 
 use bytes::{Buf, BytesMut};
 use futures::StreamExt;
+use proxy_core::ProxyKey;
 use proxy_core::lease::{
-    AcquireError, AcquireRequest, Call, Labels, Lease, Listed, ReportResult, Selector,
+    AcquireError, AcquireRequest, Call, Labels, Lease, Listed, ReportResult, Selector, Site,
+    StatusMeaning, meaning_of,
 };
 use serde::{Deserialize, Serialize};
 use warp::http::StatusCode;
@@ -55,6 +57,19 @@ pub fn routes(
             let outcome = guarded(|| list(&state, incoming.forwarded, &incoming.query));
             answered(state, incoming, body, outcome)
         });
+    let detail = warp::path!("v1" / "proxies" / String / String)
+        .and(warp::get())
+        .and(authorized.clone())
+        .and(incoming())
+        .and(no_body())
+        .and(with_state.clone())
+        .then(
+            |namespace: String, name: String, incoming: Incoming, body, state: Arc<Discovery>| {
+                let key = ProxyKey::new(namespace, name);
+                let outcome = guarded(|| detail(&state, incoming.forwarded, &key));
+                answered(state, incoming, body, outcome)
+            },
+        );
     let acquire = warp::path!("v1" / "leases")
         .and(warp::post())
         .and(authorized.clone())
@@ -94,6 +109,8 @@ pub fn routes(
 
     healthz
         .or(list)
+        .unify()
+        .or(detail)
         .unify()
         .or(acquire)
         .unify()
@@ -281,6 +298,74 @@ fn list(state: &Discovery, forwarded: bool, query: &str) -> Result<Response, Els
     ))
 }
 
+/// One proxy with how each site treated it: `GET /v1/proxies/{namespace}/{name}`.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+struct ProxyDetail<'a> {
+    #[serde(flatten)]
+    proxy: ProxyItem<'a>,
+    /// Distinct sites that reported it `blocked` within the window (what `Banned` judges).
+    blocked_sites: u32,
+    /// The window of `sites` and `blockedSites`, in seconds.
+    site_window_seconds: u64,
+    sites: Vec<SiteItem<'a>>,
+}
+
+/// How one site treated the proxy.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+struct SiteItem<'a> {
+    target: &'a str,
+    ok: u32,
+    rate_limited: u32,
+    blocked: u32,
+    error: u32,
+    window_start: String,
+    last: ReportResult,
+    last_at: String,
+    /// Set while the proxy cools down for the target.
+    cooldown_until: Option<String>,
+}
+
+impl<'a> From<Site<'a>> for SiteItem<'a> {
+    fn from(site: Site<'a>) -> Self {
+        let stats = site.stats;
+        Self {
+            target: site.target,
+            ok: stats.ok,
+            rate_limited: stats.rate_limited,
+            blocked: stats.blocked,
+            error: stats.error,
+            window_start: stats.window_start.to_string(),
+            last: stats.last,
+            last_at: stats.last_at.to_string(),
+            cooldown_until: site.cooldown_until.map(|until| until.to_string()),
+        }
+    }
+}
+
+/// `GET /v1/proxies/{namespace}/{name}`
+fn detail(state: &Discovery, forwarded: bool, key: &ProxyKey) -> Result<Response, Elsewhere> {
+    let shared = state.serving(Call::Other, forwarded)?;
+    let listed = shared
+        .book
+        .get(key)
+        .ok_or_else(|| ApiError::unknown_proxy(key))?;
+    let now = jiff::Timestamp::now();
+    let detail = ProxyDetail {
+        proxy: ProxyItem::from(listed),
+        blocked_sites: shared.book.blocked_sites(key, now),
+        site_window_seconds: shared.book.config().site_window.as_secs(),
+        sites: shared
+            .book
+            .sites(key, now)
+            .into_iter()
+            .map(SiteItem::from)
+            .collect(),
+    };
+    Ok(json_response(StatusCode::OK, &detail))
+}
+
 /// The body of `POST /v1/leases`.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
@@ -415,18 +500,53 @@ fn release(state: &Discovery, forwarded: bool, id: &str) -> Result<Response, Els
     if shared.book.release(id, now) {
         shared.journal.changed(now);
     }
-    Ok(warp::reply::with_status(warp::reply(), StatusCode::NO_CONTENT).into_response())
+    Ok(no_content())
 }
 
-/// The body of `POST /v1/leases/{id}/report`.
+/// The body of `POST /v1/leases/{id}/report`: `result`, or the `status` the crawler saw,
+/// which the core maps ([`meaning_of`]).
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct ReportBody {
     /// `ok`, `rate_limited`, `blocked` or `error`.
-    result: String,
+    #[serde(default)]
+    result: Option<String>,
+    /// The HTTP status code the crawler saw through the proxy.
+    #[serde(default)]
+    status: Option<i64>,
     /// The site, when it is not the lease's target.
     #[serde(default)]
     target: Option<String>,
+}
+
+/// What a report body says the crawler saw: a result to record, or `None` for a 407 (the
+/// lease's credentials are wrong, which says nothing about the site).
+fn reported(request: &ReportBody) -> Result<Option<ReportResult>, ApiError> {
+    match (&request.result, request.status) {
+        (Some(result), None) => serde_json::from_value(serde_json::Value::String(result.clone()))
+            .map(Some)
+            .map_err(|_| {
+                ApiError::invalid_result(format!(
+                    "result must be one of ok, rate_limited, blocked, error; not {result:?}"
+                ))
+            }),
+        (None, Some(status)) => {
+            let code = u16::try_from(status).unwrap_or(0);
+            match meaning_of(code) {
+                Ok(StatusMeaning::Report(result)) => Ok(Some(result)),
+                Ok(StatusMeaning::WrongCredentials) => Ok(None),
+                Err(_) => Err(ApiError::invalid_status(format!(
+                    "status must be an HTTP status code (100 to 599), not {status}"
+                ))),
+            }
+        }
+        (Some(_), Some(_)) => Err(ApiError::invalid_request(
+            "a report says either result or status, not both",
+        )),
+        (None, None) => Err(ApiError::invalid_request(
+            "a report needs result (ok, rate_limited, blocked, error) or status (an HTTP status code)",
+        )),
+    }
 }
 
 /// `POST /v1/leases/{id}/report`
@@ -437,15 +557,7 @@ fn report(
     body: &[u8],
 ) -> Result<Response, Elsewhere> {
     let request: ReportBody = parse(body)?;
-    let result: ReportResult = serde_json::from_value(serde_json::Value::String(
-        request.result.clone(),
-    ))
-    .map_err(|_| {
-        ApiError::invalid_result(format!(
-            "result must be one of ok, rate_limited, blocked, error; not {:?}",
-            request.result
-        ))
-    })?;
+    let result = reported(&request)?;
     let target = request
         .target
         .as_deref()
@@ -453,15 +565,26 @@ fn report(
         .filter(|t| !t.is_empty());
     let mut shared = state.serving(Call::Other, forwarded)?;
     let now = jiff::Timestamp::now();
+    let Some(result) = result else {
+        // A 407 records nothing, but an unknown lease is still an error.
+        return if shared.book.knows(id, now) {
+            Ok(no_content())
+        } else {
+            Err(ApiError::unknown_lease(id).into())
+        };
+    };
     match shared.book.report(id, result, target, now) {
-        Ok(cooldown) => {
-            if cooldown.is_some() {
-                shared.journal.changed(now);
-            }
-            Ok(warp::reply::with_status(warp::reply(), StatusCode::NO_CONTENT).into_response())
+        Ok(_) => {
+            // Every report changes the book now: its site statistics.
+            shared.journal.changed(now);
+            Ok(no_content())
         }
         Err(_) => Err(ApiError::unknown_lease(id).into()),
     }
+}
+
+fn no_content() -> Response {
+    warp::reply::with_status(warp::reply(), StatusCode::NO_CONTENT).into_response()
 }
 
 #[cfg(test)]

@@ -433,6 +433,86 @@ async fn a_rate_limited_report_cools_the_proxy_down_for_that_target() {
     );
 }
 
+/// A report may carry the HTTP status the crawler saw instead of a result; the core maps
+/// it, so 429 cools the proxy down like `rate_limited`, and 407 records nothing.
+#[tokio::test]
+async fn a_status_report_is_mapped_like_the_result_it_stands_for() {
+    let state = state();
+    let lease = |target: &'static str| {
+        let state = state.clone();
+        async move {
+            let body = format!(r#"{{"target": "{target}", "selector": {{"geo": "eu"}}}}"#);
+            let lease = authed(&state, "POST", "/v1/leases", Some(&body)).await;
+            assert_eq!(lease.status, StatusCode::CREATED, "{}", lease.body);
+            let id = lease.body["leaseID"].as_str().unwrap().to_owned();
+            let name = lease.body["proxy"]["name"].as_str().unwrap().to_owned();
+            (id, name)
+        }
+    };
+    let report = |id: String, body: &'static str| {
+        let state = state.clone();
+        async move {
+            let path = format!("/v1/leases/{id}/report");
+            authed(&state, "POST", &path, Some(body)).await.status
+        }
+    };
+    let (id, name) = lease("shop.example").await;
+    assert_eq!(name, "b");
+    assert_eq!(
+        report(id.clone(), r#"{"status": 200}"#).await,
+        StatusCode::NO_CONTENT
+    );
+    // 407: nothing recorded, no cooldown.
+    assert_eq!(
+        report(id.clone(), r#"{"status": 407}"#).await,
+        StatusCode::NO_CONTENT
+    );
+    assert_eq!(
+        report(id.clone(), r#"{"status": 429}"#).await,
+        StatusCode::NO_CONTENT
+    );
+    authed(&state, "DELETE", &format!("/v1/leases/{id}"), None).await;
+    let (id, name) = lease("shop.example").await;
+    assert_eq!(name, "a", "b cools down for shop.example after the 429");
+    assert_eq!(
+        report(id.clone(), r#"{"status": 403}"#).await,
+        StatusCode::NO_CONTENT
+    );
+    authed(&state, "DELETE", &format!("/v1/leases/{id}"), None).await;
+
+    // The statistics per proxy and site, with the cooldown.
+    let b = authed(&state, "GET", "/v1/proxies/crawl/b", None).await;
+    assert_eq!(b.status, StatusCode::OK, "{}", b.body);
+    assert_eq!(b.body["name"], "b");
+    assert_eq!(b.body["siteWindowSeconds"], 3600);
+    assert_eq!(b.body["blockedSites"], 0);
+    let site = &b.body["sites"][0];
+    assert_eq!(site["target"], "shop.example");
+    assert_eq!(
+        (
+            &site["ok"],
+            &site["rateLimited"],
+            &site["blocked"],
+            &site["error"]
+        ),
+        (&json!(1), &json!(1), &json!(0), &json!(0)),
+        "the 407 counts nothing: {site}"
+    );
+    assert_eq!(site["last"], "rate_limited");
+    assert!(site["cooldownUntil"].is_string(), "{site}");
+    let a = authed(&state, "GET", "/v1/proxies/crawl/a", None).await;
+    assert_eq!(a.body["blockedSites"], 1, "{}", a.body);
+    assert_eq!(a.body["sites"][0]["last"], "blocked");
+    assert_eq!(a.body["sites"].as_array().unwrap().len(), 1);
+    let c = authed(&state, "GET", "/v1/proxies/crawl/c", None).await;
+    assert_eq!(c.body["sites"], json!([]));
+    assert_error(
+        &authed(&state, "GET", "/v1/proxies/crawl/nope", None).await,
+        StatusCode::NOT_FOUND,
+        "unknown_proxy",
+    );
+}
+
 #[tokio::test]
 async fn bad_lease_requests_get_their_code() {
     let state = state();
@@ -501,6 +581,41 @@ async fn bad_reports_get_their_code() {
         &authed(&state, "POST", &path, Some(r#"{"target": "x"}"#)).await,
         StatusCode::BAD_REQUEST,
         "invalid_request",
+    );
+    assert_error(
+        &authed(
+            &state,
+            "POST",
+            &path,
+            Some(r#"{"result": "ok", "status": 200}"#),
+        )
+        .await,
+        StatusCode::BAD_REQUEST,
+        "invalid_request",
+    );
+    for status in ["99", "600", "-1", "70000"] {
+        let body = format!(r#"{{"status": {status}}}"#);
+        assert_error(
+            &authed(&state, "POST", &path, Some(&body)).await,
+            StatusCode::BAD_REQUEST,
+            "invalid_status",
+        );
+    }
+    assert_error(
+        &authed(&state, "POST", &path, Some(r#"{"status": "429"}"#)).await,
+        StatusCode::BAD_REQUEST,
+        "invalid_request",
+    );
+    assert_error(
+        &authed(
+            &state,
+            "POST",
+            "/v1/leases/no-such-lease/report",
+            Some(r#"{"status": 407}"#),
+        )
+        .await,
+        StatusCode::NOT_FOUND,
+        "unknown_lease",
     );
     assert_error(
         &authed(&state, "POST", &path, Some("[")).await,
@@ -650,6 +765,27 @@ async fn openapi_matches_the_server() {
         ),
         ("/v1/proxies", "GET", "/v1/proxies".into(), None, None),
         (
+            "/v1/proxies/{namespace}/{name}",
+            "GET",
+            "/v1/proxies/crawl/a".into(),
+            None,
+            Some(TOKEN),
+        ),
+        (
+            "/v1/proxies/{namespace}/{name}",
+            "GET",
+            "/v1/proxies/crawl/nope".into(),
+            None,
+            Some(TOKEN),
+        ),
+        (
+            "/v1/proxies/{namespace}/{name}",
+            "GET",
+            "/v1/proxies/crawl/a".into(),
+            None,
+            None,
+        ),
+        (
             "/v1/leases",
             "POST",
             "/v1/leases".into(),
@@ -761,6 +897,12 @@ async fn openapi_matches_the_server() {
     let follower = follower(None);
     for (template, method, path, body) in [
         ("/v1/proxies", "GET", "/v1/proxies", ""),
+        (
+            "/v1/proxies/{namespace}/{name}",
+            "GET",
+            "/v1/proxies/crawl/a",
+            "",
+        ),
         ("/v1/leases", "POST", "/v1/leases", "{}"),
         ("/v1/leases/{id}", "DELETE", "/v1/leases/x", ""),
         (
