@@ -83,6 +83,24 @@ fn status_codes_map_to_crawler_conventions() {
     for (status, expected) in cases {
         assert_eq!(meaning_of(status), expected, "{status}");
     }
+    // Lease again exactly when the proxy now cools down for the site, or refused the
+    // credentials.
+    for (status, lease_again, result) in [
+        (200, false, Some(ReportResult::Ok)),
+        (404, false, Some(ReportResult::Ok)),
+        (401, true, Some(ReportResult::Blocked)),
+        (403, true, Some(ReportResult::Blocked)),
+        (407, true, None),
+        (429, true, Some(ReportResult::RateLimited)),
+        (503, false, Some(ReportResult::Error)),
+    ] {
+        let meaning = meaning_of(status).unwrap();
+        assert_eq!(
+            (meaning.lease_again(), meaning.result()),
+            (lease_again, result),
+            "{status}"
+        );
+    }
     assert_eq!(
         InvalidStatus(600).to_string(),
         "status must be an HTTP status code (100 to 599), not 600"

@@ -14,6 +14,27 @@ pub enum StatusMeaning {
     WrongCredentials,
 }
 
+impl StatusMeaning {
+    /// What the result recorded is, if any (`None` for a 407).
+    pub fn result(self) -> Option<ReportResult> {
+        match self {
+            Self::Report(result) => Some(result),
+            Self::WrongCredentials => None,
+        }
+    }
+
+    /// Whether the crawler should release the lease and lease again for the site: the proxy
+    /// now cools down for it (`rate_limited`, `blocked`), or refused the credentials (407).
+    /// After `ok` and `error` it keeps the lease (the health engine judges the proxy).
+    pub fn lease_again(self) -> bool {
+        matches!(
+            self,
+            Self::Report(ReportResult::RateLimited | ReportResult::Blocked)
+                | Self::WrongCredentials
+        )
+    }
+}
+
 /// A status code outside 100..=599, which no HTTP response carries.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct InvalidStatus(pub u16);

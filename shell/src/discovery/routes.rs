@@ -519,37 +519,60 @@ struct ReportBody {
     target: Option<String>,
 }
 
-/// What a report body says the crawler saw: a result to record, or `None` for a 407 (the
-/// lease's credentials are wrong, which says nothing about the site).
-fn reported(request: &ReportBody) -> Result<Option<ReportResult>, ApiError> {
-    match (&request.result, request.status) {
-        (Some(result), None) => serde_json::from_value(serde_json::Value::String(result.clone()))
-            .map(Some)
-            .map_err(|_| {
-                ApiError::invalid_result(format!(
-                    "result must be one of ok, rate_limited, blocked, error; not {result:?}"
-                ))
-            }),
-        (None, Some(status)) => {
-            let code = u16::try_from(status).unwrap_or(0);
-            match meaning_of(code) {
-                Ok(StatusMeaning::Report(result)) => Ok(Some(result)),
-                Ok(StatusMeaning::WrongCredentials) => Ok(None),
-                Err(_) => Err(ApiError::invalid_status(format!(
-                    "status must be an HTTP status code (100 to 599), not {status}"
-                ))),
+/// What a report body says the crawler saw: a result, or a status code the core maps.
+enum Reported {
+    Result(ReportResult),
+    Status(StatusMeaning),
+}
+
+impl Reported {
+    fn of(request: &ReportBody) -> Result<Self, ApiError> {
+        match (&request.result, request.status) {
+            (Some(result), None) => {
+                serde_json::from_value(serde_json::Value::String(result.clone()))
+                    .map(Self::Result)
+                    .map_err(|_| {
+                        ApiError::invalid_result(format!(
+                            "result must be one of ok, rate_limited, blocked, error; not {result:?}"
+                        ))
+                    })
             }
+            (None, Some(status)) => meaning_of(u16::try_from(status).unwrap_or(0))
+                .map(Self::Status)
+                .map_err(|_| {
+                    ApiError::invalid_status(format!(
+                        "status must be an HTTP status code (100 to 599), not {status}"
+                    ))
+                }),
+            (Some(_), Some(_)) => Err(ApiError::invalid_request(
+                "a report says either result or status, not both",
+            )),
+            (None, None) => Err(ApiError::invalid_request(
+                "a report needs result (ok, rate_limited, blocked, error) or status (an HTTP status code)",
+            )),
         }
-        (Some(_), Some(_)) => Err(ApiError::invalid_request(
-            "a report says either result or status, not both",
-        )),
-        (None, None) => Err(ApiError::invalid_request(
-            "a report needs result (ok, rate_limited, blocked, error) or status (an HTTP status code)",
-        )),
+    }
+
+    fn result(&self) -> Option<ReportResult> {
+        match self {
+            Self::Result(result) => Some(*result),
+            Self::Status(meaning) => meaning.result(),
+        }
     }
 }
 
-/// `POST /v1/leases/{id}/report`
+/// The answer to a report by status: what the server recorded, and whether the crawler
+/// should release the lease and lease again, so no client maps status codes itself.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+struct StatusReported {
+    /// `null` for a 407, which records nothing.
+    result: Option<ReportResult>,
+    lease_again: bool,
+}
+
+/// `POST /v1/leases/{id}/report`: 204 for a `result`; 200 with what it meant for a
+/// `status`.
 fn report(
     state: &Discovery,
     forwarded: bool,
@@ -557,7 +580,7 @@ fn report(
     body: &[u8],
 ) -> Result<Response, Elsewhere> {
     let request: ReportBody = parse(body)?;
-    let result = reported(&request)?;
+    let reported = Reported::of(&request)?;
     let target = request
         .target
         .as_deref()
@@ -565,22 +588,28 @@ fn report(
         .filter(|t| !t.is_empty());
     let mut shared = state.serving(Call::Other, forwarded)?;
     let now = jiff::Timestamp::now();
-    let Some(result) = result else {
+    let known = match reported.result() {
+        Some(result) => shared.book.report(id, result, target, now).is_ok(),
         // A 407 records nothing, but an unknown lease is still an error.
-        return if shared.book.knows(id, now) {
-            Ok(no_content())
-        } else {
-            Err(ApiError::unknown_lease(id).into())
-        };
+        None => shared.book.knows(id, now),
     };
-    match shared.book.report(id, result, target, now) {
-        Ok(_) => {
-            // Every report changes the book now: its site statistics.
-            shared.journal.changed(now);
-            Ok(no_content())
-        }
-        Err(_) => Err(ApiError::unknown_lease(id).into()),
+    if !known {
+        return Err(ApiError::unknown_lease(id).into());
     }
+    if reported.result().is_some() {
+        // Every report changes the book: its site statistics, maybe a cooldown.
+        shared.journal.changed(now);
+    }
+    Ok(match reported {
+        Reported::Result(_) => no_content(),
+        Reported::Status(meaning) => json_response(
+            StatusCode::OK,
+            &StatusReported {
+                result: meaning.result(),
+                lease_again: meaning.lease_again(),
+            },
+        ),
+    })
 }
 
 fn no_content() -> Response {

@@ -453,30 +453,32 @@ async fn a_status_report_is_mapped_like_the_result_it_stands_for() {
         let state = state.clone();
         async move {
             let path = format!("/v1/leases/{id}/report");
-            authed(&state, "POST", &path, Some(body)).await.status
+            let answer = authed(&state, "POST", &path, Some(body)).await;
+            assert_eq!(answer.status, StatusCode::OK, "{body}: {}", answer.body);
+            answer.body
         }
     };
     let (id, name) = lease("shop.example").await;
     assert_eq!(name, "b");
     assert_eq!(
         report(id.clone(), r#"{"status": 200}"#).await,
-        StatusCode::NO_CONTENT
+        json!({"result": "ok", "leaseAgain": false})
     );
-    // 407: nothing recorded, no cooldown.
+    // 407: nothing recorded, no cooldown, but lease again.
     assert_eq!(
         report(id.clone(), r#"{"status": 407}"#).await,
-        StatusCode::NO_CONTENT
+        json!({"result": null, "leaseAgain": true})
     );
     assert_eq!(
         report(id.clone(), r#"{"status": 429}"#).await,
-        StatusCode::NO_CONTENT
+        json!({"result": "rate_limited", "leaseAgain": true})
     );
     authed(&state, "DELETE", &format!("/v1/leases/{id}"), None).await;
     let (id, name) = lease("shop.example").await;
     assert_eq!(name, "a", "b cools down for shop.example after the 429");
     assert_eq!(
         report(id.clone(), r#"{"status": 403}"#).await,
-        StatusCode::NO_CONTENT
+        json!({"result": "blocked", "leaseAgain": true})
     );
     authed(&state, "DELETE", &format!("/v1/leases/{id}"), None).await;
 
@@ -846,6 +848,13 @@ async fn openapi_matches_the_server() {
             "POST",
             format!("/v1/leases/{id}/report"),
             Some(r#"{"result": "?"}"#.into()),
+            Some(TOKEN),
+        ),
+        (
+            "/v1/leases/{id}/report",
+            "POST",
+            format!("/v1/leases/{id}/report"),
+            Some(r#"{"status": 503}"#.into()),
             Some(TOKEN),
         ),
         (
