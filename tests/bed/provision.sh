@@ -8,7 +8,10 @@
 #     into the same cache;
 #   - for shipping (issue 19): helm and promtool, built from the Go module proxy into the same
 #     cache keyed by version, and podman (it builds with buildah's library) with runc from Debian's packages
-#     (the image is built and run without a Docker engine or an image registry).
+#     (the image is built and run without a Docker engine or an image registry);
+#   - for the client shims (issue 17): Scrapy 2.19.0 (a venv) and Crawlee 3.18.1 (node
+#     modules from clients/js/package-lock.json), installed by tests/bed/clients.sh into the
+#     same cache.
 # A warm run only checks that the cached binaries answer `--version` and the guest image is
 # complete, and returns in seconds.
 # Prints `export` lines for the binaries' and the guest image's directories, so callers can
@@ -143,11 +146,13 @@ build_promtool() {
 }
 
 GUEST_IMAGE="$(dirname "$0")/guest-image.sh"
+CLIENTS="$(dirname "$0")/clients.sh"
 
 if [ "${1:-}" = --check-only ]; then
   binaries_ok || { log "the cached binaries in $OUT do not answer --version: a run would rebuild"; exit 1; }
   helm_ok || { log "no helm v$HELM in $HELM_OUT: a run would build it"; exit 1; }
   promtool_ok || { log "no promtool $PROMTOOL in $PROMTOOL_OUT: a run would build it"; exit 1; }
+  "$CLIENTS" --check-only || exit 1
   "$GUEST_IMAGE" --check-only || exit 1
   exit 0
 fi
@@ -166,4 +171,5 @@ promtool_ok || { build_promtool; promtool_ok || { log "the built promtool does n
 log "helm v$HELM in $HELM_OUT, promtool $PROMTOOL in $PROMTOOL_OUT"
 echo "export PROXY_OPERATOR_HELM=$HELM_OUT/helm"
 echo "export PROXY_OPERATOR_PROMTOOL=$PROMTOOL_OUT/promtool"
+"$CLIENTS"
 "$GUEST_IMAGE"

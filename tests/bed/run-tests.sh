@@ -9,7 +9,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 eval "$(tests/bed/provision.sh)"
-export PROXY_OPERATOR_KBINS PROXY_OPERATOR_GUEST PROXY_OPERATOR_HELM PROXY_OPERATOR_PROMTOOL
+export PROXY_OPERATOR_KBINS PROXY_OPERATOR_GUEST PROXY_OPERATOR_HELM PROXY_OPERATOR_PROMTOOL PROXY_OPERATOR_SCRAPY PROXY_OPERATOR_CRAWLEE
 # The end-to-end tests start the real operator binary; build it first so they do not. With
 # the kvm provider, as the tests build it (tests/src/operator.rs); the workspace's tests
 # enable the feature through the tests crate.

@@ -66,6 +66,55 @@ fn cached_tool(variable: &str, in_cache: &str, name: &str) -> PathBuf {
     path
 }
 
+/// Scrapy version of the client shims' venv (`tests/bed/clients.sh`).
+pub const SCRAPY_VERSION: &str = "2.19.0";
+/// Crawlee version of the client shims' node modules (`tests/bed/clients.sh`).
+pub const CRAWLEE_VERSION: &str = "3.18.1";
+
+/// The Python of the venv with Scrapy and pytest: `$PROXY_OPERATOR_SCRAPY/bin/python`, else
+/// the provision script's cache.
+pub fn scrapy_python() -> PathBuf {
+    let venv = std::env::var_os("PROXY_OPERATOR_SCRAPY")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| cache_root().join(format!("clients/scrapy-{SCRAPY_VERSION}")));
+    clients_file(venv.join("bin/python"), "Scrapy")
+}
+
+/// The directory whose `node_modules` holds Crawlee: `$PROXY_OPERATOR_CRAWLEE`, else the
+/// provision script's cache.
+pub fn crawlee_modules() -> PathBuf {
+    let dir = std::env::var_os("PROXY_OPERATOR_CRAWLEE")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| cache_root().join(format!("clients/crawlee-{CRAWLEE_VERSION}")));
+    clients_file(
+        dir.join("node_modules/@crawlee/http/package.json"),
+        "Crawlee",
+    );
+    dir
+}
+
+/// `node`, from the PATH (Node.js 20 or later).
+pub fn node() -> PathBuf {
+    std::env::var_os("PATH")
+        .into_iter()
+        .flat_map(|path| std::env::split_paths(&path).collect::<Vec<_>>())
+        .map(|dir| dir.join("node"))
+        .find(|path| path.is_file())
+        .unwrap_or_else(|| {
+            panic!("node is missing: install Node.js 20 (the Crawlee shim's tests run it)")
+        })
+}
+
+fn clients_file(path: PathBuf, what: &str) -> PathBuf {
+    assert!(
+        path.is_file(),
+        "{} is missing: run `tests/bed/provision.sh` (its tests/bed/clients.sh installs {what} \
+         into the cache), or use the README's test command, which runs it first",
+        path.display()
+    );
+    path
+}
+
 /// A control-plane program from the cache.
 pub fn kbin(name: &str) -> PathBuf {
     let path = kbins_dir().join(name);

@@ -6,12 +6,17 @@
 //! - `/client-address`: 200 with the client's source address as the body (the egress IP a
 //!   site would see);
 //! - `/status/<code>`: that status code;
+//! - `/limited/<k>/<key>`: a site that rate-limits: 429 (with `Retry-After: 60`) to the
+//!   first `k` requests for `key`, then 200 with the body `ok <n>` (the n-th request). It
+//!   counts per key rather than per client address, so a test decides how many requests
+//!   are refused whether or not its proxies share an egress address;
 //! - anything else: 404.
 //!
 //! A query string does not change the answer, so tests can tag requests (`?p=name`).
 //!
 //! Every request is logged with its time, for tests that assert on probe schedules.
 
+use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -53,6 +58,9 @@ pub struct ProbeOrigin {
     _task: tokio::task::JoinHandle<()>,
 }
 
+/// Requests seen per `/limited/<k>/<key>` key.
+type Limited = Arc<Mutex<HashMap<String, u32>>>;
+
 impl ProbeOrigin {
     /// Starts an origin on a free port, on the current tokio runtime.
     pub async fn start() -> anyhow::Result<Self> {
@@ -73,12 +81,13 @@ impl ProbeOrigin {
         std::fs::write(&hosts_file, format!("127.0.0.1 {HOST}\n"))?;
         let requests = Arc::new(Mutex::new(Vec::new()));
         let log = requests.clone();
+        let limited = Limited::default();
         let task = tokio::spawn(async move {
             while let Ok((stream, peer)) = listener.accept().await {
-                let (acceptor, log) = (acceptor.clone(), log.clone());
+                let (acceptor, log, limited) = (acceptor.clone(), log.clone(), limited.clone());
                 tokio::spawn(async move {
                     if let Ok(tls) = acceptor.accept(stream).await {
-                        let _ = serve(tls, peer, log).await;
+                        let _ = serve(tls, peer, log, limited).await;
                     }
                 });
             }
@@ -107,6 +116,7 @@ async fn serve(
     mut stream: tokio_rustls::server::TlsStream<tokio::net::TcpStream>,
     peer: SocketAddr,
     log: Arc<Mutex<Vec<Request>>>,
+    limited: Limited,
 ) -> std::io::Result<()> {
     let mut head = Vec::new();
     let mut buf = [0u8; 1024];
@@ -129,6 +139,7 @@ async fn serve(
     let (status, body) = match route {
         "/generate_204" => (204, String::new()),
         "/client-address" => (200, peer.ip().to_string()),
+        p if p.starts_with("/limited/") => rate_limited(p, &limited),
         p => match p
             .strip_prefix("/status/")
             .and_then(|c| c.parse::<u16>().ok())
@@ -137,6 +148,11 @@ async fn serve(
             None => (404, "not found".to_owned()),
         },
     };
+    let retry_after = if status == 429 {
+        "Retry-After: 60\r\n"
+    } else {
+        ""
+    };
     // A 204 carries no body and no Content-Length.
     let length = if status == 204 {
         String::new()
@@ -144,8 +160,27 @@ async fn serve(
         format!("Content-Length: {}\r\n", body.len())
     };
     let response = format!(
-        "HTTP/1.1 {status} X\r\n{length}Content-Type: text/plain\r\nConnection: close\r\n\r\n{body}"
+        "HTTP/1.1 {status} X\r\n{length}{retry_after}Content-Type: text/plain\r\nConnection: close\r\n\r\n{body}"
     );
     stream.write_all(response.as_bytes()).await?;
     stream.shutdown().await
+}
+
+/// The answer of `/limited/<k>/<key>`: 429 to the first `k` requests for `key`, then 200.
+fn rate_limited(path: &str, limited: &Limited) -> (u16, String) {
+    let Some((k, key)) = path
+        .strip_prefix("/limited/")
+        .and_then(|rest| rest.split_once('/'))
+        .and_then(|(k, key)| Some((k.parse::<u32>().ok()?, key)))
+    else {
+        return (404, "not found: /limited/<k>/<key>".to_owned());
+    };
+    let mut seen = limited.lock().expect("limited counts");
+    let n = seen.entry(key.to_owned()).or_default();
+    *n += 1;
+    if *n <= k {
+        (429, "slow down".to_owned())
+    } else {
+        (200, format!("ok {n}"))
+    }
 }

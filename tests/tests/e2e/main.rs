@@ -4,6 +4,7 @@
 mod chaos;
 mod chart;
 mod concurrency;
+mod crawlers;
 mod crd;
 mod freed;
 mod gate;

@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# Provisions the crawler libraries the client shims (clients/) are tested with, idempotently,
+# into the test bed's cache:
+#   - Scrapy 2.19.0 and pytest in a Python venv, $CACHE/clients/scrapy-2.19.0, pinned whole
+#     by clients/python/constraints.txt;
+#   - Crawlee (@crawlee/http and @crawlee/core 3.18.1), $CACHE/clients/crawlee-3.18.1/node_modules,
+#     installed with `npm ci` from the committed clients/js/package.json and package-lock.json.
+# Each is keyed by the SHA-256 of the file that pins it: a changed pin reinstalls, a warm run
+# only compares two hashes and returns at once.
+# Prints `export` lines for both directories, so callers can `eval` it (provision.sh does).
+#
+# `clients.sh --check-only` only runs those checks: exits 0 when the cache is good, 1 when a
+# run would install (nothing is installed).
+#
+# Environment:
+#   PROXY_OPERATOR_CACHE  cache root (default ${XDG_CACHE_HOME:-$HOME/.cache}/proxy-operator)
+#   PYTHON                the Python to build the venv with (default python3; Scrapy needs >= 3.10)
+set -euo pipefail
+
+SCRAPY=2.19.0
+CRAWLEE=3.18.1
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+CACHE=${PROXY_OPERATOR_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/proxy-operator}
+VENV=$CACHE/clients/scrapy-$SCRAPY
+MODULES=$CACHE/clients/crawlee-$CRAWLEE
+CONSTRAINTS=$ROOT/clients/python/constraints.txt
+LOCK=$ROOT/clients/js/package-lock.json
+log() { printf 'clients: %s\n' "$*" >&2; }
+
+hash_of() { sha256sum "$1" | cut -d' ' -f1; }
+
+# The venv is good when it was built from these constraints and still has its python.
+scrapy_ok() {
+  [ -x "$VENV/bin/python" ] && [ -f "$VENV/.constraints.sha256" ] \
+    && [ "$(cat "$VENV/.constraints.sha256")" = "$(hash_of "$CONSTRAINTS")" ]
+}
+
+# The modules are good when they were installed from this lock file.
+crawlee_ok() {
+  [ -f "$MODULES/node_modules/@crawlee/http/package.json" ] && [ -f "$MODULES/.lock.sha256" ] \
+    && [ "$(cat "$MODULES/.lock.sha256")" = "$(hash_of "$LOCK")" ]
+}
+
+install_scrapy() {
+  log "installing Scrapy $SCRAPY and pytest into $VENV (from PyPI, pinned by clients/python/constraints.txt)"
+  # A venv's scripts name its directory, so it is built in place; the hash, written last,
+  # marks it complete (an interrupted run leaves none, and the next one starts over).
+  rm -rf "$VENV"
+  "${PYTHON:-python3}" -m venv "$VENV"
+  "$VENV/bin/pip" install --quiet --disable-pip-version-check -c "$CONSTRAINTS" \
+    "scrapy==$SCRAPY" pytest >&2
+  hash_of "$CONSTRAINTS" > "$VENV/.constraints.sha256"
+}
+
+install_crawlee() {
+  log "installing @crawlee/http $CRAWLEE into $MODULES (npm ci from clients/js/package-lock.json)"
+  rm -rf "$MODULES.tmp" && mkdir -p "$MODULES.tmp"
+  cp "$ROOT/clients/js/package.json" "$LOCK" "$MODULES.tmp/"
+  (cd "$MODULES.tmp" && npm ci --no-audit --no-fund --ignore-scripts --loglevel=error >&2)
+  hash_of "$LOCK" > "$MODULES.tmp/.lock.sha256"
+  rm -rf "$MODULES" && mv "$MODULES.tmp" "$MODULES"
+}
+
+if [ "${1:-}" = --check-only ]; then
+  scrapy_ok || { log "no Scrapy $SCRAPY venv built from clients/python/constraints.txt in $VENV: a run would install it"; exit 1; }
+  crawlee_ok || { log "no Crawlee $CRAWLEE modules installed from clients/js/package-lock.json in $MODULES: a run would install them"; exit 1; }
+  exit 0
+fi
+mkdir -p "$CACHE/clients"
+scrapy_ok || { install_scrapy; scrapy_ok || { log "the venv in $VENV is not complete"; exit 1; }; }
+crawlee_ok || { install_crawlee; crawlee_ok || { log "the modules in $MODULES are not complete"; exit 1; }; }
+log "Scrapy $SCRAPY in $VENV, Crawlee $CRAWLEE in $MODULES"
+echo "export PROXY_OPERATOR_SCRAPY=$VENV"
+echo "export PROXY_OPERATOR_CRAWLEE=$MODULES"
