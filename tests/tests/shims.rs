@@ -47,3 +47,18 @@ fn the_scrapy_middleware_passes_its_pytest_suite() {
         "{out}"
     );
 }
+
+#[test]
+fn the_crawlee_helper_passes_its_node_test_suite() {
+    let dir = repo_root().join("clients/js");
+    // The helper has no dependencies; the cache is checked so a missing install fails here
+    // as it does in the e2e.
+    bins::crawlee_modules();
+    let out = passes(&bins::node(), &["--test", "test/"], &dir, &[]);
+    assert!(out.contains("# fail 0"), "{out}");
+    assert!(
+        out.lines()
+            .any(|l| l.starts_with("# pass ") && l != "# pass 0"),
+        "{out}"
+    );
+}

@@ -266,3 +266,77 @@ async fn a_scrapy_spider_rotates_away_from_a_rate_limit_and_releases_its_leases(
     assert_banned(&mut bed, &carrier).await;
     assert_all_released(&bed).await;
 }
+
+#[tokio::test]
+async fn a_crawlee_crawler_rotates_away_from_a_rate_limit_and_releases_its_leases() {
+    let mut bed = fleet("crawlee").await;
+    let node = bins::node();
+    let modules = bins::crawlee_modules();
+    let script = repo_root().join("clients/js/examples/crawl.js");
+    let storage = proxy_tests::run_dir::subdir(&format!("crawlee-{}", bed.ns));
+    let discovery = bed.operator.discovery.clone();
+    let run = |urls: Vec<String>| {
+        let (node, modules, script, storage, discovery) =
+            (&node, &modules, &script, &storage, &discovery);
+        async move {
+            let mut args = vec![script.to_str().unwrap().to_owned()];
+            args.extend(urls);
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            let env = [
+                ("PROXY_OPERATOR_URL", discovery.as_str()),
+                ("PROXY_OPERATOR_TOKEN", DISCOVERY_TOKEN),
+                ("PROXY_OPERATOR_NO_MATCH_WAIT_MS", "2000"),
+                ("PROXY_OPERATOR_CRAWLEE", modules.to_str().unwrap()),
+                ("CRAWLEE_STORAGE_DIR", storage.to_str().unwrap()),
+            ];
+            crawl(node, &args, storage, &env).await
+        }
+    };
+
+    // As with Scrapy: the first page's 429 makes the helper lease again, and every page
+    // comes through the other proxy.
+    let urls = (1..=4)
+        .map(|page| bed.origin.url(&format!("/limited/1/crawlee?page={page}")))
+        .collect();
+    let lines = run(urls).await;
+    let pages = events(&lines, "page");
+    assert_eq!(pages.len(), 4, "{lines:?}");
+    let summary = &events(&lines, "summary")[0];
+    let stats = &summary["proxy_operator"];
+    assert_eq!(
+        (
+            &summary["failed"],
+            &stats["leases"],
+            &stats["reports"],
+            &stats["leaseAgain"],
+            &stats["releases"],
+        ),
+        (
+            &json!(0),
+            &json!(2),
+            &json!({"rate_limited": 1, "ok": 4}),
+            &json!(1),
+            &json!(2)
+        ),
+        "{summary}"
+    );
+    assert_rate_limited_one_and_crawled_through_the_other(&bed, &pages).await;
+    assert_all_released(&bed).await;
+
+    // Blocked through the carrier: reported, no proxy left for the site, the request
+    // fails after its retries (each backed off on 409), and the carrier is Banned.
+    let carrier = carrier(&bed, &pages);
+    let lines = run(vec![bed.origin.url("/status/403")]).await;
+    let summary = &events(&lines, "summary")[0];
+    assert_eq!(summary["failed"], 1, "{lines:?}");
+    assert_eq!(
+        summary["proxy_operator"]["reports"]["blocked"], 1,
+        "{summary}"
+    );
+    assert!(
+        summary["proxy_operator"]["noMatch"].as_u64() >= Some(1),
+        "backed off on 409: {summary}"
+    );
+    assert_banned(&mut bed, &carrier).await;
+    assert_all_released(&bed).await;
+}
