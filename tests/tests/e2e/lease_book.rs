@@ -244,6 +244,28 @@ impl Crawler {
         self.account().cooled = Some(proxy);
     }
 
+    /// The cooled proxy's statistics for [`COOLED`] are in the book of namespace `ns`: one
+    /// `rate_limited` report and a running cooldown (they are saved with the leases).
+    async fn assert_cooled_site_kept(&mut self, ns: &str) {
+        let cooled = self.account().cooled.clone().expect("cool_one ran");
+        let (status, detail) = self
+            .send(
+                reqwest::Method::GET,
+                &format!("/v1/proxies/{ns}/{cooled}"),
+                None,
+            )
+            .await;
+        assert_eq!(status, 200, "{detail}");
+        let site = detail["sites"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|s| s["target"] == COOLED)
+            .unwrap_or_else(|| panic!("no statistics for {COOLED}: {detail}"));
+        assert_eq!(site["rateLimited"], 1, "{site}");
+        assert!(site["cooldownUntil"].is_string(), "{site}");
+    }
+
     /// `count` acquires by [`CRAWLERS`] crawlers at once: each granted lease is reported on;
     /// the oldest lease is released when the crawlers hold [`HOLD`] or nothing fits. Every
     /// tenth is for [`COOLED`], and is released at once.
@@ -434,6 +456,7 @@ async fn a_kill_of_the_owner_mid_run_keeps_its_leases_and_cooldowns() {
     }
     let new_owner = holder(&leases).await.expect("someone leads");
     assert_ne!(new_owner, owner, "leadership moved");
+    crawler.assert_cooled_site_kept(&bed.ns).await;
     assert_eq!(
         crawler.listed_active().await,
         before.len() as u64,
@@ -465,6 +488,7 @@ async fn a_restarted_single_replica_keeps_its_leases_and_cooldowns() {
     bed.operator = start_operator(&bed.ns, &bed.origin, &[]);
     *crawler.replicas.lock().unwrap() = vec![bed.operator.discovery.clone()];
 
+    crawler.assert_cooled_site_kept(&bed.ns).await;
     for (id, _) in &before {
         crawler.report(id, "ok").await;
     }
