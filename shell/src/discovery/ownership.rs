@@ -209,6 +209,7 @@ fn merge(book: &mut proxy_core::lease::LeaseBook, checkpoint: &Checkpoint, now: 
             retained_added = merged.retained_added,
             ended = merged.ended,
             cooldowns = merged.cooldowns,
+            sites = merged.sites,
             "merged the saved lease book"
         ),
         Err(error) => tracing::error!(
