@@ -78,8 +78,9 @@ pub fn banned_condition(
             } else {
                 (FALSE, FEW_SITES_BLOCK)
             };
+            let plural = if observed.sites == 1 { "" } else { "s" };
             let message = format!(
-                "blocked on {} distinct sites within the last {} s (banned from {})",
+                "blocked on {} distinct site{plural} within the last {} s (banned from {})",
                 observed.sites,
                 observed.window_seconds,
                 observed.threshold.max(1)

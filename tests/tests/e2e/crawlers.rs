@@ -170,7 +170,7 @@ async fn assert_banned(bed: &mut Bed, banned: &str) {
     assert!(
         banned_condition
             .message
-            .contains("blocked on 1 distinct sites"),
+            .contains("blocked on 1 distinct site within"),
         "{}",
         banned_condition.message
     );
