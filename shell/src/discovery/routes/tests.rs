@@ -939,3 +939,31 @@ async fn openapi_matches_the_server() {
         "documented but never produced by these requests: {missing:?}"
     );
 }
+
+/// The controller reads the blocked-site count only from a replica that owns the book; a
+/// follower's book is not the fleet's, so it observes nothing (the `Banned` condition stays).
+#[tokio::test]
+async fn only_the_owner_observes_blocked_sites() {
+    let state = state();
+    let lease = authed(
+        &state,
+        "POST",
+        "/v1/leases",
+        Some(r#"{"target": "shop.example"}"#),
+    )
+    .await;
+    let id = lease.body["leaseID"].as_str().unwrap().to_owned();
+    let name = lease.body["proxy"]["name"].as_str().unwrap().to_owned();
+    let path = format!("/v1/leases/{id}/report");
+    authed(&state, "POST", &path, Some(r#"{"status": 403}"#)).await;
+    let key = proxy_core::ProxyKey::new("crawl", &name);
+    assert_eq!(
+        state.blocked_sites(&key, 2),
+        Some(proxy_core::BlockedSites {
+            sites: 1,
+            threshold: 2,
+            window_seconds: 3600
+        })
+    );
+    assert_eq!(follower(None).blocked_sites(&key, 2), None);
+}
