@@ -508,15 +508,38 @@ fn release(state: &Discovery, forwarded: bool, id: &str) -> Result<Response, Els
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct ReportBody {
-    /// `ok`, `rate_limited`, `blocked` or `error`.
-    #[serde(default)]
+    /// `ok`, `rate_limited`, `blocked` or `error`. Absent is `None`; `null` is refused.
+    #[serde(default, deserialize_with = "present")]
     result: Option<String>,
-    /// The HTTP status code the crawler saw through the proxy.
-    #[serde(default)]
-    status: Option<i64>,
+    /// The HTTP status code the crawler saw through the proxy: a JSON number, since JSON
+    /// Schema counts `429.0` as the integer 429. Absent is `None`; `null` is refused.
+    #[serde(default, deserialize_with = "present")]
+    status: Option<serde_json::Number>,
     /// The site, when it is not the lease's target.
     #[serde(default)]
     target: Option<String>,
+}
+
+/// A field that may be absent (`None`) but not `null`: with `#[serde(default)]`, serde
+/// calls this only for a field that is there, and `T` refuses `null`.
+fn present<'de, D, T>(deserializer: D) -> Result<Option<T>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: Deserialize<'de>,
+{
+    T::deserialize(deserializer).map(Some)
+}
+
+/// The status code a JSON number stands for, or 0 (refused by [`meaning_of`]) when it is
+/// not a whole number that fits.
+fn status_code(number: &serde_json::Number) -> u16 {
+    let whole = number.as_u64().or_else(|| {
+        number
+            .as_f64()
+            .filter(|f| f.fract() == 0.0 && *f >= 0.0 && *f <= f64::from(u16::MAX))
+            .map(|f| f as u64)
+    });
+    whole.and_then(|n| u16::try_from(n).ok()).unwrap_or(0)
 }
 
 /// What a report body says the crawler saw: a result, or a status code the core maps.
@@ -527,7 +550,7 @@ enum Reported {
 
 impl Reported {
     fn of(request: &ReportBody) -> Result<Self, ApiError> {
-        match (&request.result, request.status) {
+        match (&request.result, &request.status) {
             (Some(result), None) => {
                 serde_json::from_value(serde_json::Value::String(result.clone()))
                     .map(Self::Result)
@@ -537,13 +560,15 @@ impl Reported {
                         ))
                     })
             }
-            (None, Some(status)) => meaning_of(u16::try_from(status).unwrap_or(0))
-                .map(Self::Status)
-                .map_err(|_| {
-                    ApiError::invalid_status(format!(
-                        "status must be an HTTP status code (100 to 599), not {status}"
-                    ))
-                }),
+            (None, Some(status)) => {
+                meaning_of(status_code(status))
+                    .map(Self::Status)
+                    .map_err(|_| {
+                        ApiError::invalid_status(format!(
+                            "status must be an HTTP status code (100 to 599), not {status}"
+                        ))
+                    })
+            }
             (Some(_), Some(_)) => Err(ApiError::invalid_request(
                 "a report says either result or status, not both",
             )),

@@ -603,11 +603,26 @@ async fn bad_reports_get_their_code() {
             "invalid_status",
         );
     }
-    assert_error(
-        &authed(&state, "POST", &path, Some(r#"{"status": "429"}"#)).await,
-        StatusCode::BAD_REQUEST,
-        "invalid_request",
-    );
+    for body in [
+        r#"{"status": "429"}"#,
+        r#"{"status": null}"#,
+        r#"{"result": null, "status": 200}"#,
+        r#"{"result": "ok", "status": null}"#,
+        r#"{"status": 429.5}"#,
+    ] {
+        assert_error(
+            &authed(&state, "POST", &path, Some(body)).await,
+            StatusCode::BAD_REQUEST,
+            if body.contains("429.5") {
+                "invalid_status"
+            } else {
+                "invalid_request"
+            },
+        );
+    }
+    // JSON Schema counts 200.0 as the integer 200.
+    let whole = authed(&state, "POST", &path, Some(r#"{"status": 200.0}"#)).await;
+    assert_eq!(whole.status, StatusCode::OK, "{}", whole.body);
     assert_error(
         &authed(
             &state,
