@@ -1,6 +1,6 @@
 //! The admin port (`--metrics-addr`): `GET /metrics` for Prometheus, open to every scraper,
-//! and `GET /debug/recording[?object=namespace/name]`, the recorder's ring buffers as a file
-//! `proxy-operator replay` reads.
+//! and `GET /debug/recording[?object=namespace/name][&since=<RFC 3339 time>]`, the records
+//! the recorder keeps, streamed as a file `proxy-operator replay` reads.
 //!
 //! A recording holds every recorded Proxy's spec and status, so it is not for everyone who
 //! can scrape metrics: with a bearer token set (`--discovery-token`) it takes that token;
@@ -11,13 +11,12 @@ use std::collections::BTreeMap;
 use std::convert::Infallible;
 use std::sync::Arc;
 
-use proxy_core::ProxyKey;
 use warp::http::StatusCode;
 use warp::reply::Response;
 use warp::{Filter, Reply};
 
 use crate::metrics::Metrics;
-use crate::recorder::Recorder;
+use crate::recorder::{Filter as Records, Recorder};
 use crate::server::{BearerToken, Peer, Settings};
 
 /// Why a request for a recording is refused, if it is.
@@ -47,6 +46,32 @@ fn refusal(
     Some(warp::reply::with_status(message, status).into_response())
 }
 
+/// The records a `GET /debug/recording` asks for: `object=namespace/name`,
+/// `since=<RFC 3339 time>`; anything else is refused with what is wrong.
+fn records(query: &BTreeMap<String, String>) -> Result<Records, String> {
+    let mut filter = Records::default();
+    for (name, value) in query {
+        match name.as_str() {
+            "object" => {
+                filter.object = Some(value.parse().map_err(|e| format!("object: {e}\n"))?);
+            }
+            "since" => {
+                filter.since = Some(value.parse().map_err(|e| {
+                    format!(
+                        "since: {value:?} is not an RFC 3339 time (2026-12-01T10:00:00Z): {e}\n"
+                    )
+                })?);
+            }
+            other => {
+                return Err(format!(
+                    "unknown query parameter {other:?}: object=namespace/name and since=<RFC 3339 time> are taken\n"
+                ));
+            }
+        }
+    }
+    Ok(filter)
+}
+
 /// The admin port's routes.
 pub fn routes(
     metrics: Arc<Metrics>,
@@ -73,19 +98,21 @@ pub fn routes(
                 if let Some(refused) = refusal(&token, authorization.as_deref(), peer) {
                     return refused;
                 }
-                let object = query.get("object").map(|text| text.parse::<ProxyKey>());
-                let object = match object.transpose() {
-                    Ok(object) => object,
-                    Err(error) => {
-                        return warp::reply::with_status(
-                            format!("object: {error}\n"),
-                            StatusCode::BAD_REQUEST,
-                        )
-                        .into_response();
+                let filter = match records(&query) {
+                    Ok(filter) => filter,
+                    Err(message) => {
+                        return warp::reply::with_status(message, StatusCode::BAD_REQUEST)
+                            .into_response();
                     }
                 };
-                let dump = recorder.dump(object.as_ref());
-                warp::reply::with_header(dump, "content-type", "application/jsonl").into_response()
+                let lines = recorder.dump(&filter);
+                let chunks = futures::stream::iter(lines.into_iter().map(Ok::<_, Infallible>));
+                warp::reply::with_header(
+                    warp::reply::stream(chunks),
+                    "content-type",
+                    "application/jsonl",
+                )
+                .into_response()
             },
         );
     scrape

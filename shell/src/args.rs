@@ -164,9 +164,13 @@ pub struct RunArgs {
     #[arg(long, default_value = "2", value_parser = duration::parse)]
     pub leadership_retry_period_seconds: Duration,
     /// How many decide calls are kept in memory per Proxy, for `GET /debug/recording` on
-    /// the metrics port.
+    /// the metrics port (within --record-budget-bytes).
     #[arg(long, default_value_t = 64)]
     pub record_per_object: usize,
+    /// Bytes of records kept in memory for the whole fleet (their serialized size); past
+    /// it the oldest records go first, whichever Proxy they are about.
+    #[arg(long, default_value_t = 32 * 1024 * 1024)]
+    pub record_budget_bytes: usize,
     /// Also append every decide call to this file (JSON Lines, `proxy-operator replay`).
     #[arg(long, env = "RECORD_FILE")]
     pub record_file: Option<PathBuf>,

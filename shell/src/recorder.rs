@@ -1,10 +1,14 @@
 //! The recorder: every `decide` call with its full input and output, for replaying an
 //! incident through the core (`proxy-operator replay FILE`, `docs/replay.md`).
 //!
-//! Records go to a ring buffer per object (the last [`Recorder::capacity`] calls of each
-//! Proxy), dumped on demand from the metrics port (`GET /debug/recording`, optionally
-//! `?object=namespace/name`), and, with `--record-file`, appended to a file that rotates at
-//! a size limit (one previous file kept as `<file>.1`). Cloud-init content never reaches
+//! Records are kept in memory as their serialized lines: a ring per object (the last
+//! `--record-per-object` calls of each Proxy) under one byte budget for the whole fleet
+//! (`--record-budget-bytes`: past it the oldest records go first, whichever Proxy they are
+//! about), so memory stays flat however many Proxies there are and however long the
+//! operator runs. The metrics port streams them (`GET /debug/recording`, optionally
+//! `?object=namespace/name` and `&since=<RFC 3339 time>`) without building the dump in
+//! memory. With `--record-file` every record is also appended to a file that rotates at a
+//! size limit (one previous file kept as `<file>.1`). Cloud-init content never reaches
 //! either: the core's `DecideRecord::new` replaces it by its SHA-256 when the record is made.
 //!
 //! Recording never stops the reconcile it records: a record that cannot be serialized is
@@ -19,8 +23,10 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::sync::{Mutex, MutexGuard};
 
+use bytes::Bytes;
+use jiff::Timestamp;
 use proxy_core::ProxyKey;
-use proxy_core::record::{DecideRecord, Header, Record, Recording};
+use proxy_core::record::{DecideRecord, Header, Record};
 
 /// Where recorded lines go besides the ring buffers.
 #[derive(Debug)]
@@ -65,53 +71,115 @@ impl FileSink {
     }
 }
 
+/// One record as it is kept: its line (with the newline), and what a dump filters on.
+#[derive(Debug, Clone)]
+struct Kept {
+    seq: u64,
+    at: Timestamp,
+    line: Bytes,
+}
+
 #[derive(Debug)]
 struct Inner {
     next_seq: u64,
-    rings: BTreeMap<ProxyKey, VecDeque<Record>>,
+    rings: BTreeMap<ProxyKey, VecDeque<Kept>>,
+    /// Every record still in a ring, and some already gone (dropped by the per-object cap
+    /// or a forget), oldest first: what the byte budget evicts from. Gone entries are
+    /// skipped, and swept once they outnumber the kept ones.
+    by_age: VecDeque<(u64, ProxyKey)>,
+    /// How many records the rings hold, and their bytes.
+    kept: usize,
+    bytes: usize,
     file: Option<FileSink>,
+}
+
+impl Inner {
+    /// Drops the oldest record of `key`'s ring, if its sequence number is `seq`.
+    fn drop_front(&mut self, key: &ProxyKey, seq: u64) {
+        let Some(ring) = self.rings.get_mut(key) else {
+            return;
+        };
+        if ring.front().is_some_and(|kept| kept.seq == seq)
+            && let Some(kept) = ring.pop_front()
+        {
+            self.kept -= 1;
+            self.bytes -= kept.line.len();
+        }
+    }
+
+    /// Drops the oldest records of the fleet until the rest fit `budget`.
+    fn fit(&mut self, budget: usize) {
+        while self.bytes > budget {
+            let Some((seq, key)) = self.by_age.pop_front() else {
+                return;
+            };
+            self.drop_front(&key, seq);
+        }
+        if self.by_age.len() > 2 * self.kept + 64 {
+            let rings = &self.rings;
+            self.by_age.retain(|(seq, key)| {
+                rings
+                    .get(key)
+                    .is_some_and(|ring| ring.iter().any(|kept| kept.seq == *seq))
+            });
+        }
+    }
 }
 
 /// Records the core's decisions of one operator process.
 #[derive(Debug)]
 pub struct Recorder {
-    header: Header,
-    capacity: usize,
+    header: Bytes,
+    file_header: Header,
+    per_object: usize,
+    budget: usize,
     inner: Mutex<Inner>,
 }
 
+/// What a dump holds: every record (of one object, or all) made at or after a time.
+#[derive(Debug, Default)]
+pub struct Filter {
+    /// Only this Proxy's records.
+    pub object: Option<ProxyKey>,
+    /// Only records whose call happened at or after this time.
+    pub since: Option<Timestamp>,
+}
+
 impl Recorder {
-    /// A recorder keeping the last `capacity` records per object, and appending every
-    /// record to `file` when given (rotating at `max_bytes`).
+    /// A recorder keeping the last `per_object` records of each object within `budget`
+    /// bytes for all of them, and appending every record to `file` when given (rotating at
+    /// its size).
     pub fn new(
         header: Header,
-        capacity: usize,
+        per_object: usize,
+        budget: usize,
         file: Option<(PathBuf, u64)>,
     ) -> std::io::Result<Self> {
         let file = file
             .map(|(path, max_bytes)| FileSink::open(path, max_bytes, &header))
             .transpose()?;
         Ok(Self {
-            header,
-            capacity: capacity.max(1),
+            header: Bytes::from(format!("{}\n", header.to_line()?)),
+            file_header: header,
+            per_object: per_object.max(1),
+            budget,
             inner: Mutex::new(Inner {
                 next_seq: 1,
                 rings: BTreeMap::new(),
+                by_age: VecDeque::new(),
+                kept: 0,
+                bytes: 0,
                 file,
             }),
         })
-    }
-
-    /// How many records are kept per object.
-    pub fn capacity(&self) -> usize {
-        self.capacity
     }
 
     /// Records one `decide` call, in the ring of the object it was about.
     pub fn decide(&self, record: DecideRecord) {
         let mut record = Record::from(record);
         let mut inner = self.lock();
-        record.set_seq(inner.next_seq);
+        let seq = inner.next_seq;
+        record.set_seq(seq);
         let line = match record.to_line() {
             Ok(line) => line,
             Err(error) => {
@@ -121,22 +189,39 @@ impl Recorder {
         };
         inner.next_seq += 1;
         if let Some(file) = inner.file.as_mut()
-            && let Err(error) = file.append(&line, &self.header)
+            && let Err(error) = file.append(&line, &self.file_header)
         {
             // A full disk must not stop the operator: keep recording in memory.
             tracing::error!(%error, "recording to the file failed; the file is closed");
             inner.file = None;
         }
-        let ring = inner.rings.entry(record.object().clone()).or_default();
-        if ring.len() == self.capacity {
-            ring.pop_front();
+        let key = record.object().clone();
+        let kept = Kept {
+            seq,
+            at: record.at(),
+            line: Bytes::from(line + "\n"),
+        };
+        inner.kept += 1;
+        inner.bytes += kept.line.len();
+        let ring = inner.rings.entry(key.clone()).or_default();
+        ring.push_back(kept);
+        let oldest = (ring.len() > self.per_object)
+            .then(|| ring.front().map(|kept| kept.seq))
+            .flatten();
+        if let Some(oldest) = oldest {
+            inner.drop_front(&key, oldest);
         }
-        ring.push_back(record);
+        inner.by_age.push_back((seq, key));
+        inner.fit(self.budget);
     }
 
     /// Forgets an object that is gone.
     pub fn forget(&self, object: &ProxyKey) {
-        self.lock().rings.remove(object);
+        let mut inner = self.lock();
+        if let Some(ring) = inner.rings.remove(object) {
+            inner.kept -= ring.len();
+            inner.bytes -= ring.iter().map(|kept| kept.line.len()).sum::<usize>();
+        }
     }
 
     /// How many objects have a ring.
@@ -144,31 +229,33 @@ impl Recorder {
         self.lock().rings.len()
     }
 
+    /// How many bytes the kept records take (their lines).
+    pub fn bytes(&self) -> usize {
+        self.lock().bytes
+    }
+
     /// The state, also after a panic while it was held.
     fn lock(&self) -> MutexGuard<'_, Inner> {
         crate::supervise::lock(&self.inner)
     }
 
-    /// The ring buffers as a recording (all objects, or one), records in the order they
-    /// were made: what `proxy-operator replay` reads. Empty (and logged) if it cannot be
-    /// serialized, which no record kept here can fail: each serialized once already.
-    pub fn dump(&self, object: Option<&ProxyKey>) -> String {
+    /// The kept records that pass `filter` as a recording, the header first and the records
+    /// in the order they were made: what `proxy-operator replay` reads. The lines are shared
+    /// with the rings, not copied, and the lock is held only while they are picked, so a dump
+    /// of the whole fleet costs neither the memory of a copy nor a stall of the reconciles.
+    pub fn dump(&self, filter: &Filter) -> Vec<Bytes> {
         let inner = self.lock();
-        let mut records: Vec<&Record> = inner
+        let mut records: Vec<&Kept> = inner
             .rings
             .iter()
-            .filter(|(key, _)| object.is_none_or(|o| o == *key))
+            .filter(|(key, _)| filter.object.as_ref().is_none_or(|o| o == *key))
             .flat_map(|(_, ring)| ring.iter())
+            .filter(|kept| filter.since.is_none_or(|since| kept.at >= since))
             .collect();
-        records.sort_by_key(|r| r.seq());
-        let mut recording = Recording::new(self.header.clone());
-        for record in records {
-            recording.push(record.clone());
-        }
-        recording.to_jsonl().unwrap_or_else(|error| {
-            tracing::error!(%error, "the recording does not serialize");
-            String::new()
-        })
+        records.sort_unstable_by_key(|kept| kept.seq);
+        std::iter::once(self.header.clone())
+            .chain(records.into_iter().map(|kept| kept.line.clone()))
+            .collect()
     }
 }
 
@@ -179,6 +266,16 @@ mod tests {
     use proxy_crd::ProxyStatus;
 
     use super::*;
+
+    /// A dump as the text `GET /debug/recording` sends.
+    fn text(recorder: &Recorder, object: Option<&str>) -> String {
+        let filter = Filter {
+            object: object.map(|name| ProxyKey::new("ns", name)),
+            since: None,
+        };
+        let lines = recorder.dump(&filter);
+        String::from_utf8(lines.concat()).unwrap()
+    }
 
     fn header() -> Header {
         proxy_core::record::Header::new(
@@ -193,7 +290,7 @@ mod tests {
 
     #[test]
     fn rings_are_bounded_per_object_and_dumps_replay() {
-        let recorder = Recorder::new(header(), 2, None).unwrap();
+        let recorder = Recorder::new(header(), 2, usize::MAX, None).unwrap();
         let spec = managed_spec();
         let status = ProxyStatus::default();
         for name in ["a", "a", "a", "b"] {
@@ -203,11 +300,11 @@ mod tests {
             let decision = decide(&spec, &status, &observed);
             recorder.decide(DecideRecord::new(&spec, &status, &observed, &decision));
         }
-        let dump = recorder.dump(None);
+        let dump = text(&recorder, None);
         assert_eq!(dump.lines().count(), 1 + 2 + 1, "{dump}");
         let report = proxy_core::record::replay(&dump).unwrap();
         assert!(report.is_identical(), "{:?}", report.divergence);
-        let only_b = recorder.dump(Some(&ProxyKey::new("ns", "b")));
+        let only_b = text(&recorder, Some("b"));
         assert_eq!(only_b.lines().count(), 2);
         assert!(
             only_b
@@ -217,12 +314,12 @@ mod tests {
                 .contains(r#""object":"ns/b""#)
         );
         recorder.forget(&ProxyKey::new("ns", "a"));
-        assert_eq!(recorder.dump(None).lines().count(), 2, "a's ring is gone");
+        assert_eq!(text(&recorder, None).lines().count(), 2, "a's ring is gone");
     }
 
     #[test]
     fn a_lock_poisoned_by_a_panic_does_not_stop_recording() {
-        let recorder = Recorder::new(header(), 2, None).unwrap();
+        let recorder = Recorder::new(header(), 2, usize::MAX, None).unwrap();
         std::thread::scope(|s| {
             let held = s.spawn(|| {
                 let _guard = recorder.inner.lock();
@@ -237,7 +334,7 @@ mod tests {
         let decision = decide(&spec, &status, &observed);
         recorder.decide(DecideRecord::new(&spec, &status, &observed, &decision));
         recorder.forget(&ProxyKey::new("ns", "b"));
-        let dump = recorder.dump(None);
+        let dump = text(&recorder, None);
         assert_eq!(dump.lines().count(), 2, "{dump}");
         assert!(proxy_core::record::replay(&dump).unwrap().is_identical());
     }
@@ -257,7 +354,7 @@ mod tests {
             .len() as u64;
         // Room for the header and about three records per file.
         let max = header().to_line().unwrap().len() as u64 + 1 + 3 * (one_record + 1) + 10;
-        let recorder = Recorder::new(header(), 8, Some((path.clone(), max))).unwrap();
+        let recorder = Recorder::new(header(), 8, usize::MAX, Some((path.clone(), max))).unwrap();
         for _ in 0..5 {
             recorder.decide(DecideRecord::new(&spec, &status, &observed, &decision));
         }
@@ -282,5 +379,94 @@ mod tests {
             .sum();
         assert_eq!(total, 5, "every record is in one of the two files");
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// Records `count` decide calls about each of `names`, in turn, `step` seconds apart.
+    fn record(recorder: &Recorder, names: &[&str], count: usize, step: i64) {
+        let spec = managed_spec();
+        let status = ProxyStatus::default();
+        for i in 0..count {
+            for name in names {
+                let mut observed = Observed::test();
+                observed.object.namespace = "ns".into();
+                observed.object.name = (*name).into();
+                observed.now =
+                    jiff::Timestamp::UNIX_EPOCH + jiff::SignedDuration::from_secs(step * i as i64);
+                let decision = decide(&spec, &status, &observed);
+                recorder.decide(DecideRecord::new(&spec, &status, &observed, &decision));
+            }
+        }
+    }
+
+    #[test]
+    fn the_fleet_budget_keeps_the_newest_records_of_every_proxy_within_it() {
+        let probe = Recorder::new(header(), 64, usize::MAX, None).unwrap();
+        record(&probe, &["a"], 1, 1);
+        let one = probe.bytes();
+        // Room for about ten records, for five Proxies recording 20 calls each.
+        let budget = 10 * one + one / 2;
+        let recorder = Recorder::new(header(), 64, budget, None).unwrap();
+        record(&recorder, &["a", "b", "c", "d", "e"], 20, 1);
+        assert!(
+            recorder.bytes() <= budget,
+            "{} > {budget}",
+            recorder.bytes()
+        );
+        let dump = text(&recorder, None);
+        let report = proxy_core::record::replay(&dump).unwrap();
+        assert!(report.is_identical(), "{:?}", report.divergence);
+        assert_eq!(report.records, 10, "the newest ten fit");
+        let seqs: Vec<u64> = dump
+            .lines()
+            .skip(1)
+            .map(|line| {
+                serde_json::from_str::<serde_json::Value>(line).unwrap()["seq"]
+                    .as_u64()
+                    .unwrap()
+            })
+            .collect();
+        assert_eq!(seqs, (91..=100).collect::<Vec<_>>(), "oldest first out");
+        // Forgetting gives the bytes back.
+        for name in ["a", "b", "c", "d", "e"] {
+            recorder.forget(&ProxyKey::new("ns", name));
+        }
+        assert_eq!(recorder.bytes(), 0);
+    }
+
+    #[test]
+    fn the_eviction_queue_stays_proportional_to_what_is_kept() {
+        let recorder = Recorder::new(header(), 2, usize::MAX, None).unwrap();
+        record(&recorder, &["a", "b"], 2_000, 1);
+        let inner = recorder.lock();
+        assert_eq!(inner.kept, 4);
+        assert!(
+            inner.by_age.len() <= 2 * inner.kept + 64,
+            "{} entries for {} records",
+            inner.by_age.len(),
+            inner.kept
+        );
+    }
+
+    #[test]
+    fn a_dump_filters_by_object_and_time() {
+        let recorder = Recorder::new(header(), 64, usize::MAX, None).unwrap();
+        record(&recorder, &["a", "b"], 10, 60);
+        let since = jiff::Timestamp::UNIX_EPOCH + jiff::SignedDuration::from_secs(7 * 60);
+        let filter = Filter {
+            object: Some(ProxyKey::new("ns", "b")),
+            since: Some(since),
+        };
+        let text = String::from_utf8(recorder.dump(&filter).concat()).unwrap();
+        assert_eq!(
+            text.lines().count(),
+            1 + 3,
+            "b's calls at minutes 7, 8 and 9: {text}"
+        );
+        assert!(
+            text.lines()
+                .skip(1)
+                .all(|line| line.contains(r#""object":"ns/b""#))
+        );
+        assert!(proxy_core::record::replay(&text).unwrap().is_identical());
     }
 }

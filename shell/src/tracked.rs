@@ -185,7 +185,7 @@ mod tests {
             Arc::new(HealthEngine::new(prober, 1, metrics.clone())),
             metrics,
             Arc::new(Leadership::unopposed(candidate.unwrap())),
-            Arc::new(Recorder::new(record_header(), 4, None).unwrap()),
+            Arc::new(Recorder::new(record_header(), 4, usize::MAX, None).unwrap()),
         ));
         let discovery = Arc::new(Discovery::new(
             Some("token"),
@@ -223,10 +223,13 @@ mod tests {
         assert_eq!(sizes(&tracked), all(1), "a Proxy the re-list lost is freed");
         assert_eq!(
             ctx.recorder
-                .dump(Some(&ProxyKey::new("ns", "c")))
-                .lines()
-                .count(),
-            2
+                .dump(&crate::recorder::Filter {
+                    object: Some(ProxyKey::new("ns", "c")),
+                    since: None,
+                })
+                .len(),
+            2,
+            "the header and c's record"
         );
     }
 }

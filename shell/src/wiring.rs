@@ -139,6 +139,7 @@ async fn serve(args: RunArgs, config: ProvidersConfig) -> anyhow::Result<()> {
         Recorder::new(
             record_header(&config, timing),
             args.record_per_object,
+            args.record_budget_bytes,
             args.record_file(),
         )
         .map_err(|e| {

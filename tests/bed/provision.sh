@@ -6,6 +6,8 @@
 #   - for the kvm provider: libvirt (daemon, qemu driver, client, headers) and qemu from
 #     Debian's packages, debootstrap, and the guest image tests/bed/guest-image.sh builds
 #     into the same cache;
+#   - for the API fuzz test: schemathesis from PyPI, in a virtualenv in the same cache keyed
+#     by version;
 #   - for shipping (issue 19): helm and promtool, built from the Go module proxy into the same
 #     cache keyed by version, and podman (it builds with buildah's library) with runc from Debian's packages
 #     (the image is built and run without a Docker engine or an image registry);
@@ -25,6 +27,7 @@
 #   HELM_VERSION      helm to build (default 4.3.2; module helm.sh/helm/v4)
 #   PROMETHEUS_VERSION  promtool's Prometheus release (default 3.16.0; its Go module is
 #                     github.com/prometheus/prometheus v0.316.0)
+#   SCHEMATHESIS_VERSION  schemathesis to install from PyPI (default 4.32.5)
 #   PROXY_OPERATOR_CACHE  cache root (default ${XDG_CACHE_HOME:-$HOME/.cache}/proxy-operator)
 #   SKIP_APT=1        do not install Debian packages (for machines without root)
 set -euo pipefail
@@ -39,6 +42,8 @@ PROMTOOL=${PROMETHEUS_VERSION:-3.16.0}
 PROMTOOL_OUT=$CACHE/promtool/v$PROMTOOL
 IFS=. read -r pmajor pminor ppatch <<<"$PROMTOOL"
 PROMTOOL_MODULE=v0.$((pmajor * 100 + pminor)).$ppatch   # 3.16.0 -> v0.316.0
+SCHEMATHESIS=${SCHEMATHESIS_VERSION:-4.32.5}
+SCHEMATHESIS_OUT=$CACHE/schemathesis/v$SCHEMATHESIS
 log() { printf 'provision: %s\n' "$*" >&2; }
 
 install_debian_packages() {
@@ -145,6 +150,24 @@ build_promtool() {
     "-s -w -X github.com/prometheus/common/version.Version=$PROMTOOL"
 }
 
+# schemathesis: a virtualenv from PyPI. A virtualenv cannot be moved once made (its scripts
+# name their interpreter by path), so it is made in place, and a marker written last says it
+# is complete.
+schemathesis_ok() {
+  local out
+  [ -f "$SCHEMATHESIS_OUT/.complete" ] || return 1
+  out=$("$SCHEMATHESIS_OUT/bin/schemathesis" --version 2>/dev/null) || return 1
+  [[ $out == *"version $SCHEMATHESIS" ]]
+}
+install_schemathesis() {
+  log "installing schemathesis $SCHEMATHESIS from PyPI into $SCHEMATHESIS_OUT"
+  rm -rf "$SCHEMATHESIS_OUT" && mkdir -p "$(dirname "$SCHEMATHESIS_OUT")"
+  python3 -m venv "$SCHEMATHESIS_OUT" >&2
+  "$SCHEMATHESIS_OUT/bin/pip" install --quiet --disable-pip-version-check \
+    "schemathesis==$SCHEMATHESIS" >&2
+  touch "$SCHEMATHESIS_OUT/.complete"
+}
+
 GUEST_IMAGE="$(dirname "$0")/guest-image.sh"
 CLIENTS="$(dirname "$0")/clients.sh"
 
@@ -152,6 +175,7 @@ if [ "${1:-}" = --check-only ]; then
   binaries_ok || { log "the cached binaries in $OUT do not answer --version: a run would rebuild"; exit 1; }
   helm_ok || { log "no helm v$HELM in $HELM_OUT: a run would build it"; exit 1; }
   promtool_ok || { log "no promtool $PROMTOOL in $PROMTOOL_OUT: a run would build it"; exit 1; }
+  schemathesis_ok || { log "no schemathesis $SCHEMATHESIS in $SCHEMATHESIS_OUT: a run would install it"; exit 1; }
   "$CLIENTS" --check-only || exit 1
   "$GUEST_IMAGE" --check-only || exit 1
   exit 0
@@ -171,5 +195,8 @@ promtool_ok || { build_promtool; promtool_ok || { log "the built promtool does n
 log "helm v$HELM in $HELM_OUT, promtool $PROMTOOL in $PROMTOOL_OUT"
 echo "export PROXY_OPERATOR_HELM=$HELM_OUT/helm"
 echo "export PROXY_OPERATOR_PROMTOOL=$PROMTOOL_OUT/promtool"
+schemathesis_ok || { install_schemathesis; schemathesis_ok || { log "the installed schemathesis does not say $SCHEMATHESIS"; exit 1; }; }
+log "schemathesis $SCHEMATHESIS in $SCHEMATHESIS_OUT"
+echo "export PROXY_OPERATOR_SCHEMATHESIS=$SCHEMATHESIS_OUT/bin/schemathesis"
 "$CLIENTS"
 "$GUEST_IMAGE"

@@ -4,12 +4,13 @@
 # unit, property, CEL, and the end-to-end tests against the real control plane and squid,
 # and the kvm provider's, with real VMs (libvirt, qemu and the guest image); the Helm chart
 # (helm), the alert rules (promtool) and the container image (podman), built and run
-# against the same control plane.
+# against the same control plane; and schemathesis fuzzing the discovery API of a live operator.
 # Extra arguments go to `cargo test` (e.g. `-- --nocapture`).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 eval "$(tests/bed/provision.sh)"
-export PROXY_OPERATOR_KBINS PROXY_OPERATOR_GUEST PROXY_OPERATOR_HELM PROXY_OPERATOR_PROMTOOL PROXY_OPERATOR_SCRAPY PROXY_OPERATOR_CRAWLEE
+export PROXY_OPERATOR_KBINS PROXY_OPERATOR_GUEST PROXY_OPERATOR_HELM PROXY_OPERATOR_PROMTOOL \
+  PROXY_OPERATOR_SCHEMATHESIS PROXY_OPERATOR_SCRAPY PROXY_OPERATOR_CRAWLEE
 # The end-to-end tests start the real operator binary; build it first so they do not. With
 # the kvm provider, as the tests build it (tests/src/operator.rs); the workspace's tests
 # enable the feature through the tests crate.

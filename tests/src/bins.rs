@@ -59,11 +59,24 @@ fn cached_tool(variable: &str, in_cache: &str, name: &str) -> PathBuf {
         .unwrap_or_else(|| cache_root().join(in_cache));
     assert!(
         path.is_file(),
-        "{} is missing: run `tests/bed/provision.sh` (it builds {name} from the Go module proxy \
-         into the cache), or use the README's test command, which runs it first",
+        "{} is missing: run `tests/bed/provision.sh` (it installs {name} into the cache), or use \
+         the README's test command, which runs it first",
         path.display()
     );
     path
+}
+
+/// schemathesis version the provision script installs from PyPI.
+pub const SCHEMATHESIS_VERSION: &str = "4.32.5";
+
+/// The cached `schemathesis`: `$PROXY_OPERATOR_SCHEMATHESIS`, else the provision script's
+/// cache (a virtualenv).
+pub fn schemathesis() -> PathBuf {
+    cached_tool(
+        "PROXY_OPERATOR_SCHEMATHESIS",
+        &format!("schemathesis/v{SCHEMATHESIS_VERSION}/bin/schemathesis"),
+        "schemathesis",
+    )
 }
 
 /// Scrapy version of the client shims' venv (`tests/bed/clients.sh`).

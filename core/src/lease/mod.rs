@@ -126,7 +126,9 @@ pub use types::{
     AcquireError, AcquireRequest, Cooldown, Labels, Lease, LeaseConfig, Listed, NoMatch, ProxyView,
     ReportResult, Selector, UnknownLease,
 };
-pub use view::{InvalidSelector, view_of};
+pub use view::{
+    InvalidSelector, InvalidTarget, MAX_SELECTOR_TERMS, MAX_TARGET_LEN, checked_target, view_of,
+};
 
 /// The fleet, the leases on it and the cooldowns: see the [module documentation](self) for
 /// the contract, the rules and the cost of each call.

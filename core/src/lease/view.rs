@@ -47,24 +47,52 @@ impl std::fmt::Display for InvalidSelector {
 
 impl std::error::Error for InvalidSelector {}
 
+/// The most terms a selector may have, in either form: more is refused, so that every
+/// request a client can build within the API's documented bounds fits the body limit.
+pub const MAX_SELECTOR_TERMS: usize = 64;
+
+/// The longest target the API takes: a host name's limit (RFC 1035), which a bracketed IPv6
+/// address or a `host:port` also fits.
+pub const MAX_TARGET_LEN: usize = 253;
+
 impl Selector {
-    /// Parses the text form of a selector, `geo=eu,tier=a` (equality terms, as in
-    /// `kubectl -l`; `==` works too). The empty string selects every proxy.
+    /// Parses the text form of a selector, `geo=eu,tier=a`: equality terms as in `kubectl
+    /// -l`, `==` works too, spaces around terms and around `=` are ignored, and so are empty
+    /// terms. The empty string selects every proxy. At most [`MAX_SELECTOR_TERMS`] terms,
+    /// empty ones included, so that the grammar `docs/openapi.yaml` states is exact.
     pub fn parse(text: &str) -> Result<Self, InvalidSelector> {
+        let items: Vec<&str> = text.split(',').collect();
+        if items.len() > MAX_SELECTOR_TERMS {
+            return Err(InvalidSelector(format!(
+                "{} terms; a selector has at most {MAX_SELECTOR_TERMS}",
+                items.len()
+            )));
+        }
+        let spaces = |t: &str| t.trim_matches(' ').to_owned();
         let mut terms = Labels::new();
-        for term in text.split(',').map(str::trim).filter(|t| !t.is_empty()) {
+        for term in items.into_iter().map(|t| t.trim_matches(' ')) {
+            if term.is_empty() {
+                continue;
+            }
             let (name, value) = term
                 .split_once("==")
                 .or_else(|| term.split_once('='))
                 .ok_or_else(|| InvalidSelector(format!("{term:?} is not a name=value term")))?;
-            terms.insert(name.trim().to_owned(), value.trim().to_owned());
+            terms.insert(spaces(name), spaces(value));
         }
         Self::checked(terms)
     }
 
     /// A selector from label terms, each name and value checked against Kubernetes' rules for
-    /// labels, so a typo is an error rather than a selector that never matches.
+    /// labels, so a typo is an error rather than a selector that never matches. At most
+    /// [`MAX_SELECTOR_TERMS`] terms.
     pub fn checked(terms: Labels) -> Result<Self, InvalidSelector> {
+        if terms.len() > MAX_SELECTOR_TERMS {
+            return Err(InvalidSelector(format!(
+                "{} terms; a selector has at most {MAX_SELECTOR_TERMS}",
+                terms.len()
+            )));
+        }
         for (name, value) in &terms {
             if !is_label_name(name) {
                 return Err(InvalidSelector(format!(
@@ -79,6 +107,35 @@ impl Selector {
         }
         Ok(terms.into_iter().collect())
     }
+}
+
+/// Why a target was refused.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct InvalidTarget(pub String);
+
+impl std::fmt::Display for InvalidTarget {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for InvalidTarget {}
+
+/// A lease's or a report's target as the API takes it: the site's host name as a URL has it
+/// (`shop.example`, `10.1.2.3`, `[2001:db8::1]`, or with a `:port`), 1 to [`MAX_TARGET_LEN`]
+/// letters, digits and `.-_:[]`. Anything else, a URL or a host with spaces around it among
+/// them, is refused rather than made into a cooldown key no later request would hit.
+/// Returned lowercased: targets compare case-insensitively.
+pub fn checked_target(text: &str) -> Result<String, InvalidTarget> {
+    let allowed =
+        |b: u8| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'-' | b'_' | b':' | b'[' | b']');
+    if text.is_empty() || text.len() > MAX_TARGET_LEN || !text.bytes().all(allowed) {
+        return Err(InvalidTarget(format!(
+            "target {text:?} is not a host name: 1 to {MAX_TARGET_LEN} letters, digits and .-_:[] \
+             (the host of the URL, not the URL)"
+        )));
+    }
+    Ok(text.to_ascii_lowercase())
 }
 
 /// `[prefix/]name`: a DNS-subdomain prefix of at most 253 characters, and a name of 1-63
@@ -187,6 +244,7 @@ mod tests {
         let want: Selector = [("geo", "eu"), ("tier", "a")].into_iter().collect();
         assert_eq!(Selector::parse("geo=eu,tier=a").unwrap(), want);
         assert_eq!(Selector::parse(" geo == eu , tier=a ").unwrap(), want);
+        assert_eq!(Selector::parse("geo=eu,,tier=a,").unwrap(), want);
         assert_eq!(Selector::parse("").unwrap(), Selector::all());
         assert_eq!(
             Selector::parse("crawl.example.com/pool=x")
@@ -201,9 +259,50 @@ mod tests {
             ("=eu", "is not a valid label name"),
             ("geo=e u", "is not a valid label value"),
             ("-geo=eu", "is not a valid label name"),
+            ("\tgeo=eu", "is not a valid label name"),
+            ("geo===eu", "is not a valid label value"),
         ] {
             let error = Selector::parse(bad).unwrap_err();
             assert!(error.0.contains(says), "{bad}: {error}");
+        }
+    }
+
+    #[test]
+    fn a_selector_has_at_most_the_documented_terms_counting_empty_ones() {
+        let terms = |n: usize| (0..n).map(|i| format!("l{i}=v")).collect::<Vec<_>>();
+        assert!(Selector::parse(&terms(MAX_SELECTOR_TERMS).join(",")).is_ok());
+        let error = Selector::parse(&terms(MAX_SELECTOR_TERMS + 1).join(",")).unwrap_err();
+        assert!(error.0.contains("at most 64"), "{error}");
+        let commas = ",".repeat(MAX_SELECTOR_TERMS);
+        assert!(Selector::parse(&commas).is_err(), "65 empty terms");
+        let labels: Labels = (0..=MAX_SELECTOR_TERMS)
+            .map(|i| (format!("l{i}"), "v".to_owned()))
+            .collect();
+        assert!(Selector::checked(labels).is_err());
+    }
+
+    #[test]
+    fn targets_are_host_names_lowercased() {
+        for (text, want) in [
+            ("Shop.Example", "shop.example"),
+            ("10.1.2.3", "10.1.2.3"),
+            ("[2001:DB8::1]:8443", "[2001:db8::1]:8443"),
+            ("a_b-c", "a_b-c"),
+        ] {
+            assert_eq!(checked_target(text).as_deref(), Ok(want), "{text}");
+        }
+        let longest = "a".repeat(MAX_TARGET_LEN);
+        assert!(checked_target(&longest).is_ok());
+        for bad in [
+            "",
+            " shop.example",
+            "https://shop.example/",
+            "shop example",
+            "caf\u{e9}.example",
+            &"a".repeat(MAX_TARGET_LEN + 1),
+        ] {
+            let error = checked_target(bad).unwrap_err();
+            assert!(error.0.contains("is not a host name"), "{bad:?}: {error}");
         }
     }
 }

@@ -18,7 +18,7 @@ fn recorder() -> Arc<Recorder> {
         Config::new(proxy_core::Timing::default(), ["pods".to_owned()]),
         jiff::Timestamp::UNIX_EPOCH,
     );
-    Arc::new(Recorder::new(header, 4, None).unwrap())
+    Arc::new(Recorder::new(header, 4, usize::MAX, None).unwrap())
 }
 
 /// Starts the admin port with `token`; its base URL and the sender that stops it.
@@ -111,6 +111,33 @@ async fn the_object_of_a_recording_is_namespace_slash_name() {
     assert_eq!(status, 400, "{body}");
     assert!(
         body.contains(r#""px-1" is not of the form namespace/name: it has no '/'"#),
+        "{body}"
+    );
+}
+
+#[tokio::test]
+async fn a_recording_filters_by_time_and_refuses_what_it_does_not_take() {
+    let (url, _stop) = start(None).await;
+    let (status, body) = get(
+        &format!("{url}/debug/recording?object=crawl/px-1&since=2026-12-01T10:00:00Z"),
+        None,
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    assert!(
+        proxy_core::record::Recording::parse(&body).is_ok(),
+        "{body}"
+    );
+    let (status, body) = get(&format!("{url}/debug/recording?since=yesterday"), None).await;
+    assert_eq!(status, 400, "{body}");
+    assert!(
+        body.contains(r#"since: "yesterday" is not an RFC 3339 time"#),
+        "{body}"
+    );
+    let (status, body) = get(&format!("{url}/debug/recording?objects=crawl/px-1"), None).await;
+    assert_eq!(status, 400, "{body}");
+    assert!(
+        body.contains(r#"unknown query parameter "objects""#),
         "{body}"
     );
 }

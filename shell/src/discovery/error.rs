@@ -54,6 +54,11 @@ impl ApiError {
         Self::new(StatusCode::BAD_REQUEST, "invalid_ttl", message)
     }
 
+    /// 400: a target that is not a host name.
+    pub fn invalid_target(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::BAD_REQUEST, "invalid_target", message)
+    }
+
     /// 400: a report result that is not one of the four.
     pub fn invalid_result(message: impl Into<String>) -> Self {
         Self::new(StatusCode::BAD_REQUEST, "invalid_result", message)

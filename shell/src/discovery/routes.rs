@@ -11,10 +11,11 @@ use futures::StreamExt;
 use proxy_core::ProxyKey;
 use proxy_core::lease::{
     AcquireError, AcquireRequest, Call, Labels, Lease, Listed, ReportResult, Selector, Site,
-    StatusMeaning, meaning_of,
+    StatusMeaning, checked_target, meaning_of,
 };
 use serde::{Deserialize, Serialize};
-use warp::http::StatusCode;
+use warp::http::{HeaderValue, StatusCode, header};
+use warp::path::FullPath;
 use warp::reply::Response;
 use warp::{Filter, Reply};
 
@@ -107,7 +108,7 @@ pub fn routes(
             },
         );
 
-    healthz
+    let routed = healthz
         .or(list)
         .unify()
         .or(detail)
@@ -119,7 +120,19 @@ pub fn routes(
         .or(report)
         .unify()
         .recover(recover)
-        .unify()
+        .unify();
+    warp::path::full()
+        .and(routed)
+        .map(|path: FullPath, mut response: Response| {
+            if response.status() == StatusCode::METHOD_NOT_ALLOWED
+                && let Some(allowed) = allowed_methods(path.as_str())
+            {
+                response
+                    .headers_mut()
+                    .insert(header::ALLOW, HeaderValue::from_static(allowed));
+            }
+            response
+        })
         .with(warp::log::custom(|info| {
             tracing::info!(
                 method = %info.method(),
@@ -129,6 +142,22 @@ pub fn routes(
                 "discovery request"
             );
         }))
+}
+
+/// The methods a path takes, for the `Allow` header of a 405 (RFC 9110): the route table
+/// above, by path.
+fn allowed_methods(path: &str) -> Option<&'static str> {
+    let segments: Vec<&str> = path.trim_start_matches('/').split('/').collect();
+    match segments.as_slice() {
+        ["healthz"] | ["v1", "proxies"] => Some("GET"),
+        ["v1", "proxies", namespace, name] if !namespace.is_empty() && !name.is_empty() => {
+            Some("GET")
+        }
+        ["v1", "leases"] => Some("POST"),
+        ["v1", "leases", id] if !id.is_empty() => Some("DELETE"),
+        ["v1", "leases", id, "report"] if !id.is_empty() => Some("POST"),
+        _ => None,
+    }
 }
 
 /// What it takes to forward the request: method, path, query, token, and whether another
@@ -376,9 +405,31 @@ struct AcquireBody {
     /// The site the lease is for (its host name); cooldowns are per target.
     #[serde(default)]
     target: Option<String>,
-    /// How long the lease lasts.
+    /// How long the lease lasts, in whole seconds. A JSON number, since JSON Schema counts
+    /// `60.0` as the integer 60 and the API document promises integers.
     #[serde(default)]
-    ttl_seconds: Option<i64>,
+    ttl_seconds: Option<serde_json::Number>,
+}
+
+/// The lease's duration: `ttlSeconds` when it is a whole number of seconds in range, else
+/// the default.
+fn ttl(seconds: Option<&serde_json::Number>, limits: &super::Limits) -> Result<Duration, ApiError> {
+    let Some(seconds) = seconds else {
+        return Ok(limits.default_ttl);
+    };
+    let max = limits.max_ttl.as_secs();
+    let whole = seconds.as_u64().or_else(|| {
+        seconds
+            .as_f64()
+            .filter(|f| f.fract() == 0.0 && *f >= 1.0 && *f <= max as f64)
+            .map(|f| f as u64)
+    });
+    match whole {
+        Some(s) if (1..=max).contains(&s) => Ok(Duration::from_secs(s)),
+        _ => Err(ApiError::invalid_ttl(format!(
+            "ttlSeconds must be a whole number of seconds between 1 and {max}, not {seconds}"
+        ))),
+    }
 }
 
 #[derive(Debug, Serialize)]
@@ -440,28 +491,10 @@ fn parse<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
 /// `POST /v1/leases`
 fn acquire(state: &Discovery, forwarded: bool, body: &[u8]) -> Result<Response, Elsewhere> {
     let request: AcquireBody = parse(body)?;
-    let ttl = match request.ttl_seconds {
-        None => state.limits.default_ttl,
-        Some(seconds)
-            if seconds >= 1
-                && u64::try_from(seconds).is_ok_and(|s| s <= state.limits.max_ttl.as_secs()) =>
-        {
-            Duration::from_secs(seconds.unsigned_abs())
-        }
-        Some(seconds) => {
-            return Err(ApiError::invalid_ttl(format!(
-                "ttlSeconds must be between 1 and {}, not {seconds}",
-                state.limits.max_ttl.as_secs()
-            ))
-            .into());
-        }
-    };
+    let ttl = ttl(request.ttl_seconds.as_ref(), &state.limits)?;
     let selector = Selector::checked(request.selector)
         .map_err(|e| ApiError::invalid_selector(e.to_string()))?;
-    let target = request
-        .target
-        .map(|t| t.trim().to_owned())
-        .filter(|t| !t.is_empty());
+    let target = target(request.target.as_deref())?;
     let mut shared = state.serving(Call::Acquire, forwarded)?;
     let now = jiff::Timestamp::now();
     loop {
@@ -493,8 +526,25 @@ fn acquire(state: &Discovery, forwarded: bool, body: &[u8]) -> Result<Response, 
     }
 }
 
-/// `DELETE /v1/leases/{id}`: always 204, so a retried release is harmless.
+/// A request's target, checked ([`checked_target`]); absent or `null` is no target.
+fn target(text: Option<&str>) -> Result<Option<String>, ApiError> {
+    text.map(checked_target)
+        .transpose()
+        .map_err(|e| ApiError::invalid_target(e.to_string()))
+}
+
+/// Whether `id` has the form of the lease IDs this API grants: a UUID, lowercase and
+/// hyphenated. Anything else is not a lease, so it is refused before the book is asked.
+fn is_lease_id(id: &str) -> bool {
+    uuid::Uuid::try_parse(id).is_ok_and(|uuid| uuid.hyphenated().to_string() == id)
+}
+
+/// `DELETE /v1/leases/{id}`: 204 for every lease ID, granted or not, so a retried release is
+/// harmless; 404 for what cannot be a lease ID at all.
 fn release(state: &Discovery, forwarded: bool, id: &str) -> Result<Response, Elsewhere> {
+    if !is_lease_id(id) {
+        return Err(ApiError::unknown_lease(id).into());
+    }
     let mut shared = state.serving(Call::Other, forwarded)?;
     let now = jiff::Timestamp::now();
     if shared.book.release(id, now) {
@@ -606,15 +656,17 @@ fn report(
 ) -> Result<Response, Elsewhere> {
     let request: ReportBody = parse(body)?;
     let reported = Reported::of(&request)?;
-    let target = request
-        .target
-        .as_deref()
-        .map(str::trim)
-        .filter(|t| !t.is_empty());
+    let target = target(request.target.as_deref())?;
+    if !is_lease_id(id) {
+        return Err(ApiError::unknown_lease(id).into());
+    }
     let mut shared = state.serving(Call::Other, forwarded)?;
     let now = jiff::Timestamp::now();
     let known = match reported.result() {
-        Some(result) => shared.book.report(id, result, target, now).is_ok(),
+        Some(result) => shared
+            .book
+            .report(id, result, target.as_deref(), now)
+            .is_ok(),
         // A 407 records nothing, but an unknown lease is still an error.
         None => shared.book.knows(id, now),
     };

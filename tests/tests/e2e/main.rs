@@ -1,6 +1,7 @@
 //! Tests against the real test bed: one kube-apiserver and etcd for this whole binary, a
 //! namespace per test, real squid processes. See `proxy_tests` for the parts.
 
+mod api_fuzz;
 mod chaos;
 mod chart;
 mod concurrency;

@@ -13,6 +13,9 @@ use crate::discovery::{BODY_LIMIT, Discovery, Limits};
 
 const TOKEN: &str = "s3cret";
 
+/// A lease ID of the form the API grants that no book in these tests has granted.
+const UNGRANTED: &str = "00000000-0000-4000-8000-000000000000";
+
 fn state() -> Arc<Discovery> {
     let discovery = Discovery::new(Some(TOKEN), LeaseConfig::default(), Limits::default());
     for (name, geo, healthy, latency) in [
@@ -235,8 +238,12 @@ async fn without_a_reachable_owner_a_follower_answers_503_with_retry_after() {
         for (method, path, body) in [
             ("GET", "/v1/proxies", ""),
             ("POST", "/v1/leases", "{}"),
-            ("DELETE", "/v1/leases/x", ""),
-            ("POST", "/v1/leases/x/report", r#"{"result": "ok"}"#),
+            ("DELETE", &format!("/v1/leases/{UNGRANTED}"), ""),
+            (
+                "POST",
+                &format!("/v1/leases/{UNGRANTED}/report"),
+                r#"{"result": "ok"}"#,
+            ),
         ] {
             let response = warp::test::request()
                 .method(method)
@@ -371,7 +378,7 @@ async fn a_lease_picks_the_best_proxy_and_a_release_frees_it() {
         "idempotent"
     );
     assert_eq!(
-        authed(&state, "DELETE", "/v1/leases/never-granted", None)
+        authed(&state, "DELETE", &format!("/v1/leases/{UNGRANTED}"), None)
             .await
             .status,
         StatusCode::NO_CONTENT
@@ -518,7 +525,12 @@ async fn a_status_report_is_mapped_like_the_result_it_stands_for() {
 #[tokio::test]
 async fn bad_lease_requests_get_their_code() {
     let state = state();
-    let cases: [(&str, StatusCode, &str); 9] = [
+    let too_many = (0..=64)
+        .map(|i| format!(r#""l{i}": "v""#))
+        .collect::<Vec<_>>()
+        .join(",");
+    let too_many = format!(r#"{{"selector": {{{too_many}}}}}"#);
+    let cases: [(&str, StatusCode, &str); 15] = [
         ("{not json", StatusCode::BAD_REQUEST, "invalid_json"),
         (
             r#"{"ttlSeconds": "sixty"}"#,
@@ -560,12 +572,53 @@ async fn bad_lease_requests_get_their_code() {
             StatusCode::BAD_REQUEST,
             "invalid_selector",
         ),
+        (&too_many, StatusCode::BAD_REQUEST, "invalid_selector"),
+        (
+            r#"{"selector": null}"#,
+            StatusCode::BAD_REQUEST,
+            "invalid_request",
+        ),
+        (
+            r#"{"target": " shop.example"}"#,
+            StatusCode::BAD_REQUEST,
+            "invalid_target",
+        ),
+        (
+            r#"{"target": "https://shop.example/"}"#,
+            StatusCode::BAD_REQUEST,
+            "invalid_target",
+        ),
+        (
+            r#"{"target": ""}"#,
+            StatusCode::BAD_REQUEST,
+            "invalid_target",
+        ),
+        (
+            r#"{"ttlSeconds": 1.5}"#,
+            StatusCode::BAD_REQUEST,
+            "invalid_ttl",
+        ),
     ];
     for (body, status, code) in cases {
         let answer = authed(&state, "POST", "/v1/leases", Some(body)).await;
         assert_error(&answer, status, code);
     }
     assert_eq!(state.active_leases(), 0, "a refused request leases nothing");
+    // null is "not given" for target and ttlSeconds, as docs/openapi.yaml says.
+    let answer = authed(
+        &state,
+        "POST",
+        "/v1/leases",
+        Some(r#"{"target": null, "ttlSeconds": null}"#),
+    )
+    .await;
+    assert_eq!(answer.status, StatusCode::CREATED, "{}", answer.body);
+    assert_eq!(answer.body["target"], Value::Null);
+    assert_eq!(answer.body["ttlSeconds"], 300);
+    // JSON Schema's integers include 60.0, so the server takes it as 60.
+    let answer = authed(&state, "POST", "/v1/leases", Some(r#"{"ttlSeconds": 6e1}"#)).await;
+    assert_eq!(answer.status, StatusCode::CREATED, "{}", answer.body);
+    assert_eq!(answer.body["ttlSeconds"], 60);
 }
 
 #[tokio::test]
@@ -643,6 +696,17 @@ async fn bad_reports_get_their_code() {
         &authed(
             &state,
             "POST",
+            &path,
+            Some(r#"{"result": "ok", "target": "a b"}"#),
+        )
+        .await,
+        StatusCode::BAD_REQUEST,
+        "invalid_target",
+    );
+    assert_error(
+        &authed(
+            &state,
+            "POST",
             "/v1/leases/no-such-lease/report",
             Some(r#"{"result": "ok"}"#),
         )
@@ -691,11 +755,46 @@ async fn unknown_routes_and_methods_are_json_errors() {
         StatusCode::NOT_FOUND,
         "not_found",
     );
-    assert_error(
-        &authed(&state, "PUT", "/v1/proxies", None).await,
-        StatusCode::METHOD_NOT_ALLOWED,
-        "method_not_allowed",
-    );
+    // A 405 names the methods the path takes (RFC 9110), as docs/openapi.yaml lists them.
+    for (method, path, allowed) in [
+        ("PUT", "/v1/proxies", "GET"),
+        ("DELETE", "/v1/proxies/crawl/a", "GET"),
+        ("POST", "/healthz", "GET"),
+        ("GET", "/v1/leases", "POST"),
+        ("PATCH", &format!("/v1/leases/{UNGRANTED}"), "DELETE"),
+        ("GET", &format!("/v1/leases/{UNGRANTED}/report"), "POST"),
+    ] {
+        let response = warp::test::request()
+            .method(method)
+            .path(path)
+            .header("authorization", format!("Bearer {TOKEN}"))
+            .reply(&routes(state.clone()))
+            .await;
+        assert_eq!(
+            response.status(),
+            StatusCode::METHOD_NOT_ALLOWED,
+            "{method} {path}"
+        );
+        assert_eq!(response.headers()["allow"], allowed, "{method} {path}");
+    }
+}
+
+#[tokio::test]
+async fn what_cannot_be_a_lease_id_is_unknown_and_any_other_release_is_204() {
+    let state = state();
+    for id in [
+        "x",
+        "3C0E4B1A-9F2D-4C57-8A61-2B7E0D9C5F10",
+        "{00000000-0000-4000-8000-000000000000}",
+    ] {
+        assert_error(
+            &authed(&state, "DELETE", &format!("/v1/leases/{id}"), None).await,
+            StatusCode::NOT_FOUND,
+            "unknown_lease",
+        );
+    }
+    let released = authed(&state, "DELETE", &format!("/v1/leases/{UNGRANTED}"), None).await;
+    assert_eq!(released.status, StatusCode::NO_CONTENT);
 }
 
 #[tokio::test]
@@ -840,6 +939,13 @@ async fn openapi_matches_the_server() {
         (
             "/v1/leases/{id}",
             "DELETE",
+            format!("/v1/leases/{UNGRANTED}"),
+            None,
+            Some(TOKEN),
+        ),
+        (
+            "/v1/leases/{id}",
+            "DELETE",
             "/v1/leases/x".into(),
             None,
             Some(TOKEN),
@@ -928,11 +1034,16 @@ async fn openapi_matches_the_server() {
             "",
         ),
         ("/v1/leases", "POST", "/v1/leases", "{}"),
-        ("/v1/leases/{id}", "DELETE", "/v1/leases/x", ""),
+        (
+            "/v1/leases/{id}",
+            "DELETE",
+            &format!("/v1/leases/{UNGRANTED}"),
+            "",
+        ),
         (
             "/v1/leases/{id}/report",
             "POST",
-            "/v1/leases/x/report",
+            &format!("/v1/leases/{UNGRANTED}/report"),
             r#"{"result": "ok"}"#,
         ),
     ] {
