@@ -13,7 +13,9 @@
 //!
 //! Recording never stops the reconcile it records: a record that cannot be serialized is
 //! logged and dropped, a full disk closes the file, and a lock poisoned by a panic elsewhere
-//! is taken over (the rings stay consistent: every change to them is a single push or pop).
+//! is taken over (nothing under the lock can panic: it only moves kept lines and counts
+//! them). A record is serialized before the lock is taken; only the file append (when
+//! configured) writes under it, so that the file keeps the order of the sequence numbers.
 //!
 //! Recording costs a serialization per decide call; `bench-record` measures it against the
 //! decide call itself (`docs/benchmarks.md`).
@@ -21,6 +23,7 @@
 use std::collections::{BTreeMap, VecDeque};
 use std::io::Write;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
 use bytes::Bytes;
@@ -81,7 +84,6 @@ struct Kept {
 
 #[derive(Debug)]
 struct Inner {
-    next_seq: u64,
     rings: BTreeMap<ProxyKey, VecDeque<Kept>>,
     /// Every record still in a ring, and some already gone (dropped by the per-object cap
     /// or a forget), oldest first: what the byte budget evicts from. Gone entries are
@@ -94,13 +96,14 @@ struct Inner {
 }
 
 impl Inner {
-    /// Drops the oldest record of `key`'s ring, if its sequence number is `seq`.
-    fn drop_front(&mut self, key: &ProxyKey, seq: u64) {
+    /// Drops record `seq` from `key`'s ring, if it is still there. Rings are in sequence
+    /// order (one object is never reconciled twice at once), so it is found by bisection.
+    fn drop_record(&mut self, key: &ProxyKey, seq: u64) {
         let Some(ring) = self.rings.get_mut(key) else {
             return;
         };
-        if ring.front().is_some_and(|kept| kept.seq == seq)
-            && let Some(kept) = ring.pop_front()
+        if let Ok(at) = ring.binary_search_by_key(&seq, |kept| kept.seq)
+            && let Some(kept) = ring.remove(at)
         {
             self.kept -= 1;
             self.bytes -= kept.line.len();
@@ -113,14 +116,14 @@ impl Inner {
             let Some((seq, key)) = self.by_age.pop_front() else {
                 return;
             };
-            self.drop_front(&key, seq);
+            self.drop_record(&key, seq);
         }
         if self.by_age.len() > 2 * self.kept + 64 {
             let rings = &self.rings;
             self.by_age.retain(|(seq, key)| {
                 rings
                     .get(key)
-                    .is_some_and(|ring| ring.iter().any(|kept| kept.seq == *seq))
+                    .is_some_and(|ring| ring.binary_search_by_key(seq, |kept| kept.seq).is_ok())
             });
         }
     }
@@ -133,6 +136,7 @@ pub struct Recorder {
     file_header: Header,
     per_object: usize,
     budget: usize,
+    next_seq: AtomicU64,
     inner: Mutex<Inner>,
 }
 
@@ -163,8 +167,8 @@ impl Recorder {
             file_header: header,
             per_object: per_object.max(1),
             budget,
+            next_seq: AtomicU64::new(1),
             inner: Mutex::new(Inner {
-                next_seq: 1,
                 rings: BTreeMap::new(),
                 by_age: VecDeque::new(),
                 kept: 0,
@@ -177,17 +181,16 @@ impl Recorder {
     /// Records one `decide` call, in the ring of the object it was about.
     pub fn decide(&self, record: DecideRecord) {
         let mut record = Record::from(record);
-        let mut inner = self.lock();
-        let seq = inner.next_seq;
+        let seq = self.next_seq.fetch_add(1, Ordering::Relaxed);
         record.set_seq(seq);
-        let line = match record.to_line() {
+        let mut line = match record.to_line() {
             Ok(line) => line,
             Err(error) => {
                 tracing::error!(object = %record.object(), %error, "a decide record does not serialize: dropped");
                 return;
             }
         };
-        inner.next_seq += 1;
+        let mut inner = self.lock();
         if let Some(file) = inner.file.as_mut()
             && let Err(error) = file.append(&line, &self.file_header)
         {
@@ -195,22 +198,28 @@ impl Recorder {
             tracing::error!(%error, "recording to the file failed; the file is closed");
             inner.file = None;
         }
+        line.push('\n');
         let key = record.object().clone();
         let kept = Kept {
             seq,
             at: record.at(),
-            line: Bytes::from(line + "\n"),
+            // Boxed to its length: the budget counts the bytes a line really holds.
+            line: Bytes::from(line.into_bytes().into_boxed_slice()),
         };
         inner.kept += 1;
         inner.bytes += kept.line.len();
-        let ring = inner.rings.entry(key.clone()).or_default();
-        ring.push_back(kept);
-        let oldest = (ring.len() > self.per_object)
-            .then(|| ring.front().map(|kept| kept.seq))
-            .flatten();
-        if let Some(oldest) = oldest {
-            inner.drop_front(&key, oldest);
+        // The per-object cap first, so a ring never holds more than it.
+        let full = inner
+            .rings
+            .get(&key)
+            .filter(|ring| ring.len() >= self.per_object)
+            .and_then(|ring| ring.front().map(|oldest| oldest.seq));
+        if let Some(oldest) = full {
+            inner.drop_record(&key, oldest);
         }
+        let ring = inner.rings.entry(key.clone()).or_default();
+        let place = ring.partition_point(|other| other.seq < seq);
+        ring.insert(place, kept);
         inner.by_age.push_back((seq, key));
         inner.fit(self.budget);
     }
@@ -230,7 +239,8 @@ impl Recorder {
     }
 
     /// How many bytes the kept records take (their lines).
-    pub fn bytes(&self) -> usize {
+    #[cfg(test)]
+    fn bytes(&self) -> usize {
         self.lock().bytes
     }
 
@@ -244,17 +254,20 @@ impl Recorder {
     /// with the rings, not copied, and the lock is held only while they are picked, so a dump
     /// of the whole fleet costs neither the memory of a copy nor a stall of the reconciles.
     pub fn dump(&self, filter: &Filter) -> Vec<Bytes> {
-        let inner = self.lock();
-        let mut records: Vec<&Kept> = inner
-            .rings
-            .iter()
-            .filter(|(key, _)| filter.object.as_ref().is_none_or(|o| o == *key))
-            .flat_map(|(_, ring)| ring.iter())
-            .filter(|kept| filter.since.is_none_or(|since| kept.at >= since))
-            .collect();
-        records.sort_unstable_by_key(|kept| kept.seq);
+        let mut records: Vec<(u64, Bytes)> = {
+            let inner = self.lock();
+            inner
+                .rings
+                .iter()
+                .filter(|(key, _)| filter.object.as_ref().is_none_or(|o| o == *key))
+                .flat_map(|(_, ring)| ring.iter())
+                .filter(|kept| filter.since.is_none_or(|since| kept.at >= since))
+                .map(|kept| (kept.seq, kept.line.clone()))
+                .collect()
+        };
+        records.sort_unstable_by_key(|(seq, _)| *seq);
         std::iter::once(self.header.clone())
-            .chain(records.into_iter().map(|kept| kept.line.clone()))
+            .chain(records.into_iter().map(|(_, line)| line))
             .collect()
     }
 }

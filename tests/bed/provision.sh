@@ -50,6 +50,9 @@ install_debian_packages() {
   local missing=()
   command -v squid >/dev/null 2>&1 || [ -x /usr/sbin/squid ] || missing+=(squid)
   command -v pkill >/dev/null 2>&1 || missing+=(procps)
+  # schemathesis goes into a virtualenv: Debian's python3 needs python3-venv for that (a
+  # python3 of its own, such as pyenv's, carries ensurepip already).
+  python3 -c 'import ensurepip, venv' >/dev/null 2>&1 || missing+=(python3-venv)
   # The kvm provider: libvirt-dev to build it, the daemon and qemu for its real-VM e2e,
   # debootstrap for the guest image. Shipping: podman and runc for tests/bed/image.sh (crun
   # refuses this machine's hybrid cgroup hierarchy; runc runs on it).

@@ -57,8 +57,12 @@ impl EligibleIndex {
 
     /// The smallest set holding every eligible proxy the selector matches, in rank order:
     /// the whole fleet for the empty selector, else the set of its rarest term. `None` when
-    /// some term matches no eligible proxy. O(terms · log n).
+    /// some term matches no eligible proxy, or the selector contradicts itself. O(terms ·
+    /// log n).
     pub(super) fn narrowest(&self, selector: &Selector) -> Option<&BTreeSet<Rank>> {
+        if selector.is_contradictory() {
+            return None;
+        }
         selector
             .terms()
             .try_fold(&self.all, |narrowest, (name, value)| {

@@ -47,6 +47,10 @@ pub struct ProxyView {
 #[serde(transparent)]
 pub struct Selector {
     terms: Labels,
+    /// Two terms ask for different values of one label (`geo=eu,geo=us`): all of them
+    /// cannot hold, so the selector matches nothing.
+    #[serde(skip)]
+    contradictory: bool,
 }
 
 impl Selector {
@@ -57,8 +61,23 @@ impl Selector {
 
     /// Whether `labels` satisfy every term.
     pub fn matches(&self, labels: &Labels) -> bool {
-        self.terms()
-            .all(|(name, value)| labels.get(name).is_some_and(|v| v == value))
+        !self.contradictory
+            && self
+                .terms()
+                .all(|(name, value)| labels.get(name).is_some_and(|v| v == value))
+    }
+
+    /// Whether two terms ask for different values of one label, so nothing can match.
+    pub fn is_contradictory(&self) -> bool {
+        self.contradictory
+    }
+
+    /// This selector, marked as matching nothing.
+    pub(super) fn contradicted(self) -> Self {
+        Self {
+            contradictory: true,
+            ..self
+        }
     }
 
     /// The terms as `(label, value)` pairs, ordered by label.
@@ -73,7 +92,10 @@ impl<K: Into<String>, V: Into<String>> FromIterator<(K, V)> for Selector {
             .into_iter()
             .map(|(name, value)| (name.into(), value.into()))
             .collect();
-        Self { terms }
+        Self {
+            terms,
+            contradictory: false,
+        }
     }
 }
 

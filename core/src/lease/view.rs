@@ -47,8 +47,8 @@ impl std::fmt::Display for InvalidSelector {
 
 impl std::error::Error for InvalidSelector {}
 
-/// The most terms a selector may have, in either form: more is refused, so that every
-/// request a client can build within the API's documented bounds fits the body limit.
+/// The most terms a selector may have, in either form: more is refused, so that a request
+/// within the API's documented bounds, written as compact JSON, fits the body limit.
 pub const MAX_SELECTOR_TERMS: usize = 64;
 
 /// The longest target the API takes: a host name's limit (RFC 1035), which a bracketed IPv6
@@ -58,18 +58,18 @@ pub const MAX_TARGET_LEN: usize = 253;
 impl Selector {
     /// Parses the text form of a selector, `geo=eu,tier=a`: equality terms as in `kubectl
     /// -l`, `==` works too, spaces around terms and around `=` are ignored, and so are empty
-    /// terms. The empty string selects every proxy. At most [`MAX_SELECTOR_TERMS`] terms,
-    /// empty ones included, so that the grammar `docs/openapi.yaml` states is exact.
+    /// terms. The empty string selects every proxy. Every term must hold, so a label asked
+    /// for twice with different values matches nothing (as in `kubectl -l`). At most
+    /// [`MAX_SELECTOR_TERMS`] terms, empty ones included, so that the grammar
+    /// `docs/openapi.yaml` states is exact.
     pub fn parse(text: &str) -> Result<Self, InvalidSelector> {
         let items: Vec<&str> = text.split(',').collect();
         if items.len() > MAX_SELECTOR_TERMS {
-            return Err(InvalidSelector(format!(
-                "{} terms; a selector has at most {MAX_SELECTOR_TERMS}",
-                items.len()
-            )));
+            return Err(too_many(items.len()));
         }
         let spaces = |t: &str| t.trim_matches(' ').to_owned();
         let mut terms = Labels::new();
+        let mut contradictory = false;
         for term in items.into_iter().map(|t| t.trim_matches(' ')) {
             if term.is_empty() {
                 continue;
@@ -78,9 +78,18 @@ impl Selector {
                 .split_once("==")
                 .or_else(|| term.split_once('='))
                 .ok_or_else(|| InvalidSelector(format!("{term:?} is not a name=value term")))?;
-            terms.insert(spaces(name), spaces(value));
+            let (name, value) = (spaces(name), spaces(value));
+            check_term(&name, &value)?;
+            if let Some(before) = terms.insert(name, value.clone()) {
+                contradictory |= before != value;
+            }
         }
-        Self::checked(terms)
+        let selector = Self::checked(terms)?;
+        Ok(if contradictory {
+            selector.contradicted()
+        } else {
+            selector
+        })
     }
 
     /// A selector from label terms, each name and value checked against Kubernetes' rules for
@@ -88,25 +97,34 @@ impl Selector {
     /// [`MAX_SELECTOR_TERMS`] terms.
     pub fn checked(terms: Labels) -> Result<Self, InvalidSelector> {
         if terms.len() > MAX_SELECTOR_TERMS {
-            return Err(InvalidSelector(format!(
-                "{} terms; a selector has at most {MAX_SELECTOR_TERMS}",
-                terms.len()
-            )));
+            return Err(too_many(terms.len()));
         }
         for (name, value) in &terms {
-            if !is_label_name(name) {
-                return Err(InvalidSelector(format!(
-                    "{name:?} is not a valid label name"
-                )));
-            }
-            if !is_label_value(value) {
-                return Err(InvalidSelector(format!(
-                    "{value:?} (for {name}) is not a valid label value"
-                )));
-            }
+            check_term(name, value)?;
         }
         Ok(terms.into_iter().collect())
     }
+}
+
+fn too_many(terms: usize) -> InvalidSelector {
+    InvalidSelector(format!(
+        "{terms} terms; a selector has at most {MAX_SELECTOR_TERMS}"
+    ))
+}
+
+/// One term's name and value against Kubernetes' rules for labels.
+fn check_term(name: &str, value: &str) -> Result<(), InvalidSelector> {
+    if !is_label_name(name) {
+        return Err(InvalidSelector(format!(
+            "{name:?} is not a valid label name"
+        )));
+    }
+    if !is_label_value(value) {
+        return Err(InvalidSelector(format!(
+            "{value:?} (for {name}) is not a valid label value"
+        )));
+    }
+    Ok(())
 }
 
 /// Why a target was refused.
@@ -245,6 +263,12 @@ mod tests {
         assert_eq!(Selector::parse("geo=eu,tier=a").unwrap(), want);
         assert_eq!(Selector::parse(" geo == eu , tier=a ").unwrap(), want);
         assert_eq!(Selector::parse("geo=eu,,tier=a,").unwrap(), want);
+        assert_eq!(Selector::parse("geo=eu,tier=a,geo=eu").unwrap(), want);
+        // Every term must hold: one label with two values matches nothing.
+        let both = Selector::parse("geo=eu,geo=us").unwrap();
+        assert!(both.is_contradictory());
+        assert!(!both.matches(&Labels::from([("geo".into(), "us".into())])));
+        assert!(!want.is_contradictory());
         assert_eq!(Selector::parse("").unwrap(), Selector::all());
         assert_eq!(
             Selector::parse("crawl.example.com/pool=x")
@@ -261,6 +285,7 @@ mod tests {
             ("-geo=eu", "is not a valid label name"),
             ("\tgeo=eu", "is not a valid label name"),
             ("geo===eu", "is not a valid label value"),
+            ("geo=e u,geo=eu", "is not a valid label value"),
         ] {
             let error = Selector::parse(bad).unwrap_err();
             assert!(error.0.contains(says), "{bad}: {error}");

@@ -94,10 +94,10 @@
 //!
 //! # Driving it
 //!
-//! The shell builds a [`Recording`] under a [`Header`], pushes a
-//! [`DecideRecord::new`] after each `decide` call and the record of
-//! [`HealthRecord::call`] for each probe result, bounds it (a ring buffer per object), and
-//! writes [`Recording::to_jsonl`] when asked. `proxy-operator replay FILE` parses it, prints
+//! The shell makes a [`DecideRecord::new`] after each `decide` call (and the record of
+//! [`HealthRecord::call`] for a probe result), numbers it, keeps its line (a ring per
+//! object under one byte budget), and serves the kept lines after a [`Header`] line when
+//! asked: the same file [`Recording::to_jsonl`] writes. `proxy-operator replay FILE` parses it, prints
 //! [`timeline`] and replays it with [`replay`].
 
 mod canonical;

@@ -67,7 +67,10 @@ pub fn routes(
         .then(
             |namespace: String, name: String, incoming: Incoming, body, state: Arc<Discovery>| {
                 let key = ProxyKey::new(namespace, name);
-                let outcome = guarded(|| detail(&state, incoming.forwarded, &key));
+                let outcome = guarded(|| {
+                    no_query(&incoming.query)?;
+                    detail(&state, incoming.forwarded, &key)
+                });
                 answered(state, incoming, body, outcome)
             },
         );
@@ -79,7 +82,10 @@ pub fn routes(
         .and(with_state.clone())
         .then(
             |incoming: Incoming, body: bytes::Bytes, state: Arc<Discovery>| {
-                let outcome = guarded(|| acquire(&state, incoming.forwarded, &body));
+                let outcome = guarded(|| {
+                    no_query(&incoming.query)?;
+                    acquire(&state, incoming.forwarded, &body)
+                });
                 answered(state, incoming, body, outcome)
             },
         );
@@ -91,7 +97,10 @@ pub fn routes(
         .and(with_state.clone())
         .then(
             |id: String, incoming: Incoming, body, state: Arc<Discovery>| {
-                let outcome = guarded(|| release(&state, incoming.forwarded, &id));
+                let outcome = guarded(|| {
+                    no_query(&incoming.query)?;
+                    release(&state, incoming.forwarded, &id)
+                });
                 answered(state, incoming, body, outcome)
             },
         );
@@ -103,7 +112,10 @@ pub fn routes(
         .and(with_state)
         .then(
             |id: String, incoming: Incoming, body: bytes::Bytes, state: Arc<Discovery>| {
-                let outcome = guarded(|| report(&state, incoming.forwarded, &id, &body));
+                let outcome = guarded(|| {
+                    no_query(&incoming.query)?;
+                    report(&state, incoming.forwarded, &id, &body)
+                });
                 answered(state, incoming, body, outcome)
             },
         );
@@ -147,6 +159,8 @@ pub fn routes(
 /// The methods a path takes, for the `Allow` header of a 405 (RFC 9110): the route table
 /// above, by path.
 fn allowed_methods(path: &str) -> Option<&'static str> {
+    // warp's routes take one trailing slash, so a 405 can be for `/v1/proxies/` too.
+    let path = path.strip_suffix('/').unwrap_or(path);
     let segments: Vec<&str> = path.trim_start_matches('/').split('/').collect();
     match segments.as_slice() {
         ["healthz"] | ["v1", "proxies"] => Some("GET"),
@@ -157,6 +171,17 @@ fn allowed_methods(path: &str) -> Option<&'static str> {
         ["v1", "leases", id] if !id.is_empty() => Some("DELETE"),
         ["v1", "leases", id, "report"] if !id.is_empty() => Some("POST"),
         _ => None,
+    }
+}
+
+/// Refuses a query on a route that takes none, rather than ignore what the client meant.
+fn no_query(query: &str) -> Result<(), Elsewhere> {
+    match form_urlencoded::parse(query.as_bytes()).next() {
+        None => Ok(()),
+        Some((name, _)) => Err(ApiError::invalid_request(format!(
+            "unknown query parameter {name:?}: this endpoint takes none"
+        ))
+        .into()),
     }
 }
 
@@ -411,17 +436,18 @@ struct AcquireBody {
     ttl_seconds: Option<serde_json::Number>,
 }
 
-/// The lease's duration: `ttlSeconds` when it is a whole number of seconds in range, else
-/// the default.
+/// The lease's duration: the default without `ttlSeconds`, else `ttlSeconds` if it is a
+/// whole number of seconds in range (`60.0` included), else an error that says the range.
 fn ttl(seconds: Option<&serde_json::Number>, limits: &super::Limits) -> Result<Duration, ApiError> {
     let Some(seconds) = seconds else {
         return Ok(limits.default_ttl);
     };
     let max = limits.max_ttl.as_secs();
+    // `as` saturates, and the range check below refuses what saturated.
     let whole = seconds.as_u64().or_else(|| {
         seconds
             .as_f64()
-            .filter(|f| f.fract() == 0.0 && *f >= 1.0 && *f <= max as f64)
+            .filter(|f| f.fract() == 0.0 && *f >= 0.0)
             .map(|f| f as u64)
     });
     match whole {

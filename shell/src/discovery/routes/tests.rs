@@ -304,6 +304,12 @@ async fn list_filters_by_health_and_selector() {
         (none.status, none.body["count"].clone()),
         (StatusCode::OK, json!(0))
     );
+    // Every term must hold: a label asked for with two values matches nothing.
+    let both = authed(&state, "GET", "/v1/proxies?selector=geo=eu,geo=us", None).await;
+    assert_eq!(
+        (both.status, both.body["count"].clone()),
+        (StatusCode::OK, json!(0))
+    );
 }
 
 #[tokio::test]
@@ -763,6 +769,8 @@ async fn unknown_routes_and_methods_are_json_errors() {
         ("GET", "/v1/leases", "POST"),
         ("PATCH", &format!("/v1/leases/{UNGRANTED}"), "DELETE"),
         ("GET", &format!("/v1/leases/{UNGRANTED}/report"), "POST"),
+        ("POST", "/v1/proxies/", "GET"),
+        ("GET", "/v1/leases/", "POST"),
     ] {
         let response = warp::test::request()
             .method(method)
@@ -795,6 +803,32 @@ async fn what_cannot_be_a_lease_id_is_unknown_and_any_other_release_is_204() {
     }
     let released = authed(&state, "DELETE", &format!("/v1/leases/{UNGRANTED}"), None).await;
     assert_eq!(released.status, StatusCode::NO_CONTENT);
+}
+
+#[tokio::test]
+async fn a_query_on_a_route_that_takes_none_is_refused() {
+    let state = state();
+    for (method, path, body) in [
+        ("POST", "/v1/leases?ttl=60".to_owned(), "{}"),
+        ("DELETE", format!("/v1/leases/{UNGRANTED}?force=1"), ""),
+        (
+            "POST",
+            format!("/v1/leases/{UNGRANTED}/report?result=ok"),
+            r#"{"result": "ok"}"#,
+        ),
+    ] {
+        let answer = authed(&state, method, &path, Some(body)).await;
+        assert_error(&answer, StatusCode::BAD_REQUEST, "invalid_request");
+        assert!(
+            answer.body["message"]
+                .as_str()
+                .unwrap()
+                .contains("takes none"),
+            "{}",
+            answer.body
+        );
+    }
+    assert_eq!(state.active_leases(), 0);
 }
 
 #[tokio::test]
@@ -891,6 +925,13 @@ async fn openapi_matches_the_server() {
             "/v1/proxies/{namespace}/{name}",
             "GET",
             "/v1/proxies/crawl/nope".into(),
+            None,
+            Some(TOKEN),
+        ),
+        (
+            "/v1/proxies/{namespace}/{name}",
+            "GET",
+            "/v1/proxies/crawl/a?healthy=true".into(),
             None,
             Some(TOKEN),
         ),
