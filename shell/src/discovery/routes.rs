@@ -443,14 +443,7 @@ fn ttl(seconds: Option<&serde_json::Number>, limits: &super::Limits) -> Result<D
         return Ok(limits.default_ttl);
     };
     let max = limits.max_ttl.as_secs();
-    // `as` saturates, and the range check below refuses what saturated.
-    let whole = seconds.as_u64().or_else(|| {
-        seconds
-            .as_f64()
-            .filter(|f| f.fract() == 0.0 && *f >= 0.0)
-            .map(|f| f as u64)
-    });
-    match whole {
+    match whole(seconds) {
         Some(s) if (1..=max).contains(&s) => Ok(Duration::from_secs(s)),
         _ => Err(ApiError::invalid_ttl(format!(
             "ttlSeconds must be a whole number of seconds between 1 and {max}, not {seconds}"
@@ -609,13 +602,21 @@ where
 /// The status code a JSON number stands for, or 0 (refused by [`meaning_of`]) when it is
 /// not a whole number that fits.
 fn status_code(number: &serde_json::Number) -> u16 {
-    let whole = number.as_u64().or_else(|| {
+    whole(number)
+        .and_then(|n| u16::try_from(n).ok())
+        .unwrap_or(0)
+}
+
+/// The whole number a JSON number stands for, `60.0` included (JSON Schema's integers are
+/// the numbers without a fraction); `None` for a negative one or a fraction. A float too
+/// large for a `u64` saturates to `u64::MAX`, which every caller's range refuses.
+fn whole(number: &serde_json::Number) -> Option<u64> {
+    number.as_u64().or_else(|| {
         number
             .as_f64()
-            .filter(|f| f.fract() == 0.0 && *f >= 0.0 && *f <= f64::from(u16::MAX))
+            .filter(|f| f.fract() == 0.0 && *f >= 0.0)
             .map(|f| f as u64)
-    });
-    whole.and_then(|n| u16::try_from(n).ok()).unwrap_or(0)
+    })
 }
 
 /// What a report body says the crawler saw: a result, or a status code the core maps.
