@@ -3,15 +3,19 @@
 //! A branch of [`decide`](fn@crate::decide) only states the provisioning facts ([`Provisioning`]):
 //! the providerID, the address, and why the `Provisioned` condition says what it says.
 //! Everything else in the status follows from those facts, the health verdict and the
-//! metadata, in one place: the `Healthy` and `Ready` conditions, every `lastTransitionTime`,
-//! `observedGeneration`, the phase, and the events announcing what changed.
+//! metadata, in one place: the `Healthy` and `Ready` conditions, the egress address and the
+//! `EgressVerified` condition (when the health check has an `egressURL`), every
+//! `lastTransitionTime`, `observedGeneration`, the phase, and the events announcing what
+//! changed.
 
-use proxy_crd::ProxyStatus;
+use proxy_crd::{ProxySpec, ProxyStatus};
 
 use crate::action::{Event, EventType};
 use crate::conditions::{
-    self, HEALTHY, HealthyReason, PROVISIONED, ProvisionedReason, READY, ReadyReason,
+    self, EGRESS_VERIFIED, HEALTHY, HealthyReason, PROVISIONED, ProvisionedReason, READY,
+    ReadyReason,
 };
+use crate::egress;
 use crate::observed::{HealthVerdict, Observed};
 use crate::phase::compute_phase;
 
@@ -33,6 +37,7 @@ pub(crate) struct Provisioning {
 /// Events follow changes of state, not of wording: one when the `Provisioned` condition's
 /// status or reason changes, and one when `Healthy` turns `True` or `False`.
 pub(crate) fn complete(
+    spec: &ProxySpec,
     previous: &ProxyStatus,
     observed: &Observed,
     facts: Provisioning,
@@ -126,6 +131,31 @@ pub(crate) fn complete(
         });
     }
 
+    // Only with an egress URL: without one there is nothing to verify, and the statuses of
+    // proxies (and recordings) from before egress checks stay as they were.
+    let check = spec.health_check_or_default();
+    let egress_ip = verdict
+        .and_then(|verdict| verdict.egress_ip.clone())
+        .filter(|_| check.egress_url.is_some());
+    let mut conditions = vec![provisioned_condition, healthy_condition, ready_condition];
+    if check.egress_url.is_some() {
+        let (reason, message) = egress::verify(
+            egress_ip.as_deref(),
+            ip.as_deref(),
+            &check.egress_cidrs,
+            &observed.egress_shared_with,
+        );
+        conditions.push(conditions::condition(
+            previous,
+            EGRESS_VERIFIED,
+            reason.status(),
+            reason.as_str(),
+            message,
+            generation,
+            now,
+        ));
+    }
+
     let phase = compute_phase(
         observed.object.deletion_requested,
         reason.progress(provider_id.is_some()),
@@ -138,7 +168,8 @@ pub(crate) fn complete(
         observed_generation: Some(generation),
         last_probe_latency_ms: verdict.map(|verdict| i64::from(verdict.latency_ms)),
         last_health_check_time: verdict.map(|verdict| conditions::format_time(verdict.probed_at)),
-        conditions: vec![provisioned_condition, healthy_condition, ready_condition],
+        egress_ip,
+        conditions,
     };
     (status, events)
 }

@@ -5,6 +5,8 @@ mod chaos;
 mod chart;
 mod concurrency;
 mod crd;
+mod credentials;
+mod egress;
 mod freed;
 mod gate;
 mod gc;
