@@ -310,6 +310,30 @@ mod tests {
     }
 
     #[test]
+    fn a_managed_proxy_has_the_issued_secret_and_an_external_one_the_one_it_names() {
+        let proxy = |spec: serde_json::Value| -> Proxy {
+            serde_json::from_value(serde_json::json!({
+                "apiVersion": "crawl.example.com/v1alpha1", "kind": "Proxy",
+                "metadata": {"name": "p", "namespace": "crawl", "uid": "6b1f3c1e-0d2a-4c8e-9a57-1b0f2f3e4d5c"},
+                "spec": spec,
+            }))
+            .unwrap()
+        };
+        let managed = proxy(serde_json::json!({"mode": "Managed", "provider": "pods"}));
+        let named = secret_of(&managed).unwrap();
+        assert_eq!(
+            (named.name.as_str(), named.namespace.as_deref()),
+            ("proxy-kbqzhquppopaia3n-credentials", Some("crawl"))
+        );
+        let endpoint = serde_json::json!({"host": "10.0.0.9", "port": 3128});
+        let external = proxy(serde_json::json!({"mode": "External", "endpoint": endpoint,
+            "credentialsSecretRef": {"name": "vendor-proxy"}}));
+        assert_eq!(secret_of(&external).unwrap().name, "vendor-proxy");
+        let open = proxy(serde_json::json!({"mode": "External", "endpoint": endpoint}));
+        assert_eq!(secret_of(&open), None);
+    }
+
+    #[test]
     fn a_secret_round_trips_and_is_owned_and_labelled() {
         let credentials = Credentials::new("p1", "s3cret");
         let secret = secret("crawl", "proxy-x-credentials", "p1", "uid-1", &credentials).unwrap();
