@@ -54,7 +54,8 @@ use crate::status::{self, Provisioning};
 /// - a decision writes status only when it changed ([`Decision::status_write`]), never along
 ///   with the removal of the finalizer of an object being deleted (it may be gone);
 /// - events: one per change of the `Provisioned` condition's status or reason, one per health
-///   verdict turning `Healthy` `True` or `False`, one per failed provider call that changes
+///   verdict turning `Healthy` `True` or `False`, one per `EgressVerified` reason turning
+///   `Matches`, `Differs` or `Shared`, one per failed provider call that changes
 ///   neither, and one for each adoption and finalizer removal;
 /// - [`Requeue::Backoff`] is a transient failure: the driver turns it into a delay from the
 ///   object's consecutive failures ([`Observed::failures`]).

@@ -35,7 +35,8 @@ pub(crate) struct Provisioning {
 /// The complete desired status, and the events announcing how it differs from `previous`.
 ///
 /// Events follow changes of state, not of wording: one when the `Provisioned` condition's
-/// status or reason changes, and one when `Healthy` turns `True` or `False`.
+/// status or reason changes, one when `Healthy` turns `True` or `False`, and one when the
+/// `EgressVerified` condition's reason turns `Matches`, `Differs` or `Shared`.
 pub(crate) fn complete(
     spec: &ProxySpec,
     previous: &ProxyStatus,
@@ -145,7 +146,7 @@ pub(crate) fn complete(
             &check.egress_cidrs,
             &observed.egress_shared_with,
         );
-        conditions.push(conditions::condition(
+        let condition = conditions::condition(
             previous,
             EGRESS_VERIFIED,
             reason.status(),
@@ -153,7 +154,26 @@ pub(crate) fn complete(
             message,
             generation,
             now,
-        ));
+        );
+        // One event per change of the verdict (not of its wording); learning nothing yet
+        // is no news.
+        let changed = conditions::find(previous, EGRESS_VERIFIED)
+            .is_none_or(|before| before.reason != condition.reason);
+        let type_ = match reason {
+            egress::EgressReason::Matches => Some(EventType::Normal),
+            egress::EgressReason::Differs | egress::EgressReason::Shared => {
+                Some(EventType::Warning)
+            }
+            egress::EgressReason::Unknown => None,
+        };
+        if let (true, Some(type_)) = (changed, type_) {
+            events.push(Event {
+                type_,
+                reason: format!("Egress{}", reason.as_str()),
+                message: condition.message.clone(),
+            });
+        }
+        conditions.push(condition);
     }
 
     let phase = compute_phase(

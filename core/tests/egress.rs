@@ -241,6 +241,39 @@ fn the_status_shows_the_egress_and_whether_it_is_verified() {
             (status, reason)
         );
     }
+    // One event per change of the verdict: Matches, then Shared; none for the same again.
+    let matches = decide(
+        &spec,
+        &running_status(),
+        &running_observed(Some("10.0.0.7"), vec![]),
+    );
+    let egress_events = |decision: &proxy_core::Decision| -> Vec<(proxy_core::EventType, String)> {
+        decision
+            .events()
+            .iter()
+            .filter(|e| e.reason.starts_with("Egress"))
+            .map(|e| (e.type_, e.reason.clone()))
+            .collect()
+    };
+    assert_eq!(
+        egress_events(&matches),
+        [(proxy_core::EventType::Normal, "EgressMatches".to_owned())]
+    );
+    let again = decide(
+        &spec,
+        matches.status(),
+        &running_observed(Some("10.0.0.7"), vec![]),
+    );
+    assert_eq!(egress_events(&again), []);
+    let shared = decide(
+        &spec,
+        matches.status(),
+        &running_observed(Some("10.0.0.7"), vec![key("other")]),
+    );
+    assert_eq!(
+        egress_events(&shared),
+        [(proxy_core::EventType::Warning, "EgressShared".to_owned())]
+    );
     // Without an egressURL: no egress in status and no condition, whatever the verdict says.
     let decision = decide(
         &managed_spec(),

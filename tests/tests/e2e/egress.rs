@@ -163,6 +163,11 @@ async fn each_proxy_leaves_from_its_own_address_and_shared_ones_are_flagged_and_
             "egress check: {name} egress {} EgressVerified=False/Shared: {message}",
             addr
         );
+        let notes = bed.event_notes(name, "EgressShared", "one proxy").await;
+        assert!(
+            notes.iter().any(|n| n.contains("one proxy")),
+            "{name}: {notes:?}"
+        );
     }
 
     // distinctEgress leaves them out of listings and leases.
