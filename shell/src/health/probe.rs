@@ -108,10 +108,10 @@ impl Prober {
         let error = match outcome {
             Ok(Ok(answer)) if spec.expected_status_codes.contains(&answer.status) => None,
             Ok(Ok(Answer { status, from_proxy })) => Some(ProbeError {
-                cause: if from_proxy {
-                    ProbeFailure::ProxyAnswered { status }
-                } else {
-                    ProbeFailure::UnexpectedStatus { status }
+                cause: match (from_proxy, status) {
+                    (true, 407) => ProbeFailure::ProxyAuthRequired,
+                    (true, _) => ProbeFailure::ProxyAnswered { status },
+                    (false, _) => ProbeFailure::UnexpectedStatus { status },
                 },
                 detail: format!("unexpected status {status}"),
             }),
@@ -240,9 +240,8 @@ fn cause_of(error: &(dyn std::error::Error + 'static)) -> Option<ProbeFailure> {
     // their text is all there is.
     match error.to_string().as_str() {
         "dns error" => Some(ProbeFailure::ProxyNameNotResolved),
-        "tunnel error: unsuccessful" | "tunnel error: proxy authorization required" => {
-            Some(ProbeFailure::TunnelRefused)
-        }
+        "tunnel error: unsuccessful" => Some(ProbeFailure::TunnelRefused),
+        "tunnel error: proxy authorization required" => Some(ProbeFailure::ProxyAuthRequired),
         "tunnel error: unexpected end of file" | "connection closed before message completed" => {
             Some(ProbeFailure::MalformedAnswer)
         }
@@ -426,7 +425,19 @@ mod tests {
         let without = prober.probe(&spec, None).await;
         assert_eq!(
             without.error.map(|e| e.cause),
-            Some(ProbeFailure::ProxyAnswered { status: 407 })
+            Some(ProbeFailure::ProxyAuthRequired)
+        );
+    }
+
+    #[tokio::test]
+    async fn a_connect_answered_407_is_missing_credentials() {
+        let proxy = stand_in(&[
+            b"HTTP/1.1 407 Proxy Authentication Required\r\nProxy-Authenticate: Basic realm=\"proxy\"\r\nContent-Length: 0\r\n\r\n",
+        ])
+        .await;
+        assert_eq!(
+            cause(proxy, "https://probe.test/").await,
+            Some(ProbeFailure::ProxyAuthRequired)
         );
     }
 

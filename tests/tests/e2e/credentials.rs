@@ -248,3 +248,67 @@ async fn each_proxy_gets_credentials_its_squid_enforces_and_that_leak_nowhere() 
     }
     panic!("the credentials Secret outlived its Proxy");
 }
+
+#[tokio::test]
+async fn an_external_proxy_authenticates_with_the_secret_it_names() {
+    let mut bed = Bed::new("creds-ext").await;
+    let health = json!({"probeURL": bed.origin.url("/generate_204"), "intervalSeconds": 2, "timeoutSeconds": 1});
+    // A squid that wants credentials: a Managed proxy's, with its issued Secret.
+    let managed: Proxy = serde_json::from_value(json!({
+        "apiVersion": "crawl.example.com/v1alpha1", "kind": "Proxy",
+        "metadata": {"name": "c1"},
+        "spec": {"mode": "Managed", "provider": "pods", "healthCheck": health}
+    }))
+    .unwrap();
+    bed.proxies
+        .create(&Default::default(), &managed)
+        .await
+        .unwrap();
+    let (ready, ip) = ready_at(&mut bed, None).await;
+    let secret = credentials_secret_name(ready.metadata.uid.as_deref().unwrap());
+    let external = |name: &str, reference: Option<&str>| -> Proxy {
+        let mut spec = json!({"mode": "External", "endpoint": {"host": ip, "port": 3128},
+                              "healthCheck": health});
+        if let Some(reference) = reference {
+            spec["credentialsSecretRef"] = json!({"name": reference});
+        }
+        serde_json::from_value(json!({
+            "apiVersion": "crawl.example.com/v1alpha1", "kind": "Proxy",
+            "metadata": {"name": name, "labels": {"app": "creds"}}, "spec": spec
+        }))
+        .unwrap()
+    };
+    for proxy in [external("with", Some(&secret)), external("without", None)] {
+        bed.proxies
+            .create(&Default::default(), &proxy)
+            .await
+            .unwrap();
+    }
+    // Named: the probe authenticates, the proxy is Ready, its lease carries the credentials.
+    bed.wait_for("with", "Ready", |p| {
+        p.status.as_ref().and_then(|s| s.phase) == Some(Phase::Ready)
+    })
+    .await;
+    // Not named: squid answers the probe with 407, and the condition says so.
+    let refused = bed
+        .wait_for("without", "Unhealthy", |p| {
+            p.status.as_ref().and_then(|s| s.phase) == Some(Phase::Unhealthy)
+        })
+        .await;
+    let healthy = refused
+        .status
+        .unwrap()
+        .conditions
+        .into_iter()
+        .find(|c| c.type_ == "Healthy")
+        .unwrap();
+    assert!(
+        healthy.message.contains("requires credentials (407)"),
+        "{}",
+        healthy.message
+    );
+    let lease = lease_at(&bed, &ip).await;
+    assert_eq!(lease["proxy"]["name"], "with", "{lease}");
+    let (status, egress) = through(&bed, lease["proxy"]["url"].as_str().unwrap()).await;
+    assert_eq!((status, egress.as_str()), (200, ip.as_str()));
+}
