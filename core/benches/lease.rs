@@ -44,6 +44,7 @@ fn fleet(n: usize) -> LeaseBook {
             max_leases: 5,
             host: format!("10.{}.{}.{}", i >> 16, (i >> 8) & 255, i & 255),
             port: 3128,
+            shared_egress: false,
         });
     }
     for i in 0..n / 2 {
@@ -52,6 +53,7 @@ fn fleet(n: usize) -> LeaseBook {
             selector: Selector::all(),
             target: None,
             ttl: Duration::from_secs(86_400),
+            distinct_egress: false,
         };
         book.acquire(request, start()).expect("a free proxy");
     }
@@ -74,6 +76,7 @@ fn time_acquire_release(book: &mut LeaseBook, scenario: &Scenario, ids: Vec<Stri
             selector: scenario.selector.clone(),
             target: scenario.target.map(str::to_owned),
             ttl: Duration::from_secs(60),
+            distinct_egress: false,
         };
         let lease = book.acquire(black_box(request), now).expect("a free proxy");
         black_box(book.release(&lease.id, now));

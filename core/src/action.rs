@@ -9,7 +9,8 @@ use std::time::Duration;
 use proxy_crd::{Placement, ProxyStatus};
 use serde::{Deserialize, Serialize};
 
-/// A write to the object's metadata. The shell executes these first, in order.
+/// A write the shell executes before the provider call, in order: the object's metadata, and
+/// the proxy's credentials Secret (which must exist before the instance that enforces it).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum MetadataWrite {
     /// Add [`proxy_crd::FINALIZER`] to `metadata.finalizers` (a metadata update of the
@@ -22,6 +23,21 @@ pub enum MetadataWrite {
     SetSpecHash {
         /// The spec hash the instance now corresponds to.
         hash: String,
+    },
+    /// Make sure the credentials Secret `secret` exists in the Proxy's namespace: create it,
+    /// owned by the Proxy, with a username and a password the shell draws from the OS's
+    /// random source, and keep the Secret if it exists already (an earlier attempt of the same
+    /// create made it, and the instance it made may already enforce it). The credentials
+    /// never reach the core, a recording, a log or the status: only the Secret's name does.
+    IssueCredentials {
+        /// The Secret's name ([`credentials_secret_name`](crate::naming::credentials_secret_name)).
+        secret: String,
+    },
+    /// Delete the credentials Secret `secret` (done when it is gone already): the instance
+    /// that enforced it is gone, so the next instance gets new credentials.
+    RevokeCredentials {
+        /// The Secret's name.
+        secret: String,
     },
 }
 
@@ -81,6 +97,16 @@ pub enum Action {
         /// The spec hash the instance now corresponds to.
         hash: String,
     },
+    /// [`MetadataWrite::IssueCredentials`].
+    IssueCredentials {
+        /// The Secret's name.
+        secret: String,
+    },
+    /// [`MetadataWrite::RevokeCredentials`].
+    RevokeCredentials {
+        /// The Secret's name.
+        secret: String,
+    },
     /// [`ProviderRequest::Create`].
     Create(CreateRequest),
     /// [`ProviderRequest::Delete`].
@@ -103,6 +129,8 @@ impl From<MetadataWrite> for Action {
             MetadataWrite::AddFinalizer => Self::AddFinalizer,
             MetadataWrite::RemoveFinalizer => Self::RemoveFinalizer,
             MetadataWrite::SetSpecHash { hash } => Self::SetSpecHash { hash },
+            MetadataWrite::IssueCredentials { secret } => Self::IssueCredentials { secret },
+            MetadataWrite::RevokeCredentials { secret } => Self::RevokeCredentials { secret },
         }
     }
 }
@@ -145,6 +173,12 @@ pub struct CreateRequest {
     pub cloud_init: Option<String>,
     /// The port the proxy must listen on.
     pub port: i32,
+    /// The credentials Secret the instance must enforce (basic auth), issued by the
+    /// [`MetadataWrite::IssueCredentials`] of the same decision; `None` when the proxy has no
+    /// credentials (left out of a recording then, so recordings made before credentials
+    /// existed replay unchanged).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub credentials_secret: Option<String>,
 }
 
 /// A Kubernetes Event to record on the object.
@@ -277,7 +311,10 @@ impl Decision {
     pub(crate) fn spec_hashes_mut(&mut self) -> impl Iterator<Item = &mut String> {
         self.metadata.iter_mut().filter_map(|write| match write {
             MetadataWrite::SetSpecHash { hash } => Some(hash),
-            MetadataWrite::AddFinalizer | MetadataWrite::RemoveFinalizer => None,
+            MetadataWrite::AddFinalizer
+            | MetadataWrite::RemoveFinalizer
+            | MetadataWrite::IssueCredentials { .. }
+            | MetadataWrite::RevokeCredentials { .. } => None,
         })
     }
 }
@@ -347,9 +384,11 @@ enum Stage {
 impl Stage {
     fn of(action: &Action) -> Self {
         match action {
-            Action::AddFinalizer | Action::RemoveFinalizer | Action::SetSpecHash { .. } => {
-                Self::Metadata
-            }
+            Action::AddFinalizer
+            | Action::RemoveFinalizer
+            | Action::SetSpecHash { .. }
+            | Action::IssueCredentials { .. }
+            | Action::RevokeCredentials { .. } => Self::Metadata,
             Action::Create(_) | Action::Delete { .. } => Self::Call,
             Action::PatchStatus(_) => Self::Status,
             Action::Event(_) => Self::Events,
@@ -396,6 +435,16 @@ impl TryFrom<Recorded> for Decision {
                 Action::RemoveFinalizer => decision.metadata.push(MetadataWrite::RemoveFinalizer),
                 Action::SetSpecHash { hash } => {
                     decision.metadata.push(MetadataWrite::SetSpecHash { hash });
+                }
+                Action::IssueCredentials { secret } => {
+                    decision
+                        .metadata
+                        .push(MetadataWrite::IssueCredentials { secret });
+                }
+                Action::RevokeCredentials { secret } => {
+                    decision
+                        .metadata
+                        .push(MetadataWrite::RevokeCredentials { secret });
                 }
                 Action::Create(request) => decision.call = Some(ProviderRequest::Create(request)),
                 Action::Delete {

@@ -21,6 +21,10 @@ pub const PROVISIONED: &str = "Provisioned";
 pub const HEALTHY: &str = "Healthy";
 /// Type of the condition saying whether the proxy can be leased.
 pub const READY: &str = "Ready";
+/// Type of the condition saying whether sites see the proxy leave from the address it
+/// publishes, alone ([`crate::egress`]); present only when the health check has an
+/// `egressURL`.
+pub const EGRESS_VERIFIED: &str = "EgressVerified";
 
 /// Condition status `True`.
 pub const TRUE: &str = "True";

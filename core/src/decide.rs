@@ -13,7 +13,7 @@ use crate::action::{
 };
 use crate::conditions::{self, PROVISIONED, ProvisionedReason};
 use crate::error::{ErrorClass, ProviderError};
-use crate::naming::instance_name;
+use crate::naming::{credentials_secret_name, instance_name};
 use crate::observed::{CloudInitView, InstanceView, Observed, Outcome, ProviderCall, instance_id};
 use crate::provider_health::ProviderDown;
 use crate::spec_hash::{HashInput, spec_hash};
@@ -54,7 +54,8 @@ use crate::status::{self, Provisioning};
 /// - a decision writes status only when it changed ([`Decision::status_write`]), never along
 ///   with the removal of the finalizer of an object being deleted (it may be gone);
 /// - events: one per change of the `Provisioned` condition's status or reason, one per health
-///   verdict turning `Healthy` `True` or `False`, one per failed provider call that changes
+///   verdict turning `Healthy` `True` or `False`, one per `EgressVerified` reason turning
+///   `Matches`, `Differs` or `Shared`, one per failed provider call that changes
 ///   neither, and one for each adoption and finalizer removal;
 /// - [`Requeue::Backoff`] is a transient failure: the driver turns it into a delay from the
 ///   object's consecutive failures ([`Observed::failures`]).
@@ -78,6 +79,12 @@ use crate::status::{self, Provisioning};
 ///   condition says why (`ProviderUnhealthy` while there is no instance). Lookups,
 ///   deletions and the deletion of stopped or terminated instances go on.
 /// - External proxies never get a provider call and never get the finalizer.
+/// - Credentials ([`Observed::credentials`]): every create is preceded by
+///   [`MetadataWrite::IssueCredentials`] (which keeps a Secret an earlier attempt made, so a
+///   retried create finds the instance and the credentials it enforces), and the Secret is
+///   revoked ([`MetadataWrite::RevokeCredentials`]) when its instance is gone: found gone,
+///   replaced, or deleted with the Proxy (before the finalizer goes). So each new instance
+///   gets new credentials, and the old ones die with the old instance.
 /// - A permanent provider error latches: while the `Provisioned` condition says
 ///   `PermanentError` for the current generation, no provider call is made. Deletion never
 ///   latches.
@@ -86,7 +93,7 @@ pub fn decide(spec: &ProxySpec, status: &ProxyStatus, observed: &Observed) -> De
         None => plan(spec, status, observed),
         Some(outcome) => after_call(spec, status, observed, outcome),
     };
-    step.into_decision(status, observed)
+    step.into_decision(spec, status, observed)
 }
 
 /// What one branch of the table decided, before the status is completed.
@@ -146,7 +153,7 @@ impl Step {
         self
     }
 
-    fn into_decision(self, input: &ProxyStatus, observed: &Observed) -> Decision {
+    fn into_decision(self, spec: &ProxySpec, input: &ProxyStatus, observed: &Observed) -> Decision {
         let Self {
             metadata,
             call,
@@ -157,7 +164,7 @@ impl Step {
         let desired = match status {
             NextStatus::Untouched => input.clone(),
             NextStatus::Set(facts) => {
-                let (desired, changes) = status::complete(input, observed, facts);
+                let (desired, changes) = status::complete(spec, input, observed, facts);
                 events.extend(changes);
                 desired
             }
@@ -189,7 +196,10 @@ fn plan(spec: &ProxySpec, status: &ProxyStatus, observed: &Observed) -> Step {
 fn deletion(spec: &ProxySpec, status: &ProxyStatus, observed: &Observed) -> Step {
     let Some(provider_id) = instance_id(status) else {
         // Any instance a crashed create left behind carries our labels: orphan GC reaps it.
-        return finalizer_removed("no instance was created".to_owned());
+        return revoked(
+            finalizer_removed("no instance was created".to_owned()),
+            observed,
+        );
     };
     let provider = match configured_provider(spec, observed) {
         Ok(provider) => provider,
@@ -211,9 +221,10 @@ fn deletion(spec: &ProxySpec, status: &ProxyStatus, observed: &Observed) -> Step
         }
     };
     match &observed.instance {
-        InstanceView::NotFound | InstanceView::CreateFailed(_) => {
-            finalizer_removed(format!("instance {provider_id} is gone"))
-        }
+        InstanceView::NotFound | InstanceView::CreateFailed(_) => revoked(
+            finalizer_removed(format!("instance {provider_id} is gone")),
+            observed,
+        ),
         // Even a failed lookup deletes (seed 004: a permanent `get` error still calls
         // `delete`): `delete` needs no state, and the finalizer waits for a NotFound anyway.
         InstanceView::NotLookedUp
@@ -230,6 +241,20 @@ fn deletion(spec: &ProxySpec, status: &ProxyStatus, observed: &Observed) -> Step
             Requeue::After(observed.timing.deletion_poll),
         )
         .with_call(delete(provider, provider_id)),
+    }
+}
+
+/// `step`, with the credentials revoked first when the proxy has them: their instance is gone.
+fn revoked(step: Step, observed: &Observed) -> Step {
+    if !observed.credentials {
+        return step;
+    }
+    let revoke = MetadataWrite::RevokeCredentials {
+        secret: credentials_secret_name(&observed.object.uid),
+    };
+    Step {
+        metadata: std::iter::once(revoke).chain(step.metadata).collect(),
+        ..step
     }
 }
 
@@ -361,6 +386,9 @@ fn create(spec: &ProxySpec, observed: &Observed, provider: &str, machine: &Machi
             Requeue::After(observed.timing.drift_poll),
         );
     }
+    let credentials_secret = observed
+        .credentials
+        .then(|| credentials_secret_name(&object.uid));
     let request = CreateRequest {
         provider: provider.to_owned(),
         instance_name: name.clone(),
@@ -370,16 +398,22 @@ fn create(spec: &ProxySpec, observed: &Observed, provider: &str, machine: &Machi
         placement: spec.placement.clone(),
         cloud_init: machine.cloud_init.map(str::to_owned),
         port: spec.effective_port(),
+        credentials_secret: credentials_secret.clone(),
     };
-    Step::set(
+    let step = Step::set(
         facts(
             None,
             ProvisionedReason::Creating,
             format!("creating instance {name} with provider {provider}"),
         ),
         Requeue::After(observed.timing.provisioning_poll),
-    )
-    .with_call(ProviderRequest::Create(request))
+    );
+    // The Secret first: the instance reads it when it starts.
+    let step = match credentials_secret {
+        Some(secret) => step.with_metadata(MetadataWrite::IssueCredentials { secret }),
+        None => step,
+    };
+    step.with_call(ProviderRequest::Create(request))
 }
 
 /// The hash annotation names another spec: delete the instance, and once `get` answers
@@ -387,13 +421,16 @@ fn create(spec: &ProxySpec, observed: &Observed, provider: &str, machine: &Machi
 /// replacement reuses the name, so creating it earlier would collide with the old instance.
 fn replace(observed: &Observed, provider: &str, provider_id: &str) -> Step {
     match &observed.instance {
-        InstanceView::NotFound | InstanceView::CreateFailed(_) => Step::set(
-            facts(
-                None,
-                ProvisionedReason::Replacing,
-                format!("the old instance {provider_id} is gone: creating its replacement"),
+        InstanceView::NotFound | InstanceView::CreateFailed(_) => revoked(
+            Step::set(
+                facts(
+                    None,
+                    ProvisionedReason::Replacing,
+                    format!("the old instance {provider_id} is gone: creating its replacement"),
+                ),
+                Requeue::After(observed.timing.requeue_soon),
             ),
-            Requeue::After(observed.timing.requeue_soon),
+            observed,
         ),
         InstanceView::NotLookedUp
         | InstanceView::Provisioning
@@ -530,9 +567,12 @@ fn gone(status: &ProxyStatus, observed: &Observed, provider_id: &str) -> Step {
             format!("instance {provider_id} no longer exists: creating a new one"),
         ),
     };
-    Step::set(
-        facts(None, reason, message),
-        Requeue::After(observed.timing.requeue_soon),
+    revoked(
+        Step::set(
+            facts(None, reason, message),
+            Requeue::After(observed.timing.requeue_soon),
+        ),
+        observed,
     )
 }
 

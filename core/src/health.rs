@@ -46,7 +46,9 @@
 //!   out on the first result, when the verdict differs from the one last delivered (a flip,
 //!   or a flip whose delivery failed), and, while healthy, on a passing probe whose latency
 //!   moved by more than [`LATENCY_FLOOR_MS`] and more than half of the last reported latency,
-//!   at least [`LATENCY_REPORT_INTERVAL`] after the last report. Metrics carry every probe.
+//!   at least [`LATENCY_REPORT_INTERVAL`] after the last report, and on a good probe that
+//!   saw another egress address (`healthCheck.egressURL`) than the last delivered one: the
+//!   status shows it. Metrics carry every probe.
 //! - **The latency rule has a floor and a rate limit.** The bare "latency changed by more
 //!   than 50%" rule is undefined at 0 ms and fires on every millisecond of jitter at low
 //!   latencies. Read against the previous probe, it writes status forever for a proxy
@@ -76,6 +78,7 @@
 //!   and a replacement machine always starts fresh.
 
 use std::collections::BTreeMap;
+use std::net::IpAddr;
 use std::time::Duration;
 
 use jiff::Timestamp;
@@ -152,6 +155,9 @@ pub struct Probe {
     pub at: Timestamp,
     /// Why it failed, when it failed and the prober could tell; `None` when it passed.
     pub failure: Option<ProbeFailure>,
+    /// The address the health check's `egressURL` saw the probe come from; `None` when the
+    /// check has no `egressURL`, the probe failed, or the answer was no address.
+    pub egress: Option<IpAddr>,
 }
 
 /// Why a [`Report`] goes out.
@@ -163,6 +169,8 @@ pub enum ReportReason {
     VerdictChanged,
     /// Still healthy, but the latency moved a lot since the last report.
     Latency,
+    /// A good probe saw another egress address than the one last delivered.
+    Egress,
 }
 
 /// A verdict for the controller. Deliver it, then acknowledge it with
@@ -250,6 +258,13 @@ impl ProxyHealth {
             None => Some(ReportReason::First),
             Some(reported) if reported.healthy != verdict => Some(ReportReason::VerdictChanged),
             Some(reported)
+                if probe.egress.is_some_and(|egress| {
+                    reported.egress_ip.as_deref() != Some(egress.to_string().as_str())
+                }) =>
+            {
+                Some(ReportReason::Egress)
+            }
+            Some(reported)
                 if verdict
                     && probe.ok
                     && latency_moved(reported.latency_ms, probe.latency_ms)
@@ -307,6 +322,13 @@ impl HealthBook {
         }
         let verdict = state.observe(probe.ok, thresholds);
         let reason = state.due(&probe, verdict)?;
+        // A probe that learned nothing about the egress keeps the last known address.
+        let egress_ip = probe.egress.map(|egress| egress.to_string()).or_else(|| {
+            state
+                .reported
+                .as_ref()
+                .and_then(|reported| reported.egress_ip.clone())
+        });
         Some(Report {
             key: key.clone(),
             uid: target.uid.clone(),
@@ -317,6 +339,7 @@ impl HealthBook {
                 latency_ms: probe.latency_ms,
                 probed_at: probe.at,
                 failure: probe.failure.filter(|_| !probe.ok),
+                egress_ip,
             },
         })
     }
@@ -450,6 +473,7 @@ pub fn reported_in_status(status: &ProxyStatus) -> Option<HealthVerdict> {
         latency_ms: u32::try_from(status.last_probe_latency_ms?).ok()?,
         probed_at: status.last_health_check_time.as_deref()?.parse().ok()?,
         failure: None,
+        egress_ip: status.egress_ip.clone(),
     })
 }
 
@@ -465,6 +489,7 @@ mod tests {
             latency_ms: 5,
             probed_at: jiff::Timestamp::UNIX_EPOCH,
             failure: None,
+            egress_ip: None,
         };
         let (a, b) = (ProxyKey::new("ns", "a"), ProxyKey::new("ns", "b"));
         let mut book = HealthBook::new();

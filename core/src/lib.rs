@@ -46,7 +46,10 @@
 //! - [`probe_schedule`]: which proxy is probed when;
 //! - [`provider_health`]: what a provider's health check means, for its `ProviderHealth`
 //!   object and for the Proxies that use it;
-//! - [`naming`], [`spec_hash`]: the instance name and the spec hash.
+//! - [`naming`], [`spec_hash`]: the instance name, the credentials Secret's name, and the
+//!   spec hash;
+//! - [`egress`]: whether a proxy leaves from the address it publishes, and which proxies
+//!   share one egress address.
 
 #![warn(missing_docs)]
 
@@ -56,6 +59,7 @@ pub mod banned;
 pub mod cloud_init;
 pub mod conditions;
 mod decide;
+pub mod egress;
 pub mod error;
 pub mod gc;
 pub mod health;

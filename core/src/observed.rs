@@ -35,6 +35,21 @@ pub struct Observed {
     /// recording when `None`, so recordings made before it existed replay unchanged.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub provider_down: Option<ProviderDown>,
+    /// Whether the proxy's instance enforces credentials of its own (squid basic auth, from
+    /// the Secret [`credentials_secret_name`](crate::naming::credentials_secret_name)): true
+    /// for a Managed proxy whose provider applies them (the kubernetes provider always, gcp
+    /// and kvm when the Proxy brings no cloud-init of its own, which would configure its own
+    /// squid). `decide` then issues the credentials before each create and revokes them
+    /// once the instance is gone. Left out of a recording when false, so recordings made
+    /// before credentials existed replay unchanged.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub credentials: bool,
+    /// The other proxies of the fleet that the health engine saw leave from the same egress
+    /// address as this one ([`EgressBook::shared_with`](crate::egress::EgressBook::shared_with)),
+    /// in key order. Left out of a recording when empty, so recordings made before egress
+    /// checks replay unchanged.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub egress_shared_with: Vec<crate::key::ProxyKey>,
     /// What the provider's `get(status.providerID)` answered.
     pub instance: InstanceView,
     /// The outcome of the provider call the previous [`Decision`](crate::Decision) of this
@@ -62,6 +77,10 @@ pub struct Observed {
 
 fn is_zero(n: &u32) -> bool {
     *n == 0
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
 }
 
 /// The instance `status` names: `status.providerID`, unless it is missing or empty (an
@@ -198,6 +217,12 @@ pub struct HealthVerdict {
     /// before causes were recorded, which therefore still replay.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub failure: Option<ProbeFailure>,
+    /// The egress address a site sees for this proxy, as the last good probe of the health
+    /// check's `egressURL` learned it (kept through probes that learned nothing). `None`
+    /// without an `egressURL`, before it answered, and in recordings made before egress
+    /// checks, which therefore still replay.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub egress_ip: Option<String>,
 }
 
 /// How long to wait before reconciling again, per situation.

@@ -28,6 +28,10 @@ pub enum ProbeFailure {
     /// The proxy refused to open a tunnel (`CONNECT`) to the probe URL's host and port:
     /// squid answers 403 when its ACLs do not allow them, 503 when it cannot reach the host.
     TunnelRefused,
+    /// The proxy wants credentials (407) that the probe did not have, or not those: a Managed
+    /// proxy's Secret is gone, or an External proxy names none (`credentialsSecretRef`) or
+    /// the wrong one.
+    ProxyAuthRequired,
     /// The proxy answered a plain `http` probe itself with an error status instead of
     /// forwarding it (squid marks such answers with `X-Squid-Error`): the URL is not allowed,
     /// or the proxy cannot reach or resolve the origin.
@@ -60,6 +64,7 @@ impl ProbeFailure {
             Self::ProxyUnreachable => "the proxy's address cannot be reached".to_owned(),
             Self::Timeout => "no answer within timeoutSeconds".to_owned(),
             Self::TunnelRefused => "the proxy refused to CONNECT to the probe URL's host (not allowed by the proxy, or unreachable from it)".to_owned(),
+            Self::ProxyAuthRequired => "the proxy requires credentials (407) the probe does not have: for an External proxy, name its Secret in credentialsSecretRef".to_owned(),
             Self::ProxyAnswered { status } => format!(
                 "the proxy answered {status} itself instead of fetching the probe URL (not allowed by the proxy, or unreachable from it)"
             ),
@@ -90,6 +95,10 @@ mod tests {
             (ProbeFailure::ProxyUnreachable, "cannot be reached"),
             (ProbeFailure::Timeout, "timeoutSeconds"),
             (ProbeFailure::TunnelRefused, "refused to CONNECT"),
+            (
+                ProbeFailure::ProxyAuthRequired,
+                "requires credentials (407)",
+            ),
             (
                 ProbeFailure::ProxyAnswered { status: 403 },
                 "the proxy answered 403",

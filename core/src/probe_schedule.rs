@@ -107,6 +107,9 @@ pub struct ProbeSpec {
     /// Status codes that count as a good probe (values that are not HTTP status codes, which
     /// an object that never went through the API server may hold, are left out).
     pub expected_status_codes: Vec<u16>,
+    /// The health check's `egressURL`: after a good probe, requested through the proxy too,
+    /// its body is the address the site saw.
+    pub egress_url: Option<String>,
 }
 
 impl ProbeSpec {
@@ -127,6 +130,7 @@ impl ProbeSpec {
                 .iter()
                 .filter_map(|code| u16::try_from(*code).ok())
                 .collect(),
+            egress_url: check.egress_url.clone(),
         }
     }
 }

@@ -3,16 +3,20 @@
 //! A branch of [`decide`](fn@crate::decide) only states the provisioning facts ([`Provisioning`]):
 //! the providerID, the address, and why the `Provisioned` condition says what it says.
 //! Everything else in the status follows from those facts, the health verdict and the
-//! metadata, in one place: the `Healthy` and `Ready` conditions, every `lastTransitionTime`,
-//! `observedGeneration`, the phase, and the events announcing what changed.
+//! metadata, in one place: the `Healthy` and `Ready` conditions, the egress address and the
+//! `EgressVerified` condition (when the health check has an `egressURL`), every
+//! `lastTransitionTime`, `observedGeneration`, the phase, and the events announcing what
+//! changed.
 
-use proxy_crd::ProxyStatus;
+use proxy_crd::{ProxySpec, ProxyStatus};
 
 use crate::action::{Event, EventType};
 use crate::banned::banned_condition;
 use crate::conditions::{
-    self, HEALTHY, HealthyReason, PROVISIONED, ProvisionedReason, READY, ReadyReason,
+    self, EGRESS_VERIFIED, HEALTHY, HealthyReason, PROVISIONED, ProvisionedReason, READY,
+    ReadyReason,
 };
+use crate::egress;
 use crate::observed::{HealthVerdict, Observed};
 use crate::phase::compute_phase;
 
@@ -32,8 +36,10 @@ pub(crate) struct Provisioning {
 /// The complete desired status, and the events announcing how it differs from `previous`.
 ///
 /// Events follow changes of state, not of wording: one when the `Provisioned` condition's
-/// status or reason changes, and one when `Healthy` turns `True` or `False`.
+/// status or reason changes, one when `Healthy` turns `True` or `False`, and one when the
+/// `EgressVerified` condition's reason turns `Matches`, `Differs` or `Shared`.
 pub(crate) fn complete(
+    spec: &ProxySpec,
     previous: &ProxyStatus,
     observed: &Observed,
     facts: Provisioning,
@@ -127,6 +133,50 @@ pub(crate) fn complete(
         });
     }
 
+    // Only with an egress URL: without one there is nothing to verify, and the statuses of
+    // proxies (and recordings) from before egress checks stay as they were.
+    let check = spec.health_check_or_default();
+    let egress_ip = verdict
+        .and_then(|verdict| verdict.egress_ip.clone())
+        .filter(|_| check.egress_url.is_some());
+    let mut conditions = vec![provisioned_condition, healthy_condition, ready_condition];
+    if check.egress_url.is_some() {
+        let (reason, message) = egress::verify(
+            egress_ip.as_deref(),
+            ip.as_deref(),
+            &check.egress_cidrs,
+            &observed.egress_shared_with,
+        );
+        let condition = conditions::condition(
+            previous,
+            EGRESS_VERIFIED,
+            reason.status(),
+            reason.as_str(),
+            message,
+            generation,
+            now,
+        );
+        // One event per change of the verdict (not of its wording); learning nothing yet
+        // is no news.
+        let changed = conditions::find(previous, EGRESS_VERIFIED)
+            .is_none_or(|before| before.reason != condition.reason);
+        let type_ = match reason {
+            egress::EgressReason::Matches => Some(EventType::Normal),
+            egress::EgressReason::Differs | egress::EgressReason::Shared => {
+                Some(EventType::Warning)
+            }
+            egress::EgressReason::Unknown => None,
+        };
+        if let (true, Some(type_)) = (changed, type_) {
+            events.push(Event {
+                type_,
+                reason: format!("Egress{}", reason.as_str()),
+                message: condition.message.clone(),
+            });
+        }
+        conditions.push(condition);
+    }
+
     let phase = compute_phase(
         observed.object.deletion_requested,
         reason.progress(provider_id.is_some()),
@@ -139,7 +189,8 @@ pub(crate) fn complete(
         observed_generation: Some(generation),
         last_probe_latency_ms: verdict.map(|verdict| i64::from(verdict.latency_ms)),
         last_health_check_time: verdict.map(|verdict| conditions::format_time(verdict.probed_at)),
-        conditions: [provisioned_condition, healthy_condition, ready_condition]
+        egress_ip,
+        conditions: conditions
             .into_iter()
             .chain(banned_condition(
                 previous,

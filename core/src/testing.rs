@@ -63,6 +63,7 @@ pub fn managed_spec() -> ProxySpec {
             secret_ref: None,
         }),
         endpoint: None,
+        credentials_secret_ref: None,
         port: proxy_crd::DEFAULT_PORT,
         max_leases: None,
         health_check: None,
@@ -80,6 +81,7 @@ pub fn external_spec() -> ProxySpec {
             host: EXTERNAL_HOST.to_owned(),
             port: 8080,
         }),
+        credentials_secret_ref: None,
         port: proxy_crd::DEFAULT_PORT,
         max_leases: None,
         health_check: None,
@@ -135,6 +137,8 @@ impl Observed {
             },
             provider_configured: true,
             provider_down: None,
+            credentials: false,
+            egress_shared_with: Vec::new(),
             instance: InstanceView::NotLookedUp,
             outcome: None,
             health: None,
@@ -153,6 +157,12 @@ impl Observed {
     /// With `metadata.generation` = `generation`.
     pub fn generation(mut self, generation: i64) -> Self {
         self.object.generation = generation;
+        self
+    }
+
+    /// For a proxy whose instance enforces credentials of its own.
+    pub fn with_credentials(mut self) -> Self {
+        self.credentials = true;
         self
     }
 
@@ -225,6 +235,7 @@ impl Observed {
             latency_ms: 42,
             probed_at: at(T0),
             failure: None,
+            egress_ip: None,
         });
         self
     }
@@ -267,6 +278,7 @@ pub fn status_of(
         observed_generation: Some(generation),
         last_probe_latency_ms: None,
         last_health_check_time: None,
+        egress_ip: None,
         conditions: vec![
             condition("Provisioned", provisioned),
             condition("Healthy", healthy),

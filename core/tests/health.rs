@@ -45,6 +45,7 @@ fn ok(secs: i64, latency_ms: u32) -> Probe {
         latency_ms,
         at: t(secs),
         failure: None,
+        egress: None,
     }
 }
 
@@ -55,6 +56,7 @@ fn fail(secs: i64) -> Probe {
         latency_ms: 5_000,
         at: t(secs),
         failure: Some(ProbeFailure::Timeout),
+        egress: None,
     }
 }
 
@@ -66,6 +68,7 @@ fn verdict(healthy: bool, probe: Probe) -> HealthVerdict {
         latency_ms: probe.latency_ms,
         probed_at: probe.at,
         failure: if healthy { None } else { probe.failure },
+        egress_ip: None,
     }
 }
 
@@ -538,6 +541,7 @@ fn the_seed_is_the_verdict_the_status_shows() {
         latency_ms: 42,
         probed_at: at("2026-01-01T00:05:00Z"),
         failure: None,
+        egress_ip: None,
     };
     let time = Some("2026-01-01T00:05:00Z");
     let rows = [
@@ -582,6 +586,7 @@ fn seeding_from_status_fills_only_what_the_book_does_not_hold() {
         latency_ms: 42,
         probed_at: at(T0),
         failure: None,
+        egress_ip: None,
     };
     // (the book probed the proxy before, the status, seeded?, what a reconcile then reads)
     let rows = [

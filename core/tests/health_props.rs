@@ -112,6 +112,7 @@ impl World {
                     latency_ms,
                     at: self.now,
                     failure: None,
+                    egress: None,
                 };
                 let report = book.record(&key(), &self.target(), probe, thresholds);
                 if let (true, Some(report)) = (deliver, &report) {
@@ -238,7 +239,7 @@ proptest! {
                         prop_assert_eq!(healthy, ok, "a full run decides");
                     }
 
-                    let probe = Probe { ok, latency_ms, at: world.now, failure: None };
+                    let probe = Probe { ok, latency_ms, at: world.now, failure: None, egress: None};
                     let expected = model.expected_reason(&probe, healthy).map(|reason| Report {
                         key: key(),
                         uid: target.uid.clone(),
@@ -249,6 +250,7 @@ proptest! {
                             latency_ms,
                             probed_at: probe.at,
                             failure: None,
+                            egress_ip: None,
                         },
                     });
                     prop_assert_eq!(&report, &expected);
@@ -300,6 +302,7 @@ proptest! {
                 latency_ms: low + noise[index] % (high - low + 1),
                 at: at(T0) + SignedDuration::from_secs(n * interval),
                 failure: None,
+                egress: None,
             };
             if let Some(report) = book.record(&key(), &target, probe, thresholds) {
                 prop_assert!(book.delivered(&report));
@@ -348,7 +351,7 @@ proptest! {
         let step = if new_uid { Step::Recreate } else { Step::Move };
         prop_assert_eq!(world.apply(&mut book, &step, thresholds), None);
 
-        let probe = Probe { ok, latency_ms, at: world.now, failure: None };
+        let probe = Probe { ok, latency_ms, at: world.now, failure: None, egress: None};
         let mut fresh = HealthBook::new();
         let expected = fresh.record(&key(), &world.target(), probe, thresholds);
         let report = book.record(&key(), &world.target(), probe, thresholds);

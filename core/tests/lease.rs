@@ -34,6 +34,7 @@ fn proxy(name: &str, latency_ms: u32, max_leases: u32) -> ProxyView {
         max_leases,
         host: format!("10.0.0.{}", name.len()),
         port: 3128,
+        shared_egress: false,
     }
 }
 
@@ -71,6 +72,7 @@ fn request(id: &str, selector: Selector, target: Option<&str>, ttl_secs: u64) ->
         selector,
         target: target.map(str::to_owned),
         ttl: Duration::from_secs(ttl_secs),
+        distinct_egress: false,
     }
 }
 

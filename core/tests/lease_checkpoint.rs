@@ -32,6 +32,7 @@ fn proxy(name: &str, max_leases: u32) -> ProxyView {
         max_leases,
         host: format!("10.0.0.{}", name.len()),
         port: 3128,
+        shared_egress: false,
     }
 }
 
@@ -49,6 +50,7 @@ fn acquire(book: &mut LeaseBook, id: &str, target: Option<&str>, now: i64) -> Op
         selector: Selector::all(),
         target: target.map(str::to_owned),
         ttl: Duration::from_secs(60),
+        distinct_egress: false,
     };
     book.acquire(request, at(now))
         .ok()
@@ -106,6 +108,7 @@ fn a_restored_book_holds_the_leases_and_cooldowns_of_the_checkpoint() {
         selector: Selector::all(),
         target: Some("SHOP.example".into()),
         ttl: Duration::from_secs(60),
+        distinct_egress: false,
     };
     match restored.acquire(cooled, at(8)) {
         Err(AcquireError::NoMatch(stats)) => {
@@ -394,6 +397,7 @@ proptest! {
                         selector: Selector::all(),
                         target: target.map(|t| format!("t{t}.example")),
                         ttl: Duration::from_secs(u64::from(ttl)),
+                        distinct_egress: false,
                     };
                     let a = stays.acquire(request.clone(), at(now));
                     let b = moves.acquire(request, at(now));

@@ -223,6 +223,7 @@ impl Driver {
                 selector: SELECTORS[*selector].iter().copied().collect(),
                 target: target.map(|t| TARGETS[t].to_owned()),
                 ttl: Duration::from_secs(*ttl_secs),
+                distinct_egress: false,
             }),
             Step::Release(lease) => Call::Release(self.known_id(lease)),
             Step::Report {
@@ -287,6 +288,7 @@ fn view(
         max_leases,
         host: format!("10.0.{proxy}.{latency_ms}"),
         port: 3128,
+        shared_egress: false,
     }
 }
 

@@ -31,6 +31,7 @@ fn proxy(name: &str) -> ProxyView {
         max_leases: 100,
         host: "10.0.0.1".into(),
         port: 3128,
+        shared_egress: false,
     }
 }
 
@@ -48,6 +49,7 @@ fn lease(book: &mut LeaseBook, id: &str, target: Option<&str>, now: i64) {
         selector: Selector::all(),
         target: target.map(str::to_owned),
         ttl: Duration::from_secs(24 * 3600),
+        distinct_egress: false,
     };
     assert_eq!(book.acquire(request, at(now)).unwrap().proxy, key("a"));
 }

@@ -425,6 +425,8 @@ fn new_health_check_settings_apply_to_the_next_probe_on_the_same_grid() {
                 failure_threshold: 4,
                 success_threshold: 2,
                 expected_status_codes: vec![200],
+                egress_url: None,
+                egress_cidrs: Vec::new(),
             }),
             ..proxy.spec.clone()
         },
@@ -463,6 +465,7 @@ fn a_proxy_that_goes_is_dropped_and_its_result_not_recorded() {
                 latency_ms: 40,
                 at: "2026-01-01T00:00:00Z".parse().expect("a timestamp"),
                 failure: None,
+                egress: None,
             },
             Thresholds::new(3, 1),
         );
@@ -504,6 +507,8 @@ fn the_probe_spec_and_interval_come_from_the_health_check() {
         failure_threshold: 3,
         success_threshold: 1,
         expected_status_codes: vec![204, 70_000, -1, 200],
+        egress_url: Some("https://origin.test/client-address".to_owned()),
+        egress_cidrs: Vec::new(),
     };
     let cases = [
         // (host, spec, proxy)
@@ -519,6 +524,7 @@ fn the_probe_spec_and_interval_come_from_the_health_check() {
                 url: "https://origin.test/".to_owned(),
                 timeout: Duration::from_secs(1),
                 expected_status_codes: vec![204, 200],
+                egress_url: Some("https://origin.test/client-address".to_owned()),
             }
         );
     }

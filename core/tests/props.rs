@@ -132,6 +132,8 @@ struct World {
     // The cloud-init Secret.
     secret_version: u32,
     secret_present: bool,
+    // The credentials Secret, whether it exists.
+    credentials: bool,
     // The provider.
     instances: BTreeMap<String, SimInstance>,
     creates: u32,
@@ -178,6 +180,7 @@ impl World {
             status: ProxyStatus::default(),
             secret_version: 0,
             secret_present: true,
+            credentials: false,
             instances: BTreeMap::new(),
             creates: 0,
             unique_ids,
@@ -272,6 +275,7 @@ impl World {
                         latency_ms: 20,
                         probed_at: self.now,
                         failure: None,
+                        egress_ip: None,
                     });
                     self.dirty = true;
                 }
@@ -383,6 +387,7 @@ impl World {
             .instance(instance);
         observed.now = self.now;
         observed.provider_configured = provider_configured;
+        observed.credentials = self.mode == Mode::Managed;
         observed.object.has_finalizer = self.has_finalizer;
         observed.object.deletion_requested = self.deletion_requested;
         observed.object.spec_hash_annotation = self.annotation.clone();
@@ -438,6 +443,7 @@ impl World {
                     self.has_finalizer = false;
                     self.dirty = true;
                     if self.deletion_requested {
+                        prop_assert!(!self.credentials, "the Proxy went, its credentials stayed");
                         self.exists = false;
                     }
                 }
@@ -446,6 +452,22 @@ impl World {
                     prop_assert!(!hash.is_empty());
                     self.annotation = Some(hash.clone());
                     self.dirty = true;
+                }
+                MetadataWrite::IssueCredentials { .. } => {
+                    prop_assert_eq!(self.mode, Mode::Managed);
+                    prop_assert!(
+                        !self.deletion_requested,
+                        "credentials issued during deletion"
+                    );
+                    self.credentials = true;
+                }
+                MetadataWrite::RevokeCredentials { .. } => {
+                    prop_assert!(
+                        self.instances.is_empty(),
+                        "credentials revoked while an instance may enforce them: {:?}",
+                        self.instances
+                    );
+                    self.credentials = false;
                 }
             }
         }
@@ -479,6 +501,10 @@ impl World {
                 );
                 prop_assert!(!self.deletion_requested, "create during deletion");
                 prop_assert!(!self.provider_down, "create while the provider is down");
+                prop_assert!(
+                    self.credentials,
+                    "create before its credentials were issued"
+                );
                 prop_assert_eq!(request.cloud_init.clone(), self.secret_content());
                 if let Some(error) = self.take_fault() {
                     return Ok(Outcome::Failed {

@@ -251,6 +251,9 @@ impl Effects for Life {
                 MetadataWrite::AddFinalizer => self.has_finalizer = true,
                 MetadataWrite::RemoveFinalizer => self.has_finalizer = false,
                 MetadataWrite::SetSpecHash { hash } => self.annotation = Some(hash.clone()),
+                // The Secret is the shell's: this simulation of the object has none.
+                MetadataWrite::IssueCredentials { .. }
+                | MetadataWrite::RevokeCredentials { .. } => {}
             }
         }
         Ok(())

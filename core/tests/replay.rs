@@ -54,6 +54,7 @@ fn sample() -> Recording {
             latency_ms: 42,
             at: at("2026-01-01T00:00:30Z"),
             failure: None,
+            egress: None,
         },
         &HealthCheck::default(),
     );
@@ -580,6 +581,7 @@ fn every_reachable_health_state_replays_alone_and_in_sequence() {
                             latency_ms: 30,
                             probed_at: at(T0),
                             failure: None,
+                            egress_ip: None,
                         },
                     );
                 }
@@ -607,6 +609,7 @@ fn every_reachable_health_state_replays_alone_and_in_sequence() {
                         latency_ms,
                         at: time,
                         failure: None,
+                        egress: None,
                     };
                     let (report, record) =
                         HealthRecord::call(&mut book, &key, &target("10.0.0.7"), probe, &check);

@@ -493,6 +493,8 @@ impl Story {
             },
             provider_configured: true,
             provider_down: None,
+            credentials: false,
+            egress_shared_with: Vec::new(),
             instance: match &self.status.provider_id {
                 Some(id) => self
                     .instances
@@ -537,6 +539,9 @@ impl Story {
                 MetadataWrite::SetSpecHash { hash } => {
                     self.meta.spec_hash_annotation = Some(hash.clone());
                 }
+                // The stories were recorded before credentials existed: they issue none.
+                MetadataWrite::IssueCredentials { .. }
+                | MetadataWrite::RevokeCredentials { .. } => {}
             }
         }
     }
@@ -582,6 +587,7 @@ impl Story {
             latency_ms,
             at: self.now,
             failure: None,
+            egress: None,
         };
         let (report, record) = HealthRecord::call(&mut self.book, &key, &target, probe, &check);
         if self.recording_on {

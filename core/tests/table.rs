@@ -29,6 +29,7 @@ fn create_request() -> CreateRequest {
         placement: managed_spec().placement,
         cloud_init: Some(CLOUD_INIT.to_owned()),
         port: 3128,
+        credentials_secret: None,
     }
 }
 

@@ -40,6 +40,10 @@ pub use provider_health::{ProviderHealth, ProviderHealthSpec, ProviderHealthStat
 pub const GROUP: &str = "crawl.example.com";
 /// Finalizer the operator puts on `Managed` proxies so their machine is deleted first.
 pub const FINALIZER: &str = "crawl.example.com/instance";
+/// Label of the Secrets holding proxy credentials: the ones the operator issues for Managed
+/// proxies, and the ones External proxies reference (`spec.credentialsSecretRef`). The
+/// operator watches and reads only Secrets with this label set to `"true"`.
+pub const CREDENTIALS_SECRET_LABEL: &str = "crawl.example.com/credentials";
 /// Annotation holding the spec hash the current machine was created from.
 pub const SPEC_HASH_ANNOTATION: &str = "crawl.example.com/spec-hash";
 /// Label a Secret must carry for its content to be used as cloud-init (the operator only
@@ -98,7 +102,8 @@ pub const DEFAULT_EXPECTED_STATUS_CODES: [i32; 2] = [200, 204];
     validation = kube::core::Rule::new(rules::PROVIDER_REQUIRED).message(rules::PROVIDER_REQUIRED_MSG),
     validation = kube::core::Rule::new(rules::PROVIDER_FORBIDDEN).message(rules::PROVIDER_FORBIDDEN_MSG),
     validation = kube::core::Rule::new(rules::ENDPOINT_REQUIRED).message(rules::ENDPOINT_REQUIRED_MSG),
-    validation = kube::core::Rule::new(rules::ENDPOINT_FORBIDDEN).message(rules::ENDPOINT_FORBIDDEN_MSG)
+    validation = kube::core::Rule::new(rules::ENDPOINT_FORBIDDEN).message(rules::ENDPOINT_FORBIDDEN_MSG),
+    validation = kube::core::Rule::new(rules::CREDENTIALS_FORBIDDEN).message(rules::CREDENTIALS_FORBIDDEN_MSG)
 )]
 #[serde(rename_all = "camelCase")]
 pub struct ProxySpec {
@@ -131,6 +136,15 @@ pub struct ProxySpec {
     /// Managed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub endpoint: Option<Endpoint>,
+
+    /// The basic-auth credentials of an External proxy that requires them: a Secret in the
+    /// Proxy's namespace with the keys `username` and `password`, labelled
+    /// `crawl.example.com/credentials: "true"` (the operator reads only labelled Secrets).
+    /// The health probe authenticates with them and the discovery API hands them to the
+    /// crawler that leases the proxy. Forbidden when mode is Managed: the operator issues a
+    /// Managed proxy's credentials itself (a Secret per Proxy, new for every new machine).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub credentials_secret_ref: Option<SecretRef>,
 
     /// TCP port the managed proxy listens on (default 3128). Ignored in External mode, where
     /// `endpoint.port` is used. Changing it replaces the machine.
@@ -230,6 +244,15 @@ pub struct SecretKeyRef {
     pub key: String,
 }
 
+/// A Secret in the same namespace.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+pub struct SecretRef {
+    /// Name of the Secret.
+    #[schemars(length(min = 1, max = 253))]
+    #[x_kube(validation = kube::core::Rule::new(rules::SECRET_NAME_VALID).message(rules::SECRET_NAME_VALID_MSG))]
+    pub name: String,
+}
+
 /// The address of a proxy that exists outside the operator.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
 pub struct Endpoint {
@@ -280,6 +303,23 @@ pub struct HealthCheck {
     #[serde(default = "default_expected_status_codes")]
     #[schemars(length(min = 1), inner(range(min = 100, max = 599)))]
     pub expected_status_codes: Vec<i32>,
+    /// A URL that answers the client's address as its body (plain text, like
+    /// `https://checkip.amazonaws.com`, or a path of your own probe origin). When set, every
+    /// good probe also requests it through the proxy, so the operator learns the address a
+    /// site sees (`status.egressIP`) and says in the `EgressVerified` condition whether it is
+    /// the proxy's published IP (or in `egressCIDRs`), and whether another proxy of the fleet
+    /// leaves from the same address (`Shared`). An absolute `http://` or `https://` URL.
+    #[serde(rename = "egressURL", default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 2048))]
+    #[x_kube(validation = kube::core::Rule::new(rules::EGRESS_URL_VALID).message(rules::EGRESS_URL_VALID_MSG))]
+    pub egress_url: Option<String>,
+    /// Address ranges (`203.0.113.0/24`, `2001:db8::/32`) the egress address may be in,
+    /// besides the proxy's published IP: for proxies that leave through a NAT gateway or
+    /// publish a DNS name. Used with `egressURL`.
+    #[serde(rename = "egressCIDRs", default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 64), inner(length(min = 3, max = 43)))]
+    #[x_kube(validation = kube::core::Rule::new(rules::EGRESS_CIDRS_VALID).message(rules::EGRESS_CIDRS_VALID_MSG))]
+    pub egress_cidrs: Vec<String>,
 }
 
 fn default_probe_url() -> String {
@@ -310,6 +350,8 @@ impl Default for HealthCheck {
             failure_threshold: DEFAULT_FAILURE_THRESHOLD,
             success_threshold: DEFAULT_SUCCESS_THRESHOLD,
             expected_status_codes: default_expected_status_codes(),
+            egress_url: None,
+            egress_cidrs: Vec::new(),
         }
     }
 }
@@ -333,6 +375,11 @@ pub struct ProxyStatus {
     /// or stale address); for External proxies it is `endpoint.host`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ip: Option<String>,
+    /// The address sites see this proxy's requests come from, as the health check's
+    /// `egressURL` last answered; set only when the health check has an `egressURL`. The
+    /// `EgressVerified` condition says whether it is the one expected.
+    #[serde(rename = "egressIP", default, skip_serializing_if = "Option::is_none")]
+    pub egress_ip: Option<String>,
     /// The `metadata.generation` this status was computed from.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
@@ -346,7 +393,8 @@ pub struct ProxyStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(extend("format" = "date-time"))]
     pub last_health_check_time: Option<String>,
-    /// Provisioned, Healthy and Ready, each with the generation it was computed for.
+    /// Provisioned, Healthy and Ready, each with the generation it was computed for, and
+    /// EgressVerified when the health check has an `egressURL`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
     pub conditions: Vec<Condition>,

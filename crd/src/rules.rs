@@ -44,6 +44,11 @@ pub const ENDPOINT_FORBIDDEN: &str = "self.mode != 'Managed' || !has(self.endpoi
 /// Message of [`ENDPOINT_FORBIDDEN`].
 pub const ENDPOINT_FORBIDDEN_MSG: &str = "endpoint must not be set when mode is Managed";
 
+/// `credentialsSecretRef` only for External proxies: the operator issues a Managed proxy's.
+pub const CREDENTIALS_FORBIDDEN: &str = "self.mode != 'Managed' || !has(self.credentialsSecretRef)";
+/// Message of [`CREDENTIALS_FORBIDDEN`].
+pub const CREDENTIALS_FORBIDDEN_MSG: &str = "credentialsSecretRef must not be set when mode is Managed: the operator issues a Managed proxy's credentials itself";
+
 /// Exactly one source of cloud-init (CEL `!=` on booleans is exclusive or).
 pub const CLOUD_INIT_EXACTLY_ONE: &str = "has(self.inline) != has(self.secretRef)";
 /// Message of [`CLOUD_INIT_EXACTLY_ONE`].
@@ -98,6 +103,18 @@ pub const PROBE_URL_VALID: &str = concat!(
 /// Message of [`PROBE_URL_VALID`].
 pub const PROBE_URL_VALID_MSG: &str = "probeURL must be an absolute http:// or https:// URL with a host, for example https://www.gstatic.com/generate_204";
 
+/// `healthCheck.egressURL` is an absolute `http` or `https` URL with a host, as
+/// [`PROBE_URL_VALID`] says of `probeURL`.
+pub const EGRESS_URL_VALID: &str = PROBE_URL_VALID;
+/// Message of [`EGRESS_URL_VALID`].
+pub const EGRESS_URL_VALID_MSG: &str = "egressURL must be an absolute http:// or https:// URL with a host, answering the client's address, for example https://checkip.amazonaws.com";
+
+/// Every `healthCheck.egressCIDRs` entry is an IPv4 or IPv6 range, `address/bits`.
+pub const EGRESS_CIDRS_VALID: &str = "self.all(c, isCIDR(c))";
+/// Message of [`EGRESS_CIDRS_VALID`].
+pub const EGRESS_CIDRS_VALID_MSG: &str =
+    "egressCIDRs must hold address ranges such as 203.0.113.0/24 or 2001:db8::/32";
+
 /// `endpoint.host` is an IP address or a DNS name, nothing more: no scheme, port, path or
 /// space. A name whose last label is a number (or `0x` and hex digits) is refused too, since
 /// URL parsers read it as a malformed IPv4 address.
@@ -130,18 +147,21 @@ pub const SECRET_KEY_VALID_MSG: &str =
     "key must be a Secret data key: letters, digits, '-', '_' and '.'";
 
 /// Every rule with its message, in the order the CRD lists them.
-pub const ALL: [(&str, &str); 13] = [
+pub const ALL: [(&str, &str); 16] = [
     (MODE_IMMUTABLE, MODE_IMMUTABLE_MSG),
     (PROVIDER_IMMUTABLE, PROVIDER_IMMUTABLE_MSG),
     (PROVIDER_REQUIRED, PROVIDER_REQUIRED_MSG),
     (PROVIDER_FORBIDDEN, PROVIDER_FORBIDDEN_MSG),
     (ENDPOINT_REQUIRED, ENDPOINT_REQUIRED_MSG),
     (ENDPOINT_FORBIDDEN, ENDPOINT_FORBIDDEN_MSG),
+    (CREDENTIALS_FORBIDDEN, CREDENTIALS_FORBIDDEN_MSG),
     (CLOUD_INIT_EXACTLY_ONE, CLOUD_INIT_EXACTLY_ONE_MSG),
     (SECRET_NAME_VALID, SECRET_NAME_VALID_MSG),
     (SECRET_KEY_VALID, SECRET_KEY_VALID_MSG),
     (ENDPOINT_HOST_VALID, ENDPOINT_HOST_VALID_MSG),
     (TIMEOUT_BELOW_INTERVAL, TIMEOUT_BELOW_INTERVAL_MSG),
     (PROBE_URL_VALID, PROBE_URL_VALID_MSG),
+    (EGRESS_URL_VALID, EGRESS_URL_VALID_MSG),
+    (EGRESS_CIDRS_VALID, EGRESS_CIDRS_VALID_MSG),
     (PROVIDER_NAME_VALID, PROVIDER_NAME_VALID_MSG),
 ];

@@ -7,6 +7,7 @@ pub mod args;
 pub mod commands;
 pub mod config;
 pub mod controller;
+pub mod credentials;
 pub mod discovery;
 pub mod duration;
 pub mod gate;

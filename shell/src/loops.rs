@@ -22,6 +22,7 @@ use std::future::Future;
 use std::sync::Arc;
 
 use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::Secret;
 use kube::runtime::reflector;
 use proxy_crd::Proxy;
 use tokio::net::TcpListener;
@@ -29,6 +30,7 @@ use tokio::sync::watch;
 use tokio::task::JoinSet;
 
 use crate::controller::{self, Context};
+use crate::credentials::{self, CredentialsCache};
 use crate::discovery::ownership::{self, Store as LeaseBookStore};
 use crate::discovery::{self, Discovery};
 use crate::gc::{CacheWatch, Collector, GcSettings};
@@ -151,6 +153,16 @@ pub async fn run(parts: Parts, stopping: watch::Receiver<bool>) -> anyhow::Resul
     let cache = reflector::store::Writer::<Proxy>::default();
     let store = cache.as_reader();
     ctx.metrics.watch_proxies(store.clone());
+    // The credentials Secrets (labelled ones only), for the probes and the lease answers.
+    let credentials = {
+        let (reader, writer) = reflector::store();
+        let secrets: kube::Api<Secret> = match &namespace {
+            Some(ns) => kube::Api::namespaced(ctx.client.clone(), ns),
+            None => kube::Api::all(ctx.client.clone()),
+        };
+        background.tasks.spawn(credentials::watch(secrets, writer));
+        CredentialsCache::new(reader)
+    };
     // The health engine probes what the cache holds and asks for a reconcile when a verdict
     // must be written; it never writes status itself.
     let (health_tx, mut health_rx) = tokio::sync::mpsc::channel(1024);
@@ -167,12 +179,19 @@ pub async fn run(parts: Parts, stopping: watch::Receiver<bool>) -> anyhow::Resul
         crate::provider_health::run(monitor.clone())
     });
     background.spawn(Loop::Health, {
-        let (health, store, leadership) =
-            (ctx.health.clone(), store.clone(), ctx.leadership.clone());
+        let (health, store, credentials, leadership) = (
+            ctx.health.clone(),
+            store.clone(),
+            credentials.clone(),
+            ctx.leadership.clone(),
+        );
         move || {
-            health
-                .clone()
-                .run(store.clone(), health_tx.clone(), leadership.clone())
+            health.clone().run(
+                store.clone(),
+                credentials.clone(),
+                health_tx.clone(),
+                leadership.clone(),
+            )
         }
     });
     background.spawn(Loop::LeaseBook, {
@@ -181,7 +200,7 @@ pub async fn run(parts: Parts, stopping: watch::Receiver<bool>) -> anyhow::Resul
     });
     background.spawn(Loop::DiscoverySync, {
         let (discovery, store) = (discovery.clone(), store.clone());
-        move || discovery.clone().sync(store.clone())
+        move || discovery.clone().sync(store.clone(), credentials.clone())
     });
     if let Some(settings) = gc {
         let collector = Collector {

@@ -5,6 +5,14 @@
 //! binds each unscheduled Pod to it, starts one real squid per Pod on its own loopback
 //! address (the port from the Pod's first container port, else 3128), and only once squid
 //! accepts connections patches the Pod status to Running with `podIP` and Ready conditions.
+//!
+//! The squid runs the Pod's own config (the `SQUID_CONFIG` the kubernetes provider puts in
+//! the container's environment: its ACL and, when the proxy has credentials, its basic
+//! auth), with the bed's machine directives in place of the machine's ones
+//! ([`Squid::start_with_files`]: this address, egress from it, the run dir, the hosts file),
+//! and the Pod's Secret volumes mounted as a kubelet would: each item of the Secret written
+//! at the mount path, where the config looks for it. A Pod without a config gets the bed's
+//! policy.
 //! When a Pod is being deleted it stops squid and removes the Pod (a Pod bound to a node is
 //! deleted gracefully: the API server waits for the kubelet, i.e. for us).
 //!
@@ -20,7 +28,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::{Node, Pod, PodSpec, Secret};
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams, Preconditions};
 use kube::runtime::watcher;
 use serde_json::json;
@@ -224,9 +232,19 @@ async fn step(
             let squid_name = format!("{}-{name}", pods.namespace().unwrap_or_default());
             let hosts_file = hosts_file.to_owned();
             let port = u16::try_from(port)?;
+            let config = squid_config(spec);
+            let files = mounted_secrets(pods, spec).await?;
             Some(
-                tokio::task::spawn_blocking(move || {
-                    Squid::start(&squid_name, addr, port, &hosts_file)
+                tokio::task::spawn_blocking(move || match config {
+                    Some(config) => Squid::start_with_files(
+                        &squid_name,
+                        addr,
+                        port,
+                        &hosts_file,
+                        &config,
+                        &files,
+                    ),
+                    None => Squid::start(&squid_name, addr, port, &hosts_file),
                 })
                 .await??,
             )
@@ -261,6 +279,68 @@ async fn step(
     pods.patch_status(&name, &PatchParams::default(), &Patch::Merge(&status))
         .await?;
     Ok(())
+}
+
+/// The squid config of the Pod's first container: its `SQUID_CONFIG` variable.
+fn squid_config(spec: &PodSpec) -> Option<String> {
+    spec.containers
+        .first()?
+        .env
+        .as_ref()?
+        .iter()
+        .find(|var| var.name == "SQUID_CONFIG")?
+        .value
+        .clone()
+}
+
+/// The files the Secret volumes mounted into the Pod's first container put there: (path,
+/// content) for each item (each key when the volume lists none). A missing Secret is an
+/// error: the kubelet would not start the container either.
+async fn mounted_secrets(
+    pods: &Api<Pod>,
+    spec: &PodSpec,
+) -> anyhow::Result<Vec<(String, Vec<u8>)>> {
+    let secrets: Api<Secret> = Api::namespaced(
+        pods.clone().into_client(),
+        pods.namespace().unwrap_or_default(),
+    );
+    let mounts = spec
+        .containers
+        .first()
+        .and_then(|c| c.volume_mounts.clone())
+        .unwrap_or_default();
+    let mut files = Vec::new();
+    for mount in mounts {
+        let Some(source) = spec
+            .volumes
+            .iter()
+            .flatten()
+            .find(|volume| volume.name == mount.name)
+            .and_then(|volume| volume.secret.as_ref())
+        else {
+            continue;
+        };
+        let name = source.secret_name.clone().unwrap_or_default();
+        let secret = secrets
+            .get(&name)
+            .await
+            .map_err(|e| anyhow::anyhow!("secret volume {:?}: Secret {name:?}: {e}", mount.name))?;
+        let data = secret.data.unwrap_or_default();
+        let items: Vec<(String, String)> = match &source.items {
+            Some(items) => items
+                .iter()
+                .map(|i| (i.key.clone(), i.path.clone()))
+                .collect(),
+            None => data.keys().map(|k| (k.clone(), k.clone())).collect(),
+        };
+        for (key, path) in items {
+            let content = data
+                .get(&key)
+                .ok_or_else(|| anyhow::anyhow!("Secret {name:?} has no key {key:?}"))?;
+            files.push((format!("{}/{path}", mount.mount_path), content.0.clone()));
+        }
+    }
+    Ok(files)
 }
 
 /// Stops the squid of the Pod `name` if it is the one of UID `uid`.

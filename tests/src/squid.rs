@@ -1,7 +1,9 @@
 //! One real squid process on its own loopback address.
 //!
 //! Linux routes all of 127.0.0.0/8 to loopback, so each squid gets an address of its own and
-//! the usual port, like a Pod with its own IP. Facts and pitfalls: `../shared/docs/squid.md`.
+//! the usual port, like a Pod with its own IP, and sends its traffic from that address
+//! (`tcp_outgoing_address`), so a site (the probe origin) sees each proxy's own egress
+//! address, as it would see each machine's. Facts and pitfalls: `../shared/docs/squid.md`.
 
 use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
@@ -34,6 +36,7 @@ pub const MACHINE_DIRECTIVES: &[&str] = &[
     "coredump_dir",
     "hosts_file",
     "dns_nameservers",
+    "tcp_outgoing_address",
 ];
 
 /// The bed's own policy: loopback clients only, no cache, no revealing headers.
@@ -80,9 +83,39 @@ impl Squid {
         hosts_file: &Path,
         config: &str,
     ) -> anyhow::Result<Self> {
+        Self::start_with_files(name, addr, port, hosts_file, config, &[])
+    }
+
+    /// [`Squid::start_with_config`] on a machine that also has `files` (absolute path on the
+    /// machine, content): each is written under this squid's directory, and the config's
+    /// mentions of its path name that copy, as a container's mount or a VM's disk would
+    /// make the config find it (a Pod's Secret volume, a cloud-config's `write_files`).
+    pub fn start_with_files(
+        name: &str,
+        addr: Ipv4Addr,
+        port: u16,
+        hosts_file: &Path,
+        config: &str,
+        files: &[(String, Vec<u8>)],
+    ) -> anyhow::Result<Self> {
         let dir = subdir(&format!("squid/{name}"));
+        let mut config = config.to_owned();
+        for (path, content) in files {
+            let relative = path.trim_start_matches('/');
+            anyhow::ensure!(
+                !relative.split('/').any(|part| part == ".."),
+                "file path {path:?} leaves the machine's root"
+            );
+            let local = dir.join("root").join(relative);
+            if let Some(parent) = local.parent() {
+                std::fs::create_dir_all(parent)?;
+            }
+            std::fs::write(&local, content)?;
+            config = config.replace(path.as_str(), &local.display().to_string());
+        }
         let mut config_file = format!(
             "http_port {addr}:{port}\n\
+             tcp_outgoing_address {addr}\n\
              pid_filename {dir}/squid.pid\n\
              cache_log {dir}/cache.log\n\
              access_log stdio:{dir}/access.log\n\

@@ -153,7 +153,7 @@ fn refuses(addr: (Ipv4Addr, u16)) -> bool {
 async fn an_insert_becomes_a_running_vm_whose_squid_serves_through_its_nat_ip() {
     let (fake, origin) = fake_with_origin().await;
     let gce = client(&fake).await;
-    let user_data = cloud_config(3130, &["127.0.0.0/8".to_owned()]);
+    let user_data = cloud_config(3130, &["127.0.0.0/8".to_owned()], None);
     let insert = insert(&gce, "px-serve", &user_data).set_request_id(uuid(1));
     let op = insert.poller().until_done().await.unwrap();
     assert_eq!(op.status, Some(operation::Status::Done));
@@ -201,7 +201,7 @@ async fn an_insert_becomes_a_running_vm_whose_squid_serves_through_its_nat_ip() 
 async fn the_vms_squid_enforces_the_acl_and_port_of_its_cloud_config() {
     let (fake, origin) = fake_with_origin().await;
     let gce = client(&fake).await;
-    let user_data = cloud_config(3131, &["192.0.2.0/24".to_owned()]);
+    let user_data = cloud_config(3131, &["192.0.2.0/24".to_owned()], None);
     insert(&gce, "px-acl", &user_data).send().await.unwrap();
     let (_, nat_ip) = running_with_nat_ip(&gce, "px-acl").await;
     let target = format!("probe.test:{}", origin.port);

@@ -49,6 +49,7 @@ fn request(uid: &str) -> CreateRequest {
         placement: None,
         cloud_init: None,
         port: 3128,
+        credentials_secret: None,
     }
 }
 
@@ -78,7 +79,7 @@ fn running(state: &InstanceState) -> bool {
 async fn a_vm_is_created_runs_and_is_deleted() {
     let gce = fake().await;
     let provider = provider(&gce).await;
-    let id = provider.create(&request("uid-1")).await.unwrap();
+    let id = provider.create(&request("uid-1"), None).await.unwrap();
     assert_eq!(
         id,
         format!("zones/{ZONE}/instances/{}", request("uid-1").instance_name)
@@ -101,7 +102,7 @@ async fn an_accepted_insert_that_fails_is_reported_once_then_the_vm_is_not_found
     let gce = fake().await;
     let provider = provider(&gce).await;
     gce.fail_next_inserts(1, InsertFault::OperationQuota);
-    let id = provider.create(&request("uid-2")).await.unwrap();
+    let id = provider.create(&request("uid-2"), None).await.unwrap();
     let failed = until(&provider, &id, |s| *s != InstanceState::Provisioning).await;
     let InstanceState::CreateFailed(error) = failed else {
         panic!("not CreateFailed: {failed:?}")
@@ -110,7 +111,7 @@ async fn an_accepted_insert_that_fails_is_reported_once_then_the_vm_is_not_found
     assert!(error.message.contains("QUOTA_EXCEEDED"), "{error:?}");
     assert_eq!(provider.get(&id).await.unwrap(), InstanceState::NotFound);
     // The next create is a new request: it makes a VM.
-    provider.create(&request("uid-2")).await.unwrap();
+    provider.create(&request("uid-2"), None).await.unwrap();
     until(&provider, &id, running).await;
     assert_eq!(gce.calls(Method::Insert), 2);
 }
@@ -119,12 +120,12 @@ async fn an_accepted_insert_that_fails_is_reported_once_then_the_vm_is_not_found
 async fn a_vm_made_again_after_its_deletion_is_a_new_request() {
     let gce = fake().await;
     let provider = provider(&gce).await;
-    let id = provider.create(&request("uid-3")).await.unwrap();
+    let id = provider.create(&request("uid-3"), None).await.unwrap();
     until(&provider, &id, running).await;
     let first = gce.instances()[0].id;
     provider.delete(&id).await.unwrap();
     until(&provider, &id, |s| *s == InstanceState::NotFound).await;
-    provider.create(&request("uid-3")).await.unwrap();
+    provider.create(&request("uid-3"), None).await.unwrap();
     until(&provider, &id, running).await;
     assert_ne!(gce.instances()[0].id, first, "a new VM");
 }
@@ -134,7 +135,7 @@ async fn an_operator_restarted_after_a_deletion_still_makes_a_new_vm() {
     let gce = fake().await;
     let id = {
         let before = provider(&gce).await;
-        let id = before.create(&request("uid-4")).await.unwrap();
+        let id = before.create(&request("uid-4"), None).await.unwrap();
         until(&before, &id, running).await;
         before.delete(&id).await.unwrap();
         until(&before, &id, |s| *s == InstanceState::NotFound).await;
@@ -143,7 +144,7 @@ async fn an_operator_restarted_after_a_deletion_still_makes_a_new_vm() {
     // A new process knows nothing: its first insert reuses the spent request ID, which GCE
     // answers with the old, finished operation; the provider must not take that for a VM.
     let after = provider(&gce).await;
-    after.create(&request("uid-4")).await.unwrap();
+    after.create(&request("uid-4"), None).await.unwrap();
     until(&after, &id, running).await;
     assert_eq!(
         gce.calls(Method::Insert),
@@ -156,8 +157,8 @@ async fn an_operator_restarted_after_a_deletion_still_makes_a_new_vm() {
 async fn a_create_repeated_after_a_crash_finds_the_vm_the_first_made() {
     let gce = fake().await;
     let provider = provider(&gce).await;
-    let first = provider.create(&request("uid-5")).await.unwrap();
-    let again = provider.create(&request("uid-5")).await.unwrap();
+    let first = provider.create(&request("uid-5"), None).await.unwrap();
+    let again = provider.create(&request("uid-5"), None).await.unwrap();
     assert_eq!(first, again);
     until(&provider, &first, running).await;
     assert_eq!(gce.instances().len(), 1);
@@ -171,7 +172,7 @@ async fn a_delete_in_progress_is_checked_not_sent_again() {
         ..Default::default()
     });
     let provider = provider(&gce).await;
-    let id = provider.create(&request("uid-6")).await.unwrap();
+    let id = provider.create(&request("uid-6"), None).await.unwrap();
     until(&provider, &id, running).await;
     for _ in 0..3 {
         provider.delete(&id).await.unwrap();
@@ -184,7 +185,7 @@ async fn a_delete_in_progress_is_checked_not_sent_again() {
 async fn gc_lists_our_vms_with_the_cores_label_keys_even_with_a_zone_down() {
     let gce = fake().await;
     let provider = provider(&gce).await;
-    let id = provider.create(&request("uid-7")).await.unwrap();
+    let id = provider.create(&request("uid-7"), None).await.unwrap();
     until(&provider, &id, running).await;
     let listed = provider.list_by_tag().await.unwrap();
     assert_eq!(listed.len(), 1);
@@ -208,7 +209,11 @@ async fn the_gets_of_a_fleet_share_one_list() {
     let provider = provider(&gce).await;
     let ids: Vec<String> = futures::future::try_join_all((0..10).map(|i| {
         let provider = &provider;
-        async move { provider.create(&request(&format!("uid-fleet-{i}"))).await }
+        async move {
+            provider
+                .create(&request(&format!("uid-fleet-{i}")), None)
+                .await
+        }
     }))
     .await
     .unwrap();

@@ -207,16 +207,21 @@ impl LeaseBook {
             selector,
             target,
             ttl,
+            distinct_egress,
         } = request;
         self.expire(now);
         if self.ledger.contains(&id) {
             return Err(AcquireError::IdInUse);
         }
         let target = target.map(|target| target.to_ascii_lowercase());
-        match self.best(&selector, target.as_deref(), now) {
+        let wanted = Wanted {
+            selector: &selector,
+            distinct_egress,
+        };
+        match self.best(&wanted, target.as_deref(), now) {
             Some(key) => Ok(self.grant(key, id, target, ttl, now)),
             None => Err(AcquireError::NoMatch(self.no_match(
-                &selector,
+                &wanted,
                 target.as_deref(),
                 now,
             ))),
@@ -341,10 +346,25 @@ impl LeaseBook {
     /// The proxies the selector matches, only the healthy ones if `healthy_only`, ordered
     /// by key. O(n · s).
     pub fn list(&self, selector: &Selector, healthy_only: bool) -> Vec<Listed<'_>> {
+        self.list_distinct(selector, healthy_only, false)
+    }
+
+    /// [`list`](Self::list), without the proxies that share their egress address with
+    /// another when `distinct_egress`.
+    pub fn list_distinct(
+        &self,
+        selector: &Selector,
+        healthy_only: bool,
+        distinct_egress: bool,
+    ) -> Vec<Listed<'_>> {
+        let wanted = Wanted {
+            selector,
+            distinct_egress,
+        };
         self.fleet
             .proxies
             .iter()
-            .filter(|(_, proxy)| selector.matches(&proxy.labels))
+            .filter(|(_, proxy)| wanted.accepts(proxy))
             .filter(|(_, proxy)| proxy.healthy || !healthy_only)
             .map(|(key, proxy)| Listed {
                 proxy,
@@ -363,20 +383,20 @@ impl LeaseBook {
 
     /// The key of the first proxy in rank order that the selector matches and that is not
     /// cooling down for the target.
-    fn best(&self, selector: &Selector, target: Option<&str>, now: Timestamp) -> Option<ProxyKey> {
+    fn best(&self, wanted: &Wanted<'_>, target: Option<&str>, now: Timestamp) -> Option<ProxyKey> {
         let cooling = self.cooldowns.for_target(target);
         self.eligible
-            .narrowest(selector)?
+            .narrowest(wanted.selector)?
             .iter()
-            .find(|rank| self.selects(selector, &rank.key) && !cooling.holds(&rank.key, now))
+            .find(|rank| self.selects(wanted, &rank.key) && !cooling.holds(&rank.key, now))
             .map(|rank| rank.key.clone())
     }
 
-    fn selects(&self, selector: &Selector, key: &ProxyKey) -> bool {
+    fn selects(&self, wanted: &Wanted<'_>, key: &ProxyKey) -> bool {
         self.fleet
             .proxies
             .get(key)
-            .is_some_and(|proxy| selector.matches(&proxy.labels))
+            .is_some_and(|proxy| wanted.accepts(proxy))
     }
 
     fn grant(
@@ -424,11 +444,11 @@ impl LeaseBook {
     }
 
     /// Counts why each proxy the selector matches was passed over.
-    fn no_match(&self, selector: &Selector, target: Option<&str>, now: Timestamp) -> NoMatch {
+    fn no_match(&self, wanted: &Wanted<'_>, target: Option<&str>, now: Timestamp) -> NoMatch {
         let cooling = self.cooldowns.for_target(target);
         let mut stats = NoMatch::default();
         for (key, proxy) in &self.fleet.proxies {
-            if !selector.matches(&proxy.labels) {
+            if !wanted.accepts(proxy) {
                 continue;
             }
             stats.considered += 1;
@@ -474,6 +494,19 @@ impl Fleet {
             };
             (rank, &proxy.labels)
         })
+    }
+}
+
+/// Which proxies a request accepts at all: the selector's, without the ones sharing an
+/// egress address when it wants distinct ones.
+struct Wanted<'a> {
+    selector: &'a Selector,
+    distinct_egress: bool,
+}
+
+impl Wanted<'_> {
+    fn accepts(&self, proxy: &ProxyView) -> bool {
+        self.selector.matches(&proxy.labels) && !(self.distinct_egress && proxy.shared_egress)
     }
 }
 

@@ -37,6 +37,10 @@ pub struct ProxyView {
     pub host: String,
     /// The port crawlers connect to.
     pub port: u16,
+    /// Whether another proxy of the fleet leaves from the same egress address (its
+    /// `EgressVerified` condition says `Shared`): a request with
+    /// [`distinct_egress`](AcquireRequest::distinct_egress) never gets it.
+    pub shared_egress: bool,
 }
 
 /// Which proxies a request accepts: equality terms over labels, all of which must hold.
@@ -111,6 +115,10 @@ pub struct AcquireRequest {
     pub target: Option<String>,
     /// How long the lease lasts unless released earlier. The shell caps it.
     pub ttl: Duration,
+    /// Leave out the proxies that share their egress address with another
+    /// ([`ProxyView::shared_egress`]): they are not candidates at all, so the 409 counts
+    /// do not consider them either.
+    pub distinct_egress: bool,
 }
 
 /// A lease granted by [`acquire`](super::LeaseBook::acquire).

@@ -4,6 +4,8 @@
 use proxy_crd::{Phase, ProxySpec, ProxyStatus};
 
 use super::types::{Labels, ProxyView, Selector};
+use crate::conditions;
+use crate::egress::EgressReason;
 use crate::key::ProxyKey;
 
 /// The view of one `Proxy` for the lease book, or `None` when it has no address crawlers
@@ -32,6 +34,8 @@ pub fn view_of(
         max_leases: spec.max_leases_or_default(),
         host,
         port,
+        shared_egress: conditions::find(&status, conditions::EGRESS_VERIFIED)
+            .is_some_and(|c| c.reason == EgressReason::Shared.as_str()),
     })
 }
 
@@ -227,7 +231,8 @@ mod tests {
                 latency_ms: 42,
                 max_leases: 5,
                 host: "10.0.0.7".into(),
-                port: 3128
+                port: 3128,
+                shared_egress: false,
             }
         );
         let unhealthy = status(Phase::Unhealthy, Some("10.0.0.7"), None);

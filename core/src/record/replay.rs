@@ -364,6 +364,7 @@ fn rebuild(key: &ProxyKey, state: &HealthState) -> Result<HealthBook, String> {
                     latency_ms: 0,
                     at,
                     failure: None,
+                    egress: None,
                 },
                 thresholds,
             );

@@ -328,6 +328,9 @@ pub struct ProbeResult {
     /// [`Probe::failure`]; absent in recordings made before causes were recorded.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub failure: Option<ProbeFailure>,
+    /// [`Probe::egress`]; absent when unknown, and in recordings made before egress checks.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub egress: Option<std::net::IpAddr>,
 }
 
 impl ProbeResult {
@@ -338,6 +341,7 @@ impl ProbeResult {
             latency_ms: probe.latency_ms,
             at: probe.at,
             failure: probe.failure,
+            egress: probe.egress,
         }
     }
 
@@ -348,6 +352,7 @@ impl ProbeResult {
             latency_ms: self.latency_ms,
             at: self.at,
             failure: self.failure,
+            egress: self.egress,
         }
     }
 }
@@ -443,6 +448,8 @@ pub enum HealthReportReason {
     VerdictChanged,
     /// [`ReportReason::Latency`].
     Latency,
+    /// [`ReportReason::Egress`].
+    Egress,
 }
 
 impl HealthReportReason {
@@ -452,6 +459,7 @@ impl HealthReportReason {
             ReportReason::First => Self::First,
             ReportReason::VerdictChanged => Self::VerdictChanged,
             ReportReason::Latency => Self::Latency,
+            ReportReason::Egress => Self::Egress,
         }
     }
 
@@ -461,6 +469,7 @@ impl HealthReportReason {
             Self::First => ReportReason::First,
             Self::VerdictChanged => ReportReason::VerdictChanged,
             Self::Latency => ReportReason::Latency,
+            Self::Egress => ReportReason::Egress,
         }
     }
 }

@@ -177,6 +177,8 @@ fn decided(record: &DecideRecord) -> String {
             Action::SetSpecHash { hash } => {
                 format!("SetSpecHash {}", hash.get(..12).unwrap_or(hash))
             }
+            Action::IssueCredentials { secret } => format!("IssueCredentials {secret}"),
+            Action::RevokeCredentials { secret } => format!("RevokeCredentials {secret}"),
             Action::Create(request) => format!("Create {}", request.instance_name),
             Action::Delete { provider_id, .. } => format!("Delete {provider_id}"),
             Action::PatchStatus(status) => match status.phase {

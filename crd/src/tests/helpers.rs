@@ -7,6 +7,7 @@ fn managed() -> ProxySpec {
         placement: None,
         cloud_init: None,
         endpoint: None,
+        credentials_secret_ref: None,
         port: 3128,
         max_leases: None,
         health_check: None,
@@ -21,6 +22,7 @@ fn external(host: &str, port: i32) -> ProxySpec {
             host: host.into(),
             port,
         }),
+        credentials_secret_ref: None,
         ..managed()
     }
 }

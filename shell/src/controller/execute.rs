@@ -3,8 +3,9 @@
 //! ([`crate::gate`]). Nothing is decided here: the order is the driver's, the content the
 //! core's.
 //!
-//! Writes: metadata (finalizer, hash annotation) by merge patches on the object, status by
-//! server-side apply under [`FIELD_MANAGER`] on the status subresource.
+//! Writes: metadata (finalizer, hash annotation) by merge patches on the object, the
+//! credentials Secret by create and delete ([`crate::credentials`]), status by server-side
+//! apply under [`FIELD_MANAGER`] on the status subresource.
 
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::events::{Event as KubeEvent, EventType as KubeEventType};
@@ -14,6 +15,7 @@ use proxy_crd::{FINALIZER, Proxy, ProxyStatus, SPEC_HASH_ANNOTATION};
 use serde_json::json;
 
 use super::{Context, FIELD_MANAGER};
+use crate::credentials;
 use crate::gate::{NotLeader, Write};
 
 /// Why an effect could not be carried out. Each message ends with its source's, as kube's
@@ -35,6 +37,18 @@ pub enum Error {
     /// The status write failed.
     #[error("writing the status: {0}")]
     Status(#[source] kube::Error),
+    /// The credentials Secret could not be issued.
+    #[error("issuing credentials: {0}")]
+    Issue(#[from] credentials::IssueError),
+    /// The credentials Secret could not be deleted.
+    #[error("revoking the credentials Secret {name:?}: {source}")]
+    Revoke {
+        /// The Secret's name.
+        name: String,
+        /// Why.
+        #[source]
+        source: kube::Error,
+    },
 }
 
 impl Error {
@@ -44,6 +58,7 @@ impl Error {
             Self::NotLeader(_) => "not_leader",
             Self::Metadata { .. } => "write_metadata",
             Self::Status(_) => "write_status",
+            Self::Issue(_) | Self::Revoke { .. } => "write_credentials",
         }
     }
 }
@@ -53,12 +68,19 @@ impl Error {
 pub struct Executor<'a> {
     proxy: &'a Proxy,
     ctx: &'a Context,
+    /// The passwd file of the credentials issued in this reconcile, for the create that
+    /// follows (the decision that creates issues them first). Never logged.
+    passwd: std::sync::Mutex<Option<String>>,
 }
 
 impl<'a> Executor<'a> {
     /// An executor for the reconcile of `proxy`, as read at its start.
     pub fn new(proxy: &'a Proxy, ctx: &'a Context) -> Self {
-        Self { proxy, ctx }
+        Self {
+            proxy,
+            ctx,
+            passwd: std::sync::Mutex::default(),
+        }
     }
 
     fn api(&self) -> Api<Proxy> {
@@ -73,6 +95,28 @@ impl<'a> Executor<'a> {
         for write in writes {
             self.ctx.gate.pass(Write::Metadata)?;
             let (name, patch) = match write {
+                MetadataWrite::IssueCredentials { secret } => {
+                    let passwd = credentials::issue(
+                        &self.ctx.client,
+                        &self.proxy.namespace().unwrap_or_default(),
+                        secret,
+                        &self.proxy.name_any(),
+                        &self.proxy.uid().unwrap_or_default(),
+                    )
+                    .await?;
+                    *crate::supervise::lock(&self.passwd) = Some(passwd);
+                    continue;
+                }
+                MetadataWrite::RevokeCredentials { secret } => {
+                    let namespace = self.proxy.namespace().unwrap_or_default();
+                    credentials::revoke(&self.ctx.client, &namespace, secret)
+                        .await
+                        .map_err(|source| Error::Revoke {
+                            name: secret.clone(),
+                            source,
+                        })?;
+                    continue;
+                }
                 MetadataWrite::AddFinalizer | MetadataWrite::RemoveFinalizer => {
                     let mut finalizers: Vec<String> = self
                         .proxy
@@ -137,10 +181,22 @@ impl<'a> Executor<'a> {
             });
         };
         let result = match request {
-            ProviderRequest::Create(create) => provider
-                .create(create)
-                .await
-                .map(|provider_id| Outcome::Created { provider_id }),
+            ProviderRequest::Create(create) => {
+                let passwd = crate::supervise::lock(&self.passwd).clone();
+                if create.credentials_secret.is_some() && passwd.is_none() {
+                    // Unreachable: the decision that creates issues the credentials first.
+                    return Ok(Outcome::Failed {
+                        call: request.call(),
+                        error: ProviderError::transient(
+                            "the credentials were not issued before the create",
+                        ),
+                    });
+                }
+                provider
+                    .create(create, passwd.as_deref())
+                    .await
+                    .map(|provider_id| Outcome::Created { provider_id })
+            }
             ProviderRequest::Delete { provider_id, .. } => provider
                 .delete(provider_id)
                 .await

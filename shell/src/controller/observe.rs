@@ -6,8 +6,8 @@ use k8s_openapi::api::core::v1::Secret;
 use kube::api::Api;
 use kube::{Resource, ResourceExt};
 use proxy_core::cloud_init::{self, SecretRead};
-use proxy_core::{CloudInitView, InstanceView, Metadata, Observed, instance_id};
-use proxy_crd::{FINALIZER, Proxy, SPEC_HASH_ANNOTATION};
+use proxy_core::{CloudInitView, InstanceView, Metadata, Observed, ProxyKey, instance_id};
+use proxy_crd::{FINALIZER, Mode, Proxy, SPEC_HASH_ANNOTATION};
 
 use super::Context;
 
@@ -76,6 +76,13 @@ pub async fn observe(proxy: &Proxy, failures: u32, ctx: &Context) -> Result<Obse
         cloud_init: resolve_cloud_init(proxy, &ctx.client).await?,
         provider_configured: provider.is_some(),
         provider_down: ctx.provider_health.down(&proxy.spec),
+        credentials: proxy.spec.mode == Mode::Managed
+            && proxy
+                .spec
+                .provider
+                .as_deref()
+                .is_some_and(|name| ctx.providers.enforces_credentials(name, &proxy.spec)),
+        egress_shared_with: ctx.health.egress_shared_with(&ProxyKey::of(proxy)),
         instance,
         outcome: None,
         health: ctx.health.reported(proxy),

@@ -19,7 +19,7 @@ pub mod forward;
 pub mod ownership;
 mod routes;
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -31,6 +31,7 @@ use proxy_core::lease::{
 use proxy_core::{BlockedSites, ProxyKey};
 use proxy_crd::Proxy;
 
+use crate::credentials::{Credentials, CredentialsCache};
 use crate::leadership::Leadership;
 use crate::server::{BearerToken, Settings};
 
@@ -72,6 +73,10 @@ pub struct Discovery {
     /// its book for good (tests, benchmarks).
     replica: Option<Replica>,
     forwarder: forward::Forwarder,
+    /// The credentials of the proxies that have them, for the lease answer: in memory only,
+    /// kept in line with the credentials Secrets by [`Discovery::sync`]. Never in the book
+    /// (which is saved to a ConfigMap), never in a listing.
+    credentials: Mutex<BTreeMap<ProxyKey, Credentials>>,
 }
 
 /// What one lock guards: the book, what of it is saved, and who owns it. One lock, so that
@@ -144,6 +149,7 @@ impl Discovery {
             limits,
             replica,
             forwarder: forward::Forwarder::new(),
+            credentials: Mutex::default(),
         }
     }
 
@@ -200,11 +206,18 @@ impl Discovery {
         })
     }
 
-    /// Keeps the book in line with the proxies of `store` until the task is dropped.
-    pub async fn sync(self: Arc<Self>, store: Store<Proxy>) {
+    /// Keeps the book in line with the proxies of `store`, and the credentials the lease
+    /// answer carries with `credentials`, until the task is dropped.
+    pub async fn sync(self: Arc<Self>, store: Store<Proxy>, credentials: CredentialsCache) {
         let mut tick = tokio::time::interval(SYNC_INTERVAL);
         loop {
             tick.tick().await;
+            self.replace_credentials(
+                store
+                    .state()
+                    .iter()
+                    .filter_map(|proxy| Some((ProxyKey::of(proxy), credentials.of(proxy)?))),
+            );
             let views = store.state().into_iter().filter_map(|proxy| {
                 let labels = proxy.labels().clone().into_iter().collect();
                 view_of(
@@ -234,6 +247,19 @@ impl Discovery {
         for key in &gone {
             book.remove(key);
         }
+    }
+
+    /// Makes `credentials` the credentials the lease answer hands out, per proxy.
+    pub fn replace_credentials(
+        &self,
+        credentials: impl IntoIterator<Item = (ProxyKey, Credentials)>,
+    ) {
+        *crate::supervise::lock(&self.credentials) = credentials.into_iter().collect();
+    }
+
+    /// The credentials of the proxy `key`, if it has any.
+    fn credentials_of(&self, key: &ProxyKey) -> Option<Credentials> {
+        crate::supervise::lock(&self.credentials).get(key).cloned()
     }
 
     /// Removes the proxy `key`, which is gone, from the book.

@@ -22,6 +22,7 @@ use warp::{Filter, Reply};
 use super::error::{ApiError, json_response, recover};
 use super::forward::{FORWARDED_HEADER, Incoming};
 use super::{BODY_LIMIT, Discovery, Elsewhere};
+use crate::credentials::Credentials;
 
 /// Every route, with authentication, the body limit, panic recovery, JSON errors and the
 /// request log. A request this replica does not answer from its book is forwarded to the
@@ -308,24 +309,35 @@ fn proxy_url(host: &str, port: u16) -> String {
     }
 }
 
-/// `GET /v1/proxies[?healthy=true][&selector=geo=eu,tier=a]`
+/// What the userinfo of a URL may not hold as it is (RFC 3986: everything but unreserved
+/// characters and sub-delims; `:` separates the user from the password, `@` ends them).
+const USERINFO: &percent_encoding::AsciiSet = &percent_encoding::NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'.')
+    .remove(b'_')
+    .remove(b'~');
+
+/// `http://user:pass@host:port`, the user and the password percent-encoded.
+fn proxy_url_with(host: &str, port: u16, credentials: &Credentials) -> String {
+    let encode = |text: &str| percent_encoding::utf8_percent_encode(text, USERINFO).to_string();
+    let bare = proxy_url(host, port);
+    let rest = bare.strip_prefix("http://").unwrap_or(&bare);
+    format!(
+        "http://{}:{}@{rest}",
+        encode(credentials.username()),
+        encode(credentials.password())
+    )
+}
+
+/// `GET /v1/proxies[?healthy=true][&selector=geo=eu,tier=a][&distinctEgress=true]`
 fn list(state: &Discovery, forwarded: bool, query: &str) -> Result<Response, Elsewhere> {
     let mut healthy_only = false;
+    let mut distinct_egress = false;
     let mut selector = Selector::all();
     for (name, value) in form_urlencoded::parse(query.as_bytes()) {
         match name.as_ref() {
-            "healthy" => {
-                healthy_only = match value.as_ref() {
-                    "true" => true,
-                    "false" => false,
-                    other => {
-                        return Err(ApiError::invalid_request(format!(
-                            "healthy must be true or false, not {other:?}"
-                        ))
-                        .into());
-                    }
-                }
-            }
+            "healthy" => healthy_only = boolean("healthy", &value)?,
+            "distinctEgress" => distinct_egress = boolean("distinctEgress", &value)?,
             "selector" => {
                 selector = Selector::parse(&value)
                     .map_err(|e| ApiError::invalid_selector(e.to_string()))?
@@ -341,7 +353,7 @@ fn list(state: &Discovery, forwarded: bool, query: &str) -> Result<Response, Els
     let shared = state.serving(Call::Other, forwarded)?;
     let proxies: Vec<ProxyItem<'_>> = shared
         .book
-        .list(&selector, healthy_only)
+        .list_distinct(&selector, healthy_only, distinct_egress)
         .into_iter()
         .map(ProxyItem::from)
         .collect();
@@ -420,6 +432,17 @@ fn detail(state: &Discovery, forwarded: bool, key: &ProxyKey) -> Result<Response
     Ok(json_response(StatusCode::OK, &detail))
 }
 
+/// A boolean query parameter: `true` or `false`.
+fn boolean(name: &str, value: &str) -> Result<bool, ApiError> {
+    match value {
+        "true" => Ok(true),
+        "false" => Ok(false),
+        other => Err(ApiError::invalid_request(format!(
+            "{name} must be true or false, not {other:?}"
+        ))),
+    }
+}
+
 /// The body of `POST /v1/leases`.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
@@ -434,6 +457,9 @@ struct AcquireBody {
     /// `60.0` as the integer 60 and the API document promises integers.
     #[serde(default)]
     ttl_seconds: Option<serde_json::Number>,
+    /// Only proxies whose egress address no other proxy shares.
+    #[serde(default)]
+    distinct_egress: bool,
 }
 
 /// The lease's duration: the default without `ttlSeconds`, else `ttlSeconds` if it is a
@@ -451,7 +477,8 @@ fn ttl(seconds: Option<&serde_json::Number>, limits: &super::Limits) -> Result<D
     }
 }
 
-#[derive(Debug, Serialize)]
+/// The answer to a granted lease. `Debug` is not derived: it carries the password.
+#[derive(Serialize)]
 #[serde(rename_all = "camelCase")]
 struct LeaseGranted {
     #[serde(rename = "leaseID")]
@@ -462,24 +489,39 @@ struct LeaseGranted {
     ttl_seconds: u64,
 }
 
-#[derive(Debug, Serialize)]
+/// The leased proxy. `Debug` is not derived: the answer carries the password.
+#[derive(Serialize)]
 struct LeasedProxy {
     namespace: String,
     name: String,
     host: String,
     port: u16,
+    /// `http://user:pass@host:port` (userinfo percent-encoded) when the proxy has
+    /// credentials, `http://host:port` when it has none.
     url: String,
+    /// The credentials, also on their own (crawlee's `ProxyInfo`, Playwright's `proxy`);
+    /// absent when the proxy has none.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    username: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    password: Option<String>,
 }
 
-impl From<Lease> for LeaseGranted {
-    fn from(lease: Lease) -> Self {
+impl LeaseGranted {
+    fn of(lease: Lease, credentials: Option<Credentials>) -> Self {
+        let url = match &credentials {
+            Some(credentials) => proxy_url_with(&lease.host, lease.port, credentials),
+            None => proxy_url(&lease.host, lease.port),
+        };
         Self {
             proxy: LeasedProxy {
                 namespace: lease.proxy.namespace().to_owned(),
                 name: lease.proxy.name().to_owned(),
-                url: proxy_url(&lease.host, lease.port),
+                url,
                 host: lease.host,
                 port: lease.port,
+                username: credentials.as_ref().map(|c| c.username().to_owned()),
+                password: credentials.as_ref().map(|c| c.password().to_owned()),
             },
             lease_id: lease.id,
             target: lease.target,
@@ -514,6 +556,7 @@ fn acquire(state: &Discovery, forwarded: bool, body: &[u8]) -> Result<Response, 
     let selector = Selector::checked(request.selector)
         .map_err(|e| ApiError::invalid_selector(e.to_string()))?;
     let target = target(request.target.as_deref())?;
+    let distinct_egress = request.distinct_egress;
     let mut shared = state.serving(Call::Acquire, forwarded)?;
     let now = jiff::Timestamp::now();
     loop {
@@ -523,13 +566,15 @@ fn acquire(state: &Discovery, forwarded: bool, body: &[u8]) -> Result<Response, 
             selector: selector.clone(),
             target: target.clone(),
             ttl,
+            distinct_egress,
         };
         match shared.book.acquire(request, now) {
             Ok(lease) => {
                 shared.journal.changed(now);
+                let credentials = state.credentials_of(&lease.proxy);
                 return Ok(json_response(
                     StatusCode::CREATED,
-                    &LeaseGranted::from(lease),
+                    &LeaseGranted::of(lease, credentials),
                 ));
             }
             Err(AcquireError::NoMatch(stats)) => {

@@ -39,6 +39,7 @@ use kube::ResourceExt;
 use kube::runtime::reflector::{ObjectRef, Store};
 use proxy_core::HealthVerdict;
 use proxy_core::ProxyKey;
+use proxy_core::egress::EgressBook;
 use proxy_core::health::{HealthBook, Probe, Target, Thresholds};
 use proxy_core::probe_schedule::{Listed, Moment, ProbeId, ProbeSchedule, Start};
 use proxy_crd::Proxy;
@@ -46,6 +47,7 @@ use tokio::sync::{Semaphore, mpsc};
 use tokio::time::{Instant, MissedTickBehavior};
 
 use self::probe::{ProbeResult, Prober};
+use crate::credentials::{Credentials, CredentialsCache};
 use crate::leadership::Leadership;
 use crate::metrics::Metrics;
 use crate::supervise::{self, Loop, lock};
@@ -64,6 +66,8 @@ pub const REFRESH_EVERY: Duration = Duration::from_secs(1);
 #[derive(Debug)]
 pub struct HealthEngine {
     book: Mutex<HealthBook>,
+    /// The egress address of every proxy whose `egressURL` answered, and who shares one.
+    egress: Mutex<EgressBook>,
     prober: Prober,
     permits: Arc<Semaphore>,
     metrics: Arc<Metrics>,
@@ -141,6 +145,7 @@ impl HealthEngine {
     pub fn new(prober: Prober, concurrency: usize, metrics: Arc<Metrics>) -> Self {
         Self {
             book: Mutex::default(),
+            egress: Mutex::default(),
             prober,
             permits: Arc::new(Semaphore::new(concurrency.max(1))),
             metrics,
@@ -162,10 +167,19 @@ impl HealthEngine {
         book.reported(&key, &uid).cloned()
     }
 
+    /// The other proxies seen leaving from the egress address of `key`, for its
+    /// observation ([`proxy_core::Observed::egress_shared_with`]).
+    pub fn egress_shared_with(&self, key: &ProxyKey) -> Vec<ProxyKey> {
+        lock(&self.egress).shared_with(key)
+    }
+
     /// Forgets the verdicts of `key`, which is gone. (Its schedule goes at the next refresh,
-    /// and with it any verdict a probe still in flight delivers.)
+    /// and with it any verdict a probe still in flight delivers.) The proxies that shared
+    /// its egress address no longer do: they are reconciled by the next probe that reports,
+    /// or their next poll.
     pub fn forget(&self, key: &ProxyKey) {
         lock(&self.book).forget(key);
+        let _ = lock(&self.egress).forget(key);
     }
 
     /// How many proxies the book holds a state for.
@@ -179,9 +193,12 @@ impl HealthEngine {
     /// Only the leader probes: a follower keeps no state, so when it becomes the leader it
     /// starts from the verdicts the statuses show (seeded by the first of
     /// [`HealthEngine::reported`] and the refresh, which runs at once on a gain).
+    ///
+    /// A proxy with credentials (`credentials`) is probed with them.
     pub async fn run(
         self: Arc<Self>,
         store: Store<Proxy>,
+        credentials: CredentialsCache,
         reconcile: mpsc::Sender<ObjectRef<Proxy>>,
         leadership: Arc<Leadership>,
     ) {
@@ -222,7 +239,12 @@ impl HealthEngine {
                 if refresh_first {
                     self.refresh(&store, &mut schedule, clock.now());
                 }
-                self.launch_due(&mut schedule, clock.now(), &finished_tx);
+                self.launch_due(&mut schedule, clock.now(), &finished_tx, |key| {
+                    let reference = ObjectRef::new(key.name()).within(key.namespace());
+                    store
+                        .get(&reference)
+                        .and_then(|proxy| credentials.of(&proxy))
+                });
             }
         }
     }
@@ -238,6 +260,7 @@ impl HealthEngine {
                 self.metrics.forget_proxy(&key);
             }
             *lock(&self.book) = HealthBook::new();
+            *lock(&self.egress) = EgressBook::new();
         }
         false
     }
@@ -256,15 +279,18 @@ impl HealthEngine {
         for gone in gone {
             tracing::debug!(proxy = %gone, "no longer probed");
             self.metrics.forget_proxy(&gone);
+            let _ = lock(&self.egress).forget(&gone);
         }
     }
 
-    /// Starts the probes that are due, as many as there are free permits.
+    /// Starts the probes that are due, as many as there are free permits, each with the
+    /// credentials `credentials_of` finds for its proxy.
     fn launch_due(
         &self,
         schedule: &mut ProbeSchedule,
         now: Moment,
         finished: &mpsc::UnboundedSender<Done>,
+        credentials_of: impl Fn(&ProxyKey) -> Option<Credentials>,
     ) {
         for start in schedule.due(now, self.permits.available_permits()) {
             // Only this loop takes permits, and it asked for no more than were free; were one
@@ -282,13 +308,19 @@ impl HealthEngine {
             } = start;
             let (prober, finished, metrics) =
                 (self.prober.clone(), finished.clone(), self.metrics.clone());
+            let credentials = credentials_of(&key);
             // Under the panic boundary: a probe task that died would leave its proxy in
             // flight, never probed again.
             tokio::spawn(async move {
                 let at = jiff::Timestamp::now();
                 let object = key.to_string();
-                let probed =
-                    supervise::guard(Loop::Health, &object, &metrics, prober.probe(&probe)).await;
+                let probed = supervise::guard(
+                    Loop::Health,
+                    &object,
+                    &metrics,
+                    prober.probe(&probe, credentials.as_ref()),
+                )
+                .await;
                 drop(permit);
                 let _ = finished.send(match probed {
                     Ok(result) => Done::Probed(Finished {
@@ -324,6 +356,16 @@ impl HealthEngine {
         self.metrics
             .probe(&key, result.ok, result.latency.as_secs_f64());
         let latency_ms = u32::try_from(result.latency.as_millis()).unwrap_or(u32::MAX);
+        // The proxies whose sharing of an egress address changed (another one joined or
+        // left theirs) are reconciled too: their `EgressVerified` condition changes.
+        let changed = match result.egress {
+            Some(egress) => lock(&self.egress).record(&key, Some(egress)),
+            None => Vec::new(),
+        };
+        for other in changed.iter().filter(|other| **other != key) {
+            let reference = ObjectRef::new(other.name()).within(other.namespace());
+            let _ = reconcile.try_send(reference);
+        }
         let mut book = lock(&self.book);
         let Some(report) = book.record(
             &key,
@@ -333,6 +375,7 @@ impl HealthEngine {
                 latency_ms,
                 at,
                 failure: result.error.map(|error| error.cause),
+                egress: result.egress,
             },
             thresholds,
         ) else {

@@ -4,7 +4,9 @@
 //! the proxy and, for https URLs, sends a new CONNECT: a cached tunnel would hide exactly the
 //! failure a probe exists to catch (a proxy that accepts TCP but can no longer reach out).
 //! The whole probe, from connecting to the proxy to the response status, has one deadline:
-//! the health check's timeout. A hung proxy costs its own probe that long, never anyone
+//! the health check's timeout. A proxy with credentials is probed with them
+//! (`Proxy-Authorization`, on the CONNECT for https URLs): a probe without them would only
+//! see squid's 407. A hung proxy costs its own probe that long, never anyone
 //! else's.
 //!
 //! A failed probe says why, as a [`ProbeFailure`] the core words in the `Healthy` condition:
@@ -12,10 +14,13 @@
 //! hyper-util (the DNS and tunnel errors), recognised by their text; the tests below pin
 //! each cause with a real socket, so a dependency update that changes them fails there.
 
+use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use proxy_core::ProbeFailure;
+
+use crate::credentials::Credentials;
 use proxy_core::probe_schedule::ProbeSpec;
 use rustls::pki_types::CertificateDer;
 use rustls::pki_types::pem::PemObject;
@@ -29,6 +34,9 @@ pub struct ProbeResult {
     pub latency: Duration,
     /// Why it failed; `None` when it succeeded.
     pub error: Option<ProbeError>,
+    /// The address the health check's `egressURL` answered, after a good probe; `None`
+    /// without an `egressURL`, after a failed probe, or when its answer was no address.
+    pub egress: Option<IpAddr>,
 }
 
 /// Why a probe failed: the cause for the `Healthy` condition, and the error for the log.
@@ -91,18 +99,19 @@ impl Prober {
         Ok(Self { tls: Arc::new(tls) })
     }
 
-    /// Runs one probe. Never fails: every failure is a result with `ok == false`.
-    pub async fn probe(&self, spec: &ProbeSpec) -> ProbeResult {
+    /// Runs one probe, authenticating with `credentials` when the proxy has them. Never
+    /// fails: every failure is a result with `ok == false`.
+    pub async fn probe(&self, spec: &ProbeSpec, credentials: Option<&Credentials>) -> ProbeResult {
         let started = Instant::now();
-        let outcome = tokio::time::timeout(spec.timeout, self.request(spec)).await;
+        let outcome = tokio::time::timeout(spec.timeout, self.request(spec, credentials)).await;
         let latency = started.elapsed();
         let error = match outcome {
             Ok(Ok(answer)) if spec.expected_status_codes.contains(&answer.status) => None,
             Ok(Ok(Answer { status, from_proxy })) => Some(ProbeError {
-                cause: if from_proxy {
-                    ProbeFailure::ProxyAnswered { status }
-                } else {
-                    ProbeFailure::UnexpectedStatus { status }
+                cause: match (from_proxy, status) {
+                    (true, 407) => ProbeFailure::ProxyAuthRequired,
+                    (true, _) => ProbeFailure::ProxyAnswered { status },
+                    (false, _) => ProbeFailure::UnexpectedStatus { status },
                 },
                 detail: format!("unexpected status {status}"),
             }),
@@ -112,26 +121,72 @@ impl Prober {
                 detail: format!("timed out after {:?}", spec.timeout),
             }),
         };
+        // Only a proxy that works is asked where it leaves from, within what is left of the
+        // deadline: the probe's verdict never waits for it.
+        let egress = match (&spec.egress_url, &error) {
+            (Some(url), None) => {
+                let left = spec.timeout.saturating_sub(started.elapsed());
+                tokio::time::timeout(left, self.egress(spec, url, credentials))
+                    .await
+                    .ok()
+                    .flatten()
+            }
+            _ => None,
+        };
         ProbeResult {
             ok: error.is_none(),
             latency,
             error,
+            egress,
         }
     }
 
-    async fn request(&self, spec: &ProbeSpec) -> Result<Answer, ProbeError> {
-        let failed = |error: reqwest::Error| ProbeError {
-            cause: classify(&error),
-            detail: error_chain(&error),
-        };
-        let proxy = reqwest::Proxy::all(format!("http://{}", spec.proxy)).map_err(failed)?;
-        let client = reqwest::Client::builder()
+    /// The address `url` answers when requested through the proxy: its body, trimmed, if
+    /// that is an IP address.
+    async fn egress(
+        &self,
+        spec: &ProbeSpec,
+        url: &str,
+        credentials: Option<&Credentials>,
+    ) -> Option<IpAddr> {
+        let client = self.client(spec, credentials).ok()?;
+        let response = client.get(url).send().await.ok()?;
+        if !response.status().is_success() {
+            return None;
+        }
+        let body = response.text().await.ok()?;
+        body.trim().parse().ok()
+    }
+
+    /// A client that goes through the proxy of `spec` (with `credentials`), on fresh
+    /// connections only.
+    fn client(
+        &self,
+        spec: &ProbeSpec,
+        credentials: Option<&Credentials>,
+    ) -> Result<reqwest::Client, reqwest::Error> {
+        let mut proxy = reqwest::Proxy::all(format!("http://{}", spec.proxy))?;
+        if let Some(credentials) = credentials {
+            proxy = proxy.basic_auth(credentials.username(), credentials.password());
+        }
+        reqwest::Client::builder()
             .proxy(proxy)
             .use_preconfigured_tls((*self.tls).clone())
             .pool_max_idle_per_host(0)
             .redirect(reqwest::redirect::Policy::none())
             .build()
-            .map_err(failed)?;
+    }
+
+    async fn request(
+        &self,
+        spec: &ProbeSpec,
+        credentials: Option<&Credentials>,
+    ) -> Result<Answer, ProbeError> {
+        let failed = |error: reqwest::Error| ProbeError {
+            cause: classify(&error),
+            detail: error_chain(&error),
+        };
+        let client = self.client(spec, credentials).map_err(failed)?;
         let response = client.get(&spec.url).send().await.map_err(failed)?;
         Ok(Answer {
             status: response.status().as_u16(),
@@ -185,9 +240,8 @@ fn cause_of(error: &(dyn std::error::Error + 'static)) -> Option<ProbeFailure> {
     // their text is all there is.
     match error.to_string().as_str() {
         "dns error" => Some(ProbeFailure::ProxyNameNotResolved),
-        "tunnel error: unsuccessful" | "tunnel error: proxy authorization required" => {
-            Some(ProbeFailure::TunnelRefused)
-        }
+        "tunnel error: unsuccessful" => Some(ProbeFailure::TunnelRefused),
+        "tunnel error: proxy authorization required" => Some(ProbeFailure::ProxyAuthRequired),
         "tunnel error: unexpected end of file" | "connection closed before message completed" => {
             Some(ProbeFailure::MalformedAnswer)
         }
@@ -247,8 +301,9 @@ mod tests {
             url: url.to_owned(),
             timeout: Duration::from_millis(1500),
             expected_status_codes: vec![204],
+            egress_url: None,
         };
-        let result = Prober::new(None).unwrap().probe(&spec).await;
+        let result = Prober::new(None).unwrap().probe(&spec, None).await;
         assert_eq!(result.ok, result.error.is_none(), "{result:?}");
         result.error.map(|error| error.cause)
     }
@@ -333,6 +388,56 @@ mod tests {
         assert_eq!(
             cause(proxy, "http://probe.test/").await,
             Some(ProbeFailure::MalformedAnswer)
+        );
+    }
+
+    #[tokio::test]
+    async fn a_probe_with_credentials_sends_them_to_the_proxy() {
+        // A proxy that wants `u:p` (base64 dTpw), as squid with basic auth does: 407 without.
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let proxy = listener.local_addr().unwrap().to_string();
+        tokio::spawn(async move {
+            while let Ok((mut stream, _)) = listener.accept().await {
+                tokio::spawn(async move {
+                    let mut request = [0u8; 4096];
+                    let n = stream.read(&mut request).await.unwrap_or(0);
+                    let head = String::from_utf8_lossy(&request[..n]).to_ascii_lowercase();
+                    let answer: &[u8] = if head.contains("proxy-authorization: basic dtpw\r\n") {
+                        b"HTTP/1.1 204 No Content\r\n\r\n"
+                    } else {
+                        b"HTTP/1.1 407 Proxy Authentication Required\r\nX-Squid-Error: ERR_CACHE_ACCESS_DENIED 0\r\nContent-Length: 0\r\n\r\n"
+                    };
+                    let _ = stream.write_all(answer).await;
+                    let _ = stream.shutdown().await;
+                });
+            }
+        });
+        let spec = ProbeSpec {
+            proxy,
+            url: "http://probe.test/".to_owned(),
+            timeout: Duration::from_millis(1500),
+            expected_status_codes: vec![204],
+            egress_url: None,
+        };
+        let prober = Prober::new(None).unwrap();
+        let with = prober.probe(&spec, Some(&Credentials::new("u", "p"))).await;
+        assert!(with.ok, "{with:?}");
+        let without = prober.probe(&spec, None).await;
+        assert_eq!(
+            without.error.map(|e| e.cause),
+            Some(ProbeFailure::ProxyAuthRequired)
+        );
+    }
+
+    #[tokio::test]
+    async fn a_connect_answered_407_is_missing_credentials() {
+        let proxy = stand_in(&[
+            b"HTTP/1.1 407 Proxy Authentication Required\r\nProxy-Authenticate: Basic realm=\"proxy\"\r\nContent-Length: 0\r\n\r\n",
+        ])
+        .await;
+        assert_eq!(
+            cause(proxy, "https://probe.test/").await,
+            Some(ProbeFailure::ProxyAuthRequired)
         );
     }
 

@@ -1,8 +1,10 @@
 //! The `kubernetes` provider: one Pod running squid per Proxy, in the Proxy's namespace.
 //!
 //! The squid config is generated here and handed to the container in an environment
-//! variable, so each proxy is exactly one Kubernetes object to create, watch and delete.
-//! Provider IDs are `<namespace>/<pod>`, so `get` and `delete` need nothing else.
+//! variable, so each proxy is exactly one Kubernetes object to create, watch and delete
+//! (besides its credentials Secret, which the Pod mounts: only its passwd file of hashes, at
+//! [`CREDENTIALS_DIR`]). Provider IDs are `<namespace>/<pod>`, so `get` and `delete` need
+//! nothing else.
 
 use async_trait::async_trait;
 use k8s_openapi::api::core::v1::Pod;
@@ -16,6 +18,7 @@ use serde_json::json;
 
 use super::{Checked, Provider, labels, squid};
 use crate::config::KubernetesSettings;
+use crate::credentials;
 
 /// Creates squid Pods through the Kubernetes API.
 #[derive(Clone)]
@@ -45,6 +48,9 @@ impl KubernetesProvider {
     }
 }
 
+/// Where the Pod mounts its credentials Secret's passwd file.
+pub const CREDENTIALS_DIR: &str = "/etc/squid/credentials";
+
 /// The Pod for one proxy. It is owned by its Proxy (a controller reference, without
 /// `blockOwnerDeletion`, which would need delete rights on Proxies' finalizers): Kubernetes'
 /// garbage collector deletes it if the Proxy ever goes without the operator's finalizer
@@ -56,7 +62,28 @@ pub fn pod(request: &CreateRequest, settings: &KubernetesSettings, installation:
         .as_ref()
         .and_then(|p| p.image.clone())
         .unwrap_or_else(|| settings.image.clone());
-    let config = squid::config(request.port, &settings.allowed_source_cidrs);
+    let passwd_file = format!("{CREDENTIALS_DIR}/{}", credentials::PASSWD_KEY);
+    let config = squid::config(
+        request.port,
+        &settings.allowed_source_cidrs,
+        request
+            .credentials_secret
+            .as_ref()
+            .map(|_| passwd_file.as_str()),
+    );
+    // Only the passwd file (hashes), world-readable inside the Pod: squid's helper runs as
+    // squid's own user.
+    let (volumes, mounts) = match &request.credentials_secret {
+        Some(secret) => (
+            json!([{"name": "credentials", "secret": {
+                "secretName": secret,
+                "items": [{"key": credentials::PASSWD_KEY, "path": credentials::PASSWD_KEY}],
+                "defaultMode": 0o444,
+            }}]),
+            json!([{"name": "credentials", "mountPath": CREDENTIALS_DIR, "readOnly": true}]),
+        ),
+        None => (json!([]), json!([])),
+    };
     serde_json::from_value(json!({
         "metadata": {
             "name": request.instance_name,
@@ -77,11 +104,13 @@ pub fn pod(request: &CreateRequest, settings: &KubernetesSettings, installation:
         },
         "spec": {
             "restartPolicy": "Always",
+            "volumes": volumes,
             "containers": [{
                 "name": "squid",
                 "image": image,
                 "command": ["sh", "-c", "printf '%s' \"$SQUID_CONFIG\" > /etc/squid/squid.conf && exec squid -N -f /etc/squid/squid.conf"],
                 "env": [{"name": "SQUID_CONFIG", "value": config}],
+                "volumeMounts": mounts,
                 "ports": [{"name": "proxy", "containerPort": request.port, "protocol": "TCP"}],
                 "readinessProbe": {"tcpSocket": {"port": request.port}, "periodSeconds": 5},
             }],
@@ -149,7 +178,12 @@ fn split_id(provider_id: &str) -> Result<(&str, &str), ProviderError> {
 
 #[async_trait]
 impl Provider for KubernetesProvider {
-    async fn create(&self, request: &CreateRequest) -> Result<String, ProviderError> {
+    /// The Pod mounts the credentials Secret itself: `passwd` is not needed.
+    async fn create(
+        &self,
+        request: &CreateRequest,
+        _passwd: Option<&str>,
+    ) -> Result<String, ProviderError> {
         let pods: Api<Pod> = Api::namespaced(self.client.clone(), &request.namespace);
         match pods
             .create(
@@ -219,6 +253,7 @@ mod tests {
             placement: None,
             cloud_init: None,
             port: 3130,
+            credentials_secret: None,
         }
     }
 
@@ -255,8 +290,36 @@ mod tests {
         let env = &container.env.as_ref().unwrap()[0];
         assert_eq!(
             env.value.as_deref(),
-            Some(squid::config(3130, &["10.0.0.0/8".into()]).as_str())
+            Some(squid::config(3130, &["10.0.0.0/8".into()], None).as_str())
         );
+        assert_eq!(container.volume_mounts.as_deref(), Some(&[][..]));
+    }
+
+    #[test]
+    fn a_pod_with_credentials_mounts_the_passwd_file_of_its_secret() {
+        let request = CreateRequest {
+            credentials_secret: Some("proxy-abc-credentials".into()),
+            ..request()
+        };
+        let pod = pod(&request, &settings(), "install-1");
+        let spec = pod.spec.unwrap();
+        let volume = &spec.volumes.as_ref().unwrap()[0];
+        let secret = volume.secret.as_ref().unwrap();
+        assert_eq!(secret.secret_name.as_deref(), Some("proxy-abc-credentials"));
+        let items = secret.items.as_ref().unwrap();
+        assert_eq!((items.len(), items[0].key.as_str()), (1, "passwd"));
+        let container = &spec.containers[0];
+        let mount = &container.volume_mounts.as_ref().unwrap()[0];
+        assert_eq!(
+            (mount.name.as_str(), mount.mount_path.as_str()),
+            ("credentials", CREDENTIALS_DIR)
+        );
+        let config = container.env.as_ref().unwrap()[0].value.clone().unwrap();
+        assert!(
+            config.contains("basic_ncsa_auth /etc/squid/credentials/passwd\n"),
+            "{config}"
+        );
+        assert!(config.contains("http_access allow clients authenticated\n"));
     }
 
     #[test]

@@ -63,10 +63,14 @@ impl Drop for InFlight<'_> {
 
 #[async_trait]
 impl Provider for Metered {
-    async fn create(&self, request: &CreateRequest) -> Result<String, ProviderError> {
+    async fn create(
+        &self,
+        request: &CreateRequest,
+        passwd: Option<&str>,
+    ) -> Result<String, ProviderError> {
         let span = tracing::info_span!("provider", provider = %self.name, op = "create", instance = %request.instance_name, proxy = %ProxyKey::new(&request.namespace, &request.name));
         let in_flight = self.in_flight();
-        let result = self.inner.create(request).instrument(span).await;
+        let result = self.inner.create(request, passwd).instrument(span).await;
         drop(in_flight);
         self.count("create", &result);
         result

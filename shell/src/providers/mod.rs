@@ -50,9 +50,19 @@ pub mod labels {
 pub trait Provider: Send + Sync + std::fmt::Debug {
     /// Creates the instance (or finds the one with the same name) and returns its ID.
     ///
-    /// An error's message must never quote `request.cloud_init`: it reaches the status, an
-    /// Event and the recording, which redacts cloud-init only where it is carried as such.
-    async fn create(&self, request: &CreateRequest) -> Result<String, ProviderError>;
+    /// `passwd` is the content of the credentials Secret `request.credentials_secret` names:
+    /// the passwd file (hashes) the instance's squid must enforce, `None` when the proxy has
+    /// no credentials. A provider that boots the generated squid config writes it next to
+    /// it; one that mounts the Secret by name ignores it.
+    ///
+    /// An error's message must never quote `request.cloud_init` or `passwd`: it reaches the
+    /// status, an Event and the recording, which redacts cloud-init only where it is carried
+    /// as such.
+    async fn create(
+        &self,
+        request: &CreateRequest,
+        passwd: Option<&str>,
+    ) -> Result<String, ProviderError>;
     /// The state of the instance with this ID.
     async fn get(&self, provider_id: &str) -> Result<InstanceState, ProviderError>;
     /// Deletes the instance with this ID; succeeds when it is already gone.

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use super::Provider;
 use super::metered::Metered;
-use super::types::Env;
+use super::types::{Env, ProviderSettings};
 use super::unstarted::Unstarted;
 use crate::config::ProvidersConfig;
 use crate::metrics::Metrics;
@@ -14,6 +14,7 @@ use crate::metrics::Metrics;
 #[derive(Debug, Clone, Default)]
 pub struct Registry {
     providers: BTreeMap<String, Arc<dyn Provider>>,
+    settings: BTreeMap<String, ProviderSettings>,
     owned_pods: bool,
 }
 
@@ -37,6 +38,11 @@ impl Registry {
         }
         Self {
             providers,
+            settings: config
+                .providers
+                .iter()
+                .map(|p| (p.name.clone(), p.settings.clone()))
+                .collect(),
             owned_pods: config
                 .providers
                 .iter()
@@ -48,6 +54,15 @@ impl Registry {
     /// watches them; without such a provider the operator may have no Pod permissions).
     pub fn has_owned_pods(&self) -> bool {
         self.owned_pods
+    }
+
+    /// Whether the instance the provider `name` creates for `spec` enforces the proxy's
+    /// credentials ([`ProviderSettings::enforces_credentials`]); false for a provider that
+    /// is not configured.
+    pub fn enforces_credentials(&self, name: &str, spec: &proxy_crd::ProxySpec) -> bool {
+        self.settings
+            .get(name)
+            .is_some_and(|settings| settings.enforces_credentials(spec))
     }
 
     /// Every provider with its name, in name order.

@@ -156,6 +156,17 @@ impl ProviderSettings {
         }
     }
 
+    /// Whether an instance of this type for `spec` enforces the proxy's credentials, that is
+    /// runs the squid config the operator generates ([`super::squid`]): a Pod always does; a
+    /// VM unless the Proxy brings a cloud-init of its own, which configures its own squid
+    /// (no credentials are issued for it then, and crawlers get a URL without any).
+    pub fn enforces_credentials(&self, spec: &proxy_crd::ProxySpec) -> bool {
+        match self {
+            Self::Kubernetes(_) => true,
+            Self::Gcp(_) | Self::Kvm(_) => spec.cloud_init.is_none(),
+        }
+    }
+
     /// The RBAC rules this type needs on top of [`COMMON_RULES`].
     pub fn rbac(&self) -> &'static [Rule] {
         match self {
@@ -192,10 +203,12 @@ pub const COMMON_RULES: [Rule; 5] = [
     Rule {
         api_groups: &[""],
         resources: &["secrets"],
-        verbs: &["get", "list", "watch"],
+        verbs: &["get", "list", "watch", "create", "delete"],
         resource_names: &[],
-        why: "cloud-init content; only Secrets labelled crawl.example.com/cloud-init=true are \
-              read (RBAC cannot select by label: narrow it with namespaced Roles)",
+        why: "cloud-init content and proxy credentials: only Secrets labelled \
+              crawl.example.com/cloud-init=true or crawl.example.com/credentials=true are read; \
+              the operator creates and deletes one credentials Secret per Managed Proxy, never \
+              updates one (RBAC cannot select by label: narrow it with namespaced Roles)",
     },
     Rule {
         api_groups: &[""],

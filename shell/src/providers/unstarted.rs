@@ -62,8 +62,12 @@ impl Unstarted {
 
 #[async_trait]
 impl Provider for Unstarted {
-    async fn create(&self, request: &CreateRequest) -> Result<String, ProviderError> {
-        self.started()?.create(request).await
+    async fn create(
+        &self,
+        request: &CreateRequest,
+        passwd: Option<&str>,
+    ) -> Result<String, ProviderError> {
+        self.started()?.create(request, passwd).await
     }
 
     async fn get(&self, provider_id: &str) -> Result<InstanceState, ProviderError> {

@@ -36,6 +36,7 @@ fn fleet(n: usize) -> impl Iterator<Item = ProxyView> {
         max_leases: 1_000,
         host: format!("10.{}.{}.{}", i / 65536, (i / 256) % 256, i % 256),
         port: 3128,
+        shared_egress: false,
     })
 }
 
@@ -196,6 +197,7 @@ fn core_cost(n: usize) -> f64 {
                 selector: selector.clone(),
                 target: Some("example.com".into()),
                 ttl: Duration::from_secs(60),
+                distinct_egress: false,
             };
             book.acquire(request, now).expect("a lease");
             book.release(&id, now);

@@ -211,7 +211,12 @@ impl Bed {
         // One process, no election: it always leads.
         let candidate =
             Candidate::new("bench-health", leadership::Timing::default()).expect("an identity");
-        runtime.spawn(engine.run(store, reconcile, Arc::new(Leadership::unopposed(candidate))));
+        runtime.spawn(engine.run(
+            store,
+            proxy_operator::credentials::CredentialsCache::empty(),
+            reconcile,
+            Arc::new(Leadership::unopposed(candidate)),
+        ));
 
         std::thread::sleep(warm_up);
         let before = self.cpu();

@@ -1,5 +1,6 @@
 //! The demo: a local control plane, the operator, real squid proxies, and a crawler that
-//! leases one of them through the discovery API and sends a request through it.
+//! leases one of them through the discovery API and sends a request through it, with the
+//! proxy's own credentials; each lease's egress address, verified by the operator, is shown.
 //!
 //! Run it with `tests/bed/demo.sh`, which provisions the test bed first.
 
@@ -15,6 +16,18 @@ use serde_json::{Value, json};
 
 fn step(text: &str) {
     println!("\n\x1b[1m==> {text}\x1b[0m");
+}
+
+/// The EgressVerified condition, as `status/reason`.
+fn egress_verified(status: &proxy_crd::ProxyStatus) -> String {
+    status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "EgressVerified")
+        .map_or_else(
+            || "unverified".to_owned(),
+            |c| format!("EgressVerified={}/{}", c.status, c.reason),
+        )
 }
 
 fn kubectl_get(plane: &ControlPlane, ns: &str) {
@@ -54,7 +67,8 @@ async fn main() -> anyhow::Result<()> {
             "apiVersion": "crawl.example.com/v1alpha1", "kind": "Proxy",
             "metadata": {"name": name, "labels": {"geo": geo}},
             "spec": {"mode": "Managed", "provider": "pods", "healthCheck": {
-                "probeURL": origin.url("/generate_204"), "intervalSeconds": 2, "timeoutSeconds": 1}}
+                "probeURL": origin.url("/generate_204"), "egressURL": origin.url("/client-address"),
+                "intervalSeconds": 2, "timeoutSeconds": 1}}
         }))?;
         proxies.create(&PostParams::default(), &proxy).await?;
         println!("    created Proxy {name}");
@@ -123,27 +137,80 @@ async fn main() -> anyhow::Result<()> {
         .await?
         .json()
         .await?;
+    // What the crawler gets, with the password masked for the screen.
+    let mut shown = lease.clone();
+    if let Some(password) = lease["proxy"]["password"].as_str() {
+        let text = serde_json::to_string_pretty(&shown)?.replace(password, "<password>");
+        shown = serde_json::from_str(&text)?;
+    }
     println!(
         "    {}",
-        serde_json::to_string_pretty(&lease)?.replace('\n', "\n    ")
+        serde_json::to_string_pretty(&shown)?.replace('\n', "\n    ")
     );
     let proxy_url = lease["proxy"]["url"]
         .as_str()
         .ok_or_else(|| anyhow::anyhow!("no lease: {lease}"))?;
 
-    step(&format!(
-        "The crawler fetches https://probe.test/client-address through {proxy_url}"
-    ));
+    step("The crawler fetches https://probe.test/client-address through the leased URL");
     let through = reqwest::Client::builder()
         .proxy(reqwest::Proxy::all(proxy_url)?)
         .tls_certs_only([reqwest::Certificate::from_pem(origin.ca_pem.as_bytes())?])
         .build()?;
     let answer = through.get(origin.url("/client-address")).send().await?;
+    let name = lease["proxy"]["name"].as_str().unwrap_or_default();
+    let leased = proxies.get(name).await?.status.unwrap_or_default();
     println!(
-        "    HTTP {}; the site saw the request come from {}",
+        "    HTTP {}; the site saw the request come from {}; the operator verified {name}'s egress as {} ({})",
         answer.status(),
-        answer.text().await?
+        answer.text().await?,
+        leased.egress_ip.as_deref().unwrap_or("(not yet)"),
+        egress_verified(&leased)
     );
+    let unauthenticated = reqwest::Client::builder()
+        .proxy(reqwest::Proxy::all(format!(
+            "http://{}:{}",
+            lease["proxy"]["host"].as_str().unwrap_or_default(),
+            lease["proxy"]["port"]
+        ))?)
+        .tls_certs_only([reqwest::Certificate::from_pem(origin.ca_pem.as_bytes())?])
+        .build()?;
+    match unauthenticated
+        .get(origin.url("/client-address"))
+        .send()
+        .await
+    {
+        Ok(answer) => println!("    without the credentials: HTTP {}", answer.status()),
+        Err(error) => {
+            let mut why = error.to_string();
+            let mut source = std::error::Error::source(&error);
+            while let Some(cause) = source {
+                why = format!("{why}: {cause}");
+                source = cause.source();
+            }
+            println!("    without the credentials, squid refuses the tunnel: {why}");
+        }
+    }
+
+    step("Every lease leaves from its own address: one lease per proxy, with its egress");
+    for geo in ["eu", "eu", "us"] {
+        let lease: Value = http
+            .post(api("/v1/leases"))
+            .bearer_auth(DISCOVERY_TOKEN)
+            .json(&json!({"selector": {"geo": geo}, "distinctEgress": true, "ttlSeconds": 60}))
+            .send()
+            .await?
+            .json()
+            .await?;
+        let name = lease["proxy"]["name"].as_str().unwrap_or_default();
+        let status = proxies.get(name).await?.status.unwrap_or_default();
+        println!(
+            "    lease {} -> {name} at {}: egress {} ({})",
+            lease["leaseID"].as_str().unwrap_or_default(),
+            lease["proxy"]["host"].as_str().unwrap_or_default(),
+            status.egress_ip.as_deref().unwrap_or("(not yet)"),
+            egress_verified(&status)
+        );
+    }
 
     step("The site rate-limited us: the crawler reports it, and releases the lease");
     let id = lease["leaseID"].as_str().unwrap_or_default();

@@ -47,9 +47,9 @@ impl Vm {
         let squid = match mode {
             VmMode::Squid { hosts_file } if squid => {
                 let squid = match squid_config(metadata)? {
-                    Some(config) => {
+                    Some((config, files)) => {
                         let port = http_port(&config)?;
-                        Squid::start_with_config(label, addr, port, hosts_file, &config)?
+                        Squid::start_with_files(label, addr, port, hosts_file, &config, &files)?
                     }
                     None => Squid::start(label, addr, 3128, hosts_file)?,
                 };
@@ -68,8 +68,13 @@ impl Vm {
     }
 }
 
-/// The squid config a `#cloud-config` in the `user-data` metadata item writes, if any.
-fn squid_config(metadata: &Value) -> anyhow::Result<Option<String>> {
+/// The squid config a `#cloud-config` in the `user-data` metadata item writes, if any, with
+/// the other files it writes (path, content: the proxy's passwd file).
+type Written = (String, Vec<(String, Vec<u8>)>);
+
+/// The squid config and the other files a `#cloud-config` in the `user-data` metadata item
+/// writes, if it writes a squid config.
+fn squid_config(metadata: &Value) -> anyhow::Result<Option<Written>> {
     let user_data = metadata["items"]
         .as_array()
         .into_iter()
@@ -81,13 +86,20 @@ fn squid_config(metadata: &Value) -> anyhow::Result<Option<String>> {
     };
     let doc: Value = serde_saphyr::from_str(user_data)
         .map_err(|e| anyhow::anyhow!("user-data is not valid cloud-config YAML: {e}"))?;
-    let content = doc["write_files"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .find(|file| file["path"] == SQUID_CONF)
-        .and_then(|file| file["content"].as_str());
-    Ok(content.map(str::to_owned))
+    let written = doc["write_files"].as_array().into_iter().flatten();
+    let mut config = None;
+    let mut files = Vec::new();
+    for file in written {
+        let (Some(path), Some(content)) = (file["path"].as_str(), file["content"].as_str()) else {
+            continue;
+        };
+        if path == SQUID_CONF {
+            config = Some(content.to_owned());
+        } else {
+            files.push((path.to_owned(), content.as_bytes().to_vec()));
+        }
+    }
+    Ok(config.map(|config| (config, files)))
 }
 
 /// The port of a config's first `http_port` (`3128`, `0.0.0.0:3128`, `[::]:3128 ...`).
@@ -104,7 +116,7 @@ fn http_port(config: &str) -> anyhow::Result<u16> {
 
 #[cfg(test)]
 mod tests {
-    use proxy_operator::providers::squid::{cloud_config, config};
+    use proxy_operator::providers::squid::{PASSWD_PATH, cloud_config, config};
     use serde_json::json;
 
     use super::*;
@@ -116,9 +128,22 @@ mod tests {
     #[test]
     fn the_operators_cloud_config_gives_its_squid_config_and_port() {
         let cidrs = ["192.0.2.0/24".to_owned()];
-        let found = squid_config(&metadata(&cloud_config(3130, &cidrs))).unwrap();
-        assert_eq!(found.as_deref(), Some(config(3130, &cidrs).as_str()));
-        assert_eq!(http_port(&found.unwrap()).unwrap(), 3130);
+        let (found, files) = squid_config(&metadata(&cloud_config(3130, &cidrs, None)))
+            .unwrap()
+            .unwrap();
+        assert_eq!(found, config(3130, &cidrs, None));
+        assert_eq!(files, []);
+        assert_eq!(http_port(&found).unwrap(), 3130);
+        // With credentials, the passwd file comes along, at the path the config names.
+        let passwd = "p1:$6$s$h\n";
+        let (found, files) = squid_config(&metadata(&cloud_config(3130, &cidrs, Some(passwd))))
+            .unwrap()
+            .unwrap();
+        assert_eq!(found, config(3130, &cidrs, Some(PASSWD_PATH)));
+        assert_eq!(
+            files,
+            [(PASSWD_PATH.to_owned(), passwd.as_bytes().to_vec())]
+        );
     }
 
     #[test]

@@ -28,7 +28,7 @@ const READY_WITHIN: Duration = Duration::from_secs(480);
 /// `marker` tells two versions apart.
 fn cloud_init(port: u16, marker: &str) -> String {
     let mut config =
-        proxy_operator::providers::squid::config(i32::from(port), &["10.0.0.0/8".into()]);
+        proxy_operator::providers::squid::config(i32::from(port), &["10.0.0.0/8".into()], None);
     config.push_str("hosts_file /etc/squid/bed-hosts\n");
     let indented: String = config.lines().map(|l| format!("      {l}\n")).collect();
     format!(

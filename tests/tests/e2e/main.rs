@@ -7,6 +7,8 @@ mod chart;
 mod concurrency;
 mod crawlers;
 mod crd;
+mod credentials;
+mod egress;
 mod freed;
 mod gate;
 mod gc;

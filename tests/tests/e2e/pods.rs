@@ -118,7 +118,10 @@ async fn a_pod_becomes_a_real_squid_that_proxies_https_to_the_origin() {
         .text()
         .await
         .unwrap();
-    assert_eq!(body, "127.0.0.1", "squid connects out from loopback");
+    assert_eq!(
+        body, ip,
+        "squid connects out from its own address, as a Pod would"
+    );
     assert!(
         runner
             .with_squid("squid-1", |s| s.access_log())

@@ -31,6 +31,7 @@ fn state() -> Arc<Discovery> {
             max_leases: 1,
             host: format!("10.0.0.{}", name.as_bytes()[0] - b'a' + 1),
             port: 3128,
+            shared_egress: false,
         });
     }
     Arc::new(discovery)
@@ -326,6 +327,11 @@ async fn list_refuses_bad_queries() {
         "invalid_request",
     );
     assert_error(
+        &authed(&state, "GET", "/v1/proxies?distinctEgress=yes", None).await,
+        StatusCode::BAD_REQUEST,
+        "invalid_request",
+    );
+    assert_error(
         &authed(&state, "GET", "/v1/proxies?color=red", None).await,
         StatusCode::BAD_REQUEST,
         "invalid_request",
@@ -399,6 +405,69 @@ async fn a_lease_picks_the_best_proxy_and_a_release_frees_it() {
     assert_eq!(
         again.body["proxy"]["name"], "b",
         "released capacity is free again"
+    );
+}
+
+#[tokio::test]
+async fn a_lease_of_a_proxy_with_credentials_carries_them_and_the_listing_never_does() {
+    let state = state();
+    state.replace_credentials([(
+        proxy_core::ProxyKey::new("crawl", "b"),
+        Credentials::new("b user", "p@ss:w/rd"),
+    )]);
+    let lease = authed(
+        &state,
+        "POST",
+        "/v1/leases",
+        Some(r#"{"selector": {"geo": "eu"}}"#),
+    )
+    .await;
+    assert_eq!(lease.status, StatusCode::CREATED, "{}", lease.body);
+    let proxy = &lease.body["proxy"];
+    assert_eq!(proxy["name"], "b");
+    // Percent-encoded userinfo: a URL parser gives back exactly the credentials.
+    assert_eq!(
+        proxy["url"],
+        "http://b%20user:p%40ss%3Aw%2Frd@10.0.0.2:3128"
+    );
+    let url = reqwest::Url::parse(proxy["url"].as_str().unwrap()).unwrap();
+    assert_eq!(
+        (url.username(), url.password()),
+        ("b%20user", Some("p%40ss%3Aw%2Frd"))
+    );
+    assert_eq!(
+        (
+            &proxy["username"],
+            &proxy["password"],
+            &proxy["host"],
+            &proxy["port"]
+        ),
+        (
+            &json!("b user"),
+            &json!("p@ss:w/rd"),
+            &json!("10.0.0.2"),
+            &json!(3128)
+        )
+    );
+    // A proxy without credentials: the plain URL, no credential fields.
+    let other = authed(
+        &state,
+        "POST",
+        "/v1/leases",
+        Some(r#"{"selector": {"geo": "eu"}}"#),
+    )
+    .await;
+    assert_eq!(other.body["proxy"]["url"], "http://10.0.0.1:3128");
+    assert!(
+        other.body["proxy"].get("password").is_none(),
+        "{}",
+        other.body
+    );
+    let listing = authed(&state, "GET", "/v1/proxies", None).await;
+    assert!(
+        !listing.body.to_string().contains("p@ss"),
+        "{}",
+        listing.body
     );
 }
 

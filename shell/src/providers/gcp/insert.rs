@@ -21,9 +21,11 @@ use crate::providers::squid;
 /// The `placement.parameters` a gcp Proxy may set.
 const PARAMETERS: [&str; 2] = ["diskSizeGb", "provisioningModel"];
 
-/// Where the VM goes and what to insert there.
+/// Where the VM goes and what to insert there; `passwd` is the proxy's credentials for the
+/// generated cloud-init (see [`squid::cloud_config`]).
 pub fn body(
     request: &CreateRequest,
+    passwd: Option<&str>,
     settings: &GcpSettings,
     installation: &str,
 ) -> Result<(InstanceId, Instance), ProviderError> {
@@ -69,10 +71,9 @@ pub fn body(
         })?;
         disk = disk.set_disk_size_gb(size);
     }
-    let user_data = request
-        .cloud_init
-        .clone()
-        .unwrap_or_else(|| squid::cloud_config(request.port, &settings.allowed_source_cidrs));
+    let user_data = request.cloud_init.clone().unwrap_or_else(|| {
+        squid::cloud_config(request.port, &settings.allowed_source_cidrs, passwd)
+    });
     let mut interface = NetworkInterface::new()
         .set_network(resource_url(
             &settings.project,
@@ -177,6 +178,7 @@ mod tests {
             placement,
             cloud_init: cloud_init.map(str::to_owned),
             port: 3128,
+            credentials_secret: None,
         }
     }
 
@@ -189,7 +191,7 @@ mod tests {
 
     #[test]
     fn defaults_make_a_vm_with_its_own_external_ip() {
-        let (id, vm) = body(&request(None, None), &settings(), "inst-1").unwrap();
+        let (id, vm) = body(&request(None, None), None, &settings(), "inst-1").unwrap();
         assert_eq!(
             id.to_string(),
             "zones/europe-west1-b/instances/proxy-abcdefghijklmnop"
@@ -233,7 +235,7 @@ mod tests {
         assert_eq!(vm.labels["crawl-example-com_proxy-name"], "shop-proxy-1");
         assert_eq!(
             user_data(&vm),
-            squid::cloud_config(3128, &["203.0.113.0/24".into()])
+            squid::cloud_config(3128, &["203.0.113.0/24".into()], None)
         );
         assert_eq!(vm.scheduling, None);
     }
@@ -254,6 +256,7 @@ mod tests {
         settings.subnetwork = Some("proxies".into());
         let (id, vm) = body(
             &request(Some(placement), Some("#cloud-config\nruncmd: [true]\n")),
+            Some("ignored:$6$x$y\n"),
             &settings,
             "inst-1",
         )
@@ -288,7 +291,7 @@ mod tests {
             machine_type: Some("zones/europe-west1-b/machineTypes/custom-1-2048".into()),
             ..Placement::default()
         };
-        let (_, vm) = body(&request(Some(placement), None), &settings, "i").unwrap();
+        let (_, vm) = body(&request(Some(placement), None), None, &settings, "i").unwrap();
         assert_eq!(
             vm.machine_type.as_deref(),
             Some("zones/europe-west1-b/machineTypes/custom-1-2048")
@@ -332,7 +335,7 @@ mod tests {
             ),
         ];
         for (placement, want) in cases {
-            let error = body(&request(Some(placement), None), &settings(), "i").unwrap_err();
+            let error = body(&request(Some(placement), None), None, &settings(), "i").unwrap_err();
             assert_eq!(error.class, proxy_core::ErrorClass::Permanent);
             assert!(error.message.starts_with(want), "{error:?}");
         }

@@ -228,8 +228,12 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 
 #[async_trait]
 impl Provider for GcpProvider {
-    async fn create(&self, request: &CreateRequest) -> Result<String, ProviderError> {
-        let (id, body) = insert::body(request, &self.settings, &self.installation)?;
+    async fn create(
+        &self,
+        request: &CreateRequest,
+        passwd: Option<&str>,
+    ) -> Result<String, ProviderError> {
+        let (id, body) = insert::body(request, passwd, &self.settings, &self.installation)?;
         let key = id.to_string();
         // A fresh insert's operation is never DONE at once: one that is, is GCE answering a
         // request ID it already knows (an earlier incarnation of this VM, before a restart
@@ -489,6 +493,7 @@ mod tests {
             placement: None,
             cloud_init: None,
             port: 3128,
+            credentials_secret: None,
         }
     }
 

@@ -534,7 +534,11 @@ fn listed(host: &Host, connection: &Connect) -> Result<Vec<Listed>, ProviderErro
 
 #[async_trait]
 impl Provider for KvmProvider {
-    async fn create(&self, request: &CreateRequest) -> Result<String, ProviderError> {
+    async fn create(
+        &self,
+        request: &CreateRequest,
+        passwd: Option<&str>,
+    ) -> Result<String, ProviderError> {
         let host = self.placed(request)?;
         let placement = request.placement.as_ref();
         let machine_type = placement
@@ -559,10 +563,9 @@ impl Provider for KvmProvider {
                 .and_then(|p| p.image.clone())
                 .unwrap_or_else(|| host.settings.base_image.clone()),
             image_from_placement: placement.is_some_and(|p| p.image.is_some()),
-            user_data: request
-                .cloud_init
-                .clone()
-                .unwrap_or_else(|| squid::cloud_config(request.port, &self.allowed_source_cidrs)),
+            user_data: request.cloud_init.clone().unwrap_or_else(|| {
+                squid::cloud_config(request.port, &self.allowed_source_cidrs, passwd)
+            }),
             labels: self.labels(request),
         };
         let writer = self.writer.clone();

@@ -80,6 +80,7 @@ fn request(instance: &str) -> CreateRequest {
         placement: None,
         cloud_init: None,
         port: 3128,
+        credentials_secret: None,
     }
 }
 
@@ -92,7 +93,10 @@ fn volumes(connection: &Connect) -> Vec<String> {
 #[tokio::test]
 async fn create_defines_and_starts_a_domain_with_our_metadata_its_disk_and_its_seed() {
     let (provider, recorder, connection) = provider(host("td-create", AddressSource::Dhcp {}));
-    let id = provider.create(&request("proxy-td-create")).await.unwrap();
+    let id = provider
+        .create(&request("proxy-td-create"), None)
+        .await
+        .unwrap();
     assert_eq!(id, "td-create/proxy-td-create");
 
     let domain = connection.lookup_domain_by_name("proxy-td-create").unwrap();
@@ -123,7 +127,7 @@ async fn create_defines_and_starts_a_domain_with_our_metadata_its_disk_and_its_s
     // The seed holds the squid cloud-config, since the Proxy brought no cloud-init.
     let iso = recorder.0.lock().unwrap()["proxy-td-create-seed.iso"].clone();
     assert_eq!(&iso[16 * 2048 + 40..16 * 2048 + 46], b"cidata");
-    let user_data = squid::cloud_config(3128, &["10.0.0.0/8".into()]);
+    let user_data = squid::cloud_config(3128, &["10.0.0.0/8".into()], None);
     assert!(
         iso.windows(user_data.len())
             .any(|w| w == user_data.as_bytes())
@@ -131,7 +135,10 @@ async fn create_defines_and_starts_a_domain_with_our_metadata_its_disk_and_its_s
 
     // A retried create finds the domain: still one, same ID.
     assert_eq!(
-        provider.create(&request("proxy-td-create")).await.unwrap(),
+        provider
+            .create(&request("proxy-td-create"), None)
+            .await
+            .unwrap(),
         id
     );
     let ours = provider.list_by_tag().await.unwrap();
@@ -144,8 +151,14 @@ async fn host_port_hosts_hand_out_one_address_each_and_report_it() {
         addresses: vec!["127.0.77.2".into(), "127.0.77.3".into()],
     };
     let (provider, _, _connection) = provider(host("td-ports", AddressSource::HostPort(pool)));
-    let a = provider.create(&request("proxy-td-ports-a")).await.unwrap();
-    let b = provider.create(&request("proxy-td-ports-b")).await.unwrap();
+    let a = provider
+        .create(&request("proxy-td-ports-a"), None)
+        .await
+        .unwrap();
+    let b = provider
+        .create(&request("proxy-td-ports-b"), None)
+        .await
+        .unwrap();
     assert_eq!(
         provider.get(&a).await.unwrap(),
         InstanceState::Running("127.0.77.2".into())
@@ -155,13 +168,16 @@ async fn host_port_hosts_hand_out_one_address_each_and_report_it() {
         InstanceState::Running("127.0.77.3".into())
     );
     let full = provider
-        .create(&request("proxy-td-ports-c"))
+        .create(&request("proxy-td-ports-c"), None)
         .await
         .unwrap_err();
     assert_eq!(full.class, ErrorClass::Quota, "{full:?}");
     // A deleted VM's address is free again.
     provider.delete(&a).await.unwrap();
-    let c = provider.create(&request("proxy-td-ports-c")).await.unwrap();
+    let c = provider
+        .create(&request("proxy-td-ports-c"), None)
+        .await
+        .unwrap();
     assert_eq!(
         provider.get(&c).await.unwrap(),
         InstanceState::Running("127.0.77.2".into())
@@ -178,7 +194,10 @@ async fn static_hosts_put_the_address_into_the_seeds_network_config() {
     };
     let (provider, recorder, _connection) =
         provider(host("td-static", AddressSource::Static(pool)));
-    let id = provider.create(&request("proxy-td-static")).await.unwrap();
+    let id = provider
+        .create(&request("proxy-td-static"), None)
+        .await
+        .unwrap();
     assert_eq!(
         provider.get(&id).await.unwrap(),
         InstanceState::Running("192.0.2.10".into())
@@ -195,7 +214,10 @@ async fn get_maps_a_missing_and_a_stopped_domain() {
         provider.get("td-state/proxy-td-none").await.unwrap(),
         InstanceState::NotFound
     );
-    let id = provider.create(&request("proxy-td-state")).await.unwrap();
+    let id = provider
+        .create(&request("proxy-td-state"), None)
+        .await
+        .unwrap();
     // The test driver makes up an address for a running domain: only its shape is checked.
     let InstanceState::Running(_) = provider.get(&id).await.unwrap() else {
         panic!("a running dhcp domain with a reported address is running");
@@ -211,7 +233,10 @@ async fn get_maps_a_missing_and_a_stopped_domain() {
 #[tokio::test]
 async fn delete_removes_the_domain_and_its_volumes_even_when_the_domain_is_gone() {
     let (provider, _, connection) = provider(host("td-delete", AddressSource::Dhcp {}));
-    let id = provider.create(&request("proxy-td-delete")).await.unwrap();
+    let id = provider
+        .create(&request("proxy-td-delete"), None)
+        .await
+        .unwrap();
     provider.delete(&id).await.unwrap();
     assert_eq!(provider.get(&id).await.unwrap(), InstanceState::NotFound);
     let left: Vec<String> = volumes(&connection)
@@ -237,7 +262,10 @@ async fn delete_removes_the_domain_and_its_volumes_even_when_the_domain_is_gone(
 #[tokio::test]
 async fn list_by_tag_reads_our_labels_back_and_skips_foreign_domains() {
     let (provider, _, connection) = provider(host("td-list", AddressSource::Dhcp {}));
-    let id = provider.create(&request("proxy-td-list")).await.unwrap();
+    let id = provider
+        .create(&request("proxy-td-list"), None)
+        .await
+        .unwrap();
     connection
         .define_domain_xml(
             "<domain type='test'><name>td-list-foreign</name><memory>1024</memory>\
@@ -265,7 +293,7 @@ async fn placement_errors_name_the_field() {
         host: Some("nas1".into()),
         ..Placement::default()
     });
-    let error = provider.create(&elsewhere).await.unwrap_err();
+    let error = provider.create(&elsewhere, None).await.unwrap_err();
     assert_eq!(error.class, ErrorClass::Permanent);
     assert_eq!(
         error.message,
@@ -276,7 +304,7 @@ async fn placement_errors_name_the_field() {
         machine_type: Some("huge".into()),
         ..Placement::default()
     });
-    let error = provider.create(&huge).await.unwrap_err();
+    let error = provider.create(&huge, None).await.unwrap_err();
     assert_eq!(error.class, ErrorClass::Permanent);
     assert!(
         error
@@ -288,7 +316,7 @@ async fn placement_errors_name_the_field() {
         image: Some("no-such-volume.qcow2".into()),
         ..Placement::default()
     });
-    let error = provider.create(&no_image).await.unwrap_err();
+    let error = provider.create(&no_image, None).await.unwrap_err();
     assert_eq!(error.class, ErrorClass::Permanent);
     assert!(
         error.message.starts_with("spec.placement.image: host td-place: base image \"no-such-volume.qcow2\" is not a volume"),
