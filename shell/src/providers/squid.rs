@@ -92,15 +92,19 @@ pub fn cloud_config(port: i32, allowed_cidrs: &[String], passwd: Option<&str>) -
 mod tests {
     use super::*;
 
+    /// The lines of a config that say who may use the proxy.
+    fn access(config: &str) -> Vec<&str> {
+        config
+            .lines()
+            .filter(|l| l.starts_with("http_access") || l.starts_with("acl"))
+            .collect()
+    }
+
     #[test]
     fn config_is_not_an_open_relay() {
         let config = config(3130, &["10.0.0.0/8".into(), "192.168.0.0/16".into()], None);
-        let access: Vec<&str> = config
-            .lines()
-            .filter(|l| l.starts_with("http_access") || l.starts_with("acl"))
-            .collect();
         assert_eq!(
-            access,
+            access(&config),
             [
                 "acl clients src 10.0.0.0/8",
                 "acl clients src 192.168.0.0/16",
@@ -115,12 +119,8 @@ mod tests {
     #[test]
     fn with_credentials_only_authenticated_clients_of_the_allowed_ranges_pass() {
         let config = config(3128, &["10.0.0.0/8".into()], Some("/etc/squid/passwd"));
-        let access: Vec<&str> = config
-            .lines()
-            .filter(|l| l.starts_with("http_access") || l.starts_with("acl"))
-            .collect();
         assert_eq!(
-            access,
+            access(&config),
             [
                 "acl clients src 10.0.0.0/8",
                 "acl authenticated proxy_auth REQUIRED",
