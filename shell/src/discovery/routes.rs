@@ -578,11 +578,10 @@ fn acquire(state: &Discovery, forwarded: bool, body: &[u8]) -> Result<Response, 
                 ));
             }
             Err(AcquireError::NoMatch(stats)) => {
-                let mut body = serde_json::to_value(stats).expect("statistics serialize");
-                body["error"] = "no_match".into();
-                body["message"] =
-                    "no healthy proxy with free capacity matches the selector and target".into();
-                return Ok(json_response(StatusCode::CONFLICT, &body));
+                return Ok(json_response(
+                    StatusCode::CONFLICT,
+                    &NoMatchBody::from(stats),
+                ));
             }
             // A random ID collided with a lease the book still knows: draw another.
             Err(AcquireError::IdInUse) => continue,
@@ -601,6 +600,25 @@ fn target(text: Option<&str>) -> Result<Option<String>, ApiError> {
 /// hyphenated. Anything else is not a lease, so it is refused before the book is asked.
 fn is_lease_id(id: &str) -> bool {
     uuid::Uuid::try_parse(id).is_ok_and(|uuid| uuid.hyphenated().to_string() == id)
+}
+
+/// The 409 of `POST /v1/leases`: the error, and why each matching proxy was passed over.
+#[derive(Debug, Serialize)]
+struct NoMatchBody {
+    error: &'static str,
+    message: &'static str,
+    #[serde(flatten)]
+    stats: proxy_core::lease::NoMatch,
+}
+
+impl From<proxy_core::lease::NoMatch> for NoMatchBody {
+    fn from(stats: proxy_core::lease::NoMatch) -> Self {
+        Self {
+            error: "no_match",
+            message: "no healthy proxy with free capacity matches the selector and target",
+            stats,
+        }
+    }
 }
 
 /// `DELETE /v1/leases/{id}`: 204 for every lease ID, granted or not, so a retried release is
