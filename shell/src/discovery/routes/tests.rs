@@ -1203,3 +1203,29 @@ async fn only_the_owner_observes_blocked_sites() {
     );
     assert_eq!(follower(None).blocked_sites(&key, 2), None);
 }
+
+/// The `Allow` header's route table says, for every path of `docs/openapi.yaml`, the
+/// methods the document lists for it, so the two cannot drift apart.
+#[test]
+fn the_allow_table_is_the_documents_methods() {
+    let doc: Value = serde_saphyr::from_str(include_str!("../../../../docs/openapi.yaml")).unwrap();
+    let paths = doc["paths"].as_object().unwrap();
+    for (template, operations) in paths {
+        let methods: Vec<String> = operations
+            .as_object()
+            .unwrap()
+            .keys()
+            .map(|m| m.to_uppercase())
+            .collect();
+        let path = template
+            .replace("{id}", UNGRANTED)
+            .replace("{namespace}", "crawl")
+            .replace("{name}", "eu-1");
+        assert_eq!(
+            allowed_methods(&path),
+            Some(methods.join(", ").as_str()),
+            "{template}"
+        );
+    }
+    assert_eq!(allowed_methods("/v2/everything"), None);
+}
