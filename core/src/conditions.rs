@@ -261,7 +261,30 @@ pub fn condition(
     generation: i64,
     now: Timestamp,
 ) -> Condition {
-    let last_transition_time = find(previous, type_)
+    condition_among(
+        &previous.conditions,
+        type_,
+        status,
+        reason,
+        message,
+        generation,
+        now,
+    )
+}
+
+/// [`condition`] for any object's conditions (a `ProxyPool`'s too), given as `previous`.
+pub fn condition_among(
+    previous: &[Condition],
+    type_: &str,
+    status: &str,
+    reason: &str,
+    message: String,
+    generation: i64,
+    now: Timestamp,
+) -> Condition {
+    let last_transition_time = previous
+        .iter()
+        .find(|c| c.type_ == type_)
         .filter(|c| c.status == status)
         .map_or_else(|| format_time(now), |c| c.last_transition_time.clone());
     Condition {

@@ -49,7 +49,8 @@
 //! - [`naming`], [`spec_hash`]: the instance name, the credentials Secret's name, and the
 //!   spec hash;
 //! - [`egress`]: whether a proxy leaves from the address it publishes, and which proxies
-//!   share one egress address.
+//!   share one egress address;
+//! - [`pool`]: what a `ProxyPool` creates, drains and deletes ([`decide_pool`]).
 
 #![warn(missing_docs)]
 
@@ -70,6 +71,7 @@ pub mod lease;
 pub mod naming;
 pub mod observed;
 pub mod phase;
+pub mod pool;
 pub mod probe_failure;
 pub mod probe_schedule;
 pub mod provider_health;
@@ -92,6 +94,7 @@ pub use observed::{
     CloudInitView, HealthVerdict, InstanceView, Metadata, Observed, Outcome, ProviderCall, Timing,
     instance_id,
 };
+pub use pool::decide_pool;
 pub use probe_failure::ProbeFailure;
 pub use provider_health::ProviderDown;
 pub use reconcile::{

@@ -28,8 +28,14 @@ pub struct HashInput<'a> {
 /// serde feature elsewhere in the build orders maps.
 pub fn spec_hash(input: &HashInput<'_>) -> String {
     let value = serde_json::to_value(input).expect("HashInput always serializes to JSON");
+    canonical_digest(&value)
+}
+
+/// Lowercase hex SHA-256 of `value`'s canonical JSON (object keys sorted at every level, no
+/// whitespace): the same value always gives the same digest, whatever its maps' order.
+pub fn canonical_digest(value: &Value) -> String {
     let mut canonical = String::new();
-    write_canonical(&value, &mut canonical);
+    write_canonical(value, &mut canonical);
     let digest = Sha256::digest(canonical.as_bytes());
     digest.iter().map(|b| format!("{b:02x}")).collect()
 }

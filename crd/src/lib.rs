@@ -31,9 +31,14 @@ use kube::{CustomResource, KubeSchema};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+pub mod pool;
 pub mod provider_health;
 pub mod rules;
 
+pub use pool::{
+    Autoscale, AutoscaleStatus, CircuitBreaker, Disruption, IntOrPercent, ProxyPool, ProxyPoolSpec,
+    ProxyPoolStatus, ProxyTemplate, Recycle, SpreadEntry, TemplateMetadata,
+};
 pub use provider_health::{ProviderHealth, ProviderHealthSpec, ProviderHealthStatus};
 
 /// API group of every resource this operator serves.
@@ -478,9 +483,10 @@ impl ProxySpec {
 
 /// The CustomResourceDefinitions this operator serves, each with the file it is committed
 /// as in `deploy/crds/`, exactly as `proxy-operator crd` generates them.
-pub fn crds() -> [(&'static str, String); 2] {
+pub fn crds() -> [(&'static str, String); 3] {
     [
         ("proxies.crawl.example.com.yaml", crd_yaml::<Proxy>()),
+        ("proxypools.crawl.example.com.yaml", crd_yaml::<ProxyPool>()),
         (
             "providerhealths.crawl.example.com.yaml",
             crd_yaml::<ProviderHealth>(),

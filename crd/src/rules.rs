@@ -146,6 +146,30 @@ pub const SECRET_KEY_VALID: &str = "self.matches('^[-._a-zA-Z0-9]+$')";
 pub const SECRET_KEY_VALID_MSG: &str =
     "key must be a Secret data key: letters, digits, '-', '_' and '.'";
 
+/// A pool's template makes Managed Proxies: a pool creates its proxies' machines.
+pub const POOL_TEMPLATE_MANAGED: &str = "self.template.spec.mode == 'Managed'";
+/// Message of [`POOL_TEMPLATE_MANAGED`].
+pub const POOL_TEMPLATE_MANAGED_MSG: &str =
+    "template.spec.mode must be Managed: a pool creates the machines of its proxies";
+
+/// Every Proxy of a pool has a provider: the template's, or its spread entry's.
+pub const POOL_PROVIDER_GIVEN: &str = "has(self.template.spec.provider) || (has(self.spread) && size(self.spread) > 0 && self.spread.all(s, has(s.provider)))";
+/// Message of [`POOL_PROVIDER_GIVEN`].
+pub const POOL_PROVIDER_GIVEN_MSG: &str =
+    "template.spec.provider is required unless every spread entry names a provider";
+
+/// A count or a percentage: a non-negative integer, or digits followed by `%`.
+pub const INT_OR_PERCENT_VALID: &str =
+    "type(self) == int ? self >= 0 : self.matches('^[0-9]{1,3}%$')";
+/// Message of [`INT_OR_PERCENT_VALID`].
+pub const INT_OR_PERCENT_VALID_MSG: &str =
+    "must be a non-negative count such as 2, or a percentage such as \"25%\"";
+
+/// Autoscale's bounds are in order.
+pub const AUTOSCALE_BOUNDS: &str = "self.minReplicas <= self.maxReplicas";
+/// Message of [`AUTOSCALE_BOUNDS`].
+pub const AUTOSCALE_BOUNDS_MSG: &str = "autoscale.minReplicas must not exceed maxReplicas";
+
 /// Every rule with its message, in the order the CRD lists them.
 pub const ALL: [(&str, &str); 16] = [
     (MODE_IMMUTABLE, MODE_IMMUTABLE_MSG),

@@ -211,6 +211,14 @@ fn check(record: &Record) -> Result<(), String> {
         }
         // Its object parsed as a `ProxyKey`, and nothing else in it names the proxy.
         Record::Health(_) => {}
+        Record::Pool(record) => {
+            if record.object.name() != record.input.observed.name {
+                return Err(format!(
+                    "object \"{}\" is not the pool \"{}\" of its input",
+                    record.object, record.input.observed.name
+                ));
+            }
+        }
     }
     Ok(())
 }

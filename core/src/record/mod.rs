@@ -102,12 +102,14 @@
 
 mod canonical;
 mod file;
+mod pool;
 mod redact;
 mod replay;
 mod schema;
 mod timeline;
 
 pub use file::{Recording, ReplayError};
+pub use pool::{PoolInput, PoolRecord, digest_of_content};
 pub use redact::{REDACTED_PREFIX, placeholder};
 pub use replay::{Divergence, ReplayReport, replay, replay_with};
 pub use schema::{

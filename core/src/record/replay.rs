@@ -85,6 +85,7 @@ impl Recording {
             let replayed = match record {
                 Record::Decide(record) => replay_decide(record, &mut decide),
                 Record::Health(record) => books.replay(record),
+                Record::Pool(record) => record.replay(),
             };
             let (recorded, replayed) = replayed.map_err(|message| ReplayError::Unreproducible {
                 line,

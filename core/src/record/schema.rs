@@ -13,6 +13,7 @@ use jiff::Timestamp;
 use proxy_crd::{HealthCheck, ProxySpec, ProxyStatus};
 use serde::{Deserialize, Serialize};
 
+use super::pool::PoolRecord;
 use crate::action::Decision;
 use crate::health::{
     HealthBook, LATENCY_FLOOR_MS, LATENCY_REPORT_INTERVAL, Probe, ProxyHealth, Report,
@@ -96,7 +97,7 @@ impl Config {
 
 /// One core call, as one line after the header.
 ///
-/// Serialized with a `kind` tag: `"decide"` or `"health"`. Build one with `From`. The
+/// Serialized with a `kind` tag: `"decide"`, `"health"` or `"pool"`. Build one with `From`. The
 /// variants are boxed so that a `Vec<Record>` does not reserve the largest record's size for
 /// every entry.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -106,6 +107,14 @@ pub enum Record {
     Decide(Box<DecideRecord>),
     /// A call of [`HealthBook::record`].
     Health(Box<HealthRecord>),
+    /// A call of [`decide_pool`](crate::pool::decide_pool).
+    Pool(Box<PoolRecord>),
+}
+
+impl From<PoolRecord> for Record {
+    fn from(record: PoolRecord) -> Self {
+        Self::Pool(Box::new(record))
+    }
 }
 
 impl From<DecideRecord> for Record {
@@ -126,6 +135,7 @@ impl Record {
         match self {
             Self::Decide(record) => record.seq,
             Self::Health(record) => record.seq,
+            Self::Pool(record) => record.seq,
         }
     }
 
@@ -134,6 +144,7 @@ impl Record {
         match self {
             Self::Decide(record) => &record.object,
             Self::Health(record) => &record.object,
+            Self::Pool(record) => &record.object,
         }
     }
 
@@ -142,6 +153,7 @@ impl Record {
         match self {
             Self::Decide(record) => record.input.observed.now,
             Self::Health(record) => record.input.probe.at,
+            Self::Pool(record) => record.input.observed.now,
         }
     }
 
@@ -150,6 +162,7 @@ impl Record {
         match self {
             Self::Decide(_) => "decide",
             Self::Health(_) => "health",
+            Self::Pool(_) => "pool",
         }
     }
 
@@ -158,6 +171,7 @@ impl Record {
         match self {
             Self::Decide(record) => record.seq = seq,
             Self::Health(record) => record.seq = seq,
+            Self::Pool(record) => record.seq = seq,
         }
     }
 }

@@ -5,10 +5,12 @@ use std::time::Duration;
 use proxy_crd::Mode;
 
 use super::file::Recording;
+use super::pool::PoolRecord;
 use super::redact;
 use super::schema::{DecideRecord, Header, HealthRecord, Record};
 use crate::action::{Action, Requeue};
 use crate::observed::{CloudInitView, InstanceView, Outcome, ProviderCall};
+use crate::pool::PoolAction;
 use crate::spec_hash::{HashInput, spec_hash};
 
 /// The recording as lines for humans: a line about the header, then one line per record
@@ -50,6 +52,7 @@ impl Record {
         let (observed, decided) = match self {
             Self::Decide(record) => (observed(record), decided(record)),
             Self::Health(record) => health(record),
+            Self::Pool(record) => pool(record),
         };
         format!(
             "{} {}  {}: {observed}  {decided}",
@@ -58,9 +61,37 @@ impl Record {
             match self {
                 Self::Decide(_) => "observed",
                 Self::Health(_) => "probe",
+                Self::Pool(_) => "pool",
             }
         )
     }
+}
+
+/// A pool decision in one line: what it saw, and what it did.
+fn pool(record: &PoolRecord) -> (String, String) {
+    let observed = &record.input.observed;
+    let seen = format!(
+        "{} proxies, desired {}",
+        observed.members.len(),
+        record.output.status.desired_replicas
+    );
+    let did: Vec<String> = record
+        .output
+        .actions
+        .iter()
+        .map(|action| match action {
+            PoolAction::Create { name, .. } => format!("create {name}"),
+            PoolAction::Update { name, .. } => format!("update {name}"),
+            PoolAction::Drain { name, why, .. } => format!("drain {name} ({})", why.describe()),
+            PoolAction::Delete { name } => format!("delete {name}"),
+        })
+        .collect();
+    let did = if did.is_empty() {
+        "nothing to do".to_owned()
+    } else {
+        did.join(", ")
+    };
+    (seen, did)
 }
 
 fn observed(record: &DecideRecord) -> String {
