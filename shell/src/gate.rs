@@ -29,6 +29,8 @@ pub enum Write {
     GcDelete,
     /// The provider health monitor's write or delete of a `ProviderHealth`.
     ProviderHealth,
+    /// A `ProxyPool`'s create, patch or delete of one of its Proxies.
+    Pool,
 }
 
 impl Write {
@@ -49,6 +51,7 @@ impl Write {
             Self::Event => "event",
             Self::GcDelete => "gc_delete",
             Self::ProviderHealth => "provider_health",
+            Self::Pool => "pool",
         }
     }
 }

@@ -16,6 +16,7 @@ pub mod health;
 pub mod leadership;
 pub mod loops;
 pub mod metrics;
+pub mod pool;
 pub mod provider_health;
 pub mod providers;
 pub mod recorder;

@@ -23,7 +23,7 @@ use std::sync::Arc;
 
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Secret;
-use kube::runtime::reflector;
+use kube::runtime::{reflector, watcher};
 use proxy_crd::Proxy;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
@@ -35,6 +35,7 @@ use crate::discovery::ownership::{self, Store as LeaseBookStore};
 use crate::discovery::{self, Discovery};
 use crate::gc::{CacheWatch, Collector, GcSettings};
 use crate::metrics::Metrics;
+use crate::pool::{self, PoolContext};
 use crate::provider_health::{Monitor, Schedule};
 use crate::server::{BearerToken, Settings};
 use crate::supervise::{self, Loop};
@@ -214,22 +215,43 @@ pub async fn run(parts: Parts, stopping: watch::Receiver<bool>) -> anyhow::Resul
         };
         background.spawn(Loop::Gc, move || crate::gc::run(collector.clone()));
     }
-    let tracked = Arc::new(Tracked::new(ctx.clone(), discovery.clone(), store));
+    let tracked = Arc::new(Tracked::new(ctx.clone(), discovery.clone(), store.clone()));
     ctx.metrics.watch_tracked(&tracked);
-    let observe = move |item: &_| {
+    // A pool is reconciled when one of its Proxies changes; a full channel drops the
+    // trigger, as the pool looks again at its decision's wake-up anyway.
+    let (pool_tx, mut pool_rx) = tokio::sync::mpsc::channel(1024);
+    let pools = Arc::new(PoolContext {
+        ctx: ctx.clone(),
+        proxies: store.clone(),
+        discovery: discovery.clone(),
+    });
+    let observe = move |item: &Result<watcher::Event<Proxy>, watcher::Error>| {
         completeness.observe(item);
         tracked.observe(item);
+        if let Ok(
+            watcher::Event::Apply(proxy)
+            | watcher::Event::InitApply(proxy)
+            | watcher::Event::Delete(proxy),
+        ) = item
+            && let Some(pool) = pool::triggers(proxy)
+        {
+            let _ = pool_tx.try_send(pool);
+        }
     };
+    let pool_triggers = futures::stream::poll_fn(move |cx| pool_rx.poll_recv(cx));
     let health_reports = futures::stream::poll_fn(move |cx| health_rx.poll_recv(cx));
     let grace = http.shutdown_grace;
     tokio::select! {
-        () = controller::run(
-            ctx,
-            namespace,
-            cache,
-            observe,
-            health_reports,
-            max_concurrent_reconciles,
+        ((), ()) = futures::future::join(
+            controller::run(
+                ctx,
+                namespace.clone(),
+                cache,
+                observe,
+                health_reports,
+                max_concurrent_reconciles,
+            ),
+            pool::run(pools, namespace, pool_triggers),
         ) => {}
         () = async {
             stopped(stopping).await;

@@ -19,7 +19,7 @@ use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 use proxy_core::ProxyKey;
-use proxy_crd::{Phase, Proxy};
+use proxy_crd::{Phase, Proxy, ProxyPool};
 
 use crate::discovery::Discovery;
 use crate::gate::Write;
@@ -147,6 +147,7 @@ pub struct Metrics {
 #[derive(Debug, Default)]
 struct Sources {
     proxies: OnceLock<Store<Proxy>>,
+    pools: OnceLock<Store<ProxyPool>>,
     discovery: OnceLock<Arc<Discovery>>,
     // Weak: what it counts holds these metrics.
     tracked: OnceLock<Weak<Tracked>>,
@@ -282,6 +283,11 @@ impl Metrics {
     /// Proxies by phase are read from this cache at scrape time.
     pub fn watch_proxies(&self, store: Store<Proxy>) {
         let _ = self.sources.proxies.set(store);
+    }
+
+    /// Each ProxyPool's sizes and autoscale figures are read from this cache at scrape time.
+    pub fn watch_pools(&self, store: Store<ProxyPool>) {
+        let _ = self.sources.pools.set(store);
     }
 
     /// Active leases are read from this discovery API at scrape time.
@@ -480,6 +486,9 @@ impl Collector for ScrapeTime {
                 gauge.encode(family.encode_family(&PhaseLabels { phase: name })?)?;
             }
         }
+        if let Some(store) = self.0.pools.get() {
+            encode_pools(&store.state(), &mut encoder)?;
+        }
         if let Some(discovery) = self.0.discovery.get() {
             let gauge =
                 ConstGauge::new(i64::try_from(discovery.active_leases()).unwrap_or(i64::MAX));
@@ -505,6 +514,82 @@ impl Collector for ScrapeTime {
         }
         Ok(())
     }
+}
+
+/// Labels of one pool figure.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PoolLabels {
+    namespace: String,
+    pool: String,
+}
+
+/// Labels of one pool size.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PoolSizeLabels {
+    namespace: String,
+    pool: String,
+    /// `desired`, `current`, `ready`, `available` or `updated`.
+    kind: &'static str,
+}
+
+/// Each pool's sizes, and what its autoscale saw and wants (its inputs and decisions), as
+/// its last status says.
+fn encode_pools(
+    pools: &[Arc<ProxyPool>],
+    encoder: &mut DescriptorEncoder,
+) -> Result<(), std::fmt::Error> {
+    let gauge = ConstGauge::new(0i64);
+    let mut family = encoder.encode_descriptor(
+        "pool_replicas",
+        "Proxies of each ProxyPool, by kind: desired, current, ready, available, updated",
+        None,
+        gauge.metric_type(),
+    )?;
+    let labels = |pool: &ProxyPool| PoolLabels {
+        namespace: pool.metadata.namespace.clone().unwrap_or_default(),
+        pool: pool.metadata.name.clone().unwrap_or_default(),
+    };
+    for pool in pools {
+        let Some(status) = &pool.status else { continue };
+        let PoolLabels { namespace, pool } = labels(pool);
+        for (kind, count) in [
+            ("desired", status.desired_replicas),
+            ("current", status.replicas),
+            ("ready", status.ready_replicas),
+            ("available", status.available_replicas),
+            ("updated", status.updated_replicas),
+        ] {
+            let labels = PoolSizeLabels {
+                namespace: namespace.clone(),
+                pool: pool.clone(),
+                kind,
+            };
+            ConstGauge::new(i64::from(count)).encode(family.encode_family(&labels)?)?;
+        }
+    }
+    drop(family);
+    let autoscaled: Vec<_> = pools
+        .iter()
+        .filter_map(|p| Some((labels(p), p.status.as_ref()?.autoscale.as_ref()?)))
+        .collect();
+    for (name, help, value) in [
+        (
+            "pool_autoscale_utilization_percent",
+            "Active leases over the lease capacity of each autoscaled ProxyPool, in percent, at its last decision",
+            (|a: &proxy_crd::AutoscaleStatus| a.utilization_percent) as fn(&_) -> i32,
+        ),
+        (
+            "pool_autoscale_recommended_replicas",
+            "The size the last observation of each autoscaled ProxyPool asked for, before stabilisation",
+            |a| a.recommended_replicas,
+        ),
+    ] {
+        let mut family = encoder.encode_descriptor(name, help, None, gauge.metric_type())?;
+        for (labels, autoscale) in &autoscaled {
+            ConstGauge::new(i64::from(value(autoscale))).encode(family.encode_family(labels)?)?;
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]

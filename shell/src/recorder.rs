@@ -29,7 +29,7 @@ use std::sync::{Mutex, MutexGuard};
 use bytes::Bytes;
 use jiff::Timestamp;
 use proxy_core::ProxyKey;
-use proxy_core::record::{DecideRecord, Header, Record};
+use proxy_core::record::{Header, Record};
 
 /// Where recorded lines go besides the ring buffers.
 #[derive(Debug)]
@@ -178,15 +178,15 @@ impl Recorder {
         })
     }
 
-    /// Records one `decide` call, in the ring of the object it was about.
-    pub fn decide(&self, record: DecideRecord) {
-        let mut record = Record::from(record);
+    /// Records one `decide` (or `decide_pool`) call, in the ring of the object it was about.
+    pub fn decide(&self, record: impl Into<Record>) {
+        let mut record: Record = record.into();
         let seq = self.next_seq.fetch_add(1, Ordering::Relaxed);
         record.set_seq(seq);
         let mut line = match record.to_line() {
             Ok(line) => line,
             Err(error) => {
-                tracing::error!(object = %record.object(), %error, "a decide record does not serialize: dropped");
+                tracing::error!(object = %record.object(), %error, "a {} record does not serialize: dropped", record.kind());
                 return;
             }
         };
@@ -274,6 +274,7 @@ impl Recorder {
 
 #[cfg(test)]
 mod tests {
+    use proxy_core::record::DecideRecord;
     use proxy_core::testing::managed_spec;
     use proxy_core::{Observed, decide};
     use proxy_crd::ProxyStatus;

@@ -229,24 +229,33 @@ impl<'a> Executor<'a> {
     /// Records `events` on the object, in order. An event that cannot be recorded is logged:
     /// it must not fail the reconcile that caused it.
     pub async fn events(&self, events: &[Event]) -> Result<(), Error> {
-        let reference = self.proxy.object_ref(&());
-        for event in events {
-            self.ctx.gate.pass(Write::Event)?;
-            let type_ = match event.type_ {
-                EventType::Normal => KubeEventType::Normal,
-                EventType::Warning => KubeEventType::Warning,
-            };
-            let published = KubeEvent {
-                type_,
-                reason: event.reason.clone(),
-                note: Some(event.message.clone()),
-                action: "Reconcile".into(),
-                secondary: None,
-            };
-            if let Err(error) = self.ctx.events.publish(&published, &reference).await {
-                tracing::warn!(%error, reason = %event.reason, "could not record an event");
-            }
-        }
-        Ok(())
+        Ok(publish(self.ctx, events, &self.proxy.object_ref(&())).await?)
     }
+}
+
+/// Records `events` on the object `reference`, in order, each through the leader gate. An
+/// event that cannot be recorded is logged: it must not fail the reconcile that caused it.
+pub async fn publish(
+    ctx: &Context,
+    events: &[Event],
+    reference: &k8s_openapi::api::core::v1::ObjectReference,
+) -> Result<(), NotLeader> {
+    for event in events {
+        ctx.gate.pass(Write::Event)?;
+        let type_ = match event.type_ {
+            EventType::Normal => KubeEventType::Normal,
+            EventType::Warning => KubeEventType::Warning,
+        };
+        let published = KubeEvent {
+            type_,
+            reason: event.reason.clone(),
+            note: Some(event.message.clone()),
+            action: "Reconcile".into(),
+            secondary: None,
+        };
+        if let Err(error) = ctx.events.publish(&published, reference).await {
+            tracing::warn!(%error, reason = %event.reason, "could not record an event");
+        }
+    }
+    Ok(())
 }

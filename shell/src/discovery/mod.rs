@@ -194,6 +194,13 @@ impl Discovery {
         }
     }
 
+    /// The active leases of the proxy `key` while this replica owns the book (`None`
+    /// otherwise), for the pool that drains it or scales on demand.
+    pub fn leases_of(&self, key: &ProxyKey) -> Option<u32> {
+        let shared = self.shared();
+        (shared.standing == Standing::Owner).then(|| shared.book.active_leases(key))
+    }
+
     /// How many distinct sites blocked the proxy `key` within the site window, judged against
     /// `threshold`, while this replica owns the book (`None` otherwise: a follower's book, or
     /// one not merged yet, is not the fleet's).

@@ -185,7 +185,7 @@ impl ProviderSettings {
 }
 
 /// What every installation needs, whatever its providers, cluster-wide.
-pub const COMMON_RULES: [Rule; 5] = [
+pub const COMMON_RULES: [Rule; 8] = [
     Rule {
         api_groups: &["crawl.example.com"],
         resources: &["proxies"],
@@ -195,10 +195,31 @@ pub const COMMON_RULES: [Rule; 5] = [
     },
     Rule {
         api_groups: &["crawl.example.com"],
+        resources: &["proxies"],
+        verbs: &["create", "delete"],
+        resource_names: &[],
+        why: "ProxyPools create and delete the Proxies they own",
+    },
+    Rule {
+        api_groups: &["crawl.example.com"],
         resources: &["proxies/status"],
         verbs: &["get", "patch", "update"],
         resource_names: &[],
         why: "the Proxy status",
+    },
+    Rule {
+        api_groups: &["crawl.example.com"],
+        resources: &["proxypools"],
+        verbs: &["get", "list", "watch"],
+        resource_names: &[],
+        why: "the ProxyPool objects",
+    },
+    Rule {
+        api_groups: &["crawl.example.com"],
+        resources: &["proxypools/status"],
+        verbs: &["get", "patch", "update"],
+        resource_names: &[],
+        why: "the ProxyPool status",
     },
     Rule {
         api_groups: &[""],

@@ -1,0 +1,324 @@
+//! The ProxyPool controller: observe a pool's Proxies, let the core decide
+//! ([`proxy_core::decide_pool`]), record the call, and execute what it returned.
+//!
+//! Every decision is the core's; this module only reads (the Proxy cache the Proxy
+//! controller fills, the lease book for active leases and bans) and writes (Proxy creates,
+//! patches and deletes, the pool's status, Events), each write through the leader gate. A
+//! pool is reconciled when it changes, when one of its Proxies changes (the Proxy watch
+//! feeds [`triggers`]), when this replica becomes the leader, and at the latest when the
+//! decision's `wake` is due (the lease book is not watched).
+
+use std::sync::Arc;
+
+use futures::{Stream, StreamExt};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use kube::runtime::controller::{self, Controller};
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::watcher;
+use kube::{Resource, ResourceExt};
+use proxy_core::ProxyKey;
+use proxy_core::conditions::{HEALTHY, TRUE};
+use proxy_core::pool::{Demand, Health, Member, PoolAction, PoolObserved};
+use proxy_core::record::PoolRecord;
+use proxy_crd::pool::{DO_NOT_DISRUPT_ANNOTATION, DRAINING_ANNOTATION, POOL_LABEL, TEMPLATE_HASH_ANNOTATION};
+use proxy_crd::{Proxy, ProxyPool, ProxyPoolStatus};
+use serde_json::json;
+
+use crate::controller::{Context, FIELD_MANAGER, execute};
+use crate::discovery::Discovery;
+use crate::gate::{NotLeader, Write};
+
+/// Why a pool reconcile did not finish.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The leader gate refused a write.
+    #[error(transparent)]
+    NotLeader(#[from] NotLeader),
+    /// An API call failed.
+    #[error("{what} {name}: {source}")]
+    Api {
+        /// What the call was.
+        what: &'static str,
+        /// Of which object.
+        name: String,
+        /// The API's answer.
+        source: kube::Error,
+    },
+}
+
+/// What pool reconciles share.
+pub struct PoolContext {
+    /// The Proxy controller's context: client, gate, recorder, events, leadership.
+    pub ctx: Arc<Context>,
+    /// The Proxy cache.
+    pub proxies: Store<Proxy>,
+    /// The lease book, for active leases and bans.
+    pub discovery: Arc<Discovery>,
+}
+
+impl std::fmt::Debug for PoolContext {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PoolContext").finish_non_exhaustive()
+    }
+}
+
+/// The pool of each Proxy event that names one (its [`POOL_LABEL`]): what to reconcile.
+pub fn triggers(proxy: &Proxy) -> Option<ObjectRef<ProxyPool>> {
+    let pool = proxy.labels().get(POOL_LABEL)?;
+    Some(ObjectRef::new(pool).within(&proxy.namespace()?))
+}
+
+/// Runs the pool controller until the shutdown signals stop it. `namespace` restricts it
+/// to one namespace; `members` names the pools whose Proxies changed.
+pub async fn run(
+    pools: Arc<PoolContext>,
+    namespace: Option<String>,
+    members: impl Stream<Item = ObjectRef<ProxyPool>> + Send + 'static,
+) {
+    let api: Api<ProxyPool> = match &namespace {
+        Some(ns) => Api::namespaced(pools.ctx.client.clone(), ns),
+        None => Api::all(pools.ctx.client.clone()),
+    };
+    let controller = Controller::new(api, watcher::Config::default());
+    pools.ctx.metrics.watch_pools(controller.store());
+    let elections = futures::stream::unfold(
+        pools.ctx.leadership.subscribe(),
+        |mut elected| async move {
+            elected.changed().await.ok()?;
+            let leading = *elected.borrow_and_update();
+            Some((leading, elected))
+        },
+    )
+    .filter(|leading| std::future::ready(*leading))
+    .map(|_| ());
+    controller
+        .reconcile_on(members)
+        .reconcile_all_on(elections)
+        .shutdown_on_signal()
+        .run(reconcile, error_policy, pools)
+        .for_each(|result| async move {
+            if let Err(error) = result {
+                tracing::debug!(%error, "pool reconcile failed");
+            }
+        })
+        .await;
+}
+
+fn error_policy(pool: Arc<ProxyPool>, error: &Error, _: Arc<PoolContext>) -> controller::Action {
+    match error {
+        Error::NotLeader(_) => controller::Action::await_change(),
+        Error::Api { .. } => {
+            tracing::warn!(pool = %pool.name_any(), %error, "pool reconcile failed, retrying");
+            controller::Action::requeue(std::time::Duration::from_secs(5))
+        }
+    }
+}
+
+/// One pool decision, executed.
+#[tracing::instrument(skip_all, fields(pool = %pool.name_any()))]
+async fn reconcile(pool: Arc<ProxyPool>, pools: Arc<PoolContext>) -> Result<controller::Action, Error> {
+    let ctx = &pools.ctx;
+    if !ctx.leadership.is_leader() {
+        return Ok(controller::Action::await_change());
+    }
+    let (Some(namespace), name) = (pool.namespace(), pool.name_any()) else {
+        return Ok(controller::Action::await_change());
+    };
+    if pool.meta().deletion_timestamp.is_some() {
+        // Its Proxies go with it: each has the pool as its controlling owner.
+        return Ok(controller::Action::await_change());
+    }
+    let observed = observe(&pool, &namespace, &pools);
+    let status = pool.status.clone().unwrap_or_default();
+    let decision = proxy_core::decide_pool(&pool.spec, &status, &observed);
+    ctx.recorder.decide(PoolRecord::new(
+        ProxyKey::new(&namespace, &name),
+        &pool.spec,
+        &status,
+        &observed,
+        &decision,
+    ));
+    let proxies: Api<Proxy> = Api::namespaced(ctx.client.clone(), &namespace);
+    for action in &decision.actions {
+        ctx.gate.pass(Write::Pool)?;
+        execute_action(&proxies, &pool, action).await?;
+    }
+    if decision.status != status {
+        write_status(ctx, &namespace, &name, &decision.status).await?;
+    }
+    execute::publish(ctx, &decision.events, &pool.object_ref(&())).await?;
+    Ok(controller::Action::requeue(decision.wake))
+}
+
+/// What the pool decision takes in: the pool's Proxies from the cache, and what the lease
+/// book knows of them.
+fn observe(pool: &ProxyPool, namespace: &str, pools: &PoolContext) -> PoolObserved {
+    let name = pool.name_any();
+    let uid = pool.uid();
+    let owned = |proxy: &Proxy| {
+        proxy.namespace().as_deref() == Some(namespace)
+            && proxy.labels().get(POOL_LABEL) == Some(&name)
+            && proxy
+                .owner_references()
+                .iter()
+                .any(|o| o.controller == Some(true) && Some(&o.uid) == uid.as_ref())
+    };
+    let members: Vec<Member> = pools
+        .proxies
+        .state()
+        .iter()
+        .filter(|p| owned(p))
+        .map(|proxy| member_of(proxy, &pools.discovery))
+        .collect();
+    let demand = members
+        .iter()
+        .map(|m| m.active_leases)
+        .sum::<Option<u32>>()
+        .map(|active_leases| Demand {
+            active_leases,
+            max_leases: pool.spec.template.spec.max_leases_or_default(),
+        });
+    PoolObserved {
+        name,
+        generation: pool.meta().generation.unwrap_or(0),
+        members,
+        demand,
+        now: jiff::Timestamp::now(),
+    }
+}
+
+/// One Proxy as the pool decision sees it.
+fn member_of(proxy: &Proxy, discovery: &Discovery) -> Member {
+    let key = ProxyKey::of(proxy);
+    let annotations = proxy.annotations();
+    let status = proxy.status.as_ref();
+    let healthy = status
+        .and_then(|s| s.conditions.iter().find(|c| c.type_ == HEALTHY))
+        .filter(|c| c.status != proxy_core::conditions::UNKNOWN)
+        .and_then(|c| {
+            Some(Health {
+                healthy: c.status == TRUE,
+                since: c.last_transition_time.parse().ok()?,
+            })
+        });
+    Member {
+        name: proxy.name_any(),
+        created: proxy
+            .meta()
+            .creation_timestamp
+            .clone()
+            .and_then(|t| crate::time::from_kube(t.0))
+            .unwrap_or_else(jiff::Timestamp::now),
+        template_hash: annotations.get(TEMPLATE_HASH_ANNOTATION).cloned(),
+        provider: proxy.spec.provider.clone(),
+        zone: proxy.spec.placement.as_ref().and_then(|p| p.zone.clone()),
+        labels: proxy.labels().clone().into_iter().collect(),
+        max_leases: proxy.spec.max_leases,
+        health_check: proxy.spec.health_check.clone(),
+        phase: status.and_then(|s| s.phase),
+        healthy,
+        draining_since: annotations.get(DRAINING_ANNOTATION).cloned(),
+        do_not_disrupt: annotations.get(DO_NOT_DISRUPT_ANNOTATION).map(String::as_str) == Some("true"),
+        deleting: proxy.meta().deletion_timestamp.is_some(),
+        active_leases: discovery.leases_of(&key),
+        blocked_sites: discovery.blocked_sites(&key, 1).map(|b| b.sites),
+    }
+}
+
+/// Carries out one pool action on the Proxies of `pool`.
+async fn execute_action(
+    proxies: &Api<Proxy>,
+    pool: &ProxyPool,
+    action: &PoolAction,
+) -> Result<(), Error> {
+    let failed = |what: &'static str, name: &str| {
+        let name = name.to_owned();
+        move |source| Error::Api { what, name, source }
+    };
+    match action {
+        PoolAction::Create {
+            name,
+            labels,
+            annotations,
+            spec,
+        } => {
+            let proxy = Proxy {
+                metadata: ObjectMeta {
+                    name: Some(name.clone()),
+                    namespace: pool.namespace(),
+                    labels: Some(labels.clone()),
+                    annotations: Some(annotations.clone()),
+                    owner_references: owner(pool).map(|o| vec![o]),
+                    ..ObjectMeta::default()
+                },
+                spec: (**spec).clone(),
+                status: None,
+            };
+            match proxies.create(&PostParams::default(), &proxy).await {
+                // Created by an earlier reconcile whose answer was lost: the cache lags.
+                Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
+                other => other.map(drop).map_err(failed("creating proxy", name)),
+            }
+        }
+        PoolAction::Update {
+            name,
+            labels,
+            max_leases,
+            health_check,
+        } => {
+            let patch = json!({
+                "metadata": {"labels": labels},
+                "spec": {"maxLeases": max_leases, "healthCheck": health_check},
+            });
+            merge(proxies, name, &patch).await.map_err(failed("updating proxy", name))
+        }
+        PoolAction::Drain { name, since, .. } => {
+            let patch = json!({
+                "metadata": {"annotations": {DRAINING_ANNOTATION: since}},
+                "spec": {"maxLeases": 0},
+            });
+            merge(proxies, name, &patch).await.map_err(failed("draining proxy", name))
+        }
+        PoolAction::Delete { name } => match proxies.delete(name, &DeleteParams::default()).await {
+            Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+            other => other.map(drop).map_err(failed("deleting proxy", name)),
+        },
+    }
+}
+
+/// A merge patch of the Proxy `name`; one that is gone is left alone.
+async fn merge(proxies: &Api<Proxy>, name: &str, patch: &serde_json::Value) -> Result<(), kube::Error> {
+    match proxies.patch(name, &PatchParams::default(), &Patch::Merge(patch)).await {
+        Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+        other => other.map(drop),
+    }
+}
+
+/// The owner reference a pool's Proxies carry: the pool controls them, and Kubernetes'
+/// garbage collector deletes them (each through its finalizer) when the pool goes.
+fn owner(pool: &ProxyPool) -> Option<OwnerReference> {
+    let mut reference = pool.controller_owner_ref(&())?;
+    reference.block_owner_deletion = Some(true);
+    Some(reference)
+}
+
+async fn write_status(
+    ctx: &Context,
+    namespace: &str,
+    name: &str,
+    status: &ProxyPoolStatus,
+) -> Result<(), Error> {
+    ctx.gate.pass(Write::Status)?;
+    let body = json!({"apiVersion": "crawl.example.com/v1alpha1", "kind": "ProxyPool", "status": status});
+    let api: Api<ProxyPool> = Api::namespaced(ctx.client.clone(), namespace);
+    let params = PatchParams::apply(FIELD_MANAGER).force();
+    match api.patch_status(name, &params, &Patch::Apply(&body)).await {
+        Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+        other => other.map(drop).map_err(|source| Error::Api {
+            what: "writing the status of pool",
+            name: name.to_owned(),
+            source,
+        }),
+    }
+}
