@@ -209,12 +209,13 @@ proptest! {
             member.phase = Some(Phase::Provisioning);
         }
         world.all_ready();
-        let mut quiet_steps = 0;
-        while checked_step(&mut world, &spec)? > 0 {
+        let (mut steps, mut quiet) = (0, 0);
+        while quiet < world::QUIET {
+            quiet = if checked_step(&mut world, &spec)? == 0 { quiet + 1 } else { 0 };
             world.all_ready();
             world.advance(1);
-            quiet_steps += 1;
-            prop_assert!(quiet_steps < 200, "no convergence: {:?}", world.names());
+            steps += 1;
+            prop_assert!(steps < 300, "no convergence: {:?}", world.names());
         }
         let desired = world.status.desired_replicas as usize;
         prop_assert_eq!(world.members.len(), desired, "{:?}", world.names());

@@ -11,6 +11,7 @@
 use std::sync::Arc;
 
 use futures::{Stream, StreamExt};
+use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use kube::runtime::controller::{self, Controller};
@@ -21,7 +22,9 @@ use proxy_core::ProxyKey;
 use proxy_core::conditions::{HEALTHY, TRUE};
 use proxy_core::pool::{Demand, Health, Member, PoolAction, PoolObserved};
 use proxy_core::record::PoolRecord;
-use proxy_crd::pool::{DO_NOT_DISRUPT_ANNOTATION, DRAINING_ANNOTATION, POOL_LABEL, TEMPLATE_HASH_ANNOTATION};
+use proxy_crd::pool::{
+    DO_NOT_DISRUPT_ANNOTATION, DRAINING_ANNOTATION, POOL_LABEL, TEMPLATE_HASH_ANNOTATION,
+};
 use proxy_crd::{Proxy, ProxyPool, ProxyPoolStatus};
 use serde_json::json;
 
@@ -82,16 +85,14 @@ pub async fn run(
     };
     let controller = Controller::new(api, watcher::Config::default());
     pools.ctx.metrics.watch_pools(controller.store());
-    let elections = futures::stream::unfold(
-        pools.ctx.leadership.subscribe(),
-        |mut elected| async move {
+    let elections =
+        futures::stream::unfold(pools.ctx.leadership.subscribe(), |mut elected| async move {
             elected.changed().await.ok()?;
             let leading = *elected.borrow_and_update();
             Some((leading, elected))
-        },
-    )
-    .filter(|leading| std::future::ready(*leading))
-    .map(|_| ());
+        })
+        .filter(|leading| std::future::ready(*leading))
+        .map(|_| ());
     controller
         .reconcile_on(members)
         .reconcile_all_on(elections)
@@ -117,7 +118,10 @@ fn error_policy(pool: Arc<ProxyPool>, error: &Error, _: Arc<PoolContext>) -> con
 
 /// One pool decision, executed.
 #[tracing::instrument(skip_all, fields(pool = %pool.name_any()))]
-async fn reconcile(pool: Arc<ProxyPool>, pools: Arc<PoolContext>) -> Result<controller::Action, Error> {
+async fn reconcile(
+    pool: Arc<ProxyPool>,
+    pools: Arc<PoolContext>,
+) -> Result<controller::Action, Error> {
     let ctx = &pools.ctx;
     if !ctx.leadership.is_leader() {
         return Ok(controller::Action::await_change());
@@ -148,6 +152,16 @@ async fn reconcile(pool: Arc<ProxyPool>, pools: Arc<PoolContext>) -> Result<cont
         write_status(ctx, &namespace, &name, &decision.status).await?;
     }
     execute::publish(ctx, &decision.events, &pool.object_ref(&())).await?;
+    for (proxy, event) in &decision.proxy_events {
+        let reference = ObjectReference {
+            api_version: Some("crawl.example.com/v1alpha1".into()),
+            kind: Some("Proxy".into()),
+            namespace: Some(namespace.clone()),
+            name: Some(proxy.clone()),
+            ..ObjectReference::default()
+        };
+        execute::publish(ctx, std::slice::from_ref(event), &reference).await?;
+    }
     Ok(controller::Action::requeue(decision.wake))
 }
 
@@ -219,7 +233,10 @@ fn member_of(proxy: &Proxy, discovery: &Discovery) -> Member {
         phase: status.and_then(|s| s.phase),
         healthy,
         draining_since: annotations.get(DRAINING_ANNOTATION).cloned(),
-        do_not_disrupt: annotations.get(DO_NOT_DISRUPT_ANNOTATION).map(String::as_str) == Some("true"),
+        do_not_disrupt: annotations
+            .get(DO_NOT_DISRUPT_ANNOTATION)
+            .map(String::as_str)
+            == Some("true"),
         deleting: proxy.meta().deletion_timestamp.is_some(),
         active_leases: discovery.leases_of(&key),
         blocked_sites: discovery.blocked_sites(&key, 1).map(|b| b.sites),
@@ -271,14 +288,18 @@ async fn execute_action(
                 "metadata": {"labels": labels},
                 "spec": {"maxLeases": max_leases, "healthCheck": health_check},
             });
-            merge(proxies, name, &patch).await.map_err(failed("updating proxy", name))
+            merge(proxies, name, &patch)
+                .await
+                .map_err(failed("updating proxy", name))
         }
         PoolAction::Drain { name, since, .. } => {
             let patch = json!({
                 "metadata": {"annotations": {DRAINING_ANNOTATION: since}},
                 "spec": {"maxLeases": 0},
             });
-            merge(proxies, name, &patch).await.map_err(failed("draining proxy", name))
+            merge(proxies, name, &patch)
+                .await
+                .map_err(failed("draining proxy", name))
         }
         PoolAction::Delete { name } => match proxies.delete(name, &DeleteParams::default()).await {
             Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
@@ -288,8 +309,15 @@ async fn execute_action(
 }
 
 /// A merge patch of the Proxy `name`; one that is gone is left alone.
-async fn merge(proxies: &Api<Proxy>, name: &str, patch: &serde_json::Value) -> Result<(), kube::Error> {
-    match proxies.patch(name, &PatchParams::default(), &Patch::Merge(patch)).await {
+async fn merge(
+    proxies: &Api<Proxy>,
+    name: &str,
+    patch: &serde_json::Value,
+) -> Result<(), kube::Error> {
+    match proxies
+        .patch(name, &PatchParams::default(), &Patch::Merge(patch))
+        .await
+    {
         Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
         other => other.map(drop),
     }
@@ -310,7 +338,8 @@ async fn write_status(
     status: &ProxyPoolStatus,
 ) -> Result<(), Error> {
     ctx.gate.pass(Write::Status)?;
-    let body = json!({"apiVersion": "crawl.example.com/v1alpha1", "kind": "ProxyPool", "status": status});
+    let body =
+        json!({"apiVersion": "crawl.example.com/v1alpha1", "kind": "ProxyPool", "status": status});
     let api: Api<ProxyPool> = Api::namespaced(ctx.client.clone(), namespace);
     let params = PatchParams::apply(FIELD_MANAGER).force();
     match api.patch_status(name, &params, &Patch::Apply(&body)).await {

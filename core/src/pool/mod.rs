@@ -19,7 +19,7 @@
 //! |---|---|
 //! | create | each entry gets Proxies until its non-retiring ones reach its share; all owned Proxies (draining and deleting ones too: they still run a machine) stay within `desired + maxSurge` |
 //! | drain | a retiring Proxy, or one above its entry's share, gets no new lease (`maxLeases` 0 and the draining annotation), only while the available Proxies stay at least `desired - maxUnavailable` (so with the default 0 a successor is Ready first); retiring ones also only while fewer than the disruption budget are draining |
-//! | delete | a draining Proxy once the lease book says it has no active lease, or once `drainGraceSeconds` are over |
+//! | delete | a draining Proxy once the lease book says it has no active lease (and at least [`MIN_DRAIN`] after the drain began), or once `drainGraceSeconds` are over |
 //! | update | a Proxy whose labels, `maxLeases` or health check differ from its entry's is patched in place (no new machine) |
 //!
 //! Which Proxy goes first: the ones not available (they cost no capacity), then, for a
@@ -74,6 +74,10 @@ const IDLE_POLL: Duration = Duration::from_secs(60);
 const BUSY_POLL: Duration = Duration::from_secs(5);
 /// How often a pool that recycles banned Proxies looks at the ban counts.
 const BAN_POLL: Duration = Duration::from_secs(15);
+/// The shortest drain: the lease book learns of a drain (`maxLeases` 0) at its next fleet
+/// sync (every 0.5 s), so a Proxy deleted sooner, with no lease yet, could still be leased
+/// in between and then vanish under its crawler.
+pub const MIN_DRAIN: SignedDuration = SignedDuration::from_secs(2);
 /// The longest pool name: `<pool>-<ordinal>` must stay a label value (63 characters).
 pub const MAX_POOL_NAME: usize = 52;
 
@@ -221,6 +225,9 @@ pub struct PoolDecision {
     pub status: ProxyPoolStatus,
     /// The Events to emit on the pool.
     pub events: Vec<Event>,
+    /// The Events to emit on one of its Proxies (named first): why it drains or goes, where
+    /// `kubectl describe px` shows it.
+    pub proxy_events: Vec<(String, Event)>,
     /// When to decide again at the latest.
     #[serde(with = "jiff::fmt::serde::unsigned_duration::friendly::compact::required")]
     pub wake: Duration,
@@ -290,6 +297,7 @@ pub fn decide_pool(
 
     let mut actions = Vec::new();
     let mut events = Vec::new();
+    let mut proxy_events = Vec::new();
     let valid_name = name.len() <= MAX_POOL_NAME;
 
     // Deletes: drained Proxies whose leases are gone or whose grace is over.
@@ -299,7 +307,8 @@ pub fn decide_pool(
     {
         let Some(since) = s.draining else { continue };
         let ends = since.saturating_add(settings.drain_grace).unwrap_or(since);
-        let leases_done = s.member.active_leases == Some(0);
+        let settled = since.saturating_add(MIN_DRAIN).unwrap_or(since);
+        let leases_done = s.member.active_leases == Some(0) && now >= settled;
         if leases_done || now >= ends {
             actions.push(PoolAction::Delete {
                 name: s.member.name.clone(),
@@ -309,12 +318,16 @@ pub fn decide_pool(
             } else {
                 "its drain grace is over"
             };
-            events.push(normal(
-                "DeletingProxy",
-                format!("deleting proxy {}: {why}", s.member.name),
+            proxy_events.push((
+                s.member.name.clone(),
+                normal(
+                    "DeletingProxy",
+                    format!("pool {name} deletes proxy {}: {why}", s.member.name),
+                ),
             ));
         } else {
             wake.at(ends);
+            wake.at(settled);
             wake.within(BUSY_POLL);
         }
     }
@@ -371,12 +384,15 @@ pub fn decide_pool(
             since: format_time(now),
             why,
         });
-        events.push(normal(
-            "DrainingProxy",
-            format!(
-                "draining proxy {}: {}; it gets no new lease",
-                s.member.name,
-                why.describe()
+        proxy_events.push((
+            s.member.name.clone(),
+            normal(
+                "DrainingProxy",
+                format!(
+                    "pool {name} drains proxy {}: {}; it gets no new lease",
+                    s.member.name,
+                    why.describe()
+                ),
             ),
         ));
         wake.within(BUSY_POLL);
@@ -461,6 +477,7 @@ pub fn decide_pool(
             conditions,
         },
         events,
+        proxy_events,
         wake: wake.delay(),
     }
 }

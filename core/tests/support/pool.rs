@@ -12,6 +12,10 @@ use proxy_crd::{
     Mode, Phase, ProxyPoolSpec, ProxyPoolStatus, ProxySpec, ProxyTemplate, TemplateMetadata,
 };
 
+/// Decisions in a row without an action that make a world settled: more than the seconds
+/// of `MIN_DRAIN`.
+pub const QUIET: usize = 3;
+
 /// The pool's name in every test.
 pub const POOL: &str = "web";
 
@@ -210,12 +214,19 @@ impl World {
             .count()
     }
 
-    /// Steps (making every new Proxy Ready in between, and ending drained Proxies' leases)
-    /// until a decision has no action, at most `limit` times; how many steps it took.
+    /// Steps a second apart (making every new Proxy Ready in between) until
+    /// [`QUIET`] decisions in a row have no action (a drain waits a moment before its
+    /// delete), at most `limit` times; how many steps it took.
     pub fn settle(&mut self, spec: &ProxyPoolSpec, limit: usize) -> usize {
+        let mut quiet = 0;
         for steps in 1..=limit {
             let decision = self.step(spec);
-            if decision.actions.is_empty() {
+            quiet = if decision.actions.is_empty() {
+                quiet + 1
+            } else {
+                0
+            };
+            if quiet == QUIET {
                 return steps;
             }
             self.all_ready();

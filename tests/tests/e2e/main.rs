@@ -23,6 +23,7 @@ mod leases;
 mod metrics;
 mod operated;
 mod pods;
+mod pools;
 mod probes;
 mod provider_health;
 mod reconcile;
