@@ -320,13 +320,14 @@ fn default_scale_down_stabilization() -> Option<i32> {
     Some(DEFAULT_SCALE_DOWN_STABILIZATION_SECONDS)
 }
 
-/// A count, or a percentage of a count (`"25%"`), as Kubernetes' `maxSurge` takes it.
+/// A count, or a percentage of a count (`"25%"`), as Kubernetes' `maxSurge` takes it (a
+/// count may also be written as a string of digits, `"2"`).
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
 #[serde(untagged)]
 pub enum IntOrPercent {
     /// A count.
     Int(i32),
-    /// A percentage, `"<digits>%"`.
+    /// A percentage, `"<digits>%"` (or a count as a string of digits).
     Percent(String),
 }
 

@@ -158,9 +158,9 @@ pub const POOL_PROVIDER_GIVEN: &str = "has(self.template.spec.provider) || (has(
 pub const POOL_PROVIDER_GIVEN_MSG: &str =
     "template.spec.provider is required unless every spread entry names a provider";
 
-/// A count or a percentage: a non-negative integer, or digits followed by `%`.
-pub const INT_OR_PERCENT_VALID: &str =
-    "type(self) == int ? self >= 0 : self.matches('^[0-9]{1,3}%$')";
+/// A count or a percentage: a non-negative integer (or its digits as a string), or up to
+/// three digits followed by `%`.
+pub const INT_OR_PERCENT_VALID: &str = "string(self).matches('^([0-9]+|[0-9]{1,3}%)$')";
 /// Message of [`INT_OR_PERCENT_VALID`].
 pub const INT_OR_PERCENT_VALID_MSG: &str =
     "must be a non-negative count such as 2, or a percentage such as \"25%\"";

@@ -1,3 +1,4 @@
 mod cel;
 mod generated;
 mod helpers;
+mod pool_cel;

@@ -12,17 +12,19 @@ pub enum Round {
     Down,
 }
 
-/// `amount` of `total`: the count itself, or the percentage of `total` rounded as `round`
-/// says. A percentage the API server would refuse (it checks the pattern) counts as 0, and
-/// a negative count as 0: the safe reading for every use here.
+/// `amount` of `total`: the count itself (a number, or its digits as a string), or the
+/// percentage of `total` rounded as `round` says. What the API server would refuse (it
+/// checks the pattern) counts as 0, and so does a negative count: the safe reading for
+/// every use here.
 pub fn resolve(amount: &IntOrPercent, total: u32, round: Round) -> u32 {
     match amount {
         IntOrPercent::Int(count) => u32::try_from(*count).unwrap_or(0),
         IntOrPercent::Percent(text) => {
-            let percent: u64 = text
-                .strip_suffix('%')
-                .and_then(|digits| digits.parse().ok())
-                .unwrap_or(0);
+            let Some(digits) = text.strip_suffix('%') else {
+                // A count written as a string, `"2"`: the API server accepts it.
+                return text.parse().unwrap_or(0);
+            };
+            let percent: u64 = digits.parse().unwrap_or(0);
             let scaled = u64::from(total) * percent;
             let share = match round {
                 Round::Up => scaled.div_ceil(100),
@@ -55,7 +57,8 @@ mod tests {
             (percent("0%"), 7, Round::Up, 0),
             (percent("20%"), 0, Round::Up, 0),
             (percent("abc%"), 10, Round::Up, 0),
-            (percent("25"), 10, Round::Up, 0),
+            (percent("25"), 10, Round::Up, 25),
+            (percent("-3"), 10, Round::Up, 0),
         ];
         for (amount, total, round, want) in table {
             assert_eq!(

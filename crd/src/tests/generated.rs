@@ -2,10 +2,14 @@
 
 use crate::crds;
 
-const COMMITTED: [(&str, &str); 2] = [
+const COMMITTED: [(&str, &str); 3] = [
     (
         "proxies.crawl.example.com.yaml",
         include_str!("../../../deploy/crds/proxies.crawl.example.com.yaml"),
+    ),
+    (
+        "proxypools.crawl.example.com.yaml",
+        include_str!("../../../deploy/crds/proxypools.crawl.example.com.yaml"),
     ),
     (
         "providerhealths.crawl.example.com.yaml",

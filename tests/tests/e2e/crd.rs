@@ -747,3 +747,53 @@ fn the_deployed_providers_config_is_valid() {
         String::from_utf8_lossy(&out.stdout)
     );
 }
+
+#[tokio::test]
+async fn a_proxy_pool_gets_its_defaults_printer_columns_and_scale_subresource() {
+    let plane = ControlPlane::shared();
+    let bed = Bed::new("crd-pools").await;
+    let pools = Api::<DynamicObject>::namespaced_with(
+        bed.client.clone(),
+        &bed.ns,
+        &ApiResource::erase::<proxy_crd::ProxyPool>(&()),
+    );
+    let pool: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "crawl.example.com/v1alpha1", "kind": "ProxyPool",
+        "metadata": {"name": "web"},
+        "spec": {"template": {"spec": managed()}},
+    }))
+    .unwrap();
+    let stored = pools.create(&PostParams::default(), &pool).await.unwrap();
+    let spec = &stored.data["spec"];
+    assert_eq!(spec["replicas"], 1, "{spec}");
+    assert_eq!(spec["disruption"]["maxSurge"], "25%", "{spec}");
+    assert_eq!(spec["disruption"]["maxUnavailable"], 0, "{spec}");
+    assert_eq!(
+        spec["recycle"]["replaceUnhealthyAfterSeconds"], 300,
+        "{spec}"
+    );
+    assert_eq!(spec["template"]["spec"]["port"], 3128, "{spec}");
+    assert_eq!(
+        spec["template"]["spec"]["healthCheck"]["intervalSeconds"], 30,
+        "{spec}"
+    );
+    // The scale subresource: kubectl scale works on a pool.
+    let out = plane.kubectl(&["scale", "pxp", "web", "-n", &bed.ns, "--replicas=4"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let scaled = pools.get("web").await.unwrap();
+    assert_eq!(scaled.data["spec"]["replicas"], 4);
+    let out = plane.kubectl(&["get", "pxp", "-n", &bed.ns]);
+    let out = String::from_utf8(out.stdout).unwrap();
+    let header: Vec<&str> = out.lines().next().unwrap().split_whitespace().collect();
+    assert_eq!(header, ["NAME", "DESIRED", "READY", "AVAILABLE", "AGE"]);
+    // Unlike a Proxy's, a template's provider may change (it rolls the pool).
+    let moved = json!({"spec": {"template": {"spec": {"provider": "gcp-eu"}}}});
+    pools
+        .patch("web", &PatchParams::default(), &Patch::Merge(&moved))
+        .await
+        .unwrap();
+}

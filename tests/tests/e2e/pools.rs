@@ -454,3 +454,48 @@ async fn an_autoscaled_pool_grows_under_lease_pressure_and_shrinks_when_idle() {
     }
     wait_pool(&bed, &pools, "auto", "back to 1", 90, &mut most, settled(1)).await;
 }
+
+#[tokio::test]
+async fn expire_after_recycles_every_proxy_for_a_new_one_without_dropping_capacity() {
+    let bed = Bed::new("pool-expire").await;
+    let pools: Api<ProxyPool> = Api::namespaced(bed.proxies.clone().into_client(), &bed.ns);
+    pools
+        .create(
+            &PostParams::default(),
+            &pool(&bed, "fresh", 2, json!({"expireAfterSeconds": 60})),
+        )
+        .await
+        .unwrap();
+    let mut most = 0;
+    let (_, first) = wait_pool(&bed, &pools, "fresh", "2 Ready", 60, &mut most, settled(2)).await;
+    let first = names(&first);
+    // Each proxy expires 54 to 60 s after its creation (a jitter of up to a tenth); its
+    // successor is Ready before it drains, so the pool never has fewer than 2 available.
+    let mut fewest = usize::MAX;
+    for _ in 0..120 * 5 {
+        let pool = pools.get("fresh").await.unwrap();
+        let proxies = members(&bed, "fresh").await;
+        most = most.max(proxies.len());
+        let available = pool.status.as_ref().map_or(0, |s| s.available_replicas);
+        fewest = fewest.min(usize::try_from(available).unwrap_or(0));
+        if settled(2)(&pool, &proxies) && names(&proxies).iter().all(|n| !first.contains(n)) {
+            assert!(
+                most <= 3,
+                "{most} proxies at once: more than the surge of 1"
+            );
+            assert_eq!(
+                fewest, 2,
+                "the recycling left fewer than 2 proxies available"
+            );
+            let notes = bed.event_notes(&first[0], "DrainingProxy", "expired").await;
+            assert!(notes.iter().any(|n| n.contains("expired")), "{notes:?}");
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    panic!(
+        "{first:?} not recycled within 120 s: {:?}; operator log:\n{}",
+        names(&members(&bed, "fresh").await),
+        bed.operator.log()
+    );
+}
