@@ -289,9 +289,8 @@ pub struct Autoscale {
     /// The most Proxies.
     #[schemars(range(min = 1, max = 10000))]
     pub max_replicas: i32,
-    /// The share of the pool's lease capacity (available Proxies times `maxLeases`) active
-    /// leases should use, in percent (default 70). Leases the book refused for want of a
-    /// free proxy count as demand too.
+    /// The share of the pool's lease capacity (its Proxies times `maxLeases`) active leases
+    /// should use, in percent (default 70).
     #[schemars(range(min = 1, max = 100), default = "default_target_utilization")]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub target_utilization_percent: Option<i32>,

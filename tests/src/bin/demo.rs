@@ -1,13 +1,14 @@
 //! The demo: a local control plane, the operator, real squid proxies, and a crawler that
 //! leases one of them through the discovery API and sends a request through it, with the
 //! proxy's own credentials; each lease's egress address, verified by the operator, is shown.
+//! Then a ProxyPool makes a fleet from one template, is scaled, and rolls a template change.
 //!
 //! Run it with `tests/bed/demo.sh`, which provisions the test bed first.
 
 use std::time::{Duration, Instant};
 
 use kube::api::{Api, PostParams};
-use proxy_crd::{Phase, Proxy};
+use proxy_crd::{Phase, Proxy, ProxyPool};
 use proxy_tests::control_plane::ControlPlane;
 use proxy_tests::operator::{DISCOVERY_TOKEN, Operator, Polls, binary};
 use proxy_tests::pod_runner::PodRunner;
@@ -30,9 +31,54 @@ fn egress_verified(status: &proxy_crd::ProxyStatus) -> String {
         )
 }
 
-fn kubectl_get(plane: &ControlPlane, ns: &str) {
-    let out = plane.kubectl(&["get", "px", "-n", ns]);
+fn kubectl(plane: &ControlPlane, ns: &str, kind: &str) {
+    let out = plane.kubectl(&["get", kind, "-n", ns]);
     print!("{}", String::from_utf8_lossy(&out.stdout));
+}
+
+/// Waits until the pool `fleet` has `n` Proxies, all Ready, from its current template, and
+/// nothing under way, in a status computed for its current spec: their names, and the
+/// fewest available seen while waiting.
+async fn wait_pool(
+    pools: &Api<ProxyPool>,
+    proxies: &Api<Proxy>,
+    n: i32,
+    operator: &Operator,
+) -> anyhow::Result<(Vec<String>, i32)> {
+    let started = Instant::now();
+    let mut fewest = i32::MAX;
+    loop {
+        let pool = pools.get("fleet").await?;
+        let generation = pool.metadata.generation;
+        let status = pool.status.unwrap_or_default();
+        fewest = fewest.min(status.available_replicas);
+        let stable = status
+            .conditions
+            .iter()
+            .any(|c| c.type_ == "Progressing" && c.reason == "Stable");
+        if stable
+            && status.observed_generation == generation
+            && status.replicas == n
+            && status.updated_replicas == n
+            && status.available_replicas == n
+        {
+            let members = proxies
+                .list(&kube::api::ListParams::default().labels("crawl.example.com/pool=fleet"))
+                .await?;
+            let names = members
+                .items
+                .iter()
+                .map(kube::ResourceExt::name_any)
+                .collect();
+            return Ok((names, fewest));
+        }
+        anyhow::ensure!(
+            started.elapsed() < Duration::from_secs(120),
+            "the pool did not settle at {n} within 120 s; operator log:\n{}",
+            operator.log()
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
 }
 
 #[tokio::main]
@@ -100,7 +146,7 @@ async fn main() -> anyhow::Result<()> {
         "    all Ready after {:.1} s; `kubectl get px`:",
         started.elapsed().as_secs_f64()
     );
-    kubectl_get(plane, &ns);
+    kubectl(plane, &ns, "px");
 
     let http = reqwest::Client::new();
     let api = |path: &str| format!("{}{path}", operator.discovery);
@@ -241,6 +287,47 @@ async fn main() -> anyhow::Result<()> {
         "    first lease: {}, next lease: {}",
         lease["proxy"]["name"], next["proxy"]["name"]
     );
+
+    step(
+        "A ProxyPool: a fleet of 3 from one template, then `kubectl scale pxp fleet --replicas=5`",
+    );
+    let pools: Api<ProxyPool> = Api::namespaced(client.clone(), &ns);
+    let pool: ProxyPool = serde_json::from_value(json!({
+        "apiVersion": "crawl.example.com/v1alpha1", "kind": "ProxyPool",
+        "metadata": {"name": "fleet"},
+        "spec": {"replicas": 3, "template": {
+            "metadata": {"labels": {"geo": "pool"}},
+            "spec": {"mode": "Managed", "provider": "pods", "healthCheck": {
+                "probeURL": origin.url("/generate_204"), "intervalSeconds": 2, "timeoutSeconds": 1}}},
+            "disruption": {"maxSurge": 1}}
+    }))?;
+    pools.create(&PostParams::default(), &pool).await?;
+    let (names, _) = wait_pool(&pools, &proxies, 3, &operator).await?;
+    println!("    {names:?} Ready; `kubectl get pxp`:");
+    kubectl(plane, &ns, "pxp");
+    let out = plane.kubectl(&["scale", "pxp", "fleet", "-n", &ns, "--replicas=5"]);
+    anyhow::ensure!(
+        out.status.success(),
+        "kubectl scale: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let (names, _) = wait_pool(&pools, &proxies, 5, &operator).await?;
+    println!("    {names:?} Ready");
+
+    step(
+        "A template change (port 3129) rolls the pool: each successor is Ready before its old proxy drains",
+    );
+    let port = json!({"spec": {"template": {"spec": {"port": 3129}}}});
+    pools
+        .patch(
+            "fleet",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(&port),
+        )
+        .await?;
+    let (names, fewest) = wait_pool(&pools, &proxies, 5, &operator).await?;
+    println!("    now {names:?}; the fewest available during the roll: {fewest} of 5");
+    kubectl(plane, &ns, "pxp");
 
     step("Shutting down: the operator, the squids, the control plane");
     drop(operator);
