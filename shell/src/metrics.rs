@@ -532,45 +532,24 @@ struct PoolSizeLabels {
     kind: &'static str,
 }
 
+/// The labels of `pool`'s figures.
+fn pool_labels(pool: &ProxyPool) -> PoolLabels {
+    PoolLabels {
+        namespace: pool.metadata.namespace.clone().unwrap_or_default(),
+        pool: pool.metadata.name.clone().unwrap_or_default(),
+    }
+}
+
 /// Each pool's sizes, and what its autoscale saw and wants (its inputs and decisions), as
 /// its last status says.
 fn encode_pools(
     pools: &[Arc<ProxyPool>],
     encoder: &mut DescriptorEncoder,
 ) -> Result<(), std::fmt::Error> {
-    let gauge = ConstGauge::new(0i64);
-    let mut family = encoder.encode_descriptor(
-        "pool_replicas",
-        "Proxies of each ProxyPool, by kind: desired, current, ready, available, updated",
-        None,
-        gauge.metric_type(),
-    )?;
-    let labels = |pool: &ProxyPool| PoolLabels {
-        namespace: pool.metadata.namespace.clone().unwrap_or_default(),
-        pool: pool.metadata.name.clone().unwrap_or_default(),
-    };
-    for pool in pools {
-        let Some(status) = &pool.status else { continue };
-        let PoolLabels { namespace, pool } = labels(pool);
-        for (kind, count) in [
-            ("desired", status.desired_replicas),
-            ("current", status.replicas),
-            ("ready", status.ready_replicas),
-            ("available", status.available_replicas),
-            ("updated", status.updated_replicas),
-        ] {
-            let labels = PoolSizeLabels {
-                namespace: namespace.clone(),
-                pool: pool.clone(),
-                kind,
-            };
-            ConstGauge::new(i64::from(count)).encode(family.encode_family(&labels)?)?;
-        }
-    }
-    drop(family);
+    encode_pool_sizes(pools, encoder)?;
     let autoscaled: Vec<_> = pools
         .iter()
-        .filter_map(|p| Some((labels(p), p.status.as_ref()?.autoscale.as_ref()?)))
+        .filter_map(|p| Some((pool_labels(p), p.status.as_ref()?.autoscale.as_ref()?)))
         .collect();
     for (name, help, value) in [
         (
@@ -584,9 +563,42 @@ fn encode_pools(
             |a| a.recommended_replicas,
         ),
     ] {
+        let gauge = ConstGauge::new(0i64);
         let mut family = encoder.encode_descriptor(name, help, None, gauge.metric_type())?;
         for (labels, autoscale) in &autoscaled {
             ConstGauge::new(i64::from(value(autoscale))).encode(family.encode_family(labels)?)?;
+        }
+    }
+    Ok(())
+}
+
+/// `proxy_operator_pool_replicas`: each pool's sizes by kind.
+fn encode_pool_sizes(
+    pools: &[Arc<ProxyPool>],
+    encoder: &mut DescriptorEncoder,
+) -> Result<(), std::fmt::Error> {
+    let mut family = encoder.encode_descriptor(
+        "pool_replicas",
+        "Proxies of each ProxyPool, by kind: desired, current, ready, available, updated",
+        None,
+        ConstGauge::new(0i64).metric_type(),
+    )?;
+    for pool in pools {
+        let Some(status) = &pool.status else { continue };
+        let PoolLabels { namespace, pool } = pool_labels(pool);
+        for (kind, count) in [
+            ("desired", status.desired_replicas),
+            ("current", status.replicas),
+            ("ready", status.ready_replicas),
+            ("available", status.available_replicas),
+            ("updated", status.updated_replicas),
+        ] {
+            let labels = PoolSizeLabels {
+                namespace: namespace.clone(),
+                pool: pool.clone(),
+                kind,
+            };
+            ConstGauge::new(i64::from(count)).encode(family.encode_family(&labels)?)?;
         }
     }
     Ok(())

@@ -67,11 +67,11 @@ pub fn scale(
         .unwrap_or(u32::MAX)
         .clamp(min, max);
     let capacity = u64::from(current) * capacity_per_proxy;
-    let utilization = if capacity == 0 {
-        if active == 0 { 0 } else { 100 }
-    } else {
-        (active * 100 / capacity).min(100)
-    };
+    // No capacity at all: idle when nothing is leased, full otherwise.
+    let utilization = (active * 100)
+        .checked_div(capacity)
+        .unwrap_or(if active == 0 { 0 } else { 100 })
+        .min(100);
     let since = |kept: Option<&String>| kept.cloned().unwrap_or_else(|| format_time(now));
     let window = |seconds: Option<i32>, default: i32| {
         Duration::from_secs(u64::try_from(seconds.unwrap_or(default)).unwrap_or(0))
