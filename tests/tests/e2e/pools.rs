@@ -106,6 +106,51 @@ fn settled(n: usize) -> impl Fn(&ProxyPool, &[Proxy]) -> bool {
     }
 }
 
+/// The discovery API of a bed, as a crawler calls it.
+#[derive(Clone)]
+struct Discovery {
+    base: String,
+    http: reqwest::Client,
+}
+
+impl Discovery {
+    fn of(bed: &Bed) -> Self {
+        Self {
+            base: bed.operator.discovery.clone(),
+            http: reqwest::Client::new(),
+        }
+    }
+
+    /// `POST {path}` with `body`: the status and the answer (`null` when it is not JSON).
+    async fn post(&self, path: &str, body: Value) -> (u16, Value) {
+        let answer = self
+            .http
+            .post(format!("{}{path}", self.base))
+            .bearer_auth(DISCOVERY_TOKEN)
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        let status = answer.status().as_u16();
+        (status, answer.json().await.unwrap_or(Value::Null))
+    }
+
+    async fn lease(&self, body: Value) -> (u16, Value) {
+        self.post("/v1/leases", body).await
+    }
+
+    async fn release(&self, id: &str) {
+        let answer = self
+            .http
+            .delete(format!("{}/v1/leases/{id}", self.base))
+            .bearer_auth(DISCOVERY_TOKEN)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(answer.status().as_u16(), 204, "release {id}");
+    }
+}
+
 /// A crawler that leases a `geo=eu` proxy, fetches a page through it and releases it, again
 /// and again until stopped; it counts what failed.
 struct Crawler {
@@ -124,7 +169,7 @@ impl Crawler {
             Arc::new(AtomicUsize::new(0)),
             Arc::new(AtomicUsize::new(0)),
         );
-        let base = bed.operator.discovery.clone();
+        let api = Discovery::of(bed);
         let (page, ca) = (bed.origin.url("/generate_204"), bed.origin.ca_pem.clone());
         let task = tokio::spawn({
             let (stop, granted, refused, failed_fetches) = (
@@ -134,18 +179,11 @@ impl Crawler {
                 failed_fetches.clone(),
             );
             async move {
-                let http = reqwest::Client::new();
                 let mut failures = Vec::new();
                 while !stop.load(Ordering::Relaxed) {
-                    let answer = http
-                        .post(format!("{base}/v1/leases"))
-                        .bearer_auth(DISCOVERY_TOKEN)
-                        .json(&json!({"selector": {"geo": "eu"}, "target": "probe.test", "ttlSeconds": 60}))
-                        .send()
-                        .await
-                        .unwrap();
-                    let status = answer.status().as_u16();
-                    let lease: Value = answer.json().await.unwrap_or(Value::Null);
+                    let (status, lease) = api
+                        .lease(json!({"selector": {"geo": "eu"}, "target": "probe.test", "ttlSeconds": 60}))
+                        .await;
                     if status != 201 {
                         refused.fetch_add(1, Ordering::Relaxed);
                         failures.push(format!("lease {status}: {lease}"));
@@ -171,12 +209,7 @@ impl Crawler {
                             ));
                         }
                     }
-                    let id = lease["leaseID"].as_str().unwrap();
-                    http.delete(format!("{base}/v1/leases/{id}"))
-                        .bearer_auth(DISCOVERY_TOKEN)
-                        .send()
-                        .await
-                        .unwrap();
+                    api.release(lease["leaseID"].as_str().unwrap()).await;
                     tokio::time::sleep(Duration::from_millis(50)).await;
                 }
                 failures
@@ -285,33 +318,17 @@ async fn a_pool_scales_rolls_with_surge_under_a_crawler_recycles_bans_and_holds_
         )
         .await
         .unwrap();
-    let http = reqwest::Client::new();
-    let base = bed.operator.discovery.clone();
-    let lease: Value = http
-        .post(format!("{base}/v1/leases"))
-        .bearer_auth(DISCOVERY_TOKEN)
-        .json(&json!({"selector": {"geo": "eu"}, "target": "shop.example", "ttlSeconds": 60}))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let api = Discovery::of(&bed);
+    let (_, lease) = api
+        .lease(json!({"selector": {"geo": "eu"}, "target": "shop.example", "ttlSeconds": 60}))
+        .await;
     let banned = lease["proxy"]["name"].as_str().unwrap().to_owned();
     let id = lease["leaseID"].as_str().unwrap();
-    let answer = http
-        .post(format!("{base}/v1/leases/{id}/report"))
-        .bearer_auth(DISCOVERY_TOKEN)
-        .json(&json!({"status": 403}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(answer.status().as_u16(), 200);
-    http.delete(format!("{base}/v1/leases/{id}"))
-        .bearer_auth(DISCOVERY_TOKEN)
-        .send()
-        .await
-        .unwrap();
+    let (status, _) = api
+        .post(&format!("/v1/leases/{id}/report"), json!({"status": 403}))
+        .await;
+    assert_eq!(status, 200);
+    api.release(id).await;
     let (_, recycled) = wait_pool(
         &bed,
         &pools,
@@ -397,20 +414,12 @@ async fn an_autoscaled_pool_grows_under_lease_pressure_and_shrinks_when_idle() {
     wait_pool(&bed, &pools, "auto", "1 Ready", 60, &mut most, settled(1)).await;
     // A crawler that wants 4 leases: 2 fit on the one proxy (maxLeases 2), which at a 50%
     // target asks for 2 proxies; the 409s go on until 4 leases on 4 proxies use 50%.
-    let http = reqwest::Client::new();
-    let base = bed.operator.discovery.clone();
+    let api = Discovery::of(&bed);
     let mut held = Vec::new();
     for _ in 0..600 {
-        let lease: Value = http
-            .post(format!("{base}/v1/leases"))
-            .bearer_auth(DISCOVERY_TOKEN)
-            .json(&json!({"selector": {"geo": "eu"}, "ttlSeconds": 300}))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+        let (_, lease) = api
+            .lease(json!({"selector": {"geo": "eu"}, "ttlSeconds": 300}))
+            .await;
         if let Some(id) = lease["leaseID"].as_str() {
             held.push(id.to_owned());
         }
@@ -446,11 +455,7 @@ async fn an_autoscaled_pool_grows_under_lease_pressure_and_shrinks_when_idle() {
         "{metrics}"
     );
     for id in held {
-        http.delete(format!("{base}/v1/leases/{id}"))
-            .bearer_auth(DISCOVERY_TOKEN)
-            .send()
-            .await
-            .unwrap();
+        api.release(&id).await;
     }
     wait_pool(&bed, &pools, "auto", "back to 1", 90, &mut most, settled(1)).await;
 }
