@@ -93,6 +93,35 @@ struct Inner {
     kept: usize,
     bytes: usize,
     file: Option<FileSink>,
+    /// The file's lines in sequence order: records are numbered before they are
+    /// serialized, outside the lock, so two reconciles may arrive here out of order. A line
+    /// waits in `unwritten` until every earlier number has arrived (or was dropped: `None`).
+    next_in_file: u64,
+    unwritten: BTreeMap<u64, Option<String>>,
+}
+
+impl Inner {
+    /// Hands the line of record `seq` (`None`: dropped) to the file, and appends every
+    /// line whose turn has come, in sequence order.
+    fn to_file(&mut self, seq: u64, line: Option<String>, header: &Header) {
+        if self.file.is_none() {
+            return;
+        }
+        self.unwritten.insert(seq, line);
+        while let Some(line) = self.unwritten.remove(&self.next_in_file) {
+            self.next_in_file += 1;
+            let Some(line) = line else { continue };
+            if let Some(file) = self.file.as_mut()
+                && let Err(error) = file.append(&line, header)
+            {
+                // A full disk must not stop the operator: keep recording in memory.
+                tracing::error!(%error, "recording to the file failed; the file is closed");
+                self.file = None;
+                self.unwritten.clear();
+                return;
+            }
+        }
+    }
 }
 
 impl Inner {
@@ -174,6 +203,8 @@ impl Recorder {
                 kept: 0,
                 bytes: 0,
                 file,
+                next_in_file: 1,
+                unwritten: BTreeMap::new(),
             }),
         })
     }
@@ -187,16 +218,13 @@ impl Recorder {
             Ok(line) => line,
             Err(error) => {
                 tracing::error!(object = %record.object(), %error, "a {} record does not serialize: dropped", record.kind());
+                self.lock().to_file(seq, None, &self.file_header);
                 return;
             }
         };
         let mut inner = self.lock();
-        if let Some(file) = inner.file.as_mut()
-            && let Err(error) = file.append(&line, &self.file_header)
-        {
-            // A full disk must not stop the operator: keep recording in memory.
-            tracing::error!(%error, "recording to the file failed; the file is closed");
-            inner.file = None;
+        if inner.file.is_some() {
+            inner.to_file(seq, Some(line.clone()), &self.file_header);
         }
         line.push('\n');
         let key = record.object().clone();
@@ -351,6 +379,32 @@ mod tests {
         let dump = text(&recorder, None);
         assert_eq!(dump.lines().count(), 2, "{dump}");
         assert!(proxy_core::record::replay(&dump).unwrap().is_identical());
+    }
+
+    #[test]
+    fn the_file_keeps_sequence_order_when_records_arrive_out_of_it() {
+        let dir = std::env::temp_dir().join(format!("recorder-order-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("decisions.jsonl");
+        let recorder =
+            Recorder::new(header(), 8, usize::MAX, Some((path.clone(), 1 << 20))).unwrap();
+        // Numbered 1, 2, 3, 4 before they were serialized; they reach the lock as 2, 4, 1,
+        // and 3 is dropped (it did not serialize).
+        for (seq, line) in [
+            (2, Some("two")),
+            (4, Some("four")),
+            (1, Some("one")),
+            (3, None),
+        ] {
+            recorder
+                .lock()
+                .to_file(seq, line.map(str::to_owned), &recorder.file_header);
+        }
+        let text = std::fs::read_to_string(&path).unwrap();
+        let lines: Vec<&str> = text.lines().skip(1).collect();
+        assert_eq!(lines, ["one", "two", "four"]);
+        assert!(recorder.lock().unwritten.is_empty(), "nothing left waiting");
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

@@ -239,7 +239,9 @@ impl Crawler {
 
 #[tokio::test]
 async fn a_pool_scales_rolls_with_surge_under_a_crawler_recycles_bans_and_holds_its_breaker() {
-    let mut bed = Bed::new("pools").await;
+    let recording = proxy_tests::run_dir::subdir("pools").join("operator.jsonl");
+    let record_file = recording.to_str().unwrap().to_owned();
+    let mut bed = Bed::new_with("pools", &["--record-file", &record_file]).await;
     let pools: Api<ProxyPool> = Api::namespaced(bed.proxies.clone().into_client(), &bed.ns);
     pools
         .create(&PostParams::default(), &pool(&bed, "web", 3, json!({})))
@@ -398,6 +400,19 @@ async fn a_pool_scales_rolls_with_surge_under_a_crawler_recycles_bans_and_holds_
     )
     .await;
     bed.operator.kill();
+
+    // Every pool decision was recorded, and replays identically through this build's core.
+    let text = std::fs::read_to_string(&recording).unwrap();
+    let pool_records = text
+        .lines()
+        .filter(|l| l.contains(r#""kind":"pool""#))
+        .count();
+    assert!(
+        pool_records > 20,
+        "only {pool_records} pool decisions recorded"
+    );
+    let report = proxy_core::record::replay(&text).unwrap();
+    assert!(report.is_identical(), "{:?}", report.divergence);
 }
 
 #[tokio::test]
