@@ -500,3 +500,88 @@ fn pool_decisions_record_without_inline_cloud_init_and_replay_identically() {
     let report = proxy_core::record::replay(&tampered).expect("replays");
     assert!(!report.is_identical());
 }
+
+#[test]
+fn a_draining_proxy_marked_do_not_disrupt_is_taken_back_and_leaves_the_budget() {
+    let mut spec = pool(2, "squid:6");
+    let mut world = World::new();
+    world.settle(&spec, 10);
+    world.member("web-0").active_leases = Some(1);
+    world.member("web-1").active_leases = Some(2);
+    spec.replicas = Some(1);
+    assert_eq!(
+        drains(&world.step(&spec).actions),
+        [("web-0", Why::ScaleDown)]
+    );
+    world.member("web-0").do_not_disrupt = true;
+    let decision = world.step(&spec);
+    assert!(
+        decision.actions.iter().any(
+            |a| matches!(a, PoolAction::Undrain { name, max_leases: Some(5) } if name == "web-0")
+        ),
+        "{:?}",
+        decision.actions
+    );
+    assert!(world.members["web-0"].draining_since.is_none());
+    assert!(
+        decision
+            .proxy_events
+            .iter()
+            .any(|(proxy, e)| proxy == "web-0" && e.reason == "UndrainingProxy")
+    );
+}
+
+#[test]
+fn autoscale_shrinks_to_the_largest_size_its_window_saw_not_a_last_lull() {
+    let mut spec = pool(8, "squid:6");
+    spec.autoscale = Some(Autoscale {
+        min_replicas: 1,
+        max_replicas: 10,
+        target_utilization_percent: Some(100),
+        scale_up_stabilization_seconds: Some(0),
+        scale_down_stabilization_seconds: Some(60),
+    });
+    let mut world = World::new();
+    let decide = |world: &mut World, spec: &proxy_crd::ProxyPoolSpec, active: u32| {
+        let mut observed = world.observed();
+        observed.demand = Some(Demand {
+            active_leases: active,
+            max_leases: 1,
+        });
+        let decision = proxy_core::decide_pool(spec, &world.status, &observed);
+        world.apply(&decision);
+        world.all_ready();
+        world.status.desired_replicas
+    };
+    assert_eq!(decide(&mut world, &spec, 8), 8);
+    // Within the window the demand is 5, then 3, and 1 at its very end.
+    for (advance, active) in [(1, 5), (30, 3), (29, 1)] {
+        world.advance(advance);
+        assert_eq!(
+            decide(&mut world, &spec, active),
+            8,
+            "still within the window"
+        );
+    }
+    world.advance(1);
+    assert_eq!(
+        decide(&mut world, &spec, 1),
+        5,
+        "the largest size the window recommended"
+    );
+    // A scale-up window keeps the smallest size recommended all through it.
+    spec.autoscale
+        .as_mut()
+        .expect("set")
+        .scale_up_stabilization_seconds = Some(20);
+    for (advance, active) in [(1, 9), (10, 7)] {
+        world.advance(advance);
+        assert_eq!(decide(&mut world, &spec, active), 5);
+    }
+    world.advance(10);
+    assert_eq!(
+        decide(&mut world, &spec, 10),
+        7,
+        "the smallest size the window recommended"
+    );
+}

@@ -7,6 +7,8 @@
 //!   what was available, when that was less already);
 //! - it never drains more Proxies at once for replacement than the disruption budget;
 //! - it never drains or deletes a do-not-disrupt Proxy;
+//! - a draining Proxy takes no lease (`maxLeases` 0), also after a template change of
+//!   `maxLeases` in the same decision;
 //!
 //! and at the end, once the world is quiet (every Proxy Ready, no lease, no annotation), it
 //! converges to the spec: `desired` Proxies, all from the current template.
@@ -42,6 +44,8 @@ enum Move {
     Banned(usize),
     DoNotDisrupt(usize, bool),
     Wait(i64),
+    /// The template's `maxLeases` changes (an in-place update).
+    MaxLeases(i32),
 }
 
 fn amount() -> impl Strategy<Value = IntOrPercent> {
@@ -66,6 +70,7 @@ fn moves() -> impl Strategy<Value = Move> {
         1 => any::<usize>().prop_map(Move::Banned),
         1 => (any::<usize>(), any::<bool>()).prop_map(|(i, on)| Move::DoNotDisrupt(i, on)),
         2 => (1..400i64).prop_map(Move::Wait),
+        1 => (1..8i32).prop_map(Move::MaxLeases),
     ]
 }
 
@@ -113,6 +118,7 @@ fn play(world: &mut World, spec: &mut ProxyPoolSpec, change: &Move) {
             }
         }
         Move::Wait(seconds) => world.advance(*seconds),
+        Move::MaxLeases(n) => spec.template.spec.max_leases = Some(*n),
     }
 }
 
@@ -150,10 +156,11 @@ fn checked_step(world: &mut World, spec: &ProxyPoolSpec) -> Result<usize, TestCa
         "drains leave {available_after_drains} available, floor {floor}: {:?}",
         decision.actions
     );
+    // (A draining Proxy marked do-not-disrupt is taken back: it drains no longer.)
     let draining_before = before
         .members
         .values()
-        .filter(|m| m.draining_since.is_some())
+        .filter(|m| m.draining_since.is_some() && !m.do_not_disrupt)
         .count();
     let replacing = decision
         .actions
@@ -175,6 +182,15 @@ fn checked_step(world: &mut World, spec: &ProxyPoolSpec) -> Result<usize, TestCa
         prop_assert!(
             !before.members[name].do_not_disrupt,
             "{name} is do-not-disrupt: {action:?}"
+        );
+    }
+    for member in world.members.values() {
+        prop_assert!(
+            member.draining_since.is_none() || member.max_leases == Some(0),
+            "{} drains but takes {:?} leases: {:?}",
+            member.name,
+            member.max_leases,
+            decision.actions
         );
     }
     Ok(decision.actions.len())

@@ -249,9 +249,10 @@ pub struct Disruption {
     #[schemars(extend("default" = DEFAULT_MAX_UNAVAILABLE))]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_unavailable: Option<IntOrPercent>,
-    /// How many Proxies may be in replacement at once, for age, bans, unhealth or a template
-    /// change: a count or a percentage of the desired count, rounded up, at least 1 (default
-    /// `10%`). Scale-downs are not disruptions and ignore it.
+    /// How many Proxies may drain at once for a replacement (for age, bans, unhealth or a
+    /// template change): a count or a percentage of the desired count, rounded up, at least 1
+    /// (default `10%`). A scale-down's drains are not limited by it, but count while they
+    /// last.
     #[schemars(extend("default" = DEFAULT_DISRUPTION_BUDGET))]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub disruption_budget: Option<IntOrPercent>,
@@ -283,7 +284,8 @@ pub struct CircuitBreaker {
 #[x_kube(validation = kube::core::Rule::new(rules::AUTOSCALE_BOUNDS).message(rules::AUTOSCALE_BOUNDS_MSG))]
 #[serde(rename_all = "camelCase")]
 pub struct Autoscale {
-    /// The fewest Proxies.
+    /// The fewest Proxies. At 0 the pool has no lease to measure, and grows again only when
+    /// this is raised.
     #[schemars(range(min = 0, max = 10000))]
     pub min_replicas: i32,
     /// The most Proxies.
@@ -404,4 +406,8 @@ pub struct AutoscaleStatus {
     /// Since when the recommendation has been below the decided size (RFC 3339).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub below_since: Option<String>,
+    /// While a window runs, the size it would take: the smallest recommendation since
+    /// `aboveSince`, or the largest since `belowSince`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub window_replicas: Option<i32>,
 }

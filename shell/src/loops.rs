@@ -220,11 +220,11 @@ pub async fn run(parts: Parts, stopping: watch::Receiver<bool>) -> anyhow::Resul
     // A pool is reconciled when one of its Proxies changes; a full channel drops the
     // trigger, as the pool looks again at its decision's wake-up anyway.
     let (pool_tx, mut pool_rx) = tokio::sync::mpsc::channel(1024);
-    let pools = Arc::new(PoolContext {
-        ctx: ctx.clone(),
-        proxies: store.clone(),
-        discovery: discovery.clone(),
-    });
+    let pools = Arc::new(PoolContext::new(
+        ctx.clone(),
+        store.clone(),
+        discovery.clone(),
+    ));
     let observe = move |item: &Result<watcher::Event<Proxy>, watcher::Error>| {
         completeness.observe(item);
         tracked.observe(item);

@@ -2,10 +2,11 @@
 //! target utilisation, with stabilisation windows so a burst or a lull does not churn it.
 //!
 //! The recommendation is the size at which the active leases would use the target share of
-//! the capacity: `ceil(active / (maxLeases * target))`, within `[min, max]`. A larger size
-//! is taken once it has been recommended for the scale-up window, a smaller one once for the
-//! scale-down window: both "since" times live in the pool's status, so the decision is a pure
-//! function of the status and the observation, and replays.
+//! the capacity: `ceil(active / (maxLeases * target))`, within `[min, max]`. The pool grows
+//! to the smallest size recommended all through the scale-up window, and shrinks to the
+//! largest recommended all through the scale-down window (a lull at the window's end does
+//! not drop it to the minimum). The window's start and that size live in the pool's status,
+//! so the decision is a pure function of the status and the observation, and replays.
 
 use std::time::Duration;
 
@@ -72,30 +73,48 @@ pub fn scale(
         .checked_div(capacity)
         .unwrap_or(if active == 0 { 0 } else { 100 })
         .min(100);
-    let since = |kept: Option<&String>| kept.cloned().unwrap_or_else(|| format_time(now));
     let window = |seconds: Option<i32>, default: i32| {
         Duration::from_secs(u64::try_from(seconds.unwrap_or(default)).unwrap_or(0))
     };
-    let (mut desired, mut above_since, mut below_since, mut wake) = (current, None, None, None);
+    let mut next = Window::default();
+    let mut desired = current;
     if recommended > current {
-        let start = since(previous.and_then(|p| p.above_since.as_ref()));
+        // Grow to the smallest size recommended all through the window.
+        let (start, floor) = match previous.and_then(|p| Some((p.above_since.clone()?, p))) {
+            Some((start, p)) => (
+                start,
+                p.window_replicas
+                    .and_then(|w| u32::try_from(w).ok())
+                    .map_or(recommended, |w| w.min(recommended)),
+            ),
+            None => (format_time(now), recommended),
+        };
         let up = window(
             autoscale.scale_up_stabilization_seconds,
             pool::DEFAULT_SCALE_UP_STABILIZATION_SECONDS,
         );
         match remaining(&start, up, now) {
-            None => desired = recommended,
-            Some(left) => (above_since, wake) = (Some(start), Some(left)),
+            None => desired = floor,
+            Some(left) => next = Window::above(start, floor, left),
         }
     } else if recommended < current {
-        let start = since(previous.and_then(|p| p.below_since.as_ref()));
+        // Shrink to the largest size recommended all through the window.
+        let (start, peak) = match previous.and_then(|p| Some((p.below_since.clone()?, p))) {
+            Some((start, p)) => (
+                start,
+                p.window_replicas
+                    .and_then(|w| u32::try_from(w).ok())
+                    .map_or(recommended, |w| w.max(recommended)),
+            ),
+            None => (format_time(now), recommended),
+        };
         let down = window(
             autoscale.scale_down_stabilization_seconds,
             pool::DEFAULT_SCALE_DOWN_STABILIZATION_SECONDS,
         );
         match remaining(&start, down, now) {
-            None => desired = recommended,
-            Some(left) => (below_since, wake) = (Some(start), Some(left)),
+            None => desired = peak,
+            Some(left) => next = Window::below(start, peak, left),
         }
     }
     Scaled {
@@ -103,10 +122,41 @@ pub fn scale(
             desired_replicas: to_i32(desired),
             utilization_percent: i32::try_from(utilization).unwrap_or(100),
             recommended_replicas: to_i32(recommended),
-            above_since,
-            below_since,
+            above_since: next.above_since,
+            below_since: next.below_since,
+            window_replicas: next.replicas.map(to_i32),
         },
-        wake,
+        wake: next.wake,
+    }
+}
+
+/// A stabilisation window that is running: since when, the size it would take now, and
+/// how long it still runs.
+#[derive(Default)]
+struct Window {
+    above_since: Option<String>,
+    below_since: Option<String>,
+    replicas: Option<u32>,
+    wake: Option<Duration>,
+}
+
+impl Window {
+    fn above(since: String, floor: u32, left: Duration) -> Self {
+        Self {
+            above_since: Some(since),
+            replicas: Some(floor),
+            wake: Some(left),
+            ..Self::default()
+        }
+    }
+
+    fn below(since: String, peak: u32, left: Duration) -> Self {
+        Self {
+            below_since: Some(since),
+            replicas: Some(peak),
+            wake: Some(left),
+            ..Self::default()
+        }
     }
 }
 

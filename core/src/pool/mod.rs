@@ -11,7 +11,7 @@
 //! blocked on at least `recycle.bannedSites` distinct sites, or `Healthy=False` for
 //! `recycle.replaceUnhealthyAfterSeconds` while the circuit breaker is closed. A Proxy the
 //! user annotated `crawl.example.com/do-not-disrupt: "true"` never retires, is never drained
-//! and never deleted.
+//! and never deleted; one annotated while it drains is taken back (`Undrain`).
 //!
 //! # How it gets there
 //!
@@ -41,7 +41,7 @@ pub mod amount;
 pub mod autoscale;
 pub mod spread;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use jiff::{SignedDuration, Timestamp};
@@ -208,6 +208,14 @@ pub enum PoolAction {
         /// Why.
         why: Why,
     },
+    /// Take the Proxy back from its drain: remove the draining annotation and set its
+    /// `maxLeases` again (a do-not-disrupt annotation came after the drain began).
+    Undrain {
+        /// The Proxy.
+        name: String,
+        /// Its `maxLeases`.
+        max_leases: Option<i32>,
+    },
     /// Delete the Proxy (its finalizer deletes the machine).
     Delete {
         /// The Proxy.
@@ -300,6 +308,31 @@ pub fn decide_pool(
     let mut proxy_events = Vec::new();
     let valid_name = name.len() <= MAX_POOL_NAME;
 
+    // A draining Proxy the user has since marked do-not-disrupt is kept: it takes leases
+    // again, and no longer counts as draining.
+    for s in seen
+        .iter()
+        .filter(|s| s.draining.is_some() && s.member.do_not_disrupt && !s.member.deleting)
+    {
+        let max_leases = s
+            .slot
+            .map_or(spec.template.spec.max_leases, |i| slots[i].spec.max_leases);
+        actions.push(PoolAction::Undrain {
+            name: s.member.name.clone(),
+            max_leases,
+        });
+        proxy_events.push((
+            s.member.name.clone(),
+            normal(
+                "UndrainingProxy",
+                format!(
+                    "pool {name} keeps proxy {}: it is marked do-not-disrupt; it takes leases again",
+                    s.member.name
+                ),
+            ),
+        ));
+    }
+
     // Deletes: drained Proxies whose leases are gone or whose grace is over.
     for s in seen
         .iter()
@@ -359,13 +392,17 @@ pub fn decide_pool(
 
     // Drains: the Proxies not available first, then scale-downs, then retiring ones by
     // reason; never below the minimum available, retiring ones within the budget.
-    let draining = seen.iter().filter(|s| s.draining.is_some()).count();
+    let draining = seen
+        .iter()
+        .filter(|s| s.draining.is_some() && !s.member.do_not_disrupt)
+        .count();
     let mut budget_left = settings
         .budget
         .saturating_sub(u32::try_from(draining).unwrap_or(u32::MAX));
     let mut available = seen.iter().filter(|s| s.available).count();
     let min_available =
         usize::try_from(desired.saturating_sub(settings.max_unavailable)).unwrap_or(0);
+    let mut drained = BTreeSet::new();
     for (index, why) in drain_candidates(&seen, &slots) {
         let s = &seen[index];
         let costs = usize::from(s.available);
@@ -379,6 +416,7 @@ pub fn decide_pool(
             budget_left -= 1;
         }
         available -= costs;
+        drained.insert(s.member.name.as_str());
         actions.push(PoolAction::Drain {
             name: s.member.name.clone(),
             since: format_time(now),
@@ -398,9 +436,13 @@ pub fn decide_pool(
         wake.within(BUSY_POLL);
     }
 
-    // Updates in place: labels, maxLeases and the health check of each live Proxy.
+    // Updates in place: labels, maxLeases and the health check of each live Proxy (not of
+    // one drained just now: its maxLeases stays 0).
     let labels = spread::member_labels(spec, name);
-    for s in seen.iter().filter(|s| s.live()) {
+    for s in seen
+        .iter()
+        .filter(|s| s.live() && !drained.contains(s.member.name.as_str()))
+    {
         let Some(slot) = s.slot.map(|i| &slots[i]) else {
             continue;
         };

@@ -31,8 +31,11 @@ pub fn zone_of(spec: &ProxySpec) -> Option<&str> {
     spec.placement.as_ref().and_then(|p| p.zone.as_deref())
 }
 
-/// The slots of `pool` for `desired` Proxies in all: one per spread entry (one for the
-/// template alone when there is none), each with its share.
+/// The slots of `pool` for `desired` Proxies in all: one per distinct spread entry (one
+/// for the template alone when there is none), each with its share. Entries that make the
+/// same spec (the same provider and zone twice, or `{}` next to the template's own
+/// provider) are one slot with their weights added: two slots with one hash could never
+/// tell their Proxies apart, and would create for one what they drain from the other.
 pub fn slots(pool: &ProxyPoolSpec, desired: u32) -> Vec<Slot> {
     let entries: Vec<SpreadEntry> = if pool.spread.is_empty() {
         vec![SpreadEntry {
@@ -43,21 +46,25 @@ pub fn slots(pool: &ProxyPoolSpec, desired: u32) -> Vec<Slot> {
     } else {
         pool.spread.clone()
     };
-    let weights: Vec<u32> = entries
-        .iter()
-        .map(|e| u32::try_from(e.weight.unwrap_or(1)).unwrap_or(1).max(1))
-        .collect();
+    let mut distinct: Vec<(ProxySpec, String, u32)> = Vec::new();
+    for entry in &entries {
+        let weight = u32::try_from(entry.weight.unwrap_or(1)).unwrap_or(1).max(1);
+        let spec = spec_for(&pool.template.spec, entry);
+        let hash = template_hash(&spec);
+        match distinct.iter_mut().find(|(_, h, _)| *h == hash) {
+            Some((_, _, total)) => *total = total.saturating_add(weight),
+            None => distinct.push((spec, hash, weight)),
+        }
+    }
+    let weights: Vec<u32> = distinct.iter().map(|(_, _, w)| *w).collect();
     let shares = apportion(desired, &weights);
-    entries
-        .iter()
+    distinct
+        .into_iter()
         .zip(shares)
-        .map(|(entry, desired)| {
-            let spec = spec_for(&pool.template.spec, entry);
-            Slot {
-                hash: template_hash(&spec),
-                spec,
-                desired,
-            }
+        .map(|((spec, hash, _), desired)| Slot {
+            spec,
+            hash,
+            desired,
         })
         .collect()
 }
@@ -153,6 +160,30 @@ pub fn member_labels(pool: &ProxyPoolSpec, name: &str) -> BTreeMap<String, Strin
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn entries_that_make_the_same_spec_are_one_slot_with_their_weights_added() {
+        let mut pool: ProxyPoolSpec = serde_json::from_value(serde_json::json!({
+            "template": {"spec": {"mode": "Managed", "provider": "pods"}},
+            "spread": [
+                {"provider": "gcp-eu", "zone": "b", "weight": 1},
+                {"weight": 1},
+                {"provider": "pods"},
+                {"provider": "gcp-eu", "zone": "b", "weight": 2},
+            ],
+        }))
+        .expect("a pool spec");
+        let shares: Vec<(Option<String>, u32)> = slots(&pool, 10)
+            .into_iter()
+            .map(|s| (s.spec.provider, s.desired))
+            .collect();
+        assert_eq!(
+            shares,
+            [(Some("gcp-eu".to_owned()), 6), (Some("pods".to_owned()), 4)]
+        );
+        pool.spread.clear();
+        assert_eq!(slots(&pool, 3).len(), 1);
+    }
 
     #[test]
     fn shares_add_up_follow_the_weights_and_break_ties_early() {

@@ -83,6 +83,7 @@ fn pool(record: &PoolRecord) -> (String, String) {
             PoolAction::Create { name, .. } => format!("create {name}"),
             PoolAction::Update { name, .. } => format!("update {name}"),
             PoolAction::Drain { name, why, .. } => format!("drain {name} ({})", why.describe()),
+            PoolAction::Undrain { name, .. } => format!("undrain {name}"),
             PoolAction::Delete { name } => format!("delete {name}"),
         })
         .collect();

@@ -153,6 +153,11 @@ impl World {
                     member.draining_since = Some(since.clone());
                     member.max_leases = Some(0);
                 }
+                PoolAction::Undrain { name, max_leases } => {
+                    let member = self.member(name);
+                    member.draining_since = None;
+                    member.max_leases = *max_leases;
+                }
                 PoolAction::Delete { name } => {
                     assert!(self.members.remove(name).is_some(), "{name} deleted twice");
                 }

@@ -407,22 +407,11 @@ fn kvm_defaults_are_dhcp_on_the_default_network_and_pool() {
 #[test]
 fn every_sample_managed_proxy_names_a_provider_and_placement_of_the_example_config() {
     let config = ProvidersConfig::load(&examples().join("providers.yaml")).unwrap();
-    let mut checked = 0;
-    for entry in std::fs::read_dir(examples()).unwrap() {
-        let path = entry.unwrap().path();
-        let name = path
-            .file_name()
-            .and_then(|n| n.to_str())
-            .unwrap_or_default();
-        if !(name.starts_with("proxy-") && name.ends_with(".yaml")) {
-            continue;
-        }
-        let text = std::fs::read_to_string(&path).unwrap();
-        let proxy: proxy_crd::Proxy = serde_saphyr::from_str(&text).unwrap();
-        let Some(provider) = proxy.spec.provider.as_deref() else {
-            continue;
+    let check = |name: &str, spec: &proxy_crd::ProxySpec| {
+        let Some(provider) = spec.provider.as_deref() else {
+            return false;
         };
-        let placement = proxy.spec.placement.clone().unwrap_or_default();
+        let placement = spec.placement.clone().unwrap_or_default();
         let entry = config
             .get(provider)
             .unwrap_or_else(|| panic!("{name}: provider {provider} is not in providers.yaml"));
@@ -442,9 +431,32 @@ fn every_sample_managed_proxy_names_a_provider_and_placement_of_the_example_conf
             }
             ProviderSettings::Kubernetes(_) => {}
         }
-        checked += 1;
+        true
+    };
+    let (mut proxies, mut pool_specs) = (0, 0);
+    for entry in std::fs::read_dir(examples()).unwrap() {
+        let path = entry.unwrap().path();
+        let name = path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .unwrap_or_default();
+        if !(name.starts_with("proxy-") && name.ends_with(".yaml")) {
+            continue;
+        }
+        let text = std::fs::read_to_string(&path).unwrap();
+        if text.contains("\nkind: ProxyPool\n") {
+            // Every spread entry's Proxy spec, as the pool makes them.
+            let pool: proxy_crd::ProxyPool = serde_saphyr::from_str(&text).unwrap();
+            for slot in proxy_core::pool::spread::slots(&pool.spec, 100) {
+                pool_specs += usize::from(check(name, &slot.spec));
+            }
+        } else {
+            let proxy: proxy_crd::Proxy = serde_saphyr::from_str(&text).unwrap();
+            proxies += usize::from(check(name, &proxy.spec));
+        }
     }
-    assert_eq!(checked, 3, "the kubernetes, gcp and kvm samples");
+    assert_eq!(proxies, 3, "the kubernetes, gcp and kvm samples");
+    assert_eq!(pool_specs, 2, "the pool sample's two spread entries");
 }
 
 #[test]

@@ -194,6 +194,11 @@ impl Discovery {
         }
     }
 
+    /// Whether this replica owns the lease book now (what it counts is the fleet's).
+    pub fn owns_book(&self) -> bool {
+        self.shared().standing == Standing::Owner
+    }
+
     /// The active leases of the proxy `key` while this replica owns the book (`None`
     /// otherwise), for the pool that drains it or scales on demand.
     pub fn leases_of(&self, key: &ProxyKey) -> Option<u32> {

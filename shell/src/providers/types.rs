@@ -185,7 +185,7 @@ impl ProviderSettings {
 }
 
 /// What every installation needs, whatever its providers, cluster-wide.
-pub const COMMON_RULES: [Rule; 8] = [
+pub const COMMON_RULES: [Rule; 9] = [
     Rule {
         api_groups: &["crawl.example.com"],
         resources: &["proxies"],
@@ -220,6 +220,14 @@ pub const COMMON_RULES: [Rule; 8] = [
         verbs: &["get", "patch", "update"],
         resource_names: &[],
         why: "the ProxyPool status",
+    },
+    Rule {
+        api_groups: &["crawl.example.com"],
+        resources: &["proxypools/finalizers"],
+        verbs: &["update"],
+        resource_names: &[],
+        why: "a pool's Proxies block its deletion until they are gone (blockOwnerDeletion), \
+              which clusters enforcing owner references allow only with this",
     },
     Rule {
         api_groups: &[""],

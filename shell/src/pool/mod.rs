@@ -9,18 +9,18 @@
 //! decision's `wake` is due (the lease book is not watched).
 
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use futures::{Stream, StreamExt};
 use k8s_openapi::api::core::v1::ObjectReference;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
-use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::{self, Controller};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
 use kube::{Resource, ResourceExt};
 use proxy_core::ProxyKey;
 use proxy_core::conditions::{HEALTHY, TRUE};
-use proxy_core::pool::{Demand, Health, Member, PoolAction, PoolObserved};
+use proxy_core::pool::{Demand, Health, Member, PoolObserved};
 use proxy_core::record::PoolRecord;
 use proxy_crd::pool::{
     DO_NOT_DISRUPT_ANNOTATION, DRAINING_ANNOTATION, POOL_LABEL, TEMPLATE_HASH_ANNOTATION,
@@ -28,7 +28,12 @@ use proxy_crd::pool::{
 use proxy_crd::{Proxy, ProxyPool, ProxyPoolStatus};
 use serde_json::json;
 
-use crate::controller::{Context, FIELD_MANAGER, execute};
+mod execute;
+mod expectations;
+
+use self::expectations::Expectations;
+use crate::controller::execute as controller_execute;
+use crate::controller::{Context, FIELD_MANAGER};
 use crate::discovery::Discovery;
 use crate::gate::{NotLeader, Write};
 
@@ -38,6 +43,9 @@ pub enum Error {
     /// The leader gate refused a write.
     #[error(transparent)]
     NotLeader(#[from] NotLeader),
+    /// A Proxy the pool would create exists, and another owns it.
+    #[error("a Proxy named {0} exists and is not this pool's: its name is skipped")]
+    NameTaken(String),
     /// An API call failed.
     #[error("{what} {name}: {source}")]
     Api {
@@ -58,6 +66,20 @@ pub struct PoolContext {
     pub proxies: Store<Proxy>,
     /// The lease book, for active leases and bans.
     pub discovery: Arc<Discovery>,
+    /// What each pool's last actions should have made the cache show.
+    pub(crate) expectations: Expectations,
+}
+
+impl PoolContext {
+    /// A context for the pool controller.
+    pub fn new(ctx: Arc<Context>, proxies: Store<Proxy>, discovery: Arc<Discovery>) -> Self {
+        Self {
+            ctx,
+            proxies,
+            discovery,
+            expectations: Expectations::default(),
+        }
+    }
 }
 
 impl std::fmt::Debug for PoolContext {
@@ -109,7 +131,7 @@ pub async fn run(
 fn error_policy(pool: Arc<ProxyPool>, error: &Error, _: Arc<PoolContext>) -> controller::Action {
     match error {
         Error::NotLeader(_) => controller::Action::await_change(),
-        Error::Api { .. } => {
+        Error::Api { .. } | Error::NameTaken(_) => {
             tracing::warn!(pool = %pool.name_any(), %error, "pool reconcile failed, retrying");
             controller::Action::requeue(std::time::Duration::from_secs(5))
         }
@@ -129,29 +151,56 @@ async fn reconcile(
     let (Some(namespace), name) = (pool.namespace(), pool.name_any()) else {
         return Ok(controller::Action::await_change());
     };
+    let key = ProxyKey::new(&namespace, &name);
     if pool.meta().deletion_timestamp.is_some() {
         // Its Proxies go with it: each has the pool as its controlling owner.
+        pools.expectations.forget(&key);
         return Ok(controller::Action::await_change());
     }
-    let observed = observe(&pool, &namespace, &pools);
+    let state = pools.proxies.state();
+    let members: Vec<&Proxy> = state
+        .iter()
+        .map(AsRef::as_ref)
+        .filter(|p| owned(&pool, &namespace, p))
+        .collect();
+    if !pools.expectations.met(&key, &members, Instant::now()) {
+        // The cache does not show the last actions yet: decide once it does.
+        return Ok(controller::Action::requeue(Duration::from_millis(200)));
+    }
+    let observed = observe(&pool, &members, &pools.discovery);
     let status = pool.status.clone().unwrap_or_default();
     let decision = proxy_core::decide_pool(&pool.spec, &status, &observed);
     ctx.recorder.decide(PoolRecord::new(
-        ProxyKey::new(&namespace, &name),
+        key.clone(),
         &pool.spec,
         &status,
         &observed,
         &decision,
     ));
-    let proxies: Api<Proxy> = Api::namespaced(ctx.client.clone(), &namespace);
-    for action in &decision.actions {
-        ctx.gate.pass(Write::Pool)?;
-        execute_action(&proxies, &pool, action).await?;
-    }
+    // The status first: it holds the next ordinal, so a name is never used twice even when
+    // an action below fails.
     if decision.status != status {
         write_status(ctx, &namespace, &name, &decision.status).await?;
     }
-    execute::publish(ctx, &decision.events, &pool.object_ref(&())).await?;
+    let proxies: Api<Proxy> = Api::namespaced(ctx.client.clone(), &namespace);
+    let reference = pool.object_ref(&());
+    for action in &decision.actions {
+        ctx.gate.pass(Write::Pool)?;
+        if let Err(error) = execute::action(&proxies, &pool, action).await {
+            // Said on the pool, where `kubectl describe pxp` shows it, and retried.
+            let event = proxy_core::Event {
+                type_: proxy_core::EventType::Warning,
+                reason: "ActionFailed".into(),
+                message: error.to_string(),
+            };
+            controller_execute::publish(ctx, &[event], &reference).await?;
+            return Err(error);
+        }
+    }
+    pools
+        .expectations
+        .expect(&key, &decision.actions, Instant::now());
+    controller_execute::publish(ctx, &decision.events, &reference).await?;
     for (proxy, event) in &decision.proxy_events {
         let reference = ObjectReference {
             api_version: Some("crawl.example.com/v1alpha1".into()),
@@ -160,41 +209,34 @@ async fn reconcile(
             name: Some(proxy.clone()),
             ..ObjectReference::default()
         };
-        execute::publish(ctx, std::slice::from_ref(event), &reference).await?;
+        controller_execute::publish(ctx, std::slice::from_ref(event), &reference).await?;
     }
     Ok(controller::Action::requeue(decision.wake))
 }
 
+/// Whether `proxy` is one of `pool`'s: in its namespace, with its label, controlled by it.
+fn owned(pool: &ProxyPool, namespace: &str, proxy: &Proxy) -> bool {
+    proxy.namespace().as_deref() == Some(namespace)
+        && proxy.labels().get(POOL_LABEL) == pool.metadata.name.as_ref()
+        && proxy
+            .owner_references()
+            .iter()
+            .any(|o| o.controller == Some(true) && Some(&o.uid) == pool.metadata.uid.as_ref())
+}
+
 /// What the pool decision takes in: the pool's Proxies from the cache, and what the lease
-/// book knows of them.
-fn observe(pool: &ProxyPool, namespace: &str, pools: &PoolContext) -> PoolObserved {
-    let name = pool.name_any();
-    let uid = pool.uid();
-    let owned = |proxy: &Proxy| {
-        proxy.namespace().as_deref() == Some(namespace)
-            && proxy.labels().get(POOL_LABEL) == Some(&name)
-            && proxy
-                .owner_references()
-                .iter()
-                .any(|o| o.controller == Some(true) && Some(&o.uid) == uid.as_ref())
-    };
-    let members: Vec<Member> = pools
-        .proxies
-        .state()
+/// book knows of them (nothing, on a replica that does not own the book).
+fn observe(pool: &ProxyPool, members: &[&Proxy], discovery: &Discovery) -> PoolObserved {
+    let members: Vec<Member> = members
         .iter()
-        .filter(|p| owned(p))
-        .map(|proxy| member_of(proxy, &pools.discovery))
+        .map(|proxy| member_of(proxy, discovery))
         .collect();
-    let demand = members
-        .iter()
-        .map(|m| m.active_leases)
-        .sum::<Option<u32>>()
-        .map(|active_leases| Demand {
-            active_leases,
-            max_leases: pool.spec.template.spec.max_leases_or_default(),
-        });
+    let demand = discovery.owns_book().then(|| Demand {
+        active_leases: members.iter().filter_map(|m| m.active_leases).sum(),
+        max_leases: pool.spec.template.spec.max_leases_or_default(),
+    });
     PoolObserved {
-        name,
+        name: pool.name_any(),
         generation: pool.meta().generation.unwrap_or(0),
         members,
         demand,
@@ -241,94 +283,6 @@ fn member_of(proxy: &Proxy, discovery: &Discovery) -> Member {
         active_leases: discovery.leases_of(&key),
         blocked_sites: discovery.blocked_sites(&key, 1).map(|b| b.sites),
     }
-}
-
-/// Carries out one pool action on the Proxies of `pool`.
-async fn execute_action(
-    proxies: &Api<Proxy>,
-    pool: &ProxyPool,
-    action: &PoolAction,
-) -> Result<(), Error> {
-    let failed = |what: &'static str, name: &str| {
-        let name = name.to_owned();
-        move |source| Error::Api { what, name, source }
-    };
-    match action {
-        PoolAction::Create {
-            name,
-            labels,
-            annotations,
-            spec,
-        } => {
-            let proxy = Proxy {
-                metadata: ObjectMeta {
-                    name: Some(name.clone()),
-                    namespace: pool.namespace(),
-                    labels: Some(labels.clone()),
-                    annotations: Some(annotations.clone()),
-                    owner_references: owner(pool).map(|o| vec![o]),
-                    ..ObjectMeta::default()
-                },
-                spec: (**spec).clone(),
-                status: None,
-            };
-            match proxies.create(&PostParams::default(), &proxy).await {
-                // Created by an earlier reconcile whose answer was lost: the cache lags.
-                Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
-                other => other.map(drop).map_err(failed("creating proxy", name)),
-            }
-        }
-        PoolAction::Update {
-            name,
-            labels,
-            max_leases,
-            health_check,
-        } => {
-            let patch = json!({
-                "metadata": {"labels": labels},
-                "spec": {"maxLeases": max_leases, "healthCheck": health_check},
-            });
-            merge(proxies, name, &patch)
-                .await
-                .map_err(failed("updating proxy", name))
-        }
-        PoolAction::Drain { name, since, .. } => {
-            let patch = json!({
-                "metadata": {"annotations": {DRAINING_ANNOTATION: since}},
-                "spec": {"maxLeases": 0},
-            });
-            merge(proxies, name, &patch)
-                .await
-                .map_err(failed("draining proxy", name))
-        }
-        PoolAction::Delete { name } => match proxies.delete(name, &DeleteParams::default()).await {
-            Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
-            other => other.map(drop).map_err(failed("deleting proxy", name)),
-        },
-    }
-}
-
-/// A merge patch of the Proxy `name`; one that is gone is left alone.
-async fn merge(
-    proxies: &Api<Proxy>,
-    name: &str,
-    patch: &serde_json::Value,
-) -> Result<(), kube::Error> {
-    match proxies
-        .patch(name, &PatchParams::default(), &Patch::Merge(patch))
-        .await
-    {
-        Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
-        other => other.map(drop),
-    }
-}
-
-/// The owner reference a pool's Proxies carry: the pool controls them, and Kubernetes'
-/// garbage collector deletes them (each through its finalizer) when the pool goes.
-fn owner(pool: &ProxyPool) -> Option<OwnerReference> {
-    let mut reference = pool.controller_owner_ref(&())?;
-    reference.block_owner_deletion = Some(true);
-    Some(reference)
 }
 
 async fn write_status(
