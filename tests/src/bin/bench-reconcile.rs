@@ -19,7 +19,9 @@
 //!
 //! Run: `just bench-reconcile` (or `cargo run -p proxy-tests --bin bench-reconcile`).
 //! `BENCH_PROXIES` (default 200) and `BENCH_PROVISIONING_POLL` (seconds, default 1) change
-//! the size and the operator's provisioning poll.
+//! the size and the operator's provisioning poll. `BENCH_BEFORE` names another operator
+//! binary (an older commit's release build): each bound then runs it too, right before this
+//! tree's, against the same baseline, so a change is measured before and after in one run.
 
 use proxy_tests::proxy_status::provisioned;
 use std::collections::BTreeMap;
@@ -247,7 +249,13 @@ async fn main() -> anyhow::Result<()> {
         .collect::<anyhow::Result<_>>()?;
     let plane = ControlPlane::shared();
     let client = plane.client().await;
-    let binary = release_binary();
+    let before = std::env::var_os("BENCH_BEFORE").map(std::path::PathBuf::from);
+    let mut binaries: Vec<(&str, &Path)> = before
+        .as_deref()
+        .map(|path| ("before", path))
+        .into_iter()
+        .collect();
+    binaries.push(("this tree", release_binary()));
 
     // 1. Baseline: the minimum API work for the same end state.
     let ns = plane.namespace(&client, "bench-baseline").await;
@@ -315,18 +323,24 @@ async fn main() -> anyhow::Result<()> {
     // 2. The operator, from the Proxies alone, once per concurrency bound.
     let mut runs = Vec::new();
     for &concurrency in &concurrencies {
-        runs.push(operator_run(plane, &client, binary, n, provisioning_poll, concurrency).await?);
+        for &(label, binary) in &binaries {
+            let run = operator_run(plane, &client, binary, n, provisioning_poll, concurrency);
+            runs.push((label, run.await?));
+        }
     }
 
     let minutes = STEADY_STATE.as_secs_f64() / 60.0;
     println!(
         "bench-reconcile: {n} Proxies, operator provisioning poll {provisioning_poll} s (release build)"
     );
+    for (label, binary) in &binaries {
+        println!("  operator {label}: {}", binary.display());
+    }
     println!(
         "  baseline (create Proxies + Pods, write status directly): {:.2} s",
         baseline.as_secs_f64()
     );
-    for run in &runs {
+    for (label, run) in &runs {
         let bound = match run.concurrency {
             0 => "unbounded".to_owned(),
             c => c.to_string(),
@@ -340,7 +354,7 @@ async fn main() -> anyhow::Result<()> {
             .map(|(_, v)| v)
             .sum::<f64>()
             + 0.0;
-        println!("  --max-concurrent-reconciles {bound}:");
+        println!("  --max-concurrent-reconciles {bound}, operator {label}:");
         println!(
             "    operator (create Proxies only):                        {:.2} s",
             run.to_provisioned.as_secs_f64()
