@@ -603,8 +603,8 @@ fn every_reachable_health_state_replays_alone_and_in_sequence() {
                             continue;
                         }
                     };
-                    // Alternating latencies make latency reports too.
-                    let latency_ms = if i % 2 == 0 { 10 } else { 200 };
+                    // A latency that moves and stays makes latency runs and reports too.
+                    let latency_ms = if i == 0 { 10 } else { 200 };
                     let probe = Probe {
                         ok,
                         latency_ms,
