@@ -57,7 +57,7 @@ fn writes_per_second(interval_secs: i64) -> (f64, Vec<(ReportReason, usize)>) {
     let mut rng = Rng(0x5EED_CAFE_F00D_0001);
     let typical: Vec<f64> = (0..FLEET).map(|_| 20.0 * 40f64.powf(rng.unit())).collect();
     let keys: Vec<ProxyKey> = (0..FLEET)
-        .map(|i| ProxyKey::new("crawl", &format!("px-{i:05}")))
+        .map(|i| ProxyKey::new("crawl", format!("px-{i:05}")))
         .collect();
     let targets: Vec<Target> = (0..FLEET)
         .map(|i| Target {

@@ -232,6 +232,11 @@ impl Operator {
         }
     }
 
+    /// Its process ID (for its memory and CPU in `/proc`).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// What the operator logged so far.
     pub fn log(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()

@@ -34,6 +34,7 @@ use proxy_crd::Proxy;
 use proxy_tests::control_plane::ControlPlane;
 use proxy_tests::operator::{Operator, Polls, release_binary};
 use proxy_tests::pod_runner::PodRunner;
+use proxy_tests::write_counts::writes;
 use serde_json::json;
 use std::path::Path;
 
@@ -79,34 +80,6 @@ where
         anyhow::ensure!(Instant::now() < deadline, "timed out waiting for {what}");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-}
-
-/// The API server's write counters, by (resource, subresource, verb).
-fn writes(plane: &ControlPlane) -> BTreeMap<(String, String, String), f64> {
-    let out = plane.kubectl(&["get", "--raw", "/metrics"]);
-    let text = String::from_utf8_lossy(&out.stdout);
-    let mut counts = BTreeMap::new();
-    for line in text
-        .lines()
-        .filter(|l| l.starts_with("apiserver_request_total{"))
-    {
-        let (labels, value) = line.rsplit_once(' ').expect("a metric line");
-        let label = |name: &str| {
-            labels
-                .split(&format!("{name}=\""))
-                .nth(1)
-                .and_then(|rest| rest.split('"').next())
-                .unwrap_or_default()
-                .to_owned()
-        };
-        let verb = label("verb");
-        if ["POST", "PUT", "PATCH", "APPLY", "DELETE"].contains(&verb.as_str()) {
-            *counts
-                .entry((label("resource"), label("subresource"), verb))
-                .or_insert(0.0) += value.parse::<f64>().unwrap_or(0.0);
-        }
-    }
-    counts
 }
 
 /// The writes the operator made between two counter snapshots: everything on proxies except
