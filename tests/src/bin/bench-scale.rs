@@ -78,7 +78,7 @@ fn proxy(origin: &ProbeOrigin, run: &str, i: usize, host: Ipv4Addr, interval: u3
     let name = format!("px-{i:05}");
     serde_json::from_value(json!({
         "apiVersion": "crawl.example.com/v1alpha1", "kind": "Proxy",
-        "metadata": {"name": name, "labels": {"geo": if i % 2 == 0 { "eu" } else { "us" }}},
+        "metadata": {"name": name, "labels": {"geo": if i.is_multiple_of(2) { "eu" } else { "us" }}},
         "spec": {
             "mode": "External",
             "endpoint": {"host": host.to_string(), "port": PORT},
