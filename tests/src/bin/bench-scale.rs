@@ -137,13 +137,22 @@ impl Bench<'_> {
             deletion: 1.0,
             drift: 60.0,
         };
+        // The operator's default leadership timings, not the test bed's fast ones: a 2 s
+        // renew deadline on a loaded machine loses the claim, and every reconcile with it.
         let operator = Operator::start_with(
             self.plane,
             &ns,
             self.binary,
             polls,
             Some(&self.origin.ca_pem),
-            &[],
+            &[
+                "--leadership-duration-seconds",
+                "15",
+                "--leadership-renew-deadline-seconds",
+                "10",
+                "--leadership-retry-period-seconds",
+                "2",
+            ],
         );
         let http = reqwest::Client::new();
         // Up and leading: its discovery API answers and its watches are running.
