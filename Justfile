@@ -67,6 +67,11 @@ bench-gcp:
     tests/bed/provision.sh > /dev/null
     cargo run -q -p proxy-tests --bin bench-gcp
 
+# Benchmark: 1 000 and 10 000 External proxies over real squids: memory per proxy, time to Ready, CPU per probe, status writes/s, list latency (docs/benchmarks.md).
+bench-scale:
+    tests/bed/provision.sh > /dev/null
+    cargo run -q -p proxy-tests --bin bench-scale
+
 # Benchmark: health probing with 50% of the proxies hung, probe cost, proxies per core (docs/benchmarks.md).
 bench-health:
     tests/bed/provision.sh > /dev/null

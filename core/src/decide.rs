@@ -56,7 +56,10 @@ use crate::status::{self, Provisioning};
 /// - events: one per change of the `Provisioned` condition's status or reason, one per health
 ///   verdict turning `Healthy` `True` or `False`, one per `EgressVerified` reason turning
 ///   `Matches`, `Differs` or `Shared`, one per failed provider call that changes
-///   neither, and one for each adoption and finalizer removal;
+///   neither, and one for each adoption and finalizer removal. Across the two decisions of
+///   a reconcile, the driver announces the change from the status the reconcile started
+///   with to the one it writes, not the first decision's step in between
+///   ([`Plan::events`](crate::reconcile::Plan::events));
 /// - [`Requeue::Backoff`] is a transient failure: the driver turns it into a delay from the
 ///   object's consecutive failures ([`Observed::failures`]).
 ///
@@ -64,8 +67,14 @@ use crate::status::{self, Provisioning};
 ///
 /// # Guarantees
 ///
-/// - Finalizer first: a Managed proxy gets [`MetadataWrite::AddFinalizer`] and nothing else until
-///   the finalizer is there, so no instance can exist without the finalizer guarding it.
+/// - Finalizer first: a Managed proxy without the finalizer gets [`MetadataWrite::AddFinalizer`]
+///   as the first write of its decision, before any provider call, so no instance can exist
+///   without the finalizer guarding it (the driver calls the provider only after every
+///   metadata write succeeded). The rest of the decision is the one it would get with the
+///   finalizer in place: a new proxy is created in the reconcile that adds its finalizer.
+/// - A create writes the spec hash annotation ([`MetadataWrite::SetSpecHash`]) before the
+///   call, when the annotation names another spec or none; with the finalizer, that is one
+///   patch of the object (the shell sends adjacent finalizer and annotation writes as one).
 /// - A create never runs while an instance may exist under the same name: a replacement
 ///   deletes the old instance and creates only after `get` answers
 ///   [`InstanceView::NotFound`] or [`InstanceView::CreateFailed`].
@@ -91,7 +100,7 @@ use crate::status::{self, Provisioning};
 pub fn decide(spec: &ProxySpec, status: &ProxyStatus, observed: &Observed) -> Decision {
     let step = match &observed.outcome {
         None => plan(spec, status, observed),
-        Some(outcome) => after_call(spec, status, observed, outcome),
+        Some(outcome) => after_call(status, observed, outcome),
     };
     step.into_decision(spec, status, observed)
 }
@@ -184,11 +193,20 @@ fn plan(spec: &ProxySpec, status: &ProxyStatus, observed: &Observed) -> Step {
         }
         (true, Mode::Managed, true) => deletion(spec, status, observed),
         (false, Mode::External, _) => external(spec, observed),
-        // The write triggers the next reconcile, which finds the finalizer in place.
-        (false, Mode::Managed, false) => {
-            Step::untouched(Requeue::AwaitChange).with_metadata(MetadataWrite::AddFinalizer)
-        }
+        // The finalizer is the reconcile's first write: the driver makes the provider call
+        // only after every metadata write succeeded, so no instance exists without it.
+        (false, Mode::Managed, false) => finalizer_first(managed(spec, status, observed)),
         (false, Mode::Managed, true) => managed(spec, status, observed),
+    }
+}
+
+/// `step`, with [`MetadataWrite::AddFinalizer`] before all its writes.
+fn finalizer_first(step: Step) -> Step {
+    Step {
+        metadata: std::iter::once(MetadataWrite::AddFinalizer)
+            .chain(step.metadata)
+            .collect(),
+        ..step
     }
 }
 
@@ -408,6 +426,16 @@ fn create(spec: &ProxySpec, observed: &Observed, provider: &str, machine: &Machi
         ),
         Requeue::After(observed.timing.provisioning_poll),
     );
+    // The hash annotation goes with the create's other writes (after the finalizer, in the
+    // same patch when both are due): it names the spec the instance is made from, and it is
+    // read only once status.providerID names an instance. A create that fails leaves it in
+    // place, and the next create, from the same spec, has nothing to write.
+    let step = match HashState::of(&object.spec_hash_annotation, &machine.hash) {
+        HashState::Matches => step,
+        HashState::Missing | HashState::Differs => step.with_metadata(MetadataWrite::SetSpecHash {
+            hash: machine.hash.clone(),
+        }),
+    };
     // The Secret first: the instance reads it when it starts.
     let step = match credentials_secret {
         Some(secret) => step.with_metadata(MetadataWrite::IssueCredentials { secret }),
@@ -499,15 +527,29 @@ fn observe(status: &ProxyStatus, observed: &Observed, provider: &str, provider_i
             },
             Requeue::After(timing.drift_poll),
         ),
-        // Running without an address is still starting: never publish an empty IP.
-        InstanceView::Provisioning | InstanceView::Running { .. } => Step::set(
-            facts(
+        // Running without an address is still starting: never publish an empty IP. A
+        // status that says so already keeps its words ("created instance ...: waiting for
+        // it to run"): rewording the same state would be a status write that tells nothing.
+        InstanceView::Provisioning | InstanceView::Running { .. } => {
+            let starting = facts(
                 Some(provider_id),
                 ProvisionedReason::Provisioning,
                 format!("instance {provider_id} is starting"),
-            ),
-            Requeue::After(timing.provisioning_poll),
-        ),
+            );
+            let facts = match conditions::find(status, PROVISIONED) {
+                Some(condition)
+                    if condition.reason == ProvisionedReason::Provisioning.as_str()
+                        && status.provider_id.as_deref() == Some(provider_id) =>
+                {
+                    Provisioning {
+                        message: condition.message.clone(),
+                        ..starting
+                    }
+                }
+                Some(_) | None => starting,
+            };
+            Step::set(facts, Requeue::After(provisioning_poll(status, observed)))
+        }
         // Cattle, not pets: a stopped or terminated instance is deleted and created afresh.
         InstanceView::Stopped => recreate(
             observed,
@@ -614,36 +656,17 @@ fn lookup_failed(
 
 /// The second call of a reconcile: apply the outcome of the provider call the first one
 /// asked for, on top of the status the first one wanted. Never asks for another call.
-fn after_call(
-    spec: &ProxySpec,
-    status: &ProxyStatus,
-    observed: &Observed,
-    outcome: &Outcome,
-) -> Step {
+fn after_call(status: &ProxyStatus, observed: &Observed, outcome: &Outcome) -> Step {
     match outcome {
-        Outcome::Created { provider_id } => {
-            let step = Step::set(
-                facts(
-                    Some(provider_id),
-                    ProvisionedReason::Provisioning,
-                    format!("created instance {provider_id}: waiting for it to run"),
-                ),
-                Requeue::After(observed.timing.provisioning_poll),
-            );
-            // Machine::of fails only if the shell changed the cloud-init between the two
-            // calls; the next reconcile then waits for it before replacing anything.
-            match Machine::of(spec, &observed.cloud_init) {
-                Ok(machine) => {
-                    match HashState::of(&observed.object.spec_hash_annotation, &machine.hash) {
-                        HashState::Matches => step,
-                        HashState::Missing | HashState::Differs => {
-                            step.with_metadata(MetadataWrite::SetSpecHash { hash: machine.hash })
-                        }
-                    }
-                }
-                Err(_) => step,
-            }
-        }
+        // The hash annotation was written before the call, with the create's other writes.
+        Outcome::Created { provider_id } => Step::set(
+            facts(
+                Some(provider_id),
+                ProvisionedReason::Provisioning,
+                format!("created instance {provider_id}: waiting for it to run"),
+            ),
+            Requeue::After(observed.timing.provisioning_poll),
+        ),
         Outcome::Deleted => {
             // Nothing changes until `get` answers NotFound: the first decision already says
             // why the instance is being deleted.
@@ -846,6 +869,30 @@ fn latched(status: &ProxyStatus, generation: i64) -> Option<&str> {
 
 fn provisioned_reason(status: &ProxyStatus) -> Option<ProvisionedReason> {
     conditions::find(status, PROVISIONED).and_then(|c| ProvisionedReason::parse(&c.reason))
+}
+
+/// When to look again at an instance that is still starting: the provisioning poll, backed
+/// off to a quarter of the time the proxy has waited without a running instance (since its
+/// `Provisioned` condition turned `False`), at most the drift poll. A machine that boots in
+/// seconds is seen within a poll of it; one stuck for minutes costs a provider `get` every
+/// few tens of seconds rather than every poll, which is what a provider without watches
+/// (gcp, kvm) pays per proxy. The kubernetes provider's Pods are watched: the poll is only
+/// their fallback.
+fn provisioning_poll(status: &ProxyStatus, observed: &Observed) -> std::time::Duration {
+    let timing = &observed.timing;
+    let waited = conditions::find(status, PROVISIONED)
+        .filter(|condition| condition.status == conditions::FALSE)
+        .and_then(|condition| {
+            condition
+                .last_transition_time
+                .parse::<jiff::Timestamp>()
+                .ok()
+        })
+        .and_then(|since| std::time::Duration::try_from(observed.now.duration_since(since)).ok())
+        .unwrap_or_default();
+    (waited / 4)
+        .min(timing.drift_poll)
+        .max(timing.provisioning_poll)
 }
 
 /// Facts without an address: every reason but `Created` and `ExternalEndpoint`.

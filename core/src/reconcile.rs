@@ -36,6 +36,7 @@ use crate::action::{Decision, Event, MetadataWrite, ProviderRequest, Requeue};
 use crate::backoff::retry_delay;
 use crate::decide::decide;
 use crate::observed::{Observed, Outcome};
+use crate::status::transitions;
 
 /// One `decide` call of a reconcile, with its inputs: what the shell records.
 #[derive(Clone, Copy, Debug)]
@@ -97,6 +98,7 @@ impl Reconcile {
         };
         Next::Call(PendingCall {
             spec: self.spec,
+            started: self.status,
             observed: self.observed,
             first: self.first,
             request,
@@ -158,6 +160,8 @@ pub enum Next {
 #[derive(Clone, Debug)]
 pub struct PendingCall {
     spec: ProxySpec,
+    /// The status the reconcile started from.
+    started: ProxyStatus,
     observed: Observed,
     first: Decision,
     request: ProviderRequest,
@@ -175,6 +179,7 @@ impl PendingCall {
     pub fn after(self, outcome: Outcome) -> AfterCall {
         let Self {
             spec,
+            started,
             mut observed,
             first,
             request: _,
@@ -183,6 +188,7 @@ impl PendingCall {
         let second = decide(&spec, first.status(), &observed);
         AfterCall {
             spec,
+            started,
             observed,
             first,
             second,
@@ -195,6 +201,7 @@ impl PendingCall {
 #[derive(Clone, Debug)]
 pub struct AfterCall {
     spec: ProxySpec,
+    started: ProxyStatus,
     observed: Observed,
     first: Decision,
     second: Decision,
@@ -221,7 +228,7 @@ impl AfterCall {
     /// is left out of the plan.
     pub fn metadata_written(self) -> Plan {
         let mut plan = Plan::of(&self.first, self.observed.failures);
-        plan.then(&self.second, self.observed.failures);
+        plan.then(&self.started, &self.second, self.observed.failures);
         plan
     }
 }
@@ -248,12 +255,18 @@ impl Plan {
     }
 
     /// Folds in the reconcile's next decision: its status is the one to write (the last
-    /// decision wants the final status; when it wrote none, it wanted the same as the one
-    /// before), its events come after, and its requeue is the one that counts.
-    fn then(&mut self, next: &Decision, failures: u32) {
+    /// decision wants the final status), and it is written when it differs from `started`,
+    /// the status the reconcile started from. The events are what each decision did (a failed
+    /// call, an adoption), then the change from `started` to the final status
+    /// ([`transitions`]): the first decision's status is never written on its own, so the
+    /// step it announced (`Creating` on the way to `Provisioning`) is no one's news.
+    fn then(&mut self, started: &ProxyStatus, next: &Decision, failures: u32) {
+        let mut events = own_events(&self.events, started, &self.status);
+        events.extend(own_events(next.events(), &self.status, next.status()));
+        events.extend(transitions(started, next.status()));
+        self.events = events;
         self.status = next.status().clone();
-        self.status_changed |= next.status_write().is_some();
-        self.events.extend_from_slice(next.events());
+        self.status_changed = next.status() != started;
         self.requeue = next.requeue();
         self.followup = Followup::after(next.requeue(), failures);
     }
@@ -270,7 +283,8 @@ impl Plan {
         &self.status
     }
 
-    /// The events of every decision, in order, to emit after the status write.
+    /// The events to emit after the status write, in order: what each decision did, then
+    /// the change of state from the status the reconcile started with to the one it writes.
     pub fn events(&self) -> &[Event] {
         &self.events
     }
@@ -284,6 +298,16 @@ impl Plan {
     pub fn followup(&self) -> Followup {
         self.followup
     }
+}
+
+/// The events of a decision that moved `from` to `to`, without the ones announcing that
+/// move ([`transitions`], which a decision puts last).
+fn own_events(events: &[Event], from: &ProxyStatus, to: &ProxyStatus) -> Vec<Event> {
+    let moved = transitions(from, to);
+    events
+        .strip_suffix(moved.as_slice())
+        .unwrap_or(events)
+        .to_vec()
 }
 
 /// When the controller reconciles an object again, and how many consecutive failures it

@@ -8,7 +8,7 @@
 //! `lastTransitionTime`, `observedGeneration`, the phase, and the events announcing what
 //! changed.
 
-use proxy_crd::{ProxySpec, ProxyStatus};
+use proxy_crd::{Condition, ProxySpec, ProxyStatus};
 
 use crate::action::{Event, EventType};
 use crate::banned::banned_condition;
@@ -16,7 +16,7 @@ use crate::conditions::{
     self, EGRESS_VERIFIED, HEALTHY, HealthyReason, PROVISIONED, ProvisionedReason, READY,
     ReadyReason,
 };
-use crate::egress;
+use crate::egress::{self, EgressReason};
 use crate::observed::{HealthVerdict, Observed};
 use crate::phase::compute_phase;
 
@@ -33,11 +33,8 @@ pub(crate) struct Provisioning {
     pub(crate) message: String,
 }
 
-/// The complete desired status, and the events announcing how it differs from `previous`.
-///
-/// Events follow changes of state, not of wording: one when the `Provisioned` condition's
-/// status or reason changes, one when `Healthy` turns `True` or `False`, and one when the
-/// `EgressVerified` condition's reason turns `Matches`, `Differs` or `Shared`.
+/// The complete desired status, and the events announcing how it differs from `previous`
+/// ([`transitions`]).
 pub(crate) fn complete(
     spec: &ProxySpec,
     previous: &ProxyStatus,
@@ -107,32 +104,6 @@ pub(crate) fn complete(
         now,
     );
 
-    let mut events = Vec::new();
-    let provisioned_changed = conditions::find(previous, PROVISIONED).is_none_or(|before| {
-        before.status != provisioned_condition.status || before.reason != reason.as_str()
-    });
-    if provisioned_changed {
-        events.push(Event {
-            type_: reason.event_type(),
-            reason: reason.as_str().to_owned(),
-            message: provisioned_condition.message.clone(),
-        });
-    }
-    let healthy_changed = conditions::find(previous, HEALTHY)
-        .is_none_or(|before| before.status != healthy_condition.status);
-    let health_event_type = match healthy {
-        HealthyReason::ProbeSucceeded => Some(EventType::Normal),
-        HealthyReason::ProbeFailed => Some(EventType::Warning),
-        HealthyReason::AwaitingProbe | HealthyReason::NoAddress => None,
-    };
-    if let (true, Some(type_)) = (healthy_changed, health_event_type) {
-        events.push(Event {
-            type_,
-            reason: healthy.as_str().to_owned(),
-            message: healthy_condition.message.clone(),
-        });
-    }
-
     // Only with an egress URL: without one there is nothing to verify, and the statuses of
     // proxies (and recordings) from before egress checks stay as they were.
     let check = spec.health_check_or_default();
@@ -156,24 +127,6 @@ pub(crate) fn complete(
             generation,
             now,
         );
-        // One event per change of the verdict (not of its wording); learning nothing yet
-        // is no news.
-        let changed = conditions::find(previous, EGRESS_VERIFIED)
-            .is_none_or(|before| before.reason != condition.reason);
-        let type_ = match reason {
-            egress::EgressReason::Matches => Some(EventType::Normal),
-            egress::EgressReason::Differs | egress::EgressReason::Shared => {
-                Some(EventType::Warning)
-            }
-            egress::EgressReason::Unknown => None,
-        };
-        if let (true, Some(type_)) = (changed, type_) {
-            events.push(Event {
-                type_,
-                reason: format!("Egress{}", reason.as_str()),
-                message: condition.message.clone(),
-            });
-        }
         conditions.push(condition);
     }
 
@@ -200,7 +153,68 @@ pub(crate) fn complete(
             ))
             .collect(),
     };
+    let events = transitions(previous, &status);
     (status, events)
+}
+
+/// The events announcing how `next` differs from `previous`: state changes, not wording.
+///
+/// One when the `Provisioned` condition's status or reason changes, one when `Healthy`
+/// turns `True` or `False`, and one when the `EgressVerified` condition's reason turns
+/// `Matches`, `Differs` or `Shared`. They follow from the two statuses alone, so a
+/// reconcile of two decisions announces the change from the status it started with to the
+/// one it writes ([`Plan`](crate::reconcile::Plan)), not the step in between that no one
+/// ever saw.
+pub(crate) fn transitions(previous: &ProxyStatus, next: &ProxyStatus) -> Vec<Event> {
+    let mut events = Vec::new();
+    // The condition `type_` of `next`, when `same` does not hold between it and the one
+    // `previous` had (or `previous` had none).
+    let changed = |type_: &str, same: fn(&Condition, &Condition) -> bool| {
+        let now = conditions::find(next, type_)?;
+        conditions::find(previous, type_)
+            .is_none_or(|before| !same(before, now))
+            .then_some(now)
+    };
+    if let Some(now) = changed(PROVISIONED, |a, b| {
+        a.status == b.status && a.reason == b.reason
+    }) && let Some(reason) = ProvisionedReason::parse(&now.reason)
+    {
+        events.push(Event {
+            type_: reason.event_type(),
+            reason: now.reason.clone(),
+            message: now.message.clone(),
+        });
+    }
+    if let Some(now) = changed(HEALTHY, |a, b| a.status == b.status) {
+        let type_ = if now.reason == HealthyReason::ProbeSucceeded.as_str() {
+            Some(EventType::Normal)
+        } else if now.reason == HealthyReason::ProbeFailed.as_str() {
+            Some(EventType::Warning)
+        } else {
+            None
+        };
+        events.extend(type_.map(|type_| Event {
+            type_,
+            reason: now.reason.clone(),
+            message: now.message.clone(),
+        }));
+    }
+    // Learning nothing about the egress yet is no news.
+    if let Some(now) = changed(EGRESS_VERIFIED, |a, b| a.reason == b.reason) {
+        let type_ = match now.reason.as_str() {
+            r if r == EgressReason::Matches.as_str() => Some(EventType::Normal),
+            r if r == EgressReason::Differs.as_str() || r == EgressReason::Shared.as_str() => {
+                Some(EventType::Warning)
+            }
+            _ => None,
+        };
+        events.extend(type_.map(|type_| Event {
+            type_,
+            reason: format!("Egress{}", now.reason),
+            message: now.message.clone(),
+        }));
+    }
+    events
 }
 
 /// The `Healthy` condition's message. A failing verdict names its cause

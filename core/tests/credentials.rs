@@ -32,7 +32,10 @@ fn the_secret_is_named_after_the_proxys_uid() {
 
 #[test]
 fn a_create_issues_the_credentials_first_and_names_them_in_the_request() {
-    let observed = Observed::test().with_credentials();
+    // (The annotation names this spec already, so the hash is not written again.)
+    let observed = Observed::test()
+        .with_credentials()
+        .annotated(proxy_core::testing::hash());
     let decision = decide(&managed_spec(), &ProxyStatus::default(), &observed);
     assert_eq!(decision.metadata(), [issue()]);
     let Some(ProviderRequest::Create(request)) = decision.provider_call() else {
@@ -57,14 +60,17 @@ fn a_retried_create_issues_again_which_keeps_the_secret_of_the_first_attempt() {
     let decision = decide(
         &managed_spec(),
         &creating_status(),
-        &Observed::test().with_credentials(),
+        &Observed::test()
+            .with_credentials()
+            .annotated(proxy_core::testing::hash()),
     );
     assert_eq!(decision.metadata(), [issue()]);
 }
 
 #[test]
 fn without_credentials_a_create_issues_none() {
-    let decision = decide(&managed_spec(), &ProxyStatus::default(), &Observed::test());
+    let observed = Observed::test().annotated(proxy_core::testing::hash());
+    let decision = decide(&managed_spec(), &ProxyStatus::default(), &observed);
     assert_eq!(decision.metadata(), []);
     let Some(ProviderRequest::Create(request)) = decision.provider_call() else {
         panic!("no create");
@@ -118,9 +124,12 @@ fn a_replacement_revokes_once_the_old_instance_is_gone_and_the_next_create_issue
         &observed.clone().instance(InstanceView::NotFound),
     );
     assert_eq!(gone.metadata(), [revoke()]);
-    // Next pass: issue new ones, then create.
+    // Next pass: the new spec's hash, new credentials, then create.
     let next = decide(&managed_spec(), gone.status(), &observed);
-    assert_eq!(next.metadata(), [issue()]);
+    let hash = MetadataWrite::SetSpecHash {
+        hash: proxy_core::testing::hash(),
+    };
+    assert_eq!(next.metadata(), [hash, issue()]);
     assert!(matches!(
         next.provider_call(),
         Some(ProviderRequest::Create(_))

@@ -282,7 +282,7 @@ fn new_generation_releases_the_latch() {
     );
     assert!(matches!(
         decision.actions()[..],
-        [Action::Create(_), Action::PatchStatus(ref status), Action::Event(_)] if *status == creating
+        [Action::SetSpecHash { .. }, Action::Create(_), Action::PatchStatus(ref status), Action::Event(_)] if *status == creating
     ));
     assert_eq!(decision.requeue(), PROVISIONING_POLL);
 }

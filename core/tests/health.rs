@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use jiff::{SignedDuration, Timestamp};
 use proxy_core::conditions::{FALSE, TRUE, UNKNOWN};
 use proxy_core::health::{
-    HealthBook, Probe, Report, ReportReason, Target, Thresholds, reported_in_status,
+    HealthBook, LATENCY_RUN, Probe, Report, ReportReason, Target, Thresholds, reported_in_status,
 };
 use proxy_core::testing::{
     EXTERNAL_HOST, NAME, NAMESPACE, T0, UID, at, external_spec, managed_spec, status_of,
@@ -229,9 +229,47 @@ fn latency_is_reported_while_healthy_when_it_moves_a_lot_at_most_once_a_minute()
     for (what, latency_ms, probe, reported) in rows {
         let mut book = HealthBook::new();
         assert!(deliver(&mut book, ok(0, latency_ms), thresholds).is_some());
+        // The probe is the last of a run: the passing probes just before it saw the same.
+        if probe.ok {
+            for before in [4, 3, 2, 1] {
+                let earlier = Probe {
+                    at: probe
+                        .at
+                        .checked_sub(jiff::SignedDuration::from_secs(before))
+                        .unwrap(),
+                    ..probe
+                };
+                assert_eq!(deliver(&mut book, earlier, thresholds), None, "{what}");
+            }
+        }
         let expected = reported.then(|| report(ReportReason::Latency, true, probe));
         assert_eq!(deliver(&mut book, probe, thresholds), expected, "{what}");
     }
+}
+
+#[test]
+fn a_latency_is_news_only_when_five_passing_probes_in_a_row_see_it_moved() {
+    assert_eq!(LATENCY_RUN, 5);
+    let thresholds = Thresholds::new(3, 1);
+    let mut book = HealthBook::new();
+    assert!(deliver(&mut book, ok(0, 40), thresholds).is_some());
+    // One slow probe, then four: each run ends on a probe back near 40 ms.
+    let mut jitter = vec![ok(60, 400), ok(61, 41)];
+    jitter.extend((62..66).map(|secs| ok(secs, 400)));
+    jitter.push(ok(66, 45));
+    assert_eq!(run(&mut book, &jitter, thresholds), []);
+    // A failed probe ends a run too (its duration is a timeout, not a latency).
+    let mut interrupted: Vec<_> = (67..70).map(|secs| ok(secs, 400)).collect();
+    interrupted.push(fail(70));
+    interrupted.extend((71..75).map(|secs| ok(secs, 400)));
+    assert_eq!(run(&mut book, &interrupted, thresholds), []);
+    assert_eq!(book.get(&key()).unwrap().latency_run(), 4);
+    // The fifth in a row: the proxy got slower.
+    assert_eq!(
+        deliver(&mut book, ok(75, 380), thresholds),
+        Some(report(ReportReason::Latency, true, ok(75, 380)))
+    );
+    assert_eq!(book.get(&key()).unwrap().latency_run(), 0, "delivered");
 }
 
 #[test]
@@ -254,6 +292,9 @@ fn a_flip_restarts_the_latency_minute() {
         ok(0, 40),
         fail(100),
         ok(110, 40),
+        ok(166, 200),
+        ok(167, 200),
+        ok(168, 200),
         ok(169, 200),
         ok(170, 200),
     ];
@@ -282,23 +323,34 @@ fn jitter_for_an_hour(low: u32, high: u32) -> Vec<Report> {
 }
 
 #[test]
-fn a_proxy_jittering_between_40_and_61_ms_settles_after_one_latency_report() {
-    // From 40 ms, 61 ms is a change of 21 ms and of 52%: reported once the minute is over.
-    // From 61 ms, 40 ms is not a 50% change: nothing more, all hour.
-    let reports = jitter_for_an_hour(40, 61);
-    let at: Vec<_> = reports.iter().map(|r| r.verdict.probed_at).collect();
-    assert_eq!(at, [t(0), t(61)]);
+fn a_proxy_jittering_between_two_latencies_reports_no_latency_all_hour() {
+    // From 40 ms, 61 ms is a change of 21 ms and of 52%, and from 30 ms, 61 ms too (and the
+    // other way): every other probe is back at the reported latency and ends the run. (Probe
+    // by probe, 30 <-> 61 ms wrote a status every minute, held back by the rate limit only.)
+    for (low, high) in [(40, 61), (30, 61)] {
+        let reports = jitter_for_an_hour(low, high);
+        let at: Vec<_> = reports.iter().map(|r| r.verdict.probed_at).collect();
+        assert_eq!(at, [t(0)], "{low} <-> {high} ms");
+    }
 }
 
 #[test]
-fn a_proxy_jittering_between_30_and_61_ms_reports_at_most_once_a_minute() {
-    // Both directions move more than 20 ms and more than half: only the rate limit holds
-    // this one. 61 s apart, since the probe 60 s after a report has the reported latency.
-    let reports = jitter_for_an_hour(30, 61);
-    assert_eq!(reports.len(), 60);
-    for (n, report) in reports.iter().enumerate() {
-        assert_eq!(report.verdict.probed_at, t(61 * i64::try_from(n).unwrap()));
-    }
+fn a_proxy_that_stays_slower_is_reported_at_most_once_a_minute() {
+    // 40 ms, then 200 ms from second 10 on: reported once the minute is over, then never
+    // again while it stays there.
+    let mut book = HealthBook::new();
+    let probes: Vec<_> = (0..3600)
+        .map(|secs| ok(secs, if secs < 10 { 40 } else { 200 }))
+        .collect();
+    let reports = run(&mut book, &probes, Thresholds::new(3, 1));
+    let at: Vec<_> = reports
+        .iter()
+        .map(|r| (r.reason, r.verdict.probed_at))
+        .collect();
+    assert_eq!(
+        at,
+        [(ReportReason::First, t(0)), (ReportReason::Latency, t(60))]
+    );
 }
 
 #[test]
@@ -340,6 +392,9 @@ fn an_undelivered_report_goes_out_again_with_the_next_probe() {
         deliver(&mut book, ok(7, 40), thresholds).map(|r| r.reason),
         Some(ReportReason::VerdictChanged)
     );
+    for secs in 96..100 {
+        assert_eq!(deliver(&mut book, ok(secs, 200), thresholds), None);
+    }
     let dropped = book.record(&key(), &target(), ok(100, 200), thresholds);
     assert_eq!(dropped.map(|r| r.reason), Some(ReportReason::Latency));
     assert_eq!(
@@ -440,6 +495,9 @@ fn a_seeded_proxy_reports_latency_against_the_status() {
     let mut book = HealthBook::new();
     assert!(book.seed(&key(), UID, verdict(true, ok(-30, 40))));
     assert_eq!(deliver(&mut book, ok(0, 45), thresholds), None);
+    for secs in 25..29 {
+        assert_eq!(deliver(&mut book, ok(secs, 100), thresholds), None);
+    }
     assert_eq!(
         deliver(&mut book, ok(29, 100), thresholds),
         None,

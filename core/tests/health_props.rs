@@ -18,7 +18,9 @@ use proptest::prelude::*;
 use proptest::test_runner::FileFailurePersistence;
 use proxy_core::HealthVerdict;
 use proxy_core::ProxyKey;
-use proxy_core::health::{HealthBook, Probe, Report, ReportReason, Target, Thresholds};
+use proxy_core::health::{
+    HealthBook, LATENCY_RUN, Probe, Report, ReportReason, Target, Thresholds,
+};
 use proxy_core::testing::{NAME, NAMESPACE, T0, at};
 
 /// Something that happens to the one proxy under test.
@@ -152,6 +154,9 @@ struct Model {
     results: Vec<bool>,
     /// The verdict last delivered.
     delivered: Option<HealthVerdict>,
+    /// Passing probes in a row whose latency moved from the delivered one, since the last
+    /// delivery.
+    moved: u32,
 }
 
 impl Model {
@@ -167,19 +172,25 @@ impl Model {
         u32::try_from(run).unwrap()
     }
 
-    /// The report the rule asks for after `probe` left the verdict at `healthy`.
-    fn expected_reason(&self, probe: &Probe, healthy: bool) -> Option<ReportReason> {
+    /// The report the rule asks for after `probe` left the verdict at `healthy`,
+    /// counting the probe's latency in the run of moved latencies first.
+    fn expected_reason(&mut self, probe: &Probe, healthy: bool) -> Option<ReportReason> {
         let Some(delivered) = &self.delivered else {
             return Some(ReportReason::First);
+        };
+        let change = f64::from(delivered.latency_ms.abs_diff(probe.latency_ms));
+        let moved = change > f64::max(20.0, 0.5 * f64::from(delivered.latency_ms));
+        self.moved = if probe.ok && healthy && delivered.healthy && moved {
+            self.moved + 1
+        } else {
+            0
         };
         if delivered.healthy != healthy {
             return Some(ReportReason::VerdictChanged);
         }
-        let change = f64::from(delivered.latency_ms.abs_diff(probe.latency_ms));
-        let moved = change > f64::max(20.0, 0.5 * f64::from(delivered.latency_ms));
         let minute_over =
             probe.at.duration_since(delivered.probed_at) >= SignedDuration::from_secs(60);
-        (healthy && probe.ok && moved && minute_over).then_some(ReportReason::Latency)
+        (healthy && self.moved >= LATENCY_RUN && minute_over).then_some(ReportReason::Latency)
     }
 }
 
@@ -256,6 +267,7 @@ proptest! {
                     prop_assert_eq!(&report, &expected);
                     if let (true, Some(report)) = (deliver, report) {
                         model.delivered = Some(report.verdict);
+                        model.moved = 0;
                     }
                 }
                 Step::Tick { .. } => {}

@@ -13,7 +13,8 @@ use proxy_core::{
 };
 use proxy_crd::ProxyStatus;
 use support::{
-    DELETION_POLL, ID, IP, PROVISIONING_POLL, creating_status, replacing_status, running_status,
+    DELETION_POLL, DRIFT_POLL, ID, IP, PROVISIONING_POLL, creating_status, replacing_status,
+    running_status,
 };
 
 /// Runs a reconcile through the driver, answering a provider call with `outcome`.
@@ -38,14 +39,35 @@ fn run(
 
 #[test]
 fn a_reconcile_without_a_provider_call_is_one_decision() {
-    let observed = Observed::test().without_finalizer();
-    let (writes, plan) = run(ProxyStatus::default(), observed, |call| {
+    let observed = Observed::test()
+        .annotated(testing::hash())
+        .instance(InstanceView::Running { ip: IP.to_owned() })
+        .health(IP, true);
+    let (writes, plan) = run(running_status(), observed, |call| {
         panic!("no call expected: {call:?}")
     });
-    assert_eq!(writes, [vec![MetadataWrite::AddFinalizer]]);
+    assert_eq!(writes, [vec![]]);
     assert_eq!(plan.status_write(), None);
     assert!(plan.events().is_empty());
-    assert_eq!(plan.requeue(), Requeue::AwaitChange);
+    assert_eq!(plan.requeue(), DRIFT_POLL);
+}
+
+#[test]
+fn a_new_proxy_gets_its_finalizer_and_its_instance_in_one_reconcile() {
+    let observed = Observed::test().without_finalizer();
+    let (writes, plan) = run(ProxyStatus::default(), observed, |call| {
+        assert!(matches!(call, ProviderRequest::Create(_)), "{call:?}");
+        Outcome::Created {
+            provider_id: ID.to_owned(),
+        }
+    });
+    // The finalizer and the hash before the call (one patch in the shell), nothing after.
+    let hash = MetadataWrite::SetSpecHash {
+        hash: testing::hash(),
+    };
+    assert_eq!(writes, [vec![MetadataWrite::AddFinalizer, hash], vec![]]);
+    assert_eq!(plan.status().provider_id.as_deref(), Some(ID));
+    assert!(plan.status_write().is_some());
 }
 
 #[test]
@@ -62,12 +84,10 @@ fn a_create_feeds_its_outcome_to_the_second_decision_and_writes_its_status_once(
     assert_eq!(plan.status_write(), Some(plan.status()));
     assert_eq!(plan.status().provider_id.as_deref(), Some(ID));
     assert_ne!(plan.status(), &creating_status());
+    // One event for the one change written: the first decision's Creating was never
+    // written, so it is not announced.
     let reasons: Vec<_> = plan.events().iter().map(|e| e.reason.as_str()).collect();
-    assert_eq!(
-        reasons,
-        ["Creating", "Provisioning"],
-        "both decisions' events, in order"
-    );
+    assert_eq!(reasons, ["Provisioning"]);
     assert_eq!(plan.requeue(), PROVISIONING_POLL);
     assert_eq!(
         plan.followup(),

@@ -297,7 +297,8 @@ fn the_cloud_init_never_reaches_the_file_and_the_file_still_replays() {
     assert_eq!(text.matches(&stand_in).count(), 2 + 2 + 1, "{text}");
 
     let recording = Recording::parse(&text).unwrap();
-    let Record::Decide(outcome) = &recording.records()[1] else {
+    // The create writes the hash before its call (the first record).
+    let Record::Decide(outcome) = &recording.records()[0] else {
         panic!("a decide record");
     };
     // The real spec hash: the recording says what was written to the object.
@@ -317,7 +318,7 @@ fn the_cloud_init_never_reaches_the_file_and_the_file_still_replays() {
 
     // Why the real hash is kept: without it, the redacted input hashes to another value
     // than the one the recorded output wrote.
-    let stripped = edit_json(&text, 3, |r| {
+    let stripped = edit_json(&text, 2, |r| {
         r.as_object_mut().unwrap().remove("redaction");
     });
     let divergence = replay(&stripped).unwrap().divergence.unwrap();
@@ -385,17 +386,17 @@ fn a_redacted_recording_still_shows_a_changed_rule() {
     let divergence = report.divergence.unwrap();
     assert_eq!(
         (divergence.index, divergence.line, divergence.seq),
-        (1, 3, 2)
+        (0, 2, 1)
     );
     assert_eq!(divergence.path, "/actions/0");
     assert_eq!(divergence.object, "crawl/px-1");
-    assert_eq!(report.checked, 2);
+    assert_eq!(report.checked, 1);
     assert!(divergence.recorded.contains(&testing::hash()));
     assert!(!divergence.replayed.contains(&testing::hash()));
     let shown = divergence.to_string();
     assert!(
         shown.starts_with(
-            "line 3 (seq 2), decide crawl/px-1 at 2026-01-01T00:00:00Z: the output differs at \
+            "line 2 (seq 1), decide crawl/px-1 at 2026-01-01T00:00:00Z: the output differs at \
              /actions/0\nrecorded:\n{\n"
         ),
         "{shown}"
@@ -423,7 +424,7 @@ fn a_rule_that_changes_the_user_data_diverges_without_showing_it() {
     let divergence = report.divergence.unwrap();
     assert_eq!(
         (divergence.line, divergence.path.as_str()),
-        (2, "/actions/0/Create/cloudInit")
+        (2, "/actions/1/Create/cloudInit")
     );
     // Replay redacts its own output by type too: the changed content shows as its placeholder.
     assert!(divergence.recorded.contains(&placeholder(CLOUD_INIT)));
@@ -487,7 +488,7 @@ fn redaction_is_idempotent_and_leaves_records_without_content_alone() {
     let Record::Decide(record) = &recording.records()[0] else {
         panic!()
     };
-    let proxy_core::Action::Create(request) = &record.output.actions()[0] else {
+    let proxy_core::Action::Create(request) = &record.output.actions()[1] else {
         panic!("{decision:?}")
     };
     assert_eq!(request.provider, testing::PROVIDER);
@@ -602,8 +603,8 @@ fn every_reachable_health_state_replays_alone_and_in_sequence() {
                             continue;
                         }
                     };
-                    // Alternating latencies make latency reports too.
-                    let latency_ms = if i % 2 == 0 { 10 } else { 200 };
+                    // A latency that moves and stays makes latency runs and reports too.
+                    let latency_ms = if i == 0 { 10 } else { 200 };
                     let probe = Probe {
                         ok,
                         latency_ms,
@@ -702,14 +703,15 @@ fn the_timeline_has_one_short_line_per_record() {
             "recorded 2026-01-01T00:00:00Z by operator 0.1.0 (commit abc1234), schema 1; \
              providers: pods; polls: provisioning 10s, drift 1m, deletion 10s, soon 1s, quota \
              retry 5m",
-            "2026-01-01T00:00:00Z crawl/px-1  observed: no instance  decided: Create \
-             proxy-kbqzhquppopaia3n, PatchStatus(Provisioning), Event Creating  requeue 10s",
             &format!(
-                "2026-01-01T00:00:00Z crawl/px-1  observed: create succeeded: \
-                 crawl/proxy-kbqzhquppopaia3n  decided: SetSpecHash {}, \
-                 PatchStatus(Provisioning), Event Provisioning  requeue 10s",
+                "2026-01-01T00:00:00Z crawl/px-1  observed: no instance  decided: SetSpecHash \
+                 {}, Create proxy-kbqzhquppopaia3n, PatchStatus(Provisioning), Event Creating  \
+                 requeue 10s",
                 &hash[..12]
             ),
+            "2026-01-01T00:00:00Z crawl/px-1  observed: create succeeded: \
+             crawl/proxy-kbqzhquppopaia3n  decided: PatchStatus(Provisioning), Event \
+             Provisioning  requeue 10s",
             "2026-01-01T00:00:30Z crawl/px-1  probe: ok 42 ms at 10.0.0.7  health: healthy, 1 \
              ok in a row (thresholds: 3 failed, 1 ok)  report First: healthy",
         ]

@@ -86,12 +86,15 @@ fn replacement() -> Story {
 fn quota_retry() -> Story {
     let mut s = Story::new("px-quota", "b7e4d0a1-93c2-4f5e-8a6b-2c1d0e9f8a77");
     s.start_recording();
-    assert_eq!(s.reconcile(), Requeue::AwaitChange, "adds the finalizer");
     s.fail_next(
         ProviderCall::Create,
         ProviderError::quota("QUOTA_EXCEEDED: quota 'CPUS' exceeded, limit 24 in europe-west1"),
     );
-    assert_eq!(s.reconcile(), Requeue::After(secs(5 * 60)));
+    assert_eq!(
+        s.reconcile(),
+        Requeue::After(secs(5 * 60)),
+        "adds the finalizer, tries to create"
+    );
     assert_eq!(s.status.provider_id, None);
     s.wait(secs(5 * 60));
     assert_eq!(s.reconcile(), Requeue::After(secs(10)), "creates");
@@ -440,7 +443,6 @@ impl Story {
 
     /// Unrecorded: the proxy is created, runs at `ip`, passes its first probe, and is Ready.
     fn bring_up(&mut self, ip: &str) {
-        assert_eq!(self.reconcile(), Requeue::AwaitChange);
         assert_eq!(self.reconcile(), Requeue::After(secs(10)));
         self.wait(secs(20));
         self.boot(ip);

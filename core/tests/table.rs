@@ -9,8 +9,8 @@ use proxy_core::testing::{
     managed_spec, status_of,
 };
 use proxy_core::{
-    Action, CreateRequest, EventType, InstanceView, Observed, Outcome, ProviderError,
-    ProviderRequest, Requeue, decide,
+    Action, CreateRequest, EventType, InstanceView, MetadataWrite, Observed, Outcome,
+    ProviderError, ProviderRequest, Requeue, decide,
 };
 use proxy_crd::{Phase, ProxyStatus};
 use support::{
@@ -52,12 +52,39 @@ fn recreating_status(reason: &str, message: &str) -> ProxyStatus {
 // ---- Managed ------------------------------------------------------------------------------
 
 #[test]
-fn managed_without_finalizer_adds_it_and_nothing_else() {
+fn managed_without_finalizer_adds_it_first_and_creates_in_the_same_decision() {
     let observed = Observed::test().without_finalizer();
     let decision = decide(&managed_spec(), &ProxyStatus::default(), &observed);
-    assert_eq!(decision.actions(), [Action::AddFinalizer]);
-    assert_eq!(decision.requeue(), Requeue::AwaitChange);
-    assert_eq!(decision.status(), &ProxyStatus::default());
+    assert_eq!(
+        decision.actions(),
+        [
+            Action::AddFinalizer,
+            Action::SetSpecHash {
+                hash: testing::hash()
+            },
+            Action::Create(create_request()),
+            Action::PatchStatus(creating_status()),
+            event(
+                EventType::Normal,
+                "Creating",
+                "creating instance proxy-kbqzhquppopaia3n with provider pods",
+            ),
+        ]
+    );
+    assert_eq!(decision.requeue(), PROVISIONING_POLL);
+}
+
+#[test]
+fn managed_without_finalizer_adds_it_before_whatever_else_the_row_decides() {
+    // The finalizer comes first in every row, also in one that makes no provider call.
+    let observed = Observed::test()
+        .without_finalizer()
+        .annotated(testing::hash())
+        .instance(InstanceView::Running { ip: IP.to_owned() });
+    let decision = decide(&managed_spec(), &provisioning_status(), &observed);
+    assert_eq!(decision.actions()[0], Action::AddFinalizer);
+    assert_eq!(decision.provider_call(), None);
+    assert_eq!(decision.status().ip.as_deref(), Some(IP));
 }
 
 #[test]
@@ -66,6 +93,9 @@ fn no_provider_id_creates_with_the_deterministic_name() {
     assert_eq!(
         decision.actions(),
         [
+            Action::SetSpecHash {
+                hash: testing::hash()
+            },
             Action::Create(create_request()),
             Action::PatchStatus(creating_status()),
             event(
@@ -80,11 +110,11 @@ fn no_provider_id_creates_with_the_deterministic_name() {
 }
 
 #[test]
-fn no_provider_id_creates_whatever_the_annotation_says() {
-    // Status lost, or a replacement whose old instance is gone: the annotation names an older
-    // spec, and the create path ignores it (the create outcome rewrites it).
-    let observed = Observed::test().annotated("an-older-hash");
+fn no_provider_id_with_a_matching_annotation_creates_without_rewriting_it() {
+    // A retried create: the first attempt wrote the annotation already.
+    let observed = Observed::test().annotated(testing::hash());
     let decision = decide(&managed_spec(), &ProxyStatus::default(), &observed);
+    assert_eq!(decision.metadata(), []);
     assert_eq!(
         decision.provider_call(),
         Some(&ProviderRequest::Create(create_request()))
@@ -92,7 +122,25 @@ fn no_provider_id_creates_whatever_the_annotation_says() {
 }
 
 #[test]
-fn create_outcome_sets_provider_id_and_hash_annotation() {
+fn no_provider_id_creates_whatever_the_annotation_says() {
+    // Status lost, or a replacement whose old instance is gone: the annotation names an older
+    // spec, and the create path rewrites it before the call.
+    let observed = Observed::test().annotated("an-older-hash");
+    let decision = decide(&managed_spec(), &ProxyStatus::default(), &observed);
+    assert_eq!(
+        decision.metadata(),
+        [MetadataWrite::SetSpecHash {
+            hash: testing::hash()
+        }]
+    );
+    assert_eq!(
+        decision.provider_call(),
+        Some(&ProviderRequest::Create(create_request()))
+    );
+}
+
+#[test]
+fn create_outcome_sets_provider_id() {
     let observed = Observed::test().outcome(Outcome::Created {
         provider_id: ID.to_owned(),
     });
@@ -116,9 +164,6 @@ fn create_outcome_sets_provider_id_and_hash_annotation() {
     assert_eq!(
         decision.actions(),
         [
-            Action::SetSpecHash {
-                hash: testing::hash()
-            },
             Action::PatchStatus(provisioning),
             event(
                 EventType::Normal,
@@ -131,10 +176,53 @@ fn create_outcome_sets_provider_id_and_hash_annotation() {
 }
 
 #[test]
-fn create_outcome_with_a_matching_annotation_leaves_it_alone() {
-    // A recreate after a stop: the annotation already names this spec.
+fn an_instance_still_starting_after_its_create_writes_nothing() {
+    // The next reconcile (the Pod watch, the poll) finds the instance still starting: the
+    // status says so already, in the create's words, and is not reworded.
+    let created = decide(
+        &managed_spec(),
+        &creating_status(),
+        &Observed::test().outcome(Outcome::Created {
+            provider_id: ID.to_owned(),
+        }),
+    );
     let observed = Observed::test()
         .annotated(testing::hash())
+        .instance(InstanceView::Provisioning);
+    let decision = decide(&managed_spec(), created.status(), &observed);
+    assert_eq!(decision.status_write(), None, "{:?}", decision.actions());
+    assert_eq!(decision.actions(), []);
+    assert_eq!(decision.requeue(), PROVISIONING_POLL);
+}
+
+#[test]
+fn the_provisioning_poll_backs_off_with_the_time_waited() {
+    // Provisioned turned False at T0 (00:00); the polls are 10 s, the drift poll 1 min.
+    for (now, poll) in [
+        ("2026-01-01T00:00:05Z", 10), // a quarter of 5 s is below the poll: the poll
+        ("2026-01-01T00:02:00Z", 30), // a quarter of 2 min
+        ("2026-01-01T01:00:00Z", 60), // at most the drift poll
+        ("2025-12-31T23:59:00Z", 10), // a clock behind the condition: the poll
+    ] {
+        let observed = Observed::test()
+            .at(now)
+            .annotated(testing::hash())
+            .instance(InstanceView::Provisioning);
+        let decision = decide(&managed_spec(), &provisioning_status(), &observed);
+        assert_eq!(
+            decision.requeue(),
+            Requeue::After(std::time::Duration::from_secs(poll)),
+            "at {now}"
+        );
+    }
+}
+
+#[test]
+fn create_outcome_leaves_the_annotation_to_the_first_decision() {
+    // The first decision wrote the annotation before the call; the observation still shows
+    // the one from before the reconcile, which must not cause a second write.
+    let observed = Observed::test()
+        .annotated("an-older-hash")
         .outcome(Outcome::Created {
             provider_id: ID.to_owned(),
         });
@@ -412,19 +500,19 @@ fn replacement_creates_on_the_next_pass() {
     let observed = Observed::test().annotated("an-older-hash");
     let decision = decide(&managed_spec(), &cleared, &observed);
     assert_eq!(
-        decision.provider_call(),
-        Some(&ProviderRequest::Create(create_request()))
+        decision.actions()[..2],
+        [
+            Action::SetSpecHash {
+                hash: testing::hash()
+            },
+            Action::Create(create_request())
+        ]
     );
     let observed = observed.outcome(Outcome::Created {
         provider_id: ID.to_owned(),
     });
     let second = decide(&managed_spec(), decision.status(), &observed);
-    assert_eq!(
-        second.actions()[0],
-        Action::SetSpecHash {
-            hash: testing::hash()
-        }
-    );
+    assert_eq!(second.metadata(), []);
     assert_eq!(second.provider_call(), None);
 }
 

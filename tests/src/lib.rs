@@ -26,3 +26,4 @@ pub mod probe_origin;
 pub mod proxy_status;
 pub mod run_dir;
 pub mod squid;
+pub mod write_counts;

@@ -105,7 +105,8 @@ impl Operator {
     ///
     /// Each test namespace is an installation of its own: its installation ID and its
     /// leadership Lease are the namespace's, so operators of parallel tests never compete for
-    /// leadership nor reap each other's Pods. Leadership is fast (3 s claims, 0.5 s rounds).
+    /// leadership nor reap each other's Pods. Leadership is fast (3 s claims, 0.5 s rounds)
+    /// unless `extra_args` sets a `--leadership-*` flag.
     /// `extra_args` are added to `proxy-operator run`.
     pub fn start_with(
         plane: &ControlPlane,
@@ -192,14 +193,22 @@ impl Operator {
                 namespace,
                 "--gc-allow-namespaced",
             ])
-            .args([
-                "--leadership-duration-seconds",
-                "3",
-                "--leadership-renew-deadline-seconds",
-                "2",
-            ])
-            .args(["--leadership-retry-period-seconds", "0.5"])
-            .args(["--identity", &identity])
+            .args(["--identity", &identity]);
+        // Fast leadership, unless the caller sets its own (a benchmark of the defaults).
+        if !extra_args
+            .iter()
+            .any(|arg| arg.starts_with("--leadership-"))
+        {
+            command
+                .args([
+                    "--leadership-duration-seconds",
+                    "3",
+                    "--leadership-renew-deadline-seconds",
+                    "2",
+                ])
+                .args(["--leadership-retry-period-seconds", "0.5"]);
+        }
+        command
             .args(extra_args)
             .env("DISCOVERY_TOKEN", DISCOVERY_TOKEN);
         if let Some(pem) = probe_ca_pem {
@@ -230,6 +239,11 @@ impl Operator {
             identity,
             _ports: ports,
         }
+    }
+
+    /// Its process ID (for its memory and CPU in `/proc`).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
     }
 
     /// What the operator logged so far.

@@ -300,6 +300,7 @@ fn delivered_since<'a>(
     let reported = before.reported.as_ref()?;
     let after = HealthState {
         reported: Some(reported.clone()),
+        latency_run: 0,
         ..current.clone()
     };
     (after == *before).then_some(reported)
@@ -315,7 +316,13 @@ fn rebuild(key: &ProxyKey, state: &HealthState) -> Result<HealthBook, String> {
         failures,
         verdict,
         reported,
+        latency_run,
     } = state;
+    if *latency_run > *successes {
+        return Err(
+            "a state whose latency run is longer than its run of passing probes".to_owned(),
+        );
+    }
     let verdict =
         verdict.ok_or("a state without a verdict: the book holds none, it counts at once")?;
     let run = match (*successes, *failures) {
@@ -337,7 +344,15 @@ fn rebuild(key: &ProxyKey, state: &HealthState) -> Result<HealthBook, String> {
     let mut book = HealthBook::new();
     let mut current = None;
     let mut at = Timestamp::UNIX_EPOCH;
+    // A probe at the delivered latency leaves the latency run at 0; the last
+    // `latency_run` passing probes are moved far from it.
+    let (mut steady, mut moved) = (0, 0);
     if let Some(reported) = reported {
+        steady = reported.latency_ms;
+        moved = reported
+            .latency_ms
+            .saturating_mul(2)
+            .saturating_add(LATENCY_FLOOR_MS + 1);
         if reported.host != target.host {
             return Err(format!(
                 "a delivered verdict about {} in a state about {}",
@@ -349,20 +364,26 @@ fn rebuild(key: &ProxyKey, state: &HealthState) -> Result<HealthBook, String> {
         at = reported.probed_at;
     }
     let target = target.to_core();
-    // The probe's latency and time only decide whether a report goes out, never the state.
+    // The probe's time only decides whether a report goes out, never the state; its
+    // latency only the latency run, which the last `latency_run` passing probes make.
     let count = |book: &mut HealthBook, ok: bool, times: u32, toward: u32| {
         let thresholds = if ok {
             Thresholds::new(1, toward)
         } else {
             Thresholds::new(toward, 1)
         };
-        for _ in 0..times {
+        for n in 0..times {
+            let latency_ms = if ok && times - n <= *latency_run {
+                moved
+            } else {
+                steady
+            };
             let _ = book.record(
                 key,
                 &target,
                 Probe {
                     ok,
-                    latency_ms: 0,
+                    latency_ms,
                     at,
                     failure: None,
                     egress: None,

@@ -415,6 +415,14 @@ pub struct HealthState {
     pub verdict: Option<bool>,
     /// [`ProxyHealth::reported`].
     pub reported: Option<HealthVerdict>,
+    /// [`ProxyHealth::latency_run`]; left out when 0, so that recordings made before it
+    /// existed replay unchanged.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub latency_run: u32,
+}
+
+fn is_zero(value: &u32) -> bool {
+    *value == 0
 }
 
 impl HealthState {
@@ -426,6 +434,7 @@ impl HealthState {
             failures: state.failures(),
             verdict: state.verdict(),
             reported: state.reported().cloned(),
+            latency_run: state.latency_run(),
         }
     }
 }

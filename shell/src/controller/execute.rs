@@ -28,8 +28,9 @@ pub enum Error {
     /// A metadata patch failed.
     #[error("writing metadata ({write}): {source}")]
     Metadata {
-        /// Which write: `AddFinalizer`, `RemoveFinalizer` or `SetSpecHash`.
-        write: &'static str,
+        /// Which writes: `AddFinalizer`, `RemoveFinalizer` or `SetSpecHash`, joined by `+`
+        /// when one patch carried several.
+        write: String,
         /// Why.
         #[source]
         source: kube::Error,
@@ -90,12 +91,16 @@ impl<'a> Executor<'a> {
         )
     }
 
-    /// Executes `writes`, in order.
+    /// Executes `writes`, in order. The writes to the object itself that come one after the
+    /// other (the finalizer and the hash annotation of a new proxy's create) go out as one
+    /// merge patch: one API write instead of two, and both or neither.
     pub async fn metadata(&self, writes: &[MetadataWrite]) -> Result<(), Error> {
+        let mut patch: Option<ObjectPatch> = None;
         for write in writes {
-            self.ctx.gate.pass(Write::Metadata)?;
-            let (name, patch) = match write {
+            match write {
                 MetadataWrite::IssueCredentials { secret } => {
+                    self.patch_object(patch.take()).await?;
+                    self.ctx.gate.pass(Write::Metadata)?;
                     let passwd = credentials::issue(
                         &self.ctx.client,
                         &self.proxy.namespace().unwrap_or_default(),
@@ -105,9 +110,10 @@ impl<'a> Executor<'a> {
                     )
                     .await?;
                     *crate::supervise::lock(&self.passwd) = Some(passwd);
-                    continue;
                 }
                 MetadataWrite::RevokeCredentials { secret } => {
+                    self.patch_object(patch.take()).await?;
+                    self.ctx.gate.pass(Write::Metadata)?;
                     let namespace = self.proxy.namespace().unwrap_or_default();
                     credentials::revoke(&self.ctx.client, &namespace, secret)
                         .await
@@ -115,54 +121,44 @@ impl<'a> Executor<'a> {
                             name: secret.clone(),
                             source,
                         })?;
-                    continue;
                 }
-                MetadataWrite::AddFinalizer | MetadataWrite::RemoveFinalizer => {
-                    let mut finalizers: Vec<String> = self
-                        .proxy
-                        .finalizers()
-                        .iter()
-                        .filter(|f| *f != FINALIZER)
-                        .cloned()
-                        .collect();
-                    let name = if matches!(write, MetadataWrite::AddFinalizer) {
-                        finalizers.push(FINALIZER.to_owned());
-                        "AddFinalizer"
-                    } else {
-                        "RemoveFinalizer"
-                    };
-                    // The resourceVersion makes this a compare-and-swap: a concurrent change
-                    // of the list fails with a conflict and the reconcile retries.
-                    let patch = json!({"metadata": {"finalizers": finalizers, "resourceVersion": self.proxy.resource_version()}});
-                    (name, patch)
-                }
-                MetadataWrite::SetSpecHash { hash } => (
-                    "SetSpecHash",
-                    json!({"metadata": {"annotations": {SPEC_HASH_ANNOTATION: hash}}}),
-                ),
-            };
-            match self
-                .api()
-                .patch(
-                    &self.proxy.name_any(),
-                    &PatchParams::default(),
-                    &Patch::Merge(&patch),
-                )
-                .await
-            {
-                Ok(_) => {}
-                // Removing the finalizer of an object that is already gone is done.
-                Err(kube::Error::Api(status))
-                    if status.code == 404 && matches!(write, MetadataWrite::RemoveFinalizer) => {}
-                Err(source) => {
-                    return Err(Error::Metadata {
-                        write: name,
-                        source,
-                    });
+                MetadataWrite::AddFinalizer
+                | MetadataWrite::RemoveFinalizer
+                | MetadataWrite::SetSpecHash { .. } => {
+                    patch
+                        .get_or_insert_with(ObjectPatch::default)
+                        .add(self.proxy, write);
                 }
             }
         }
-        Ok(())
+        self.patch_object(patch).await
+    }
+
+    /// Sends `patch`, when there is one, as one merge patch of the object.
+    async fn patch_object(&self, patch: Option<ObjectPatch>) -> Result<(), Error> {
+        let Some(patch) = patch else {
+            return Ok(());
+        };
+        self.ctx.gate.pass(Write::Metadata)?;
+        match self
+            .api()
+            .patch(
+                &self.proxy.name_any(),
+                &PatchParams::default(),
+                &Patch::Merge(&patch.body),
+            )
+            .await
+        {
+            Ok(_) => Ok(()),
+            // Removing the finalizer of an object that is already gone is done.
+            Err(kube::Error::Api(status)) if status.code == 404 && patch.removes_finalizer => {
+                Ok(())
+            }
+            Err(source) => Err(Error::Metadata {
+                write: patch.names.join("+"),
+                source,
+            }),
+        }
     }
 
     /// Makes the provider call; its failure is an [`Outcome`] for the core, not an error.
@@ -258,4 +254,114 @@ pub async fn publish(
         }
     }
     Ok(())
+}
+
+/// The merge patch of the object that carries one or more of a reconcile's adjacent metadata
+/// writes (finalizer, hash annotation).
+#[derive(Debug, Default)]
+struct ObjectPatch {
+    body: serde_json::Value,
+    names: Vec<&'static str>,
+    removes_finalizer: bool,
+}
+
+impl ObjectPatch {
+    /// Adds `write`, a write of `proxy`'s own metadata (as read at the start of the
+    /// reconcile): the finalizer or the hash annotation.
+    fn add(&mut self, proxy: &Proxy, write: &MetadataWrite) {
+        let (name, part) = match write {
+            MetadataWrite::AddFinalizer | MetadataWrite::RemoveFinalizer => {
+                let adding = matches!(write, MetadataWrite::AddFinalizer);
+                let finalizers: Vec<&str> = proxy
+                    .finalizers()
+                    .iter()
+                    .map(String::as_str)
+                    .filter(|f| *f != FINALIZER)
+                    .chain(adding.then_some(FINALIZER))
+                    .collect();
+                self.removes_finalizer |= !adding;
+                // The resourceVersion makes this a compare-and-swap: a concurrent change of
+                // the list fails with a conflict and the reconcile retries.
+                let part = json!({"metadata": {"finalizers": finalizers, "resourceVersion": proxy.resource_version()}});
+                let name = if adding {
+                    "AddFinalizer"
+                } else {
+                    "RemoveFinalizer"
+                };
+                (name, part)
+            }
+            MetadataWrite::SetSpecHash { hash } => (
+                "SetSpecHash",
+                json!({"metadata": {"annotations": {SPEC_HASH_ANNOTATION: hash}}}),
+            ),
+            // Not writes of the object: the executor sends them on their own.
+            MetadataWrite::IssueCredentials { .. } | MetadataWrite::RevokeCredentials { .. } => {
+                return;
+            }
+        };
+        self.names.push(name);
+        json_merge(&mut self.body, part);
+    }
+}
+
+/// Merges the JSON object `part` into `into`, key by key (objects recursively).
+fn json_merge(into: &mut serde_json::Value, part: serde_json::Value) {
+    match (into, part) {
+        (serde_json::Value::Object(into), serde_json::Value::Object(part)) => {
+            for (key, value) in part {
+                json_merge(into.entry(key).or_insert(serde_json::Value::Null), value);
+            }
+        }
+        (into, part) => *into = part,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn proxy(finalizers: &[&str]) -> Proxy {
+        serde_json::from_value(json!({
+            "apiVersion": "crawl.example.com/v1alpha1", "kind": "Proxy",
+            "metadata": {"name": "p", "namespace": "crawl", "resourceVersion": "7",
+                         "finalizers": finalizers},
+            "spec": {"mode": "Managed", "provider": "pods"}
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn the_finalizer_and_the_hash_are_one_patch() {
+        let proxy = proxy(&["other.example.com/keep"]);
+        let mut patch = ObjectPatch::default();
+        patch.add(&proxy, &MetadataWrite::AddFinalizer);
+        patch.add(
+            &proxy,
+            &MetadataWrite::SetSpecHash {
+                hash: "abc".to_owned(),
+            },
+        );
+        assert_eq!(
+            patch.body,
+            json!({"metadata": {
+                "finalizers": ["other.example.com/keep", FINALIZER],
+                "resourceVersion": "7",
+                "annotations": {SPEC_HASH_ANNOTATION: "abc"}
+            }})
+        );
+        assert_eq!(patch.names, ["AddFinalizer", "SetSpecHash"]);
+        assert!(!patch.removes_finalizer);
+    }
+
+    #[test]
+    fn removing_the_finalizer_keeps_the_others() {
+        let proxy = proxy(&[FINALIZER, "other.example.com/keep"]);
+        let mut patch = ObjectPatch::default();
+        patch.add(&proxy, &MetadataWrite::RemoveFinalizer);
+        assert_eq!(
+            patch.body["metadata"]["finalizers"],
+            json!(["other.example.com/keep"])
+        );
+        assert!(patch.removes_finalizer);
+    }
 }

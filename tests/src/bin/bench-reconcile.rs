@@ -19,7 +19,9 @@
 //!
 //! Run: `just bench-reconcile` (or `cargo run -p proxy-tests --bin bench-reconcile`).
 //! `BENCH_PROXIES` (default 200) and `BENCH_PROVISIONING_POLL` (seconds, default 1) change
-//! the size and the operator's provisioning poll.
+//! the size and the operator's provisioning poll. `BENCH_BEFORE` names another operator
+//! binary (an older commit's release build): each bound then runs it too, right before this
+//! tree's, against the same baseline, so a change is measured before and after in one run.
 
 use proxy_tests::proxy_status::provisioned;
 use std::collections::BTreeMap;
@@ -27,11 +29,13 @@ use std::time::{Duration, Instant};
 
 use futures::{StreamExt, TryStreamExt, stream};
 use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::events::v1::Event;
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use proxy_crd::Proxy;
 use proxy_tests::control_plane::ControlPlane;
 use proxy_tests::operator::{Operator, Polls, release_binary};
 use proxy_tests::pod_runner::PodRunner;
+use proxy_tests::write_counts::writes;
 use serde_json::json;
 use std::path::Path;
 
@@ -79,34 +83,6 @@ where
     }
 }
 
-/// The API server's write counters, by (resource, subresource, verb).
-fn writes(plane: &ControlPlane) -> BTreeMap<(String, String, String), f64> {
-    let out = plane.kubectl(&["get", "--raw", "/metrics"]);
-    let text = String::from_utf8_lossy(&out.stdout);
-    let mut counts = BTreeMap::new();
-    for line in text
-        .lines()
-        .filter(|l| l.starts_with("apiserver_request_total{"))
-    {
-        let (labels, value) = line.rsplit_once(' ').expect("a metric line");
-        let label = |name: &str| {
-            labels
-                .split(&format!("{name}=\""))
-                .nth(1)
-                .and_then(|rest| rest.split('"').next())
-                .unwrap_or_default()
-                .to_owned()
-        };
-        let verb = label("verb");
-        if ["POST", "PUT", "PATCH", "APPLY", "DELETE"].contains(&verb.as_str()) {
-            *counts
-                .entry((label("resource"), label("subresource"), verb))
-                .or_insert(0.0) += value.parse::<f64>().unwrap_or(0.0);
-        }
-    }
-    counts
-}
-
 /// The writes the operator made between two counter snapshots: everything on proxies except
 /// the benchmark's own creates, Pod creates and deletes, and events. (The pod runner writes
 /// only Pod bindings and Pod status.)
@@ -144,6 +120,9 @@ struct Run {
     concurrency: u16,
     to_provisioned: Duration,
     writes: BTreeMap<String, f64>,
+    /// Health verdicts already written when the last proxy was provisioned: each is one
+    /// status write and one event inside `writes` that provisioning did not make.
+    early_verdicts: usize,
     first_verdicts: BTreeMap<String, f64>,
     steady_state: BTreeMap<String, f64>,
     max_in_flight: f64,
@@ -202,6 +181,16 @@ async fn operator_run(
     }
     let to_provisioned = started.elapsed();
     let provisioned_writes = writes(plane);
+    // A proxy is probed as soon as it has an address: the first verdicts of the proxies
+    // provisioned early land before the last one is (a status write and an event each).
+    let events: Api<Event> = Api::namespaced(client.clone(), &ns);
+    let early_verdicts = events
+        .list(&ListParams::default())
+        .await?
+        .items
+        .iter()
+        .filter(|e| matches!(e.reason.as_deref(), Some("ProbeFailed" | "ProbeSucceeded")))
+        .count();
     // Steady state starts once every proxy has its first health verdict (that first verdict
     // is a status write by design). The address-only Pods run no squid, so the verdicts are
     // Unhealthy; a verdict that does not change is never written again.
@@ -226,6 +215,7 @@ async fn operator_run(
         concurrency,
         to_provisioned,
         writes: operator_writes(&before, &provisioned_writes),
+        early_verdicts,
         first_verdicts: operator_writes(&provisioned_writes, &settled),
         steady_state: operator_writes(&settled, &steady),
         max_in_flight: max_in_flight(&operator).await?,
@@ -247,7 +237,13 @@ async fn main() -> anyhow::Result<()> {
         .collect::<anyhow::Result<_>>()?;
     let plane = ControlPlane::shared();
     let client = plane.client().await;
-    let binary = release_binary();
+    let before = std::env::var_os("BENCH_BEFORE").map(std::path::PathBuf::from);
+    let mut binaries: Vec<(&str, &Path)> = before
+        .as_deref()
+        .map(|path| ("before", path))
+        .into_iter()
+        .collect();
+    binaries.push(("this tree", release_binary()));
 
     // 1. Baseline: the minimum API work for the same end state.
     let ns = plane.namespace(&client, "bench-baseline").await;
@@ -315,18 +311,24 @@ async fn main() -> anyhow::Result<()> {
     // 2. The operator, from the Proxies alone, once per concurrency bound.
     let mut runs = Vec::new();
     for &concurrency in &concurrencies {
-        runs.push(operator_run(plane, &client, binary, n, provisioning_poll, concurrency).await?);
+        for &(label, binary) in &binaries {
+            let run = operator_run(plane, &client, binary, n, provisioning_poll, concurrency);
+            runs.push((label, run.await?));
+        }
     }
 
     let minutes = STEADY_STATE.as_secs_f64() / 60.0;
     println!(
         "bench-reconcile: {n} Proxies, operator provisioning poll {provisioning_poll} s (release build)"
     );
+    for (label, binary) in &binaries {
+        println!("  operator {label}: {}", binary.display());
+    }
     println!(
         "  baseline (create Proxies + Pods, write status directly): {:.2} s",
         baseline.as_secs_f64()
     );
-    for run in &runs {
+    for (label, run) in &runs {
         let bound = match run.concurrency {
             0 => "unbounded".to_owned(),
             c => c.to_string(),
@@ -340,7 +342,7 @@ async fn main() -> anyhow::Result<()> {
             .map(|(_, v)| v)
             .sum::<f64>()
             + 0.0;
-        println!("  --max-concurrent-reconciles {bound}:");
+        println!("  --max-concurrent-reconciles {bound}, operator {label}:");
         println!(
             "    operator (create Proxies only):                        {:.2} s",
             run.to_provisioned.as_secs_f64()
@@ -356,6 +358,16 @@ async fn main() -> anyhow::Result<()> {
         for (kind, count) in &run.writes {
             println!("          {kind:<28} {:.2} per proxy", count / n as f64);
         }
+        #[expect(clippy::cast_precision_loss, reason = "a count of events")]
+        let early = run.early_verdicts as f64;
+        println!(
+            "        of which first health verdicts of proxies provisioned earlier: {} (a status write and an event each)",
+            run.early_verdicts
+        );
+        println!(
+            "    (b) without them, the writes of provisioning alone:   {:.2}",
+            (total - 2.0 * early) / n as f64
+        );
         println!(
             "        then, until every proxy had its first health verdict: {:?}",
             run.first_verdicts

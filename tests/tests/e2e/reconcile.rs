@@ -471,10 +471,21 @@ async fn the_events_of_a_replaced_proxy_tell_the_story_in_order() {
             .position(|r| *r == reason)
             .map(|i| i + after)
     };
+    // The create and its outcome are one reconcile: one event for the state it wrote
+    // (Provisioning), none for the Creating step in between.
     let creating =
-        position("Creating", 0).unwrap_or_else(|| panic!("no Creating event: {story:?}"));
+        position("Provisioning", 0).unwrap_or_else(|| panic!("no Provisioning event: {story:?}"));
+    assert!(
+        story[creating].1.starts_with("created instance"),
+        "the Provisioning event names the instance: {story:?}"
+    );
+    assert_eq!(
+        position("Creating", 0),
+        None,
+        "no event for a step that was never written: {story:?}"
+    );
     let created = position("Created", creating)
-        .unwrap_or_else(|| panic!("no Created after Creating: {story:?}"));
+        .unwrap_or_else(|| panic!("no Created after Provisioning: {story:?}"));
     let replacing = position("Replacing", created)
         .unwrap_or_else(|| panic!("no Replacing after Created: {story:?}"));
     let note = &story[replacing].1;
@@ -484,7 +495,7 @@ async fn the_events_of_a_replaced_proxy_tell_the_story_in_order() {
     );
     let out = ControlPlane::shared().kubectl(&["describe", "px", "e1", "-n", &bed.ns]);
     let describe = String::from_utf8_lossy(&out.stdout);
-    for reason in ["Creating", "Created", "Replacing"] {
+    for reason in ["Provisioning", "Created", "Replacing"] {
         assert!(
             describe.contains(reason),
             "`kubectl describe px` lacks {reason}:\n{describe}"
