@@ -7,7 +7,9 @@
 //! book's answers into HTTP. Every replica serves the API; one of them, the leader, owns the
 //! book, and the others forward lease requests to it ([`forward`]). The owner saves its
 //! book to a ConfigMap in the background and a new owner takes it back from there
-//! ([`ownership`]), so leases and cooldowns outlive a failover and a restart.
+//! ([`ownership`]), so leases and cooldowns outlive a failover and a restart. The owner
+//! labels its own Pod, and the discovery Service selects that label ([`owner_label`]), so
+//! crawlers reach the owner and forwarding is the fallback of a handover.
 //!
 //! `GET /v1/proxies` is served from a snapshot of the fleet that each sync swaps in
 //! ([`FleetSnapshot`]), so a large answer is built without the book's lock and never holds
@@ -22,6 +24,7 @@
 
 mod error;
 pub mod forward;
+pub mod owner_label;
 pub mod ownership;
 mod routes;
 

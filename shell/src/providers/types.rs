@@ -227,8 +227,8 @@ pub const COMMON_RULES: [Rule; 5] = [
 ];
 
 /// What every installation needs in its own namespace: leadership, the lease book's
-/// checkpoint, and the ProviderHealth objects.
-pub const NAMESPACE_RULES: [Rule; 4] = [
+/// checkpoint, the ProviderHealth objects, and the owner's label on its own Pod.
+pub const NAMESPACE_RULES: [Rule; 5] = [
     Rule {
         api_groups: &["coordination.k8s.io"],
         resources: &["leases"],
@@ -260,6 +260,14 @@ pub const NAMESPACE_RULES: [Rule; 4] = [
         verbs: &["get", "patch", "update"],
         resource_names: &[],
         why: "what the provider health monitor found",
+    },
+    Rule {
+        api_groups: &[""],
+        resources: &["pods"],
+        verbs: &["patch"],
+        resource_names: &[],
+        why: "the owner of the lease book labels its own Pod, which the discovery Service \
+              selects",
     },
 ];
 
