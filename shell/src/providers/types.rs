@@ -418,10 +418,15 @@ mod tests {
             panic!("an empty kubernetes block is valid: {k:?}")
         };
         assert!(k.rbac().iter().any(|r| r.resources.contains(&"pods")));
-        let every_common = COMMON_RULES.iter().chain(&NAMESPACE_RULES);
         assert!(
-            !every_common.clone().any(|r| r.resources.contains(&"pods")),
-            "no Pod permissions without a kubernetes provider"
+            !COMMON_RULES.iter().any(|r| r.resources.contains(&"pods")),
+            "no Pod permissions across namespaces without a kubernetes provider"
         );
+        // In its own namespace the operator only labels its own Pod (the lease book's owner).
+        let own: Vec<_> = NAMESPACE_RULES
+            .iter()
+            .filter(|r| r.resources.contains(&"pods"))
+            .collect();
+        assert!(own.iter().all(|r| r.verbs == ["patch"]), "{own:?}");
     }
 }
