@@ -272,7 +272,7 @@ fn decode_continue(token: &str) -> Result<Vec<u8>, InvalidQuery> {
         b'a'..=b'f' => Some(b - b'a' + 10),
         _ => None,
     };
-    if token.len() % 2 != 0 || token.len() > 2 * MAX_CONTINUE_BYTES {
+    if !token.len().is_multiple_of(2) || token.len() > 2 * MAX_CONTINUE_BYTES {
         return Err(refused("its length is wrong"));
     }
     token
@@ -588,10 +588,7 @@ mod tests {
             .collect();
         assert_eq!(shown, ["namespace", "name", "host", "port"]);
         assert!(Field::ALL.into_iter().all(|f| Fields::ALL.contains(f)));
-        assert_eq!(
-            Fields::parse("activeLeases").unwrap().contains(Field::Url),
-            false
-        );
+        assert!(!Fields::parse("activeLeases").unwrap().contains(Field::Url));
     }
 
     #[test]
