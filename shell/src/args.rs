@@ -229,6 +229,14 @@ pub struct RunArgs {
     /// This Pod's IP (`status.podIP`), for the default of `--discovery-advertise-url`.
     #[arg(long, env = "POD_IP", hide = true)]
     pub pod_ip: Option<std::net::IpAddr>,
+    /// This replica's Pod (`metadata.name`): while the replica owns the lease book it labels
+    /// the Pod `crawl.example.com/lease-book-owner=true`, which the discovery Service
+    /// selects. Unset (out of cluster): no label.
+    #[arg(long, env = "POD_NAME")]
+    pub pod_name: Option<String>,
+    /// The namespace of `--pod-name` (default: `--leadership-namespace`).
+    #[arg(long, env = "POD_NAMESPACE")]
+    pub pod_namespace: Option<String>,
     /// Seconds between saves of the lease book to its ConfigMap (`<--leadership-name>-lease-book`
     /// in `--leadership-namespace`) while it changes. The leader stops granting leases once a
     /// change has been unsaved for three times this, so a crash of the leader loses at most

@@ -17,6 +17,7 @@ use proxy_core::record::{Config as RecordConfig, Header, Operator};
 use crate::args::RunArgs;
 use crate::config::ProvidersConfig;
 use crate::controller::Context;
+use crate::discovery::owner_label::OwnerLabel;
 use crate::discovery::ownership::Store as LeaseBookStore;
 use crate::discovery::{Discovery, Replica};
 use crate::health::HealthEngine;
@@ -116,12 +117,21 @@ async fn serve(args: RunArgs, config: ProvidersConfig) -> anyhow::Result<()> {
         },
         fence,
     ));
-    let lease_book = Arc::new(LeaseBookStore::new(
-        kube::Api::namespaced(client.clone(), &args.leadership_namespace),
-        format!("{}-lease-book", args.leadership_name),
-        checkpoint_interval,
-        metrics.clone(),
-    ));
+    let lease_book = Arc::new(
+        LeaseBookStore::new(
+            kube::Api::namespaced(client.clone(), &args.leadership_namespace),
+            format!("{}-lease-book", args.leadership_name),
+            checkpoint_interval,
+            metrics.clone(),
+        )
+        .marking(args.pod_name.clone().map(|pod| {
+            let namespace = args
+                .pod_namespace
+                .as_ref()
+                .unwrap_or(&args.leadership_namespace);
+            OwnerLabel::new(kube::Api::namespaced(client.clone(), namespace), pod)
+        })),
+    );
     let discovery_listener = tokio::net::TcpListener::bind(args.discovery_addr)
         .await
         .map_err(|e| anyhow!("--discovery-addr {}: {e}", args.discovery_addr))?;

@@ -15,7 +15,12 @@
 //! - answer the discovery API with [`acquire`](LeaseBook::acquire),
 //!   [`release`](LeaseBook::release), [`report`](LeaseBook::report) and
 //!   [`list`](LeaseBook::list); read metrics with [`active_total`](LeaseBook::active_total)
-//!   and [`active_leases`](LeaseBook::active_leases) after [`expire`](LeaseBook::expire).
+//!   and [`active_leases`](LeaseBook::active_leases) after [`expire`](LeaseBook::expire);
+//! - serve `GET /v1/proxies` from a [`FleetSnapshot`] of the last sync, not from the book,
+//!   so that a large answer is built without the book's lock: the snapshot says what
+//!   changed since the previous one ([`FleetSnapshot::changes_from`]), which is all the
+//!   book needs to be told, and which page a [`ListQuery`] selects ([`FleetSnapshot::page`]);
+//!   only the active lease counts of the page's proxies are read from the book.
 //!
 //! # One book for the fleet
 //!
@@ -100,6 +105,7 @@ mod feedback;
 mod index;
 mod journal;
 mod ledger;
+mod listing;
 mod routing;
 mod sites;
 mod types;
@@ -119,6 +125,10 @@ pub use feedback::{InvalidStatus, StatusMeaning, meaning_of};
 use index::{EligibleIndex, Rank};
 pub use journal::{Journal, Ticket};
 use ledger::Ledger;
+pub use listing::{
+    Field, Fields, FleetChanges, FleetSnapshot, InvalidQuery, ListQuery, MAX_CONTINUE_BYTES,
+    MAX_PAGE, Page, continue_after,
+};
 pub use routing::{Call, Refusal, Route, Standing, route};
 use sites::Sites;
 pub use sites::{SITES_PER_PROXY, SiteStats};
@@ -331,6 +341,11 @@ impl LeaseBook {
     /// The book's configuration.
     pub fn config(&self) -> &LeaseConfig {
         &self.config
+    }
+
+    /// How many proxies the book holds. O(1).
+    pub fn proxies(&self) -> usize {
+        self.fleet.proxies.len()
     }
 
     /// How many leases are active, on all proxies (removed ones included).

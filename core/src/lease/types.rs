@@ -90,6 +90,16 @@ impl Selector {
     }
 }
 
+impl From<Labels> for Selector {
+    /// The selector of these terms, as they are (no map is rebuilt).
+    fn from(terms: Labels) -> Self {
+        Self {
+            terms,
+            contradictory: false,
+        }
+    }
+}
+
 impl<K: Into<String>, V: Into<String>> FromIterator<(K, V)> for Selector {
     fn from_iter<I: IntoIterator<Item = (K, V)>>(terms: I) -> Self {
         let terms = terms

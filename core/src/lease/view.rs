@@ -106,7 +106,7 @@ impl Selector {
         for (name, value) in &terms {
             check_term(name, value)?;
         }
-        Ok(terms.into_iter().collect())
+        Ok(Self::from(terms))
     }
 }
 

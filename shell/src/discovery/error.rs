@@ -49,6 +49,13 @@ impl ApiError {
         Self::new(StatusCode::BAD_REQUEST, "invalid_selector", message)
     }
 
+    /// 400: a listing query the API does not take: its machine code says which part
+    /// (`invalid_limit`, `invalid_continue`, `invalid_fields`, `invalid_selector`,
+    /// `invalid_request`).
+    pub fn invalid_query(error: proxy_core::lease::InvalidQuery) -> Self {
+        Self::new(StatusCode::BAD_REQUEST, error.code(), error.to_string())
+    }
+
     /// 400: a TTL out of range.
     pub fn invalid_ttl(message: impl Into<String>) -> Self {
         Self::new(StatusCode::BAD_REQUEST, "invalid_ttl", message)

@@ -7,7 +7,15 @@
 //! book's answers into HTTP. Every replica serves the API; one of them, the leader, owns the
 //! book, and the others forward lease requests to it ([`forward`]). The owner saves its
 //! book to a ConfigMap in the background and a new owner takes it back from there
-//! ([`ownership`]), so leases and cooldowns outlive a failover and a restart.
+//! ([`ownership`]), so leases and cooldowns outlive a failover and a restart. The owner
+//! labels its own Pod, and the discovery Service selects that label ([`owner_label`]), so
+//! crawlers reach the owner and forwarding is the fallback of a handover.
+//!
+//! `GET /v1/proxies` is served from a snapshot of the fleet that each sync swaps in
+//! ([`FleetSnapshot`]), so a large answer is built without the book's lock and never holds
+//! up a lease; the book is told only what changed since the previous snapshot, and the
+//! listing reads from it only the active lease counts of the proxies it shows, a few hundred
+//! at a time.
 //!
 //! Hardening, outermost first: a request log; a panic in a handler is a 500 JSON answer and
 //! the server keeps serving; bodies above 64 KiB are refused (413) without being buffered;
@@ -16,6 +24,7 @@
 
 mod error;
 pub mod forward;
+pub mod owner_label;
 pub mod ownership;
 mod routes;
 
@@ -26,7 +35,8 @@ use std::time::Duration;
 use kube::ResourceExt;
 use kube::runtime::reflector::Store;
 use proxy_core::lease::{
-    Call, Journal, LeaseBook, LeaseConfig, ProxyView, Route, Selector, Standing, route, view_of,
+    Call, FleetSnapshot, Journal, LeaseBook, LeaseConfig, ProxyView, Route, Standing, route,
+    view_of,
 };
 use proxy_core::{BlockedSites, ProxyKey};
 use proxy_crd::Proxy;
@@ -77,6 +87,12 @@ pub struct Discovery {
     /// kept in line with the credentials Secrets by [`Discovery::sync`]. Never in the book
     /// (which is saved to a ConfigMap), never in a listing.
     credentials: Mutex<BTreeMap<ProxyKey, Credentials>>,
+    /// The fleet as the last sync saw it, which the listing is served from.
+    snapshot: Mutex<Arc<FleetSnapshot>>,
+    /// Proxies [`Discovery::forget`] took out of the book since the last sync: the next
+    /// sync upserts them again if they are still in the fleet, although the snapshot did
+    /// not change for them.
+    forgotten: Mutex<BTreeSet<ProxyKey>>,
 }
 
 /// What one lock guards: the book, what of it is saved, and who owns it. One lock, so that
@@ -150,6 +166,8 @@ impl Discovery {
             replica,
             forwarder: forward::Forwarder::new(),
             credentials: Mutex::default(),
+            snapshot: Mutex::default(),
+            forgotten: Mutex::default(),
         }
     }
 
@@ -218,6 +236,19 @@ impl Discovery {
         })
     }
 
+    /// The active leases of each of `proxies`, read from the book a chunk at a time, so
+    /// that a long listing never holds its lock for long.
+    fn active_leases_of(&self, proxies: &[&ProxyView]) -> Vec<u32> {
+        /// Proxies looked up per hold of the lock: a few microseconds each time.
+        const CHUNK: usize = 256;
+        let mut active = Vec::with_capacity(proxies.len());
+        for chunk in proxies.chunks(CHUNK) {
+            let shared = self.shared();
+            active.extend(chunk.iter().map(|p| shared.book.active_leases(&p.key)));
+        }
+        active
+    }
+
     /// Keeps the book in line with the proxies of `store`, and the credentials the lease
     /// answer carries with `credentials`, until the task is dropped.
     pub async fn sync(self: Arc<Self>, store: Store<Proxy>, credentials: CredentialsCache) {
@@ -243,22 +274,30 @@ impl Discovery {
         }
     }
 
-    /// Makes `views` the fleet: upserts each, and removes the proxies not among them.
+    /// Makes `views` the fleet: the snapshot the listing is served from, and the book's,
+    /// which takes only what changed since the previous snapshot (under its lock: usually
+    /// nothing). Called by one task at a time (the sync).
     pub fn replace_fleet(&self, views: impl IntoIterator<Item = ProxyView>) {
-        let mut shared = self.shared();
-        let book = &mut shared.book;
-        let mut gone: BTreeSet<ProxyKey> = book
-            .list(&Selector::all(), false)
-            .into_iter()
-            .map(|listed| listed.proxy.key.clone())
-            .collect();
-        for view in views {
-            gone.remove(&view.key);
-            book.upsert(view);
+        let next = Arc::new(FleetSnapshot::new(views));
+        let previous = self.snapshot();
+        let forgotten = std::mem::take(&mut *crate::supervise::lock(&self.forgotten));
+        let changes = next.changes_from(&previous);
+        let again = forgotten.iter().filter_map(|key| next.get(key));
+        {
+            let mut shared = self.shared();
+            for view in changes.upserts.iter().copied().chain(again) {
+                shared.book.upsert(view.clone());
+            }
+            for key in changes.removals {
+                shared.book.remove(key);
+            }
         }
-        for key in &gone {
-            book.remove(key);
-        }
+        *crate::supervise::lock(&self.snapshot) = next;
+    }
+
+    /// The fleet as the last sync saw it.
+    pub fn snapshot(&self) -> Arc<FleetSnapshot> {
+        crate::supervise::lock(&self.snapshot).clone()
     }
 
     /// Makes `credentials` the credentials the lease answer hands out, per proxy.
@@ -274,14 +313,16 @@ impl Discovery {
         crate::supervise::lock(&self.credentials).get(key).cloned()
     }
 
-    /// Removes the proxy `key`, which is gone, from the book.
+    /// Removes the proxy `key`, which is gone, from the book (the listing follows at the
+    /// next sync).
     pub fn forget(&self, key: &ProxyKey) {
         self.shared().book.remove(key);
+        crate::supervise::lock(&self.forgotten).insert(key.clone());
     }
 
     /// How many proxies the book holds.
     pub fn tracked(&self) -> usize {
-        self.shared().book.list(&Selector::all(), false).len()
+        self.shared().book.proxies()
     }
 
     fn authorized(&self, header: Option<&str>) -> bool {

@@ -16,6 +16,9 @@
 //! side's leases are lost, and saves again. A book that has not been saved for the fence
 //! stops grants ([`proxy_core::lease::Journal`]); on SIGTERM the owner saves once more
 //! ([`save_at_shutdown`]), so a restart loses nothing.
+//!
+//! After every step the loop marks this replica's Pod as the owner's or not
+//! ([`super::owner_label`]), so the discovery Service sends crawlers to the owner.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -48,6 +51,9 @@ pub struct Store {
     metrics: Arc<Metrics>,
     /// The `resourceVersion` last read or written: the precondition of the next write.
     version: Mutex<Option<String>>,
+    /// This replica's Pod, labelled while it owns the book (`None`: no Pod known, e.g.
+    /// out of cluster).
+    label: Option<super::owner_label::OwnerLabel>,
 }
 
 /// Why a write did not land.
@@ -73,7 +79,13 @@ impl Store {
             interval,
             metrics,
             version: Mutex::new(None),
+            label: None,
         }
+    }
+
+    /// The same, labelling `pod` (if known) while this replica owns the book.
+    pub fn marking(self, pod: Option<super::owner_label::OwnerLabel>) -> Self {
+        Self { label: pod, ..self }
     }
 
     /// Reads the saved checkpoint and remembers the ConfigMap's version; `Ok(None)` when
@@ -169,6 +181,10 @@ pub async fn run(discovery: Arc<Discovery>, store: Arc<Store>) {
                     discovery.shared().standing = following;
                 }
             }
+        }
+        if let Some(label) = &store.label {
+            let owner = discovery.shared().standing == Standing::Owner;
+            label.follow(owner).await;
         }
         tokio::time::sleep(TICK).await;
     }

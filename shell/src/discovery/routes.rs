@@ -10,8 +10,8 @@ use bytes::{Buf, BytesMut};
 use futures::StreamExt;
 use proxy_core::ProxyKey;
 use proxy_core::lease::{
-    AcquireError, AcquireRequest, Call, Labels, Lease, Listed, ReportResult, Selector, Site,
-    StatusMeaning, checked_target, meaning_of,
+    AcquireError, AcquireRequest, Call, Field, Fields, Labels, Lease, ListQuery, ProxyView,
+    ReportResult, Selector, Site, StatusMeaning, checked_target, meaning_of,
 };
 use serde::{Deserialize, Serialize};
 use warp::http::{HeaderValue, StatusCode, header};
@@ -30,15 +30,13 @@ use crate::credentials::Credentials;
 pub fn routes(
     state: Arc<Discovery>,
 ) -> impl Filter<Extract = (impl warp::Reply,), Error = Infallible> + Clone {
-    let with_state = {
-        let state = state.clone();
-        warp::any().map(move || state.clone())
-    };
-    let authorized = warp::header::optional::<String>("authorization")
-        .and(with_state.clone())
-        .and_then(|header: Option<String>, state: Arc<Discovery>| async move {
-            if state.authorized(header.as_deref()) {
-                Ok(())
+    // The request as it arrived and the state, once its token is checked: one reading of
+    // the headers, before any body is read.
+    let authorized = incoming()
+        .and(warp::any().map(move || state.clone()))
+        .and_then(|incoming: Incoming, state: Arc<Discovery>| async move {
+            if state.authorized(incoming.authorization.as_deref()) {
+                Ok((incoming, state))
             } else {
                 Err(warp::reject::custom(ApiError::unauthorized()))
             }
@@ -52,21 +50,27 @@ pub fn routes(
     let list = warp::path!("v1" / "proxies")
         .and(warp::get())
         .and(authorized.clone())
-        .and(incoming())
         .and(no_body())
-        .and(with_state.clone())
-        .then(|incoming: Incoming, body, state: Arc<Discovery>| {
-            let outcome = guarded(|| list(&state, incoming.forwarded, &incoming.query));
-            answered(state, incoming, body, outcome)
-        });
+        .then(
+            |incoming: Incoming, state: Arc<Discovery>, body| async move {
+                // A listing of a large fleet takes milliseconds to build: on a blocking thread,
+                // so that it never holds up the lease requests the async workers serve.
+                let outcome = {
+                    let (state, forwarded, query) =
+                        (state.clone(), incoming.forwarded, incoming.query.clone());
+                    tokio::task::spawn_blocking(move || guarded(|| list(&state, forwarded, &query)))
+                        .await
+                        .unwrap_or_else(|_| Err(Elsewhere::Answer(ApiError::internal())))
+                };
+                answered(state, incoming, body, outcome).await
+            },
+        );
     let detail = warp::path!("v1" / "proxies" / String / String)
         .and(warp::get())
         .and(authorized.clone())
-        .and(incoming())
         .and(no_body())
-        .and(with_state.clone())
         .then(
-            |namespace: String, name: String, incoming: Incoming, body, state: Arc<Discovery>| {
+            |namespace: String, name: String, incoming: Incoming, state: Arc<Discovery>, body| {
                 let key = ProxyKey::new(namespace, name);
                 let outcome = guarded(|| {
                     no_query(&incoming.query)?;
@@ -78,11 +82,9 @@ pub fn routes(
     let acquire = warp::path!("v1" / "leases")
         .and(warp::post())
         .and(authorized.clone())
-        .and(incoming())
         .and(body())
-        .and(with_state.clone())
         .then(
-            |incoming: Incoming, body: bytes::Bytes, state: Arc<Discovery>| {
+            |incoming: Incoming, state: Arc<Discovery>, body: bytes::Bytes| {
                 let outcome = guarded(|| {
                     no_query(&incoming.query)?;
                     acquire(&state, incoming.forwarded, &body)
@@ -93,11 +95,9 @@ pub fn routes(
     let release = warp::path!("v1" / "leases" / String)
         .and(warp::delete())
         .and(authorized.clone())
-        .and(incoming())
         .and(no_body())
-        .and(with_state.clone())
         .then(
-            |id: String, incoming: Incoming, body, state: Arc<Discovery>| {
+            |id: String, incoming: Incoming, state: Arc<Discovery>, body| {
                 let outcome = guarded(|| {
                     no_query(&incoming.query)?;
                     release(&state, incoming.forwarded, &id)
@@ -108,11 +108,9 @@ pub fn routes(
     let report = warp::path!("v1" / "leases" / String / "report")
         .and(warp::post())
         .and(authorized)
-        .and(incoming())
         .and(body())
-        .and(with_state)
         .then(
-            |id: String, incoming: Incoming, body: bytes::Bytes, state: Arc<Discovery>| {
+            |id: String, incoming: Incoming, state: Arc<Discovery>, body: bytes::Bytes| {
                 let outcome = guarded(|| {
                     no_query(&incoming.query)?;
                     report(&state, incoming.forwarded, &id, &body)
@@ -121,16 +119,17 @@ pub fn routes(
             },
         );
 
-    let routed = healthz
+    // The lease path first: every route tried before the one that matches costs a request.
+    let routed = acquire
+        .or(release)
+        .unify()
+        .or(report)
+        .unify()
         .or(list)
         .unify()
         .or(detail)
         .unify()
-        .or(acquire)
-        .unify()
-        .or(release)
-        .unify()
-        .or(report)
+        .or(healthz)
         .unify()
         .recover(recover)
         .unify();
@@ -266,39 +265,62 @@ async fn answered(
     }
 }
 
-/// One proxy as the API shows it.
+/// One proxy as the API shows it: the fields the listing asked for (`fields`), the key
+/// always.
 #[derive(Debug, Serialize)]
 #[serde(rename_all = "camelCase")]
 struct ProxyItem<'a> {
     namespace: &'a str,
     name: &'a str,
-    host: &'a str,
-    port: u16,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    host: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    port: Option<u16>,
     /// `http://host:port`, ready for a crawler's proxy setting.
-    url: String,
-    healthy: bool,
-    latency_ms: u32,
-    active_leases: u32,
-    max_leases: u32,
-    labels: &'a Labels,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    url: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    healthy: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    latency_ms: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    active_leases: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    max_leases: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    labels: Option<&'a Labels>,
 }
 
-impl<'a> From<Listed<'a>> for ProxyItem<'a> {
-    fn from(listed: Listed<'a>) -> Self {
-        let proxy = listed.proxy;
+impl<'a> ProxyItem<'a> {
+    /// `proxy`, holding `active` leases, with the `fields` asked for.
+    fn of(proxy: &'a ProxyView, active: u32, fields: Fields) -> Self {
+        let shown = |field: Field| fields.contains(field);
         Self {
             namespace: proxy.key.namespace(),
             name: proxy.key.name(),
-            host: &proxy.host,
-            port: proxy.port,
-            url: proxy_url(&proxy.host, proxy.port),
-            healthy: proxy.healthy,
-            latency_ms: proxy.latency_ms,
-            active_leases: listed.active,
-            max_leases: proxy.max_leases,
-            labels: &proxy.labels,
+            host: shown(Field::Host).then_some(proxy.host.as_str()),
+            port: shown(Field::Port).then_some(proxy.port),
+            url: shown(Field::Url).then(|| proxy_url(&proxy.host, proxy.port)),
+            healthy: shown(Field::Healthy).then_some(proxy.healthy),
+            latency_ms: shown(Field::LatencyMs).then_some(proxy.latency_ms),
+            active_leases: shown(Field::ActiveLeases).then_some(active),
+            max_leases: shown(Field::MaxLeases).then_some(proxy.max_leases),
+            labels: shown(Field::Labels).then_some(&proxy.labels),
         }
     }
+}
+
+/// The answer of `GET /v1/proxies`.
+#[derive(Debug, Serialize)]
+struct ProxyList<'a> {
+    /// Absent for `countOnly=true`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    proxies: Option<Vec<ProxyItem<'a>>>,
+    /// The proxies the filters take, over all pages.
+    count: usize,
+    /// The token of the next page, when one follows.
+    #[serde(rename = "continue", skip_serializing_if = "Option::is_none")]
+    next: Option<String>,
 }
 
 fn proxy_url(host: &str, port: u16) -> String {
@@ -330,37 +352,38 @@ fn proxy_url_with(host: &str, port: u16, credentials: &Credentials) -> String {
 }
 
 /// `GET /v1/proxies[?healthy=true][&selector=geo=eu,tier=a][&distinctEgress=true]`
+/// `[&limit=500][&continue=TOKEN][&countOnly=true][&fields=host,port]`: what the query means
+/// is the core's ([`ListQuery::parse`]). The page is taken from the fleet's snapshot, its
+/// active lease counts from the book a few hundred at a time, and the answer is serialized
+/// with no lock held.
 fn list(state: &Discovery, forwarded: bool, query: &str) -> Result<Response, Elsewhere> {
-    let mut healthy_only = false;
-    let mut distinct_egress = false;
-    let mut selector = Selector::all();
-    for (name, value) in form_urlencoded::parse(query.as_bytes()) {
-        match name.as_ref() {
-            "healthy" => healthy_only = boolean("healthy", &value)?,
-            "distinctEgress" => distinct_egress = boolean("distinctEgress", &value)?,
-            "selector" => {
-                selector = Selector::parse(&value)
-                    .map_err(|e| ApiError::invalid_selector(e.to_string()))?
-            }
-            other => {
-                return Err(ApiError::invalid_request(format!(
-                    "unknown query parameter {other:?}"
-                ))
-                .into());
-            }
-        }
-    }
-    let shared = state.serving(Call::Other, forwarded)?;
-    let proxies: Vec<ProxyItem<'_>> = shared
-        .book
-        .list_distinct(&selector, healthy_only, distinct_egress)
-        .into_iter()
-        .map(ProxyItem::from)
-        .collect();
-    let count = proxies.len();
+    let pairs: Vec<(std::borrow::Cow<'_, str>, std::borrow::Cow<'_, str>)> =
+        form_urlencoded::parse(query.as_bytes()).collect();
+    let query = ListQuery::parse(pairs.iter().map(|(n, v)| (n.as_ref(), v.as_ref())))
+        .map_err(ApiError::invalid_query)?;
+    // Only the owner's book holds the fleet's leases: route, then let go of the lock.
+    drop(state.serving(Call::Other, forwarded)?);
+    let snapshot = state.snapshot();
+    let page = snapshot.page(&query);
+    let active = if query.fields.contains(Field::ActiveLeases) {
+        state.active_leases_of(&page.proxies)
+    } else {
+        vec![0; page.proxies.len()]
+    };
+    let proxies = (!query.count_only).then(|| {
+        page.proxies
+            .iter()
+            .zip(active)
+            .map(|(proxy, active)| ProxyItem::of(proxy, active, query.fields))
+            .collect()
+    });
     Ok(json_response(
         StatusCode::OK,
-        &serde_json::json!({"proxies": proxies, "count": count}),
+        &ProxyList {
+            proxies,
+            count: page.count,
+            next: page.next,
+        },
     ))
 }
 
@@ -419,7 +442,7 @@ fn detail(state: &Discovery, forwarded: bool, key: &ProxyKey) -> Result<Response
         .ok_or_else(|| ApiError::unknown_proxy(key))?;
     let now = jiff::Timestamp::now();
     let detail = ProxyDetail {
-        proxy: ProxyItem::from(listed),
+        proxy: ProxyItem::of(listed.proxy, listed.active, Fields::ALL),
         blocked_sites: shared.book.blocked_sites(key, now),
         site_window_seconds: shared.book.config().site_window.as_secs(),
         sites: shared
@@ -430,17 +453,6 @@ fn detail(state: &Discovery, forwarded: bool, key: &ProxyKey) -> Result<Response
             .collect(),
     };
     Ok(json_response(StatusCode::OK, &detail))
-}
-
-/// A boolean query parameter: `true` or `false`.
-fn boolean(name: &str, value: &str) -> Result<bool, ApiError> {
-    match value {
-        "true" => Ok(true),
-        "false" => Ok(false),
-        other => Err(ApiError::invalid_request(format!(
-            "{name} must be true or false, not {other:?}"
-        ))),
-    }
 }
 
 /// The body of `POST /v1/leases`.
@@ -559,7 +571,7 @@ fn acquire(state: &Discovery, forwarded: bool, body: &[u8]) -> Result<Response, 
     let distinct_egress = request.distinct_egress;
     let mut shared = state.serving(Call::Acquire, forwarded)?;
     let now = jiff::Timestamp::now();
-    loop {
+    let granted = loop {
         let id = uuid::Uuid::new_v4().to_string();
         let request = AcquireRequest {
             id,
@@ -571,22 +583,22 @@ fn acquire(state: &Discovery, forwarded: bool, body: &[u8]) -> Result<Response, 
         match shared.book.acquire(request, now) {
             Ok(lease) => {
                 shared.journal.changed(now);
-                let credentials = state.credentials_of(&lease.proxy);
-                return Ok(json_response(
-                    StatusCode::CREATED,
-                    &LeaseGranted::of(lease, credentials),
-                ));
+                break Ok(lease);
             }
-            Err(AcquireError::NoMatch(stats)) => {
-                return Ok(json_response(
-                    StatusCode::CONFLICT,
-                    &NoMatchBody::from(stats),
-                ));
-            }
+            Err(AcquireError::NoMatch(stats)) => break Err(stats),
             // A random ID collided with a lease the book still knows: draw another.
             Err(AcquireError::IdInUse) => continue,
         }
-    }
+    };
+    // The answer is built without the book's lock.
+    drop(shared);
+    Ok(match granted {
+        Ok(lease) => {
+            let credentials = state.credentials_of(&lease.proxy);
+            json_response(StatusCode::CREATED, &LeaseGranted::of(lease, credentials))
+        }
+        Err(stats) => json_response(StatusCode::CONFLICT, &NoMatchBody::from(stats)),
+    })
 }
 
 /// A request's target, checked ([`checked_target`]); absent or `null` is no target.
@@ -599,7 +611,11 @@ fn target(text: Option<&str>) -> Result<Option<String>, ApiError> {
 /// Whether `id` has the form of the lease IDs this API grants: a UUID, lowercase and
 /// hyphenated. Anything else is not a lease, so it is refused before the book is asked.
 fn is_lease_id(id: &str) -> bool {
-    uuid::Uuid::try_parse(id).is_ok_and(|uuid| uuid.hyphenated().to_string() == id)
+    // 36 characters, no capitals: of the forms a UUID parses from, only the lowercase
+    // hyphenated one.
+    id.len() == 36
+        && !id.bytes().any(|b| b.is_ascii_uppercase())
+        && uuid::Uuid::try_parse(id).is_ok()
 }
 
 /// The 409 of `POST /v1/leases`: the error, and why each matching proxy was passed over.

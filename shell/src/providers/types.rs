@@ -256,8 +256,8 @@ pub const COMMON_RULES: [Rule; 9] = [
 ];
 
 /// What every installation needs in its own namespace: leadership, the lease book's
-/// checkpoint, and the ProviderHealth objects.
-pub const NAMESPACE_RULES: [Rule; 4] = [
+/// checkpoint, the ProviderHealth objects, and the owner's label on its own Pod.
+pub const NAMESPACE_RULES: [Rule; 5] = [
     Rule {
         api_groups: &["coordination.k8s.io"],
         resources: &["leases"],
@@ -289,6 +289,14 @@ pub const NAMESPACE_RULES: [Rule; 4] = [
         verbs: &["get", "patch", "update"],
         resource_names: &[],
         why: "what the provider health monitor found",
+    },
+    Rule {
+        api_groups: &[""],
+        resources: &["pods"],
+        verbs: &["patch"],
+        resource_names: &[],
+        why: "the owner of the lease book labels its own Pod, which the discovery Service \
+              selects",
     },
 ];
 
@@ -439,10 +447,15 @@ mod tests {
             panic!("an empty kubernetes block is valid: {k:?}")
         };
         assert!(k.rbac().iter().any(|r| r.resources.contains(&"pods")));
-        let every_common = COMMON_RULES.iter().chain(&NAMESPACE_RULES);
         assert!(
-            !every_common.clone().any(|r| r.resources.contains(&"pods")),
-            "no Pod permissions without a kubernetes provider"
+            !COMMON_RULES.iter().any(|r| r.resources.contains(&"pods")),
+            "no Pod permissions across namespaces without a kubernetes provider"
         );
+        // In its own namespace the operator only labels its own Pod (the lease book's owner).
+        let own: Vec<_> = NAMESPACE_RULES
+            .iter()
+            .filter(|r| r.resources.contains(&"pods"))
+            .collect();
+        assert!(own.iter().all(|r| r.verbs == ["patch"]), "{own:?}");
     }
 }

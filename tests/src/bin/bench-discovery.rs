@@ -1,11 +1,23 @@
 //! Benchmark (not a test): lease acquire + release over HTTP on loopback, as a ratio to a
 //! trivial warp handler measured in the same run, with 100, 1,000 and 10,000 proxies in the
 //! book; with two replicas (1,000 proxies), the owner of the book and a follower that
-//! forwards to it, each request sent to a replica picked at random, and every request sent
-//! to the follower; the core's acquire cost at 10,000 proxies divided by that at 100; p50
-//! and p99.
+//! forwards to it: every request to the owner, as the discovery Service sends them once it
+//! selects the owner's Pod ("through the Service"), each request sent to a replica picked at
+//! random (a Service over both Pods), and every request sent to the follower; the core's
+//! acquire cost at 10,000 proxies divided by that at 100; p50 and p99.
+//!
+//! Then the listing at 10,000 proxies: `GET /v1/proxies` whole, a page of 500 (walking every
+//! page) and count-only, p50 and p99; and lease acquire + release p50, p99 and max while
+//! whole listings of the 10,000 proxies are served at the same time, next to the same
+//! clients without listings.
 //!
 //! Run: `just bench-discovery` (`cargo run --release -p proxy-tests --bin bench-discovery`).
+//!
+//! `bench-discovery --instructions trivial|discovery PAIRS` only serves both (the API with
+//! 1,000 proxies) and sends PAIRS acquire + release pairs, one at a time, to the one named:
+//! run it under `valgrind --tool=callgrind` with two values of PAIRS, and the difference of
+//! the instruction counts over the difference of PAIRS is the cost of one pair, client and
+//! HTTP included, free of the noise of a shared machine (docs/benchmarks.md).
 //! Client and server share the machine's cores, the same for the trivial handler and the
 //! API, so the ratio compares like with like.
 
@@ -44,9 +56,14 @@ fn fleet(n: usize) -> impl Iterator<Item = ProxyView> {
 /// to one of `bases` picked at random; returns pairs per second and the per-pair latencies,
 /// sorted.
 async fn load(bases: &[String], body: &'static str) -> (f64, Vec<Duration>) {
+    load_by(CLIENTS, bases, body).await
+}
+
+/// [`load`] with `clients` clients.
+async fn load_by(clients: usize, bases: &[String], body: &'static str) -> (f64, Vec<Duration>) {
     let started = Instant::now();
     let mut tasks = Vec::new();
-    for client in 0..CLIENTS {
+    for client in 0..clients {
         let (bases, http) = (bases.to_vec(), reqwest::Client::new());
         // xorshift64, seeded per client.
         let mut rng =
@@ -61,28 +78,8 @@ async fn load(bases: &[String], body: &'static str) -> (f64, Vec<Duration>) {
             let mut latencies = Vec::with_capacity(PAIRS_PER_CLIENT);
             for _ in 0..PAIRS_PER_CLIENT {
                 let t = Instant::now();
-                let base = pick();
-                let lease: serde_json::Value = http
-                    .post(format!("{base}/v1/leases"))
-                    .bearer_auth(TOKEN)
-                    .header("content-type", "application/json")
-                    .body(body)
-                    .send()
-                    .await
-                    .expect("POST")
-                    .json()
-                    .await
-                    .expect("JSON");
-                let id = lease["leaseID"].as_str().expect("a lease");
-                let base = pick();
-                let status = http
-                    .delete(format!("{base}/v1/leases/{id}"))
-                    .bearer_auth(TOKEN)
-                    .send()
-                    .await
-                    .expect("DELETE")
-                    .status();
-                assert_eq!(status, 204);
+                let (acquire_at, release_at) = (pick(), pick());
+                pair(&http, &acquire_at, &release_at, body).await;
                 latencies.push(t.elapsed());
             }
             latencies
@@ -95,6 +92,30 @@ async fn load(bases: &[String], body: &'static str) -> (f64, Vec<Duration>) {
     let rate = latencies.len() as f64 / started.elapsed().as_secs_f64();
     latencies.sort();
     (rate, latencies)
+}
+
+/// One lease acquired at `acquire_at` and released at `release_at`.
+async fn pair(http: &reqwest::Client, acquire_at: &str, release_at: &str, body: &'static str) {
+    let lease: serde_json::Value = http
+        .post(format!("{acquire_at}/v1/leases"))
+        .bearer_auth(TOKEN)
+        .header("content-type", "application/json")
+        .body(body)
+        .send()
+        .await
+        .expect("POST")
+        .json()
+        .await
+        .expect("JSON");
+    let id = lease["leaseID"].as_str().expect("a lease");
+    let status = http
+        .delete(format!("{release_at}/v1/leases/{id}"))
+        .bearer_auth(TOKEN)
+        .send()
+        .await
+        .expect("DELETE")
+        .status();
+    assert_eq!(status, 204);
 }
 
 fn percentile(sorted: &[Duration], p: f64) -> Duration {
@@ -145,32 +166,35 @@ async fn trivial() -> String {
 
 use warp::Reply;
 
+/// A replica of the fleet's discovery API, as the operator runs one: it owns the book while
+/// `leadership` says it leads, and forwards to the owner otherwise.
+fn replica(leadership: Leadership) -> Arc<Discovery> {
+    Arc::new(Discovery::replicated(
+        Some(TOKEN),
+        LeaseConfig::default(),
+        Limits::default(),
+        Replica {
+            own_url: None,
+            leadership: Arc::new(leadership),
+        },
+        // Nothing saves the book here: never fence its grants.
+        Duration::MAX,
+    ))
+}
+
 /// Two replicas of the discovery API, as the operator runs them, with `n` proxies: the owner
-/// of the book, and a follower that forwards every request to it (what a replica that does
-/// not lead does). Their base URLs.
+/// of the book (the leader), and a follower that forwards every request to it (what a
+/// replica that does not lead does). Their base URLs.
 async fn two_replicas(n: usize) -> (String, String) {
+    let candidate = |name: &str| Candidate::new(name, Timing::default()).expect("an identity");
+    // The owner leads for good; the follower never runs for leadership.
     let (owner, follower) = (
-        Arc::new(Discovery::new(
-            Some(TOKEN),
-            LeaseConfig::default(),
-            Limits::default(),
-        )),
-        Arc::new(Discovery::replicated(
-            Some(TOKEN),
-            LeaseConfig::default(),
-            Limits::default(),
-            Replica {
-                own_url: None,
-                // Never run: it does not lead.
-                leadership: Arc::new(Leadership::new(
-                    Candidate::new("follower", Timing::default()).expect("an identity"),
-                )),
-            },
-            Duration::from_secs(3),
-        )),
+        replica(Leadership::unopposed(candidate("owner"))),
+        replica(Leadership::new(candidate("follower"))),
     );
     owner.replace_fleet(fleet(n));
     follower.replace_fleet(fleet(n));
+    owner.shared().standing = Standing::Owner;
     let owner = serve(discovery::routes(owner)).await;
     follower.shared().standing = Standing::Follower {
         owner: Some(owner.clone()),
@@ -210,6 +234,13 @@ fn core_cost(n: usize) -> f64 {
 #[tokio::main]
 async fn main() {
     let body = r#"{"selector": {"geo": "eu"}, "target": "example.com", "ttlSeconds": 60}"#;
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if let [flag, server, pairs] = args.as_slice()
+        && flag == "--instructions"
+    {
+        instructions(server, pairs.parse().expect("a number of pairs"), body).await;
+        return;
+    }
     println!(
         "bench-discovery: {CLIENTS} clients x {PAIRS_PER_CLIENT} acquire+release pairs over HTTP on loopback, \
          {ROUNDS} rounds taking turns (best round of each kept, so a burst of load elsewhere hurts none of them alone)"
@@ -228,6 +259,10 @@ async fn main() {
         ));
     }
     let (owner, follower) = two_replicas(1_000).await;
+    servers.push((
+        "2 replicas, through Service".to_owned(),
+        vec![owner.clone()],
+    ));
     servers.push((
         "2 replicas, random one".to_owned(),
         vec![owner.clone(), follower.clone()],
@@ -257,4 +292,170 @@ async fn main() {
         "  core acquire+release: {small:.0} ns at 100 proxies, {large:.0} ns at 10,000: ratio {:.2}",
         large / small
     );
+    listing(body).await;
+}
+
+/// The listing at [`LISTED`] proxies, and leases while it is served.
+async fn listing(body: &'static str) {
+    let state = Arc::new(Discovery::new(
+        Some(TOKEN),
+        LeaseConfig::default(),
+        Limits::default(),
+    ));
+    state.replace_fleet(fleet(LISTED));
+    let base = serve(discovery::routes(state)).await;
+    let http = reqwest::Client::new();
+    println!("listing at {LISTED} proxies, one client, sequential requests:");
+    let whole = timed_gets(&http, &base, "", 20).await;
+    report_gets("whole list", whole.as_deref());
+    let count = timed_gets(&http, &base, "countOnly=true", 200).await;
+    report_gets("countOnly=true", count.as_deref());
+    let pages = pages(&http, &base, 10).await;
+    report_gets("page of 500 (every page)", pages.as_deref());
+    // Leases with and without whole listings served at the same time.
+    let (_, quiet) = load_by(LEASE_CLIENTS, std::slice::from_ref(&base), body).await;
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let listers: Vec<_> = (0..LISTERS)
+        .map(|_| {
+            let (http, base, stop) = (http.clone(), base.clone(), stop.clone());
+            tokio::spawn(async move {
+                let mut served = 0_usize;
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    let answer = get(&http, &base, "").await;
+                    assert_eq!(answer.0, 200);
+                    served += 1;
+                }
+                served
+            })
+        })
+        .collect();
+    let started = Instant::now();
+    let (_, loaded) = load_by(LEASE_CLIENTS, std::slice::from_ref(&base), body).await;
+    let elapsed = started.elapsed();
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let mut lists = 0;
+    for lister in listers {
+        lists += lister.await.expect("a lister");
+    }
+    println!(
+        "lease acquire+release, {LEASE_CLIENTS} clients x {PAIRS_PER_CLIENT} pairs, {LISTED} proxies:"
+    );
+    for (name, latencies) in [("alone", &quiet), ("with lists", &loaded)] {
+        println!(
+            "  {name:<12} p50 {:>9.2?}  p99 {:>9.2?}  max {:>9.2?}",
+            percentile(latencies, 0.5),
+            percentile(latencies, 0.99),
+            latencies.last().expect("measured"),
+        );
+    }
+    println!(
+        "  lists served meanwhile by {LISTERS} clients: {lists} whole lists ({:.1} per second)",
+        lists as f64 / elapsed.as_secs_f64()
+    );
+}
+
+/// Proxies of the listing benchmark.
+const LISTED: usize = 10_000;
+/// Lease clients while lists are served.
+const LEASE_CLIENTS: usize = 4;
+/// Clients listing the whole fleet in a loop meanwhile.
+const LISTERS: usize = 2;
+
+/// `GET /v1/proxies?{query}`: its status and body.
+async fn get(http: &reqwest::Client, base: &str, query: &str) -> (u16, bytes::Bytes) {
+    let answer = http
+        .get(format!("{base}/v1/proxies?{query}"))
+        .bearer_auth(TOKEN)
+        .send()
+        .await
+        .expect("GET");
+    let status = answer.status().as_u16();
+    (status, answer.bytes().await.expect("a body"))
+}
+
+/// `times` sequential `GET /v1/proxies?{query}`, each timed to its last byte, sorted; `None`
+/// when the server refuses the query (a build before paging).
+async fn timed_gets(
+    http: &reqwest::Client,
+    base: &str,
+    query: &str,
+    times: usize,
+) -> Option<Vec<(Duration, usize)>> {
+    let mut taken = Vec::with_capacity(times);
+    for _ in 0..times {
+        let started = Instant::now();
+        let (status, body) = get(http, base, query).await;
+        if status == 400 {
+            return None;
+        }
+        assert_eq!(status, 200, "{query}");
+        taken.push((started.elapsed(), body.len()));
+    }
+    taken.sort();
+    Some(taken)
+}
+
+/// Walks every page of 500, `rounds` times, each request timed; `None` when the server
+/// refuses `limit` (a build before paging).
+async fn pages(
+    http: &reqwest::Client,
+    base: &str,
+    rounds: usize,
+) -> Option<Vec<(Duration, usize)>> {
+    let mut taken = Vec::new();
+    for _ in 0..rounds {
+        let mut token = String::new();
+        loop {
+            let started = Instant::now();
+            let (status, body) = get(http, base, &format!("limit=500&continue={token}")).await;
+            if status == 400 {
+                return None;
+            }
+            taken.push((started.elapsed(), body.len()));
+            let page: serde_json::Value = serde_json::from_slice(&body).expect("JSON");
+            match page["continue"].as_str() {
+                Some(next) => token = next.to_owned(),
+                None => break,
+            }
+        }
+    }
+    taken.sort();
+    Some(taken)
+}
+
+fn report_gets(name: &str, taken: Option<&[(Duration, usize)]>) {
+    let Some(taken) = taken else {
+        println!("  {name:<26} not served by this build (query refused)");
+        return;
+    };
+    let at = |p: f64| taken[((taken.len() as f64 * p) as usize).min(taken.len() - 1)].0;
+    println!(
+        "  {name:<26} p50 {:>9.2?}  p99 {:>9.2?}  ({} requests, {} bytes each)",
+        at(0.5),
+        at(0.99),
+        taken.len(),
+        taken[taken.len() / 2].1
+    );
+}
+
+/// Serves the trivial handler and the API (1,000 proxies), then sends `pairs` sequential
+/// acquire + release pairs to `server` (`trivial` or `discovery`): for instruction counts.
+async fn instructions(server: &str, pairs: usize, body: &'static str) {
+    let trivial = trivial().await;
+    let state = Arc::new(Discovery::new(
+        Some(TOKEN),
+        LeaseConfig::default(),
+        Limits::default(),
+    ));
+    state.replace_fleet(fleet(1_000));
+    let discovery = serve(discovery::routes(state)).await;
+    let base = match server {
+        "trivial" => trivial,
+        "discovery" => discovery,
+        other => panic!("--instructions trivial|discovery, not {other}"),
+    };
+    let http = reqwest::Client::new();
+    for _ in 0..pairs {
+        pair(&http, &base, &base, body).await;
+    }
 }

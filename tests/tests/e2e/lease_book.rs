@@ -1,7 +1,9 @@
 //! One lease book for the fleet, end to end: two operator replicas on one namespace, and a
 //! crawler that sends each request to a replica picked at random. The leader owns the book,
 //! the other forwards to it; the book is saved to a ConfigMap, so a kill -9 of the owner and
-//! a restart keep the leases and cooldowns.
+//! a restart keep the leases and cooldowns. The owner labels its own Pod, which the
+//! discovery Service of `deploy/operator.yaml` selects, and the label follows ownership
+//! through a kill -9.
 //!
 //! The crawlers keep their own account of the leases they hold (granted, not yet released;
 //! the TTL outlasts the test), and every grant is checked against it: no proxy ever holds
@@ -12,9 +14,10 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::ConfigMap;
-use kube::api::Api;
+use k8s_openapi::api::core::v1::{ConfigMap, Pod};
+use kube::api::{Api, ListParams, PostParams};
 use proxy_crd::{Phase, Proxy};
+use proxy_tests::control_plane::ControlPlane;
 use proxy_tests::operator::{DISCOVERY_TOKEN, Operator};
 use serde_json::{Value, json};
 
@@ -496,4 +499,166 @@ async fn a_restarted_single_replica_keeps_its_leases_and_cooldowns() {
     crawler.run(40).await;
     crawler.release_all().await;
     assert_eq!(crawler.listed_active().await, 0);
+}
+
+/// The objects of `deploy/operator.yaml` (rendered from the chart).
+fn deployed() -> Vec<Value> {
+    let manifest =
+        std::fs::read_to_string(proxy_tests::bins::repo_root().join("deploy/operator.yaml"))
+            .unwrap();
+    manifest
+        .split("\n---")
+        .filter_map(|doc| serde_saphyr::from_str::<Value>(doc).ok())
+        .filter(Value::is_object)
+        .collect()
+}
+
+/// The label selector of the discovery Service of `deploy/operator.yaml`, as `kubectl -l`
+/// writes it, and the labels its Deployment gives each operator Pod.
+fn service_selector_and_pod_labels() -> (String, Value) {
+    let objects = deployed();
+    let find = |kind: &str, name: &str| {
+        objects
+            .iter()
+            .find(|o| o["kind"] == kind && o["metadata"]["name"] == name)
+            .unwrap_or_else(|| panic!("no {kind} {name} in deploy/operator.yaml"))
+    };
+    let selector = find("Service", "proxy-operator-discovery")["spec"]["selector"]
+        .as_object()
+        .unwrap()
+        .iter()
+        .map(|(k, v)| format!("{k}={}", v.as_str().unwrap()))
+        .collect::<Vec<_>>()
+        .join(",");
+    let labels =
+        find("Deployment", "proxy-operator")["spec"]["template"]["metadata"]["labels"].clone();
+    (selector, labels)
+}
+
+/// The names of the Pods of `pods` that `selector` selects.
+async fn selected(pods: &Api<Pod>, selector: &str) -> Vec<String> {
+    let params = ListParams::default().labels(selector);
+    let mut names: Vec<String> = pods
+        .list(&params)
+        .await
+        .unwrap()
+        .into_iter()
+        .filter_map(|pod| pod.metadata.name)
+        .collect();
+    names.sort();
+    names
+}
+
+/// Waits until the discovery Service of `deploy/operator.yaml` selects exactly `want`.
+async fn until_selected(pods: &Api<Pod>, selector: &str, want: &[&str], why: &str) {
+    let started = Instant::now();
+    loop {
+        let names = selected(pods, selector).await;
+        if names == want {
+            return;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "{why}: the discovery Service selects {names:?}, not {want:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test]
+async fn the_owner_of_the_book_labels_its_pod_for_the_discovery_service_through_a_kill() {
+    // A Pod object stands for each operator replica, with the labels the Deployment gives
+    // its Pods, in a namespace of its own (no pod runner turns them into squids).
+    let plane = ControlPlane::shared();
+    let client = plane.client().await;
+    let pod_ns = plane.namespace(&client, "book-label-pods").await;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &pod_ns);
+    let (selector, labels) = service_selector_and_pod_labels();
+    assert!(
+        selector.contains("crawl.example.com/lease-book-owner=true"),
+        "the Service selects the owner: {selector}"
+    );
+    for name in ["replica-a", "replica-b"] {
+        let pod: Pod = serde_json::from_value(json!({
+            "metadata": {"name": name, "labels": labels},
+            "spec": {"containers": [{"name": "operator", "image": "localhost/proxy-operator:test"}]}
+        }))
+        .unwrap();
+        pods.create(&PostParams::default(), &pod).await.unwrap();
+    }
+    assert_eq!(selected(&pods, &selector).await, Vec::<String>::new());
+    let in_pod =
+        |pod: &'static str| ["--pod-name", pod, "--pod-namespace", &pod_ns].map(str::to_owned);
+    let a = in_pod("replica-a");
+    let a: Vec<&str> = a.iter().map(String::as_str).collect();
+    let mut bed = Bed::new_with("book-label", &a).await;
+    let b = in_pod("replica-b");
+    let b: Vec<&str> = b.iter().map(String::as_str).collect();
+    let mut second = start_operator(&bed.ns, &bed.origin, &b);
+    let leases: Api<Lease> = Api::namespaced(client.clone(), &bed.ns);
+
+    // Only the owner's Pod carries the label, so the Service selects it alone.
+    let started = Instant::now();
+    let owner = loop {
+        if let Some(owner) = holder(&leases).await {
+            break owner;
+        }
+        assert!(started.elapsed() < Duration::from_secs(30), "nobody leads");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let (owner_pod, other_pod) = if owner == bed.operator.identity {
+        ("replica-a", "replica-b")
+    } else {
+        assert_eq!(owner, second.identity);
+        ("replica-b", "replica-a")
+    };
+    until_selected(
+        &pods,
+        &selector,
+        &[owner_pod],
+        "while one replica owns the book",
+    )
+    .await;
+    // A crawler that reaches the owner through the Service is answered without forwarding.
+    let owner_url = if owner_pod == "replica-a" {
+        bed.operator.discovery.clone()
+    } else {
+        second.discovery.clone()
+    };
+    let mut crawler = Crawler::new(vec![owner_url]);
+    let (status, lease) = crawler.acquire("shop.example").await;
+    assert!(matches!(status, 201 | 409), "{status} {lease}");
+
+    // kill -9 the owner: the other replica takes the book over and labels its Pod. The dead
+    // replica cannot take its label off; its Pod is not Ready, so the Service routes past it
+    // until its container restarts (below).
+    let restart_args = if owner_pod == "replica-a" {
+        bed.operator.kill();
+        a.clone()
+    } else {
+        second.kill();
+        b.clone()
+    };
+    until_selected(
+        &pods,
+        &selector,
+        &["replica-a", "replica-b"],
+        "the new owner labelled its Pod, the killed one's label stays",
+    )
+    .await;
+    let new_owner = holder(&leases).await.expect("someone leads");
+    assert_ne!(new_owner, owner, "leadership moved");
+    // The killed replica restarts in its Pod (its container, as the kubelet restarts it): it
+    // does not own the book, so it takes the stale label off.
+    let restarted = start_operator(&bed.ns, &bed.origin, &restart_args);
+    until_selected(
+        &pods,
+        &selector,
+        &[other_pod],
+        "the restarted replica removed its stale label",
+    )
+    .await;
+    assert_eq!(holder(&leases).await.as_deref(), Some(new_owner.as_str()));
+    drop(restarted);
+    drop(second);
 }

@@ -18,12 +18,13 @@ const UNGRANTED: &str = "00000000-0000-4000-8000-000000000000";
 
 fn state() -> Arc<Discovery> {
     let discovery = Discovery::new(Some(TOKEN), LeaseConfig::default(), Limits::default());
-    for (name, geo, healthy, latency) in [
-        ("a", "eu", true, 30),
-        ("b", "eu", true, 10),
-        ("c", "us", false, 5),
-    ] {
-        discovery.shared().book.upsert(ProxyView {
+    discovery.replace_fleet(
+        [
+            ("a", "eu", true, 30),
+            ("b", "eu", true, 10),
+            ("c", "us", false, 5),
+        ]
+        .map(|(name, geo, healthy, latency)| ProxyView {
             key: proxy_core::ProxyKey::new("crawl", name),
             labels: [("geo".to_owned(), geo.to_owned())].into(),
             healthy,
@@ -32,8 +33,8 @@ fn state() -> Arc<Discovery> {
             host: format!("10.0.0.{}", name.as_bytes()[0] - b'a' + 1),
             port: 3128,
             shared_egress: false,
-        });
-    }
+        }),
+    );
     Arc::new(discovery)
 }
 
@@ -335,6 +336,108 @@ async fn list_refuses_bad_queries() {
         &authed(&state, "GET", "/v1/proxies?color=red", None).await,
         StatusCode::BAD_REQUEST,
         "invalid_request",
+    );
+}
+
+#[tokio::test]
+async fn list_pages_count_and_select_fields() {
+    let state = state();
+    let names = |answer: &Answer| -> Vec<String> {
+        answer.body["proxies"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| p["name"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    let first = authed(&state, "GET", "/v1/proxies?limit=2", None).await;
+    assert_eq!(
+        (names(&first), first.body["count"].clone()),
+        (vec!["a".to_owned(), "b".to_owned()], json!(3))
+    );
+    let token = first.body["continue"].as_str().unwrap().to_owned();
+    let path = format!("/v1/proxies?limit=2&continue={token}");
+    let second = authed(&state, "GET", &path, None).await;
+    assert_eq!(names(&second), ["c"]);
+    assert!(second.body.get("continue").is_none(), "{}", second.body);
+    let counted = authed(
+        &state,
+        "GET",
+        "/v1/proxies?countOnly=true&healthy=true",
+        None,
+    )
+    .await;
+    assert_eq!(counted.body, json!({"count": 2}));
+    // Field selection: the key always, the fields named, the rest left out; the active
+    // lease counts are the book's.
+    let lease = authed(&state, "POST", "/v1/leases", None).await;
+    assert_eq!(lease.status, StatusCode::CREATED);
+    let selected = authed(
+        &state,
+        "GET",
+        "/v1/proxies?fields=activeLeases,port&limit=1&continue=",
+        None,
+    )
+    .await;
+    assert_eq!(
+        selected.body["proxies"],
+        json!([{"namespace": "crawl", "name": "a", "port": 3128, "activeLeases": 0}])
+    );
+    let b = authed(
+        &state,
+        "GET",
+        "/v1/proxies?fields=activeLeases&selector=geo=eu",
+        None,
+    )
+    .await;
+    assert_eq!(
+        b.body["proxies"][1],
+        json!({"namespace": "crawl", "name": "b", "activeLeases": 1})
+    );
+    for (query, code) in [
+        ("limit=0", "invalid_limit"),
+        ("limit=1001", "invalid_limit"),
+        ("continue=xyz", "invalid_continue"),
+        ("fields=password", "invalid_fields"),
+        ("countOnly=maybe", "invalid_request"),
+    ] {
+        let answer = authed(&state, "GET", &format!("/v1/proxies?{query}"), None).await;
+        assert_error(&answer, StatusCode::BAD_REQUEST, code);
+    }
+}
+
+/// The listing is the snapshot of the last sync: a proxy gone from the fleet leaves the
+/// listing and the book at the next one, and a forgotten proxy still in the fleet comes back.
+#[tokio::test]
+async fn the_listing_and_the_book_follow_each_sync() {
+    let state = state();
+    let view = |name: &str| ProxyView {
+        key: proxy_core::ProxyKey::new("crawl", name),
+        labels: [("geo".to_owned(), "eu".to_owned())].into(),
+        healthy: true,
+        latency_ms: 1,
+        max_leases: 1,
+        host: "10.0.0.9".into(),
+        port: 3128,
+        shared_egress: false,
+    };
+    state.replace_fleet([view("a"), view("d")]);
+    let listed = authed(&state, "GET", "/v1/proxies?fields=name", None).await;
+    assert_eq!(listed.body["count"], 2);
+    assert_eq!(state.tracked(), 2, "b and c left the book");
+    state.forget(&proxy_core::ProxyKey::new("crawl", "d"));
+    assert_eq!(state.tracked(), 1);
+    state.replace_fleet([view("a"), view("d")]);
+    assert_eq!(
+        state.tracked(),
+        2,
+        "d is still in the fleet: it is back in the book"
+    );
+    let lease = authed(&state, "POST", "/v1/leases", None).await;
+    let lease2 = authed(&state, "POST", "/v1/leases", None).await;
+    assert_eq!(
+        (lease.status, lease2.status),
+        (StatusCode::CREATED, StatusCode::CREATED)
     );
 }
 
