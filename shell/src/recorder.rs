@@ -103,7 +103,7 @@ struct Inner {
 impl Inner {
     /// Hands the line of record `seq` (`None`: dropped) to the file, and appends every
     /// line whose turn has come, in sequence order.
-    fn to_file(&mut self, seq: u64, line: Option<String>, header: &Header) {
+    fn write_in_order(&mut self, seq: u64, line: Option<String>, header: &Header) {
         if self.file.is_none() {
             return;
         }
@@ -218,13 +218,13 @@ impl Recorder {
             Ok(line) => line,
             Err(error) => {
                 tracing::error!(object = %record.object(), %error, "a {} record does not serialize: dropped", record.kind());
-                self.lock().to_file(seq, None, &self.file_header);
+                self.lock().write_in_order(seq, None, &self.file_header);
                 return;
             }
         };
         let mut inner = self.lock();
         if inner.file.is_some() {
-            inner.to_file(seq, Some(line.clone()), &self.file_header);
+            inner.write_in_order(seq, Some(line.clone()), &self.file_header);
         }
         line.push('\n');
         let key = record.object().clone();
@@ -398,7 +398,7 @@ mod tests {
         ] {
             recorder
                 .lock()
-                .to_file(seq, line.map(str::to_owned), &recorder.file_header);
+                .write_in_order(seq, line.map(str::to_owned), &recorder.file_header);
         }
         let text = std::fs::read_to_string(&path).unwrap();
         let lines: Vec<&str> = text.lines().skip(1).collect();
