@@ -405,6 +405,7 @@ fn autoscale_grows_under_lease_pressure_at_once_and_shrinks_after_its_window() {
     observed.demand = Some(Demand {
         active_leases: 10,
         max_leases: 5,
+        refused: 0,
     });
     let decision = proxy_core::decide_pool(&spec, &world.status, &observed);
     world.apply(&decision);
@@ -419,6 +420,7 @@ fn autoscale_grows_under_lease_pressure_at_once_and_shrinks_after_its_window() {
         observed.demand = Some(Demand {
             active_leases: 0,
             max_leases: 5,
+            refused: 0,
         });
         let decision = proxy_core::decide_pool(&spec, &world.status, &observed);
         world.apply(&decision);
@@ -547,6 +549,7 @@ fn autoscale_shrinks_to_the_largest_size_its_window_saw_not_a_last_lull() {
         observed.demand = Some(Demand {
             active_leases: active,
             max_leases: 1,
+            refused: 0,
         });
         let decision = proxy_core::decide_pool(spec, &world.status, &observed);
         world.apply(&decision);
@@ -584,4 +587,40 @@ fn autoscale_shrinks_to_the_largest_size_its_window_saw_not_a_last_lull() {
         7,
         "the smallest size the window recommended"
     );
+}
+
+#[test]
+fn refused_crawlers_grow_a_pool_even_from_zero_and_a_full_one_past_its_utilization() {
+    let mut spec = pool(0, "squid:6");
+    spec.autoscale = Some(Autoscale {
+        min_replicas: 0,
+        max_replicas: 3,
+        target_utilization_percent: Some(100),
+        scale_up_stabilization_seconds: Some(0),
+        scale_down_stabilization_seconds: Some(300),
+    });
+    let mut world = World::new();
+    let decide = |world: &mut World, active: u32, refused: u32| {
+        let mut observed = world.observed();
+        observed.demand = Some(Demand {
+            active_leases: active,
+            max_leases: 1,
+            refused,
+        });
+        let decision = proxy_core::decide_pool(&spec, &world.status, &observed);
+        world.apply(&decision);
+        world.all_ready();
+        world.advance(5);
+        world.status.desired_replicas
+    };
+    assert_eq!(decide(&mut world, 0, 0), 0, "no demand: none");
+    assert_eq!(decide(&mut world, 0, 2), 1, "refused crawlers: one");
+    assert_eq!(
+        decide(&mut world, 1, 0),
+        1,
+        "one lease on one proxy: full, and enough"
+    );
+    assert_eq!(decide(&mut world, 1, 4), 2, "full and refusing: one more");
+    assert_eq!(decide(&mut world, 2, 1), 3);
+    assert_eq!(decide(&mut world, 3, 9), 3, "within maxReplicas");
 }

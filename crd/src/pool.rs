@@ -284,15 +284,16 @@ pub struct CircuitBreaker {
 #[x_kube(validation = kube::core::Rule::new(rules::AUTOSCALE_BOUNDS).message(rules::AUTOSCALE_BOUNDS_MSG))]
 #[serde(rename_all = "camelCase")]
 pub struct Autoscale {
-    /// The fewest Proxies. At 0 the pool has no lease to measure, and grows again only when
-    /// this is raised.
+    /// The fewest Proxies. At 0, the lease requests the book refuses for want of a proxy
+    /// grow the pool again.
     #[schemars(range(min = 0, max = 10000))]
     pub min_replicas: i32,
     /// The most Proxies.
     #[schemars(range(min = 1, max = 10000))]
     pub max_replicas: i32,
     /// The share of the pool's lease capacity (its Proxies times `maxLeases`) active leases
-    /// should use, in percent (default 70).
+    /// should use, in percent (default 70). While the lease book refuses requests the pool's
+    /// Proxies would match (`409 no_match`), it wants at least one more Proxy.
     #[schemars(range(min = 1, max = 100), default = "default_target_utilization")]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub target_utilization_percent: Option<i32>,

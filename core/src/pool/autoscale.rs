@@ -2,7 +2,9 @@
 //! target utilisation, with stabilisation windows so a burst or a lull does not churn it.
 //!
 //! The recommendation is the size at which the active leases would use the target share of
-//! the capacity: `ceil(active / (maxLeases * target))`, within `[min, max]`. The pool grows
+//! the capacity: `ceil(active / (maxLeases * target))`, and at least one more than the
+//! current size while crawlers are refused for want of a proxy (the rate of `409` answers),
+//! within `[min, max]`. The pool grows
 //! to the smallest size recommended all through the scale-up window, and shrinks to the
 //! largest recommended all through the scale-down window (a lull at the window's end does
 //! not drop it to the minimum). The window's start and that size live in the pool's status,
@@ -23,6 +25,9 @@ pub struct Demand {
     pub active_leases: u32,
     /// Leases each Proxy serves at once (the template's `maxLeases`).
     pub max_leases: u32,
+    /// Lease requests the pool's Proxies would have matched that the book refused for want
+    /// of a free proxy (`409 no_match`) since the last decision.
+    pub refused: u32,
 }
 
 /// The autoscale decision: the status to keep, and when to look again for a window's end.
@@ -64,9 +69,16 @@ pub fn scale(
     .unwrap_or(70);
     let capacity_per_proxy = u64::from(demand.max_leases.max(1));
     let active = u64::from(demand.active_leases);
-    let recommended = u32::try_from((active * 100).div_ceil(capacity_per_proxy * target))
-        .unwrap_or(u32::MAX)
-        .clamp(min, max);
+    let by_utilization =
+        u32::try_from((active * 100).div_ceil(capacity_per_proxy * target)).unwrap_or(u32::MAX);
+    // Crawlers turned away want more than the utilisation can show (it tops out at 100%, and
+    // a pool of none has none): at least one more proxy.
+    let recommended = if demand.refused > 0 {
+        by_utilization.max(current.saturating_add(1))
+    } else {
+        by_utilization
+    }
+    .clamp(min, max);
     let capacity = u64::from(current) * capacity_per_proxy;
     // No capacity at all: idle when nothing is leased, full otherwise.
     let utilization = (active * 100)

@@ -26,6 +26,7 @@ mod error;
 pub mod forward;
 pub mod owner_label;
 pub mod ownership;
+pub mod refusals;
 mod routes;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -93,6 +94,9 @@ pub struct Discovery {
     /// sync upserts them again if they are still in the fleet, although the snapshot did
     /// not change for them.
     forgotten: Mutex<BTreeSet<ProxyKey>>,
+    /// The lease requests lately refused for want of a proxy, for the pools that grow on
+    /// demand.
+    pub refusals: refusals::Refusals,
 }
 
 /// What one lock guards: the book, what of it is saved, and who owns it. One lock, so that
@@ -168,6 +172,7 @@ impl Discovery {
             credentials: Mutex::default(),
             snapshot: Mutex::default(),
             forgotten: Mutex::default(),
+            refusals: refusals::Refusals::default(),
         }
     }
 

@@ -597,7 +597,10 @@ fn acquire(state: &Discovery, forwarded: bool, body: &[u8]) -> Result<Response, 
             let credentials = state.credentials_of(&lease.proxy);
             json_response(StatusCode::CREATED, &LeaseGranted::of(lease, credentials))
         }
-        Err(stats) => json_response(StatusCode::CONFLICT, &NoMatchBody::from(stats)),
+        Err(stats) => {
+            state.refusals.note(&selector);
+            json_response(StatusCode::CONFLICT, &NoMatchBody::from(stats))
+        }
     })
 }
 

@@ -68,6 +68,8 @@ pub struct PoolContext {
     pub discovery: Arc<Discovery>,
     /// What each pool's last actions should have made the cache show.
     pub(crate) expectations: Expectations,
+    /// Where each pool reads the lease book's refusals from next.
+    refusals_read: std::sync::Mutex<std::collections::BTreeMap<ProxyKey, u64>>,
 }
 
 impl PoolContext {
@@ -78,6 +80,7 @@ impl PoolContext {
             proxies,
             discovery,
             expectations: Expectations::default(),
+            refusals_read: std::sync::Mutex::default(),
         }
     }
 }
@@ -155,6 +158,7 @@ async fn reconcile(
     if pool.meta().deletion_timestamp.is_some() {
         // Its Proxies go with it: each has the pool as its controlling owner.
         pools.expectations.forget(&key);
+        crate::supervise::lock(&pools.refusals_read).remove(&key);
         return Ok(controller::Action::await_change());
     }
     let state = pools.proxies.state();
@@ -167,7 +171,7 @@ async fn reconcile(
         // The cache does not show the last actions yet: decide once it does.
         return Ok(controller::Action::requeue(Duration::from_millis(200)));
     }
-    let observed = observe(&pool, &members, &pools.discovery);
+    let observed = observe(&pool, &members, &pools);
     let status = pool.status.clone().unwrap_or_default();
     let decision = proxy_core::decide_pool(&pool.spec, &status, &observed);
     ctx.recorder.decide(PoolRecord::new(
@@ -225,18 +229,30 @@ fn owned(pool: &ProxyPool, namespace: &str, proxy: &Proxy) -> bool {
 }
 
 /// What the pool decision takes in: the pool's Proxies from the cache, and what the lease
-/// book knows of them (nothing, on a replica that does not own the book).
-fn observe(pool: &ProxyPool, members: &[&Proxy], discovery: &Discovery) -> PoolObserved {
+/// book knows of them (nothing, on a replica that does not own the book): their leases,
+/// and the requests for them it refused since the pool's last decision.
+fn observe(pool: &ProxyPool, members: &[&Proxy], pools: &PoolContext) -> PoolObserved {
+    let discovery = &pools.discovery;
     let members: Vec<Member> = members
         .iter()
         .map(|proxy| member_of(proxy, discovery))
         .collect();
-    let demand = discovery.owns_book().then(|| Demand {
-        active_leases: members.iter().filter_map(|m| m.active_leases).sum(),
-        max_leases: pool.spec.template.spec.max_leases_or_default(),
+    let name = pool.name_any();
+    let demand = discovery.owns_book().then(|| {
+        let key = ProxyKey::new(pool.namespace().unwrap_or_default(), &name);
+        let labels = proxy_core::pool::spread::member_labels(&pool.spec, &name);
+        let mut read = crate::supervise::lock(&pools.refusals_read);
+        let cursor = read.get(&key).copied().unwrap_or(0);
+        let (refused, next) = discovery.refusals.since(cursor, &labels);
+        read.insert(key, next);
+        Demand {
+            active_leases: members.iter().filter_map(|m| m.active_leases).sum(),
+            max_leases: pool.spec.template.spec.max_leases_or_default(),
+            refused,
+        }
     });
     PoolObserved {
-        name: pool.name_any(),
+        name,
         generation: pool.meta().generation.unwrap_or(0),
         members,
         demand,

@@ -94,11 +94,13 @@ fn condition<'a>(pool: &'a ProxyPool, type_: &str) -> Option<(&'a str, &'a str)>
     Some((c.status.as_str(), c.reason.as_str()))
 }
 
-/// All `n` Proxies Ready, from the current template, and nothing under way.
+/// All `n` Proxies Ready, from the current template, and nothing under way (for the
+/// pool's current spec).
 fn settled(n: usize) -> impl Fn(&ProxyPool, &[Proxy]) -> bool {
     move |pool, proxies| {
         let status = pool.status.clone().unwrap_or_default();
-        proxies.len() == n
+        status.observed_generation == pool.metadata.generation
+            && proxies.len() == n
             && proxies.iter().all(ready)
             && status.available_replicas as usize == n
             && status.updated_replicas as usize == n
@@ -473,6 +475,36 @@ async fn an_autoscaled_pool_grows_under_lease_pressure_and_shrinks_when_idle() {
         api.release(&id).await;
     }
     wait_pool(&bed, &pools, "auto", "back to 1", 90, &mut most, settled(1)).await;
+
+    // Down to none when idle, and back up when a crawler is refused: the 409s are demand.
+    let to_zero = json!({"spec": {"autoscale": {"minReplicas": 0}}});
+    pools
+        .patch("auto", &PatchParams::default(), &Patch::Merge(&to_zero))
+        .await
+        .unwrap();
+    wait_pool(&bed, &pools, "auto", "down to 0", 90, &mut most, settled(0)).await;
+    let (status, refused) = api.lease(json!({"selector": {"geo": "eu"}})).await;
+    assert_eq!(
+        (status, refused["error"].as_str()),
+        (409, Some("no_match")),
+        "{refused}"
+    );
+    let mut granted = None;
+    for _ in 0..300 {
+        let (status, lease) = api.lease(json!({"selector": {"geo": "eu"}})).await;
+        if status == 201 {
+            granted = Some(lease);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let lease = granted.expect("the refused crawler's demand grew the pool from 0");
+    assert!(
+        lease["proxy"]["name"]
+            .as_str()
+            .unwrap()
+            .starts_with("auto-")
+    );
 }
 
 #[tokio::test]
