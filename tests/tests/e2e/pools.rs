@@ -450,14 +450,19 @@ async fn an_autoscaled_pool_grows_under_lease_pressure_and_shrinks_when_idle() {
         &bed,
         &pools,
         "auto",
-        "grown to 4",
+        "grown to 4, as its 4 leases recommend",
         90,
         &mut most,
-        settled(4),
+        |pool, proxies| {
+            let recommended = pool.status.as_ref().and_then(|s| s.autoscale.as_ref());
+            settled(4)(pool, proxies) && recommended.is_some_and(|a| a.recommended_replicas == 4)
+        },
     )
     .await;
-    let autoscaled = grown.status.unwrap().autoscale.unwrap();
-    assert_eq!(autoscaled.recommended_replicas, 4);
+    assert_eq!(
+        grown.status.unwrap().autoscale.unwrap().utilization_percent,
+        50
+    );
     let metrics = reqwest::get(&bed.operator.metrics)
         .await
         .unwrap()
