@@ -35,6 +35,14 @@ fn pool(bed: &Bed, name: &str, replicas: i32, more: Value) -> ProxyPool {
     .unwrap()
 }
 
+/// A merge patch of the pool `name`.
+async fn patch(pools: &Api<ProxyPool>, name: &str, body: &Value) {
+    pools
+        .patch(name, &PatchParams::default(), &Patch::Merge(body))
+        .await
+        .unwrap();
+}
+
 /// The pool's Proxies, by name.
 async fn members(bed: &Bed, pool: &str) -> Vec<Proxy> {
     let mut proxies = bed
@@ -281,10 +289,7 @@ async fn a_pool_scales_rolls_with_surge_under_a_crawler_recycles_bans_and_holds_
     tokio::time::sleep(Duration::from_secs(2)).await;
     let before = names(&members(&bed, "web").await);
     let port = json!({"spec": {"template": {"spec": {"port": 3129}}}});
-    pools
-        .patch("web", &PatchParams::default(), &Patch::Merge(&port))
-        .await
-        .unwrap();
+    patch(&pools, "web", &port).await;
     most = 0;
     let (_, rolled) = wait_pool(
         &bed,
@@ -314,14 +319,12 @@ async fn a_pool_scales_rolls_with_surge_under_a_crawler_recycles_bans_and_holds_
     );
 
     // A proxy blocked on a site is recycled for a fresh one.
-    pools
-        .patch(
-            "web",
-            &PatchParams::default(),
-            &Patch::Merge(&json!({"spec": {"recycle": {"bannedSites": 1}}})),
-        )
-        .await
-        .unwrap();
+    patch(
+        &pools,
+        "web",
+        &json!({"spec": {"recycle": {"bannedSites": 1}}}),
+    )
+    .await;
     let api = Discovery::of(&bed);
     let (_, lease) = api
         .lease(json!({"selector": {"geo": "eu"}, "target": "shop.example", "ttlSeconds": 60}))
@@ -359,10 +362,7 @@ async fn a_pool_scales_rolls_with_surge_under_a_crawler_recycles_bans_and_holds_
         "recycle": {"replaceUnhealthyAfterSeconds": 2},
         "template": {"spec": {"healthCheck": {"probeURL": bed.origin.url("/status/500")}}},
     }});
-    pools
-        .patch("web", &PatchParams::default(), &Patch::Merge(&failing))
-        .await
-        .unwrap();
+    patch(&pools, "web", &failing).await;
     wait_pool(
         &bed,
         &pools,
@@ -384,10 +384,7 @@ async fn a_pool_scales_rolls_with_surge_under_a_crawler_recycles_bans_and_holds_
         .await;
     assert!(!notes.is_empty(), "no CircuitOpen event");
     let healthy = json!({"spec": {"template": {"spec": {"healthCheck": {"probeURL": bed.origin.url("/generate_204")}}}}});
-    pools
-        .patch("web", &PatchParams::default(), &Patch::Merge(&healthy))
-        .await
-        .unwrap();
+    patch(&pools, "web", &healthy).await;
     wait_pool(
         &bed,
         &pools,
@@ -483,10 +480,7 @@ async fn an_autoscaled_pool_grows_under_lease_pressure_and_shrinks_when_idle() {
 
     // Down to none when idle, and back up when a crawler is refused: the 409s are demand.
     let to_zero = json!({"spec": {"autoscale": {"minReplicas": 0}}});
-    pools
-        .patch("auto", &PatchParams::default(), &Patch::Merge(&to_zero))
-        .await
-        .unwrap();
+    patch(&pools, "auto", &to_zero).await;
     wait_pool(&bed, &pools, "auto", "down to 0", 90, &mut most, settled(0)).await;
     let (status, refused) = api.lease(json!({"selector": {"geo": "eu"}})).await;
     assert_eq!(
