@@ -25,8 +25,8 @@ use std::time::Instant;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 use tokio_rustls::TlsAcceptor;
-use tokio_rustls::rustls::ServerConfig;
 use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer, pem::PemObject};
+use tokio_rustls::rustls::{HandshakeKind, ServerConfig};
 
 use crate::certs::Ca;
 use crate::run_dir::subdir;
@@ -43,6 +43,8 @@ pub struct Request {
     pub path: String,
     /// The TCP peer: the proxy's egress address when the request came through a proxy.
     pub peer: IpAddr,
+    /// Whether the client resumed an earlier TLS session (no certificate was sent).
+    pub resumed: bool,
 }
 
 /// A running origin.
@@ -129,10 +131,12 @@ async fn serve(
     }
     let head = String::from_utf8_lossy(&head);
     let path = head.split_whitespace().nth(1).unwrap_or("/").to_owned();
+    let resumed = stream.get_ref().1.handshake_kind() == Some(HandshakeKind::Resumed);
     log.lock().expect("request log").push(Request {
         at: Instant::now(),
         path: path.clone(),
         peer: peer.ip(),
+        resumed,
     });
     // Route on the path alone: tests tell probes apart by a query string (`?p=name`).
     let route = path.split('?').next().unwrap_or_default();

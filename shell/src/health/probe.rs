@@ -1,24 +1,32 @@
 //! One probe: an HTTP(S) request to the probe URL *through* the proxy.
 //!
-//! Every probe uses a fresh client with no connection pool, so it opens a new connection to
-//! the proxy and, for https URLs, sends a new CONNECT: a cached tunnel would hide exactly the
-//! failure a probe exists to catch (a proxy that accepts TCP but can no longer reach out).
-//! The whole probe, from connecting to the proxy to the response status, has one deadline:
-//! the health check's timeout. A proxy with credentials is probed with them
-//! (`Proxy-Authorization`, on the CONNECT for https URLs): a probe without them would only
-//! see squid's 407. A hung proxy costs its own probe that long, never anyone
-//! else's.
+//! Every probe opens a new connection to the proxy and, for https URLs, sends a new CONNECT
+//! and makes a new TLS handshake through it: a cached tunnel would hide exactly the failure a
+//! probe exists to catch (a proxy that accepts TCP but can no longer reach out). What is
+//! shared is only what does not make a probe less real: the TLS configuration (its roots, and
+//! the sessions it resumes, [`tickets`], as a browser does). The whole probe, from connecting to the proxy
+//! to the response status, has one deadline: the health check's timeout. A proxy with
+//! credentials is probed with them (`Proxy-Authorization`, on the CONNECT for https URLs): a
+//! probe without them would only see squid's 407. A hung proxy costs its own probe that
+//! long, never anyone else's.
 //!
 //! A failed probe says why, as a [`ProbeFailure`] the core words in the `Healthy` condition:
-//! [`classify`] reads the error chain reqwest returns. Some of its links are private types of
-//! hyper-util (the DNS and tunnel errors), recognised by their text; the tests below pin
-//! each cause with a real socket, so a dependency update that changes them fails there.
+//! each step of the request ([`wire`]) names its own failure from typed errors. The tests
+//! below pin each cause with a real socket.
+
+mod tickets;
+mod wire;
 
 use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use proxy_core::ProbeFailure;
+use rustls::client::Resumption;
+use rustls::crypto::hash::HashAlgorithm;
+use tokio_rustls::TlsConnector;
+
+use self::tickets::Tickets;
 
 use crate::credentials::Credentials;
 use proxy_core::probe_schedule::ProbeSpec;
@@ -44,21 +52,20 @@ pub struct ProbeResult {
 pub struct ProbeError {
     /// The cause, classified.
     pub cause: ProbeFailure,
-    /// The whole error chain, as the client reported it.
+    /// What failed, and the error of the step that failed.
     pub detail: String,
 }
 
-/// What the probe URL (or the proxy, in its place) answered.
-struct Answer {
-    status: u16,
-    /// Whether the proxy itself answered (squid marks its own answers with `X-Squid-Error`).
-    from_proxy: bool,
+/// Probes proxies; cheap to clone and safe to share.
+#[derive(Clone)]
+pub struct Prober {
+    tls: TlsConnector,
 }
 
-/// Probes proxies; cheap to clone and safe to share.
-#[derive(Debug, Clone)]
-pub struct Prober {
-    tls: Arc<rustls::ClientConfig>,
+impl std::fmt::Debug for Prober {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Prober").finish_non_exhaustive()
+    }
 }
 
 /// Why a prober could not be built.
@@ -91,30 +98,54 @@ impl Prober {
                     .map_err(|e| ProberError::CaBundle(e.to_string()))?;
             }
         }
-        let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
-        let tls = rustls::ClientConfig::builder_with_provider(provider)
+        let mut provider = rustls::crypto::aws_lc_rs::default_provider();
+        // TLS 1.3's SHA-256 suites first (servers take the client's order): the key schedule
+        // hashes with the suite's hash, SHA-256 has CPU instructions where SHA-384 has none,
+        // and with AES-256-GCM-SHA384 first SHA-512's compression was a sixth of the
+        // prober's CPU (docs/benchmarks.md, health probing).
+        provider.cipher_suites.sort_by_key(|suite| {
+            suite
+                .tls13()
+                .is_none_or(|suite| suite.common.hash_provider.algorithm() != HashAlgorithm::SHA256)
+        });
+        let mut tls = rustls::ClientConfig::builder_with_provider(Arc::new(provider))
             .with_safe_default_protocol_versions()?
             .with_root_certificates(roots)
             .with_no_client_auth();
-        Ok(Self { tls: Arc::new(tls) })
+        // One request per connection, in HTTP/1.1.
+        tls.alpn_protocols = vec![b"http/1.1".to_vec()];
+        tls.resumption = Resumption::store(Arc::new(Tickets::default()));
+        Ok(Self {
+            tls: TlsConnector::from(Arc::new(tls)),
+        })
     }
 
     /// Runs one probe, authenticating with `credentials` when the proxy has them. Never
     /// fails: every failure is a result with `ok == false`.
     pub async fn probe(&self, spec: &ProbeSpec, credentials: Option<&Credentials>) -> ProbeResult {
         let started = Instant::now();
-        let outcome = tokio::time::timeout(spec.timeout, self.request(spec, credentials)).await;
+        let fetched = wire::fetch(&self.tls, &spec.proxy, &spec.url, credentials, false);
+        let outcome = tokio::time::timeout(spec.timeout, fetched).await;
         let latency = started.elapsed();
         let error = match outcome {
-            Ok(Ok(answer)) if spec.expected_status_codes.contains(&answer.status) => None,
-            Ok(Ok(Answer { status, from_proxy })) => Some(ProbeError {
-                cause: match (from_proxy, status) {
-                    (true, 407) => ProbeFailure::ProxyAuthRequired,
-                    (true, _) => ProbeFailure::ProxyAnswered { status },
-                    (false, _) => ProbeFailure::UnexpectedStatus { status },
-                },
-                detail: format!("unexpected status {status}"),
-            }),
+            Ok(Ok(fetched))
+                if spec
+                    .expected_status_codes
+                    .contains(&fetched.status.as_u16()) =>
+            {
+                None
+            }
+            Ok(Ok(fetched)) => {
+                let status = fetched.status.as_u16();
+                Some(ProbeError {
+                    cause: match (fetched.from_proxy, status) {
+                        (true, 407) => ProbeFailure::ProxyAuthRequired,
+                        (true, _) => ProbeFailure::ProxyAnswered { status },
+                        (false, _) => ProbeFailure::UnexpectedStatus { status },
+                    },
+                    detail: format!("unexpected status {status}"),
+                })
+            }
             Ok(Err(error)) => Some(error),
             Err(_) => Some(ProbeError {
                 cause: ProbeFailure::Timeout,
@@ -149,115 +180,18 @@ impl Prober {
         url: &str,
         credentials: Option<&Credentials>,
     ) -> Option<IpAddr> {
-        let client = self.client(spec, credentials).ok()?;
-        let response = client.get(url).send().await.ok()?;
-        if !response.status().is_success() {
+        let fetched = wire::fetch(&self.tls, &spec.proxy, url, credentials, true)
+            .await
+            .ok()?;
+        if !fetched.status.is_success() {
             return None;
         }
-        let body = response.text().await.ok()?;
-        body.trim().parse().ok()
+        std::str::from_utf8(&fetched.body?)
+            .ok()?
+            .trim()
+            .parse()
+            .ok()
     }
-
-    /// A client that goes through the proxy of `spec` (with `credentials`), on fresh
-    /// connections only.
-    fn client(
-        &self,
-        spec: &ProbeSpec,
-        credentials: Option<&Credentials>,
-    ) -> Result<reqwest::Client, reqwest::Error> {
-        let mut proxy = reqwest::Proxy::all(format!("http://{}", spec.proxy))?;
-        if let Some(credentials) = credentials {
-            proxy = proxy.basic_auth(credentials.username(), credentials.password());
-        }
-        reqwest::Client::builder()
-            .proxy(proxy)
-            .use_preconfigured_tls((*self.tls).clone())
-            .pool_max_idle_per_host(0)
-            .redirect(reqwest::redirect::Policy::none())
-            .build()
-    }
-
-    async fn request(
-        &self,
-        spec: &ProbeSpec,
-        credentials: Option<&Credentials>,
-    ) -> Result<Answer, ProbeError> {
-        let failed = |error: reqwest::Error| ProbeError {
-            cause: classify(&error),
-            detail: error_chain(&error),
-        };
-        let client = self.client(spec, credentials).map_err(failed)?;
-        let response = client.get(&spec.url).send().await.map_err(failed)?;
-        Ok(Answer {
-            status: response.status().as_u16(),
-            from_proxy: response.headers().contains_key("x-squid-error"),
-        })
-    }
-}
-
-/// The cause of a failed request: the innermost link of the error chain that says one (a
-/// refused connection deep inside a tunnel error is a refused connection).
-fn classify(error: &(dyn std::error::Error + 'static)) -> ProbeFailure {
-    let mut cause = ProbeFailure::Other;
-    let mut link = Some(error);
-    while let Some(error) = link {
-        if let Some(found) = cause_of(error) {
-            cause = found;
-        }
-        link = error.source();
-    }
-    cause
-}
-
-/// What one link of an error chain says, if anything.
-fn cause_of(error: &(dyn std::error::Error + 'static)) -> Option<ProbeFailure> {
-    use std::io::ErrorKind;
-    if error.is::<rustls::Error>() {
-        return Some(ProbeFailure::Tls);
-    }
-    if let Some(io) = error.downcast_ref::<std::io::Error>() {
-        // tokio-rustls hands TLS errors over inside an io::Error, whose `source()` skips them.
-        // And a peer that closes during the handshake as this one.
-        if io
-            .get_ref()
-            .is_some_and(|inner| inner.is::<rustls::Error>())
-            || io.to_string() == "tls handshake eof"
-        {
-            return Some(ProbeFailure::Tls);
-        }
-        return match io.kind() {
-            ErrorKind::ConnectionRefused => Some(ProbeFailure::ConnectionRefused),
-            ErrorKind::ConnectionReset
-            | ErrorKind::ConnectionAborted
-            | ErrorKind::HostUnreachable
-            | ErrorKind::NetworkUnreachable
-            | ErrorKind::AddrNotAvailable => Some(ProbeFailure::ProxyUnreachable),
-            ErrorKind::UnexpectedEof => Some(ProbeFailure::MalformedAnswer),
-            _ => None,
-        };
-    }
-    // hyper-util's own errors are private types, and hyper is not a dependency of ours:
-    // their text is all there is.
-    match error.to_string().as_str() {
-        "dns error" => Some(ProbeFailure::ProxyNameNotResolved),
-        "tunnel error: unsuccessful" => Some(ProbeFailure::TunnelRefused),
-        "tunnel error: proxy authorization required" => Some(ProbeFailure::ProxyAuthRequired),
-        "tunnel error: unexpected end of file" | "connection closed before message completed" => {
-            Some(ProbeFailure::MalformedAnswer)
-        }
-        _ => None,
-    }
-}
-
-fn error_chain(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
 }
 
 #[cfg(test)]
@@ -427,6 +361,85 @@ mod tests {
             without.error.map(|e| e.cause),
             Some(ProbeFailure::ProxyAuthRequired)
         );
+    }
+
+    #[tokio::test]
+    async fn an_https_probe_sends_the_credentials_on_the_connect() {
+        // The tunnel opens only with `u:p`; what follows is not TLS, so a probe that got past
+        // the CONNECT fails at the handshake, and one that did not fails with a 407.
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let proxy = listener.local_addr().unwrap().to_string();
+        tokio::spawn(async move {
+            while let Ok((mut stream, _)) = listener.accept().await {
+                tokio::spawn(async move {
+                    let mut request = [0u8; 4096];
+                    let n = stream.read(&mut request).await.unwrap_or(0);
+                    let head = String::from_utf8_lossy(&request[..n]).to_ascii_lowercase();
+                    let answer: &[u8] = if head.starts_with("connect probe.test:443 http/1.1\r\n")
+                        && head.contains("proxy-authorization: basic dtpw\r\n")
+                    {
+                        b"HTTP/1.1 200 Connection established\r\n\r\n"
+                    } else {
+                        b"HTTP/1.1 407 Proxy Authentication Required\r\nContent-Length: 0\r\n\r\n"
+                    };
+                    let _ = stream.write_all(answer).await;
+                    let _ = stream.read(&mut request).await;
+                    let _ = stream.write_all(b"not TLS\r\n").await;
+                    let _ = stream.shutdown().await;
+                });
+            }
+        });
+        let spec = ProbeSpec {
+            proxy,
+            url: "https://probe.test/generate_204".to_owned(),
+            timeout: Duration::from_millis(1500),
+            expected_status_codes: vec![204],
+            egress_url: None,
+        };
+        let prober = Prober::new(None).unwrap();
+        let with = prober.probe(&spec, Some(&Credentials::new("u", "p"))).await;
+        assert_eq!(with.error.map(|e| e.cause), Some(ProbeFailure::Tls));
+        let without = prober.probe(&spec, None).await;
+        assert_eq!(
+            without.error.map(|e| e.cause),
+            Some(ProbeFailure::ProxyAuthRequired)
+        );
+    }
+
+    #[tokio::test]
+    async fn after_a_good_probe_the_egress_url_answers_the_address() {
+        // A plain-http proxy that forwards the probe (204) and the egress URL (its body).
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let proxy = listener.local_addr().unwrap().to_string();
+        tokio::spawn(async move {
+            while let Ok((mut stream, _)) = listener.accept().await {
+                tokio::spawn(async move {
+                    let mut request = [0u8; 4096];
+                    let n = stream.read(&mut request).await.unwrap_or(0);
+                    let head = String::from_utf8_lossy(&request[..n]).into_owned();
+                    let answer: &[u8] =
+                        if head.starts_with("GET http://egress.test/ip HTTP/1.1\r\n") {
+                            b"HTTP/1.1 200 OK\r\nContent-Length: 12\r\n\r\n203.0.113.7\n"
+                        } else if head.starts_with("GET http://probe.test/ HTTP/1.1\r\n") {
+                            b"HTTP/1.1 204 No Content\r\n\r\n"
+                        } else {
+                            b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n"
+                        };
+                    let _ = stream.write_all(answer).await;
+                    let _ = stream.shutdown().await;
+                });
+            }
+        });
+        let spec = ProbeSpec {
+            proxy,
+            url: "http://probe.test/".to_owned(),
+            timeout: Duration::from_millis(1500),
+            expected_status_codes: vec![204],
+            egress_url: Some("http://egress.test/ip".to_owned()),
+        };
+        let result = Prober::new(None).unwrap().probe(&spec, None).await;
+        assert!(result.ok, "{result:?}");
+        assert_eq!(result.egress, Some("203.0.113.7".parse().unwrap()));
     }
 
     #[tokio::test]

@@ -13,7 +13,9 @@
 //!   looks like.
 //! - (b) cost: the healthy squids only, every second: completed probes per CPU-second of the
 //!   prober's threads (the origin and the hung endpoints run on other threads; squid in
-//!   other processes).
+//!   other processes). Then the probe alone, with no engine, side by side with a baseline:
+//!   the same probes made by a general-purpose client per probe (reqwest, as the prober
+//!   made them before issue 20).
 //! - (c) scale: a fleet of `BENCH_FLEET` proxies at a 30 s interval spread over the same
 //!   squids; the prober's share of one core gives the proxies one core can probe at 30 s.
 //!   Then the same fleet at a 1 h interval, so that almost nothing is due: what the schedule
@@ -34,6 +36,7 @@ use std::time::{Duration, Instant};
 use kube::runtime::reflector;
 use kube::runtime::watcher;
 use proxy_core::leadership::{self, Candidate};
+use proxy_core::probe_schedule::ProbeSpec;
 use proxy_crd::Proxy;
 use proxy_operator::health::probe::Prober;
 use proxy_operator::health::{DEFAULT_CONCURRENCY, HealthEngine};
@@ -45,6 +48,9 @@ use serde_json::json;
 use tokio::net::TcpListener;
 use tokio::runtime::Runtime;
 use tokio::sync::mpsc;
+use tokio_rustls::rustls::pki_types::CertificateDer;
+use tokio_rustls::rustls::pki_types::pem::PemObject as _;
+use tokio_rustls::rustls::{ClientConfig, RootCertStore};
 
 /// The port of every proxy, squid or hung; each has a loopback address of its own.
 const PORT: u16 = 3128;
@@ -190,13 +196,7 @@ impl Bed {
         warm_up: Duration,
         window: Duration,
     ) -> anyhow::Result<Window> {
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .thread_name(PROBER_THREADS)
-            // Keep blocking threads (if any) alive: an exited thread's CPU time leaves
-            // /proc/self/task with it.
-            .thread_keep_alive(Duration::from_secs(3600))
-            .enable_all()
-            .build()?;
+        let runtime = prober_runtime()?;
         let (store, mut writer) = reflector::store::<Proxy>();
         for proxy in proxies {
             writer.apply_watcher_event(&watcher::Event::Apply(proxy));
@@ -235,6 +235,46 @@ impl Bed {
         })
     }
 
+    /// (b)'s comparison: `probe` of every healthy squid once a second for `window`, with no
+    /// engine around it, on a fresh runtime of `prober` threads. Returns the probes that
+    /// succeeded and the prober threads' CPU seconds.
+    fn bare<F, Fut>(&self, run: &str, window: Duration, probe: F) -> anyhow::Result<(usize, f64)>
+    where
+        F: Fn(String, String) -> Fut,
+        Fut: Future<Output = bool> + Send + 'static,
+    {
+        let runtime = prober_runtime()?;
+        let targets: Vec<(String, String)> = self
+            .squids
+            .iter()
+            .enumerate()
+            .map(|(i, squid)| {
+                let url = self.origin.url(&probe_path(run, &format!("b{i:03}")));
+                (format!("{}:{PORT}", squid.addr), url)
+            })
+            .collect();
+        let before = self.cpu();
+        let started = Instant::now();
+        let succeeded = runtime.block_on(async {
+            let mut succeeded = 0;
+            let mut second = tokio::time::interval(Duration::from_secs(1));
+            while started.elapsed() < window {
+                second.tick().await;
+                let round: Vec<_> = targets
+                    .iter()
+                    .map(|(proxy, url)| tokio::spawn(probe(proxy.clone(), url.clone())))
+                    .collect();
+                for done in futures::future::join_all(round).await {
+                    succeeded += usize::from(done.unwrap_or(false));
+                }
+            }
+            succeeded
+        });
+        let cpu = self.cpu().prober - before.prober;
+        runtime.shutdown_timeout(Duration::from_secs(2));
+        Ok((succeeded, cpu))
+    }
+
     /// CPU seconds used so far, by part.
     fn cpu(&self) -> Cpu {
         let mut by_thread: BTreeMap<String, u64> = BTreeMap::new();
@@ -265,6 +305,20 @@ impl Bed {
         }
     }
 
+    /// The share of the origin's requests of `run` whose TLS handshake resumed a session.
+    fn resumed(&self, run: &str) -> f64 {
+        let tag = format!("run={run}&");
+        let (all, resumed) = self
+            .origin
+            .requests()
+            .iter()
+            .filter(|request| request.path.contains(&tag))
+            .fold((0, 0), |(all, resumed), request| {
+                (all + 1, resumed + usize::from(request.resumed))
+            });
+        resumed as f64 / f64::from(all.max(1))
+    }
+
     /// The origin's requests of `run`, by probe path, in the window.
     fn arrivals(&self, run: &str, window: &Window) -> BTreeMap<String, Vec<Instant>> {
         let tag = format!("run={run}&");
@@ -276,6 +330,54 @@ impl Bed {
         }
         by_path
     }
+}
+
+/// A runtime of threads named [`PROBER_THREADS`], whose CPU is what (b) and (c) count.
+fn prober_runtime() -> std::io::Result<Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .thread_name(PROBER_THREADS)
+        // Keep blocking threads (if any) alive: an exited thread's CPU time leaves
+        // /proc/self/task with it.
+        .thread_keep_alive(Duration::from_secs(3600))
+        .enable_all()
+        .build()
+}
+
+/// The baseline of (b)'s comparison: a probe as a general-purpose HTTP client makes it, as
+/// the operator's prober did until issue 20 (goal 4): a new reqwest client per probe, with
+/// no connection pool and the same TLS configuration, through the proxy.
+async fn general_client_probe(tls: ClientConfig, proxy: String, url: String) -> bool {
+    let Ok(proxy) = reqwest::Proxy::all(format!("http://{proxy}")) else {
+        return false;
+    };
+    let Ok(client) = reqwest::Client::builder()
+        .proxy(proxy)
+        .tls_backend_preconfigured(tls)
+        .pool_max_idle_per_host(0)
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+    else {
+        return false;
+    };
+    client
+        .get(url)
+        .send()
+        .await
+        .is_ok_and(|response| response.status().as_u16() == 204)
+}
+
+/// The TLS configuration the prober builds: Mozilla's roots and the origin's CA.
+fn probe_tls(ca_pem: &str) -> anyhow::Result<ClientConfig> {
+    let mut roots = RootCertStore::empty();
+    roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
+    for cert in CertificateDer::pem_slice_iter(ca_pem.as_bytes()) {
+        roots.add(cert?)?;
+    }
+    let provider = Arc::new(tokio_rustls::rustls::crypto::aws_lc_rs::default_provider());
+    Ok(ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()?
+        .with_root_certificates(roots)
+        .with_no_client_auth())
 }
 
 fn probe_path(run: &str, name: &str) -> String {
@@ -515,6 +617,44 @@ fn main() -> anyhow::Result<()> {
         "    not counted, for context: squid {:.0} us, origin {:.0} us per probe",
         micros(measured.squid_cpu),
         micros(measured.bed_cpu)
+    );
+    // Side by side: the probe alone, the operator's against a general-purpose client's.
+    let tls = probe_tls(&bed.origin.ca_pem)?;
+    let (general, general_cpu) = bed.bare("B0", window_b, |proxy, url| {
+        general_client_probe(tls.clone(), proxy, url)
+    })?;
+    let prober = Prober::new(Some(bed.origin.ca_pem.as_bytes()))?;
+    let (ours, ours_cpu) = bed.bare("B1", window_b, |proxy, url| {
+        let prober = prober.clone();
+        async move {
+            let spec = ProbeSpec {
+                proxy,
+                url,
+                timeout: Duration::from_secs(5),
+                expected_status_codes: vec![204],
+                egress_url: None,
+            };
+            prober.probe(&spec, None).await.ok
+        }
+    })?;
+    let per_probe = |cpu: f64, probes: usize| 1e6 * cpu / probes.max(1) as f64;
+    println!(
+        "    the probe alone (no engine), each squid once a second for {} s, side by side:",
+        window_b.as_secs()
+    );
+    println!(
+        "      a general-purpose client per probe (reqwest, the prober before issue 20): {general} probes, {:.0} us of CPU per probe, {:.0}% of handshakes resumed",
+        per_probe(general_cpu, general),
+        100.0 * bed.resumed("B0")
+    );
+    println!(
+        "      the operator's prober: {ours} probes, {:.0} us of CPU per probe, {:.0}% of handshakes resumed",
+        per_probe(ours_cpu, ours),
+        100.0 * bed.resumed("B1")
+    );
+    println!(
+        "      -> {:.2}x the probes per CPU-second",
+        per_probe(general_cpu, general) / per_probe(ours_cpu, ours).max(f64::EPSILON)
     );
 
     // (c) Scale: a fleet at the default-like 30 s interval, spread over the squids. The

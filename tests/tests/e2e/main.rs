@@ -24,6 +24,7 @@ mod metrics;
 mod operated;
 mod pods;
 mod pools;
+mod prober;
 mod probes;
 mod provider_health;
 mod reconcile;
