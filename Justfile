@@ -67,7 +67,7 @@ bench-gcp:
     tests/bed/provision.sh > /dev/null
     cargo run -q -p proxy-tests --bin bench-gcp
 
-# Benchmark: 1 000 and 10 000 External proxies over real squids: memory per proxy, time to Ready, CPU per probe, status writes/s, list latency (docs/benchmarks.md).
+# Benchmark: 1 000 and 10 000 External proxies over real squids: memory per proxy, time to Ready, CPU per probe, status writes/s, list latency, leadership renew age under list and lease load (docs/benchmarks.md).
 bench-scale:
     tests/bed/provision.sh > /dev/null
     cargo run -q -p proxy-tests --bin bench-scale

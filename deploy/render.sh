@@ -12,7 +12,8 @@ if [ -z "$helm" ]; then
 fi
 render() {
   cat <<'HEADER'
-# proxy-operator: namespace, RBAC, providers config, Deployment, PodDisruptionBudget, Services.
+# proxy-operator: namespace, RBAC, providers config, Deployment, PodDisruptionBudget, Services,
+# and the FlowSchema that gives the leadership Lease requests the leader-election priority.
 # GENERATED from the Helm chart deploy/chart by deploy/render.sh (values:
 # deploy/operator-values.yaml); edit the chart, then run deploy/render.sh.
 # Apply after the CRDs:

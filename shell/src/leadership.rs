@@ -17,6 +17,12 @@
 //! replica holds it. A loss is noticed when the held-until time passes, even while a round
 //! still waits on the API server, and each round is bounded by the renew deadline: a later
 //! answer could not extend the claim anyway.
+//!
+//! The rounds run on a thread and runtime of their own, with a kube client of their own
+//! ([`crate::dedicated`], started in [`crate::loops`]): on the shared runtime, under list and
+//! probe load, renews waited until the claim ran out. How long ago this replica last renewed
+//! is `proxy_operator_leadership_renew_age_seconds`, and the interval between its renews
+//! `proxy_operator_leadership_renew_interval_seconds` ([`crate::metrics`]).
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -30,6 +36,7 @@ use kube::api::{Api, PostParams};
 use proxy_core::leadership::{Candidate, Change, Claim, Loss, Plan, Standing, plan};
 use tokio::sync::watch;
 
+use crate::metrics::Metrics;
 use crate::time::{from_kube, to_kube};
 
 /// The annotation of the leadership Lease that carries the leader's discovery URL: the
@@ -48,6 +55,9 @@ pub struct Leadership {
     advertised: Option<String>,
     /// The discovery URL of the other replica whose valid claim the last round read.
     leader_url: Mutex<Option<String>>,
+    /// The renew time of this replica's last successful write of its claim, until a round
+    /// sees another replica's claim.
+    renewed_at: Mutex<Option<Timestamp>>,
 }
 
 impl Leadership {
@@ -61,6 +71,7 @@ impl Leadership {
             unopposed: false,
             advertised: None,
             leader_url: Mutex::default(),
+            renewed_at: Mutex::default(),
         }
     }
 
@@ -75,6 +86,7 @@ impl Leadership {
             unopposed: true,
             advertised: None,
             leader_url: Mutex::default(),
+            renewed_at: Mutex::default(),
         }
     }
 
@@ -105,20 +117,36 @@ impl Leadership {
         crate::supervise::lock(&self.standing)
     }
 
+    /// Whether this replica takes part in an election (it has rounds to run): `false` for an
+    /// [`unopposed`](Self::unopposed) one.
+    pub fn elects(&self) -> bool {
+        !self.unopposed
+    }
+
+    /// How long ago this replica last wrote its claim (at `now`): `None` before its first
+    /// write, while another replica's claim is valid, and for an unopposed replica. Grows past
+    /// the renew deadline when renews fail or stall; the claim runs out at its duration.
+    pub fn renew_age(&self, now: Timestamp) -> Option<Duration> {
+        let renewed_at = (*crate::supervise::lock(&self.renewed_at))?;
+        Duration::try_from(now.duration_since(renewed_at)).ok()
+    }
+
     /// A receiver that sees `true` each time this replica becomes the leader, `false` when it
     /// stops.
     pub fn subscribe(&self) -> watch::Receiver<bool> {
         self.changes.subscribe()
     }
 
-    /// Runs rounds against the Lease `name` in `namespace` until the task is dropped.
-    pub async fn run(&self, api: Api<Lease>, name: String) {
+    /// Runs rounds against the Lease `name` in `namespace` until the task is dropped,
+    /// recording each renew in `metrics`.
+    pub async fn run(&self, api: Api<Lease>, name: String, metrics: &Metrics) {
         if self.unopposed {
             return;
         }
         let timing = *self.candidate.timing();
         loop {
-            let round = tokio::time::timeout(timing.renew_deadline(), self.round(&api, &name));
+            let round =
+                tokio::time::timeout(timing.renew_deadline(), self.round(&api, &name, metrics));
             let next = match self.watching(round).await {
                 Ok(next) => next,
                 Err(_) => {
@@ -194,7 +222,7 @@ impl Leadership {
     }
 
     /// One round: read, plan, write; returns when to run the next one.
-    async fn round(&self, api: &Api<Lease>, name: &str) -> Timestamp {
+    async fn round(&self, api: &Api<Lease>, name: &str, metrics: &Metrics) -> Timestamp {
         let now = Timestamp::now();
         let existing = match api.get_opt(name).await {
             Ok(existing) => existing,
@@ -228,12 +256,28 @@ impl Leadership {
                 _ => api.replace(name, &PostParams::default(), &lease).await,
             };
             match write {
-                Ok(_) => written = true,
+                Ok(_) => {
+                    written = true;
+                    self.renewed(claim, metrics);
+                }
                 Err(error) => tracing::debug!(%error, "leadership write lost; following"),
             }
         }
+        if matches!(plan, Plan::Follow { .. }) {
+            *crate::supervise::lock(&self.renewed_at) = None;
+        }
         self.standing().record(&plan, written);
         plan.next_round()
+    }
+
+    /// Notes that `claim` was written: its renew time is this replica's last, and the
+    /// interval since the one before goes to `metrics`.
+    fn renewed(&self, claim: &Claim, metrics: &Metrics) {
+        let Some(at) = claim.renewed_at else { return };
+        let before = crate::supervise::lock(&self.renewed_at).replace(at);
+        if let Some(interval) = before.and_then(|b| Duration::try_from(at.duration_since(b)).ok()) {
+            metrics.leadership_renewed(interval);
+        }
     }
 }
 
@@ -278,6 +322,7 @@ fn spec_of(claim: &Claim) -> LeaseSpec {
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Arc;
     use std::time::Duration;
 
     use super::*;
@@ -297,5 +342,45 @@ mod tests {
             ..Lease::default()
         };
         assert_eq!(claim_of(&lease), claim);
+    }
+
+    #[test]
+    fn each_renew_is_timed_and_its_age_read_at_scrape_time_until_another_replica_leads() {
+        let candidate =
+            Candidate::new("replica-a", proxy_core::leadership::Timing::default()).unwrap();
+        let leadership = Arc::new(Leadership::new(candidate));
+        let metrics = Metrics::default();
+        metrics.watch_leadership(leadership.clone());
+        let scrape = || metrics.encode();
+        assert!(
+            !scrape().contains("proxy_operator_leadership_renew_age_seconds "),
+            "an age before the first renew"
+        );
+        let now = Timestamp::now();
+        let claim = |at: Timestamp| Claim {
+            holder: Some("replica-a".into()),
+            duration: Some(Duration::from_secs(15)),
+            renewed_at: Some(at),
+            acquired_at: Some(now - Duration::from_secs(60)),
+            transitions: 0,
+        };
+        leadership.renewed(&claim(now - Duration::from_secs(5)), &metrics);
+        leadership.renewed(&claim(now - Duration::from_secs(2)), &metrics);
+        let text = scrape();
+        for line in [
+            "proxy_operator_leadership_renew_interval_seconds_count 1",
+            "proxy_operator_leadership_renew_interval_seconds_sum 3.0",
+            r#"proxy_operator_leadership_renew_interval_seconds_bucket{le="2.0"} 0"#,
+            r#"proxy_operator_leadership_renew_interval_seconds_bucket{le="4.0"} 1"#,
+        ] {
+            assert!(text.lines().any(|l| l == line), "no {line:?} in:\n{text}");
+        }
+        let age: f64 = text
+            .lines()
+            .find_map(|l| l.strip_prefix("proxy_operator_leadership_renew_age_seconds "))
+            .expect("the renew age")
+            .parse()
+            .unwrap();
+        assert!((2.0..3.0).contains(&age), "age {age}");
     }
 }

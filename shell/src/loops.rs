@@ -2,18 +2,23 @@
 //!
 //! The loops (leadership rounds, the health engine, the lease book's sync, orphan GC) run
 //! under the panic boundary ([`supervise::forever`]): a panic restarts the loop after a
-//! backoff, never the process. The two servers (the discovery API and the admin port) are
-//! spawned once: each owns its listener, and a panic in a handler is already a 500 answer
-//! (`crate::server`), so there is nothing to restart. The controller runs in the caller's
-//! task; it owns the Proxy cache every loop reads, and its watch also feeds GC's view of
-//! the cache's completeness and [`Tracked`], which frees a Proxy's state when it goes.
+//! backoff, never the process. The leadership rounds run on a thread of their own
+//! ([`Dedicated`]), with a kube client of their own, so that no load on the main runtime
+//! delays a renew; should that thread end anyway, the operator shuts down with an error (and
+//! is restarted) rather than go on without renewing its claim. The two servers (the
+//! discovery API and the admin port) are spawned once: each owns its listener, and a panic
+//! in a handler is already a 500 answer (`crate::server`), so there is nothing to restart.
+//! The controller runs in the caller's task; it owns the Proxy cache every loop reads, and
+//! its watch also feeds GC's view of the cache's completeness and [`Tracked`], which frees
+//! a Proxy's state when it goes.
 //!
 //! Shutdown, on SIGTERM (how Kubernetes stops a Pod) or SIGINT:
 //! 1. the servers stop accepting and let the requests in flight finish within the grace;
 //! 2. at the same time the controller finishes its reconciles in flight; one that missed the
 //!    signal (it came while the operator was starting) or does not finish within the grace
 //!    is dropped, as a crash would (reconciles are idempotent);
-//! 3. once the controller has stopped, the loops are aborted;
+//! 3. once the controller has stopped, the loops are aborted and the leadership thread is
+//!    stopped (the claim then runs out, or another replica's round takes it over);
 //! 4. then the servers are awaited, the owner of the lease book saves it once more, and the
 //!    process exits.
 
@@ -31,6 +36,7 @@ use tokio::task::JoinSet;
 
 use crate::controller::{self, Context};
 use crate::credentials::{self, CredentialsCache};
+use crate::dedicated::Dedicated;
 use crate::discovery::ownership::{self, Store as LeaseBookStore};
 use crate::discovery::{self, Discovery};
 use crate::gc::{CacheWatch, Collector, GcSettings};
@@ -57,8 +63,10 @@ pub struct Parts {
     pub gc: Option<GcSettings>,
     /// Reconciles at once (0: unbounded).
     pub max_concurrent_reconciles: u16,
-    /// Where the leadership Lease lives.
-    pub leases: kube::Api<Lease>,
+    /// How to reach the API server: the leadership rounds build their own client from it.
+    pub kube_config: kube::Config,
+    /// The namespace of the leadership Lease.
+    pub leadership_namespace: String,
     /// The leadership Lease's name.
     pub leadership_name: String,
     /// Where and how the provider health monitor runs.
@@ -93,9 +101,10 @@ pub struct Servers {
     pub http: Settings,
 }
 
-/// Runs everything until `stopping` turns `true` (see [`shutdown_signals`]) and the
-/// shutdown above is done.
-pub async fn run(parts: Parts, stopping: watch::Receiver<bool>) -> anyhow::Result<()> {
+/// Runs everything until `signals` turns `true` (see [`shutdown_signals`]) and the
+/// shutdown above is done; or, should the leadership thread end, shuts down the same way
+/// and returns that error.
+pub async fn run(parts: Parts, signals: watch::Receiver<bool>) -> anyhow::Result<()> {
     let Parts {
         ctx,
         discovery,
@@ -103,24 +112,30 @@ pub async fn run(parts: Parts, stopping: watch::Receiver<bool>) -> anyhow::Resul
         namespace,
         gc,
         max_concurrent_reconciles,
-        leases,
+        kube_config,
+        leadership_namespace,
         leadership_name,
         provider_checks,
         servers,
     } = parts;
+    let (stop, stopping) = stop_on(signals);
     let mut background = Background {
         tasks: JoinSet::new(),
         metrics: ctx.metrics.clone(),
     };
-    background.spawn(Loop::Leadership, {
-        let leadership = ctx.leadership.clone();
-        let leadership_name = leadership_name.clone();
-        move || {
-            let (leadership, leases, name) =
-                (leadership.clone(), leases.clone(), leadership_name.clone());
-            async move { leadership.run(leases, name).await }
-        }
-    });
+    ctx.metrics.watch_leadership(ctx.leadership.clone());
+    let mut leadership_thread = ctx
+        .leadership
+        .elects()
+        .then(|| {
+            elections(
+                &ctx,
+                kube_config,
+                leadership_namespace,
+                leadership_name.clone(),
+            )
+        })
+        .transpose()?;
     let http = servers.http;
     let admin = tokio::spawn(crate::admin::serve(
         ctx.metrics.clone(),
@@ -241,6 +256,7 @@ pub async fn run(parts: Parts, stopping: watch::Receiver<bool>) -> anyhow::Resul
     let pool_triggers = futures::stream::poll_fn(move |cx| pool_rx.poll_recv(cx));
     let health_reports = futures::stream::poll_fn(move |cx| health_rx.poll_recv(cx));
     let grace = http.shutdown_grace;
+    let mut failed = None;
     tokio::select! {
         ((), ()) = futures::future::join(
             controller::run(
@@ -257,15 +273,55 @@ pub async fn run(parts: Parts, stopping: watch::Receiver<bool>) -> anyhow::Resul
             stopped(stopping).await;
             tokio::time::sleep(grace).await;
         } => tracing::warn!("the controller did not stop within the shutdown grace: stopping it"),
+        () = async {
+            match &mut leadership_thread {
+                Some(thread) => thread.ended().await,
+                None => std::future::pending().await,
+            }
+        } => {
+            tracing::error!("the leadership thread ended: stopping, so that the operator is restarted");
+            failed = Some(anyhow::anyhow!("the leadership thread ended"));
+            let _ = stop.send(true);
+        }
     }
     background.tasks.shutdown().await;
+    if let Some(thread) = leadership_thread {
+        thread.stop().await;
+    }
     api.await?;
     // Every lease request is answered: save the book once more, so a restart loses nothing.
     ownership::save_at_shutdown(&discovery, &lease_book).await;
     admin.await?;
     probes.await?;
     tracing::info!("stopped");
-    Ok(())
+    failed.map_or(Ok(()), Err)
+}
+
+/// Starts the leadership rounds on their own thread and runtime, with their own client
+/// built there from `config` (see [`crate::dedicated`]), under the panic boundary.
+fn elections(
+    ctx: &Context,
+    config: kube::Config,
+    namespace: String,
+    name: String,
+) -> anyhow::Result<Dedicated> {
+    let (leadership, metrics) = (ctx.leadership.clone(), ctx.metrics.clone());
+    let start = move || async move {
+        let client = match kube::Client::try_from(config) {
+            Ok(client) => client,
+            Err(error) => {
+                tracing::error!(%error, "cannot build the leadership rounds' API client");
+                return;
+            }
+        };
+        let leases = kube::Api::<Lease>::namespaced(client, &namespace);
+        supervise::forever(Loop::Leadership, metrics.clone(), || {
+            leadership.run(leases.clone(), name.clone(), &metrics)
+        })
+        .await;
+    };
+    Dedicated::spawn("leadership", start)
+        .map_err(|e| anyhow::anyhow!("starting the leadership thread: {e}"))
 }
 
 /// The loops, each under the panic boundary; aborted together at shutdown.
@@ -304,6 +360,20 @@ pub fn shutdown_signals() -> anyhow::Result<watch::Receiver<bool>> {
         let _ = signalled.send(true);
     });
     Ok(stopping)
+}
+
+/// A stop that turns `true` at the first of `signals`, or when the operator sends it.
+fn stop_on(signals: watch::Receiver<bool>) -> (Arc<watch::Sender<bool>>, watch::Receiver<bool>) {
+    let (stop, stopping) = watch::channel(false);
+    let stop = Arc::new(stop);
+    tokio::spawn({
+        let stop = stop.clone();
+        async move {
+            stopped(signals).await;
+            let _ = stop.send(true);
+        }
+    });
+    (stop, stopping)
 }
 
 /// Resolves once a shutdown signal has arrived.

@@ -23,6 +23,7 @@ use proxy_crd::{Phase, Proxy, ProxyPool};
 
 use crate::discovery::Discovery;
 use crate::gate::Write;
+use crate::leadership::Leadership;
 use crate::supervise::{Loop, lock};
 use crate::tracked::Tracked;
 
@@ -138,6 +139,7 @@ pub struct Metrics {
     gc_kept: Family<KeptLabels, Gauge>,
     writes_dropped: Family<WriteLabels, Counter>,
     lease_book_saves: Family<SaveLabels, Counter>,
+    leadership_renew_interval: Histogram,
     // The proxies that have series, for `proxy_operator_tracked_proxies{store="metrics"}`.
     proxy_series: Mutex<HashSet<ProxyLabels>>,
     sources: Arc<Sources>,
@@ -149,6 +151,7 @@ struct Sources {
     proxies: OnceLock<Store<Proxy>>,
     pools: OnceLock<Store<ProxyPool>>,
     discovery: OnceLock<Arc<Discovery>>,
+    leadership: OnceLock<Arc<Leadership>>,
     // Weak: what it counts holds these metrics.
     tracked: OnceLock<Weak<Tracked>>,
 }
@@ -256,6 +259,14 @@ impl Default for Metrics {
         for result in ["saved", "conflict", "failed"] {
             drop(lease_book_saves.get_or_create(&SaveLabels { result }));
         }
+        // 0.25 s to 64 s: a healthy leader renews every retry period (2 s by default), and
+        // its claim runs out at the duration (15 s).
+        let leadership_renew_interval = Histogram::new(exponential_buckets(0.25, 2.0, 9));
+        registry.register(
+            "leadership_renew_interval_seconds",
+            "Time between two successive successful writes of this replica's leadership claim (their renew times)",
+            leadership_renew_interval.clone(),
+        );
         let sources = Arc::new(Sources::default());
         registry.register_collector(Box::new(ScrapeTime(sources.clone())));
         Self {
@@ -273,6 +284,7 @@ impl Default for Metrics {
             gc_kept,
             writes_dropped,
             lease_book_saves,
+            leadership_renew_interval,
             proxy_series: Mutex::default(),
             sources,
         }
@@ -293,6 +305,12 @@ impl Metrics {
     /// Active leases are read from this discovery API at scrape time.
     pub fn watch_leases(&self, discovery: Arc<Discovery>) {
         let _ = self.sources.discovery.set(discovery);
+    }
+
+    /// The age of this replica's last leadership renew is read from `leadership` at scrape
+    /// time.
+    pub fn watch_leadership(&self, leadership: Arc<Leadership>) {
+        let _ = self.sources.leadership.set(leadership);
     }
 
     /// The per-Proxy state of the process is counted from `tracked` at scrape time.
@@ -356,6 +374,12 @@ impl Metrics {
                 kind: write.label(),
             })
             .inc();
+    }
+
+    /// This replica renewed its leadership claim `interval` after its previous renew.
+    pub fn leadership_renewed(&self, interval: std::time::Duration) {
+        self.leadership_renew_interval
+            .observe(interval.as_secs_f64());
     }
 
     /// Counts a save of the lease book: `saved`, `conflict` or `failed`.
@@ -495,6 +519,21 @@ impl Collector for ScrapeTime {
             let metric = encoder.encode_descriptor(
                 "leases_active",
                 "Crawler leases held on this replica's proxies",
+                None,
+                gauge.metric_type(),
+            )?;
+            gauge.encode(metric)?;
+        }
+        if let Some(age) = self
+            .0
+            .leadership
+            .get()
+            .and_then(|leadership| leadership.renew_age(jiff::Timestamp::now()))
+        {
+            let gauge = ConstGauge::new(age.as_secs_f64());
+            let metric = encoder.encode_descriptor(
+                "leadership_renew_age_seconds",
+                "Seconds since this replica last wrote its leadership claim (its renew time); absent while another replica's claim is valid, and without an election",
                 None,
                 gauge.metric_type(),
             )?;

@@ -10,7 +10,6 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use anyhow::anyhow;
-use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Namespace;
 use proxy_core::record::{Config as RecordConfig, Header, Operator};
 
@@ -86,7 +85,8 @@ async fn serve(args: RunArgs, config: ProvidersConfig) -> anyhow::Result<()> {
         args.probe_concurrency,
         metrics.clone(),
     ));
-    let client = kube::Client::try_default().await?;
+    let kube_config = kube::Config::infer().await?;
+    let client = kube::Client::try_from(kube_config.clone())?;
     let installation = match &args.installation_id {
         Some(id) => id.clone(),
         None => kube::Api::<Namespace>::all(client.clone())
@@ -105,7 +105,6 @@ async fn serve(args: RunArgs, config: ProvidersConfig) -> anyhow::Result<()> {
     let gc = args.gc(&installation);
     let timing = args.timing();
     tracing::info!(providers = %config.summary(), namespace = ?args.namespace, identity = leadership.identity(), installation, "proxy-operator starting");
-    let leases = kube::Api::<Lease>::namespaced(client.clone(), &args.leadership_namespace);
     let (checkpoint_interval, fence) = args.lease_checkpoints();
     let discovery = Arc::new(Discovery::replicated(
         args.discovery_token.as_deref(),
@@ -191,7 +190,8 @@ async fn serve(args: RunArgs, config: ProvidersConfig) -> anyhow::Result<()> {
         namespace: args.namespace,
         gc,
         max_concurrent_reconciles: args.max_concurrent_reconciles,
-        leases,
+        kube_config,
+        leadership_namespace: args.leadership_namespace.clone(),
         provider_checks,
         leadership_name: args.leadership_name,
         servers,

@@ -312,12 +312,16 @@ impl ControlPlane {
     /// A client for this control plane (one per test: a client is bound to the runtime of the
     /// test that made it).
     pub async fn client(&self) -> kube::Client {
+        kube::Client::try_from(self.config().await).expect("build a client")
+    }
+
+    /// How to reach the API server as the admin, for a client built elsewhere (on a runtime
+    /// of its own).
+    pub async fn config(&self) -> kube::Config {
         let kubeconfig = Kubeconfig::read_from(&self.kubeconfig).expect("read the kubeconfig");
-        let config =
-            kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
-                .await
-                .expect("a valid kubeconfig");
-        kube::Client::try_from(config).expect("build a client")
+        kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+            .await
+            .expect("a valid kubeconfig")
     }
 
     /// Creates a fresh namespace for one test, named after `prefix`.

@@ -18,6 +18,7 @@ pub mod bins;
 pub mod certs;
 pub mod control_plane;
 pub mod gce;
+pub mod leadership_load;
 pub mod libvirt;
 pub mod operator;
 pub mod pod_runner;

@@ -12,26 +12,40 @@
 //! - the operator's CPU per probe in the steady window (the whole process: in steady state
 //!   the prober is nearly all of it);
 //! - status writes per second in the steady window (the API server's own counts);
-//! - `GET /v1/proxies` p50 and p99 (sequential requests with the bearer token).
+//! - `GET /v1/proxies` p50 and p99 (sequential requests with the bearer token);
+//! - then a loaded window of its own (goal 6; `proxy_tests::leadership_load`), with
+//!   `BENCH_LISTERS` clients listing every proxy back to back and `BENCH_LEASERS` clients
+//!   acquiring and releasing leases back to back (4 each): the lists and lease pairs served;
+//! - leadership (goal 6): the age of the leadership Lease's `spec.renewTime`, sampled every
+//!   250 ms from the first create on (p50, p99, max on the way to Ready, in the steady
+//!   window and in the loaded window), the claims the operator lost (`lost leadership` in
+//!   its log) and the reconciles stopped because it no longer led
+//!   (`proxy_operator_reconcile_errors_total{class="not_leader"}`, and the log lines that say
+//!   `no longer the leader`). `BENCH_BUSY` busy-loop processes (default 0) run from the
+//!   first create to the end, as outside CPU load.
 //!
 //! Run: `just bench-scale` (or `cargo run -p proxy-tests --bin bench-scale`; it builds and
 //! runs the *release* operator). `BENCH_SIZES` (default `1000,10000`), `BENCH_SQUIDS`
 //! (default 40), `BENCH_INTERVAL` (the probe interval, seconds, default 30, the CRD's
-//! default) and `BENCH_STEADY` (the steady window, seconds, default 300) change it;
+//! default), `BENCH_STEADY` (the steady window, seconds, default 300) and `BENCH_LOADED`
+//! (the loaded window, seconds, default 120; 0 skips it) change it;
 //! `BENCH_OPERATOR` runs another operator binary (an older commit's, or a wrapper that starts
 //! it under a heap profiler). All traffic stays on loopback addresses; `tests/bed/reap.sh`
 //! stops every squid when it exits.
 
 use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use futures::{StreamExt, TryStreamExt, stream};
 use kube::api::{Api, ListParams, PostParams};
 use proxy_crd::{Phase, Proxy};
 use proxy_tests::control_plane::ControlPlane;
+use proxy_tests::leadership_load::{self, Load, RenewAges, Sampler, percentile};
 use proxy_tests::operator::{DISCOVERY_TOKEN, Operator, Polls, release_binary};
 use proxy_tests::probe_origin::ProbeOrigin;
+use proxy_tests::run_dir::subdir;
 use proxy_tests::squid::{Squid, next_loopback_addr};
 use proxy_tests::write_counts::{status_writes, writes};
 use serde_json::json;
@@ -91,10 +105,47 @@ fn proxy(origin: &ProbeOrigin, run: &str, i: usize, host: Ipv4Addr, interval: u3
     .expect("a valid Proxy")
 }
 
-/// The `p`-th percentile (0..=100) of `sorted`.
-fn percentile(sorted: &[Duration], p: usize) -> Duration {
-    let index = (sorted.len().saturating_sub(1) * p).div_ceil(100);
-    sorted.get(index).copied().unwrap_or_default()
+/// Busy-loop processes, outside CPU load; killed when dropped.
+struct Busy(Vec<Child>);
+
+impl Busy {
+    fn start(count: usize) -> anyhow::Result<Self> {
+        // The run directory in the command line: tests/bed/reap.sh kills them too.
+        let tag = subdir("busy");
+        (0..count)
+            .map(|_| {
+                Command::new("sh")
+                    .args(["-c", "while :; do :; done"])
+                    .arg(&tag)
+                    .stdin(Stdio::null())
+                    .spawn()
+                    .map_err(anyhow::Error::from)
+            })
+            .collect::<anyhow::Result<_>>()
+            .map(Self)
+    }
+}
+
+impl Drop for Busy {
+    fn drop(&mut self) {
+        for child in &mut self.0 {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// What the leadership samples and the operator's log and metrics say, over one size's run.
+struct Leadership {
+    /// Renew ages from the first create to all Ready, in the steady window, in the loaded
+    /// window.
+    phases: Vec<(&'static str, RenewAges)>,
+    /// `lost leadership` lines in the operator's log.
+    losses: usize,
+    /// Reconciles stopped because the operator no longer led (its metric).
+    not_leader: u64,
+    /// Log lines that say `no longer the leader`.
+    not_leader_lines: usize,
 }
 
 /// What one fleet size measured.
@@ -112,6 +163,8 @@ struct Measured {
     list_p50: Duration,
     list_p99: Duration,
     list_bytes: usize,
+    loaded: Option<leadership_load::Measured>,
+    leadership: Leadership,
 }
 
 struct Bench<'a> {
@@ -124,6 +177,15 @@ struct Bench<'a> {
     interval: u32,
     steady: Duration,
     ticks_per_second: f64,
+    load: LoadSettings,
+}
+
+/// The loaded window's length and load.
+struct LoadSettings {
+    window: Duration,
+    listers: usize,
+    leasers: usize,
+    busy: usize,
 }
 
 impl Bench<'_> {
@@ -176,6 +238,16 @@ impl Bench<'_> {
         let pid = operator.pid();
         let rss_idle = rss(pid)?;
 
+        let sampler = Sampler::start(
+            &leadership_load::Watched {
+                namespace: ns.clone(),
+                lease: "proxy-operator".to_owned(),
+                identity: operator.identity.clone(),
+            },
+            self.plane.config().await,
+        )?;
+        let busy = Busy::start(self.load.busy)?;
+        let mut phases = Vec::new();
         let proxies: Api<Proxy> = Api::namespaced(self.client.clone(), &ns);
         let started = Instant::now();
         stream::iter(0..n)
@@ -217,6 +289,7 @@ impl Bench<'_> {
         }
         let to_ready = started.elapsed();
         let rss_ready = rss(pid)?;
+        phases.push(("to all Ready", sampler.take()));
 
         // The steady window: every proxy Ready, nothing changing but the probes.
         let writes_before = writes(self.plane);
@@ -228,6 +301,7 @@ impl Bench<'_> {
             rss_steady.push(rss(pid)?);
         }
         let steady = window_start.elapsed();
+        phases.push(("steady", sampler.take()));
         let cpu = cpu_seconds(pid, self.ticks_per_second)? - cpu_before;
         let writes_after = writes(self.plane);
         let window_end = window_start + steady;
@@ -255,6 +329,33 @@ impl Bench<'_> {
             list_bytes = body.len();
         }
         lists.sort();
+        let loaded = if self.load.window.is_zero() {
+            None
+        } else {
+            let load = Load::start(&leadership_load::Settings {
+                discovery: operator.discovery.clone(),
+                listers: self.load.listers,
+                leasers: self.load.leasers,
+            });
+            tokio::time::sleep(self.load.window).await;
+            let load = load.finish().await;
+            phases.push(("loaded", sampler.take()));
+            Some(load)
+        };
+        sampler.stop().await;
+        drop(busy);
+        let log = operator.log();
+        let leadership = Leadership {
+            phases,
+            losses: log.matches("lost leadership").count(),
+            not_leader: operator
+                .metric_sum(
+                    "proxy_operator_reconcile_errors_total",
+                    r#"class="not_leader""#,
+                )
+                .await,
+            not_leader_lines: log.matches("no longer the leader").count(),
+        };
         drop(operator);
         Ok(Measured {
             n,
@@ -270,6 +371,8 @@ impl Bench<'_> {
             list_p50: percentile(&lists, 50),
             list_p99: percentile(&lists, 99),
             list_bytes,
+            loaded,
+            leadership,
         })
     }
 }
@@ -339,6 +442,51 @@ fn report(m: &Measured, interval: u32, squids: usize) {
         m.list_p50.as_secs_f64() * 1e3,
         m.list_p99.as_secs_f64() * 1e3
     );
+    if let Some(load) = &m.loaded {
+        report_load(load);
+    }
+    report_leadership(&m.leadership);
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e3
+}
+
+fn report_load(load: &leadership_load::Measured) {
+    let window = load.window.as_secs_f64();
+    println!(
+        "    loaded window {:.0} s: {} lists ({:.1}/s, {} failed), {} lease pairs ({:.1}/s, p99 {:.1} ms, {} failed)",
+        window,
+        load.lists,
+        load.lists as f64 / window,
+        load.list_errors,
+        load.lease_pairs.len(),
+        load.lease_pairs.len() as f64 / window,
+        ms(percentile(&load.lease_pairs, 99)),
+        load.lease_errors
+    );
+}
+
+fn report_leadership(l: &Leadership) {
+    println!(
+        "    leadership renew age (sampled every {} ms):",
+        leadership_load::SAMPLE.as_millis()
+    );
+    for (phase, renew) in &l.phases {
+        let ages = &renew.ages;
+        println!(
+            "      {phase}: {} samples, p50 {:.0} ms, p99 {:.0} ms, max {:.0} ms; {} not held",
+            ages.len(),
+            ms(percentile(ages, 50)),
+            ms(percentile(ages, 99)),
+            ms(ages.last().copied().unwrap_or_default()),
+            renew.not_held
+        );
+    }
+    println!(
+        "    claims lost: {}; reconciles stopped as not the leader: {} ({} log lines say so)",
+        l.losses, l.not_leader, l.not_leader_lines
+    );
 }
 
 #[tokio::main]
@@ -355,6 +503,12 @@ async fn main() -> anyhow::Result<()> {
     let squid_count: usize = env_or("BENCH_SQUIDS", 40);
     let interval: u32 = env_or("BENCH_INTERVAL", 30);
     let steady = Duration::from_secs(env_or("BENCH_STEADY", 300));
+    let load = LoadSettings {
+        window: Duration::from_secs(env_or("BENCH_LOADED", 120)),
+        listers: env_or("BENCH_LISTERS", 4),
+        leasers: env_or("BENCH_LEASERS", 4),
+        busy: env_or("BENCH_BUSY", 0),
+    };
     let plane = ControlPlane::shared();
     let client = plane.client().await;
     let other = std::env::var_os("BENCH_OPERATOR").map(PathBuf::from);
@@ -387,6 +541,7 @@ async fn main() -> anyhow::Result<()> {
         interval,
         steady,
         ticks_per_second,
+        load,
     };
     println!(
         "bench-scale: operator {} (default configuration), {} squids, {} CPUs",

@@ -136,9 +136,37 @@ async fn the_rendered_chart_passes_a_server_side_dry_run_with_least_privilege_pe
         "Deployment",
         "PodDisruptionBudget",
         "Service",
+        "FlowSchema",
     ] {
         assert!(kinds.contains(&kind), "{kind} missing from {kinds:?}");
     }
+    // API Priority and Fairness: the API server takes the FlowSchema (flowcontrol v1), which
+    // puts the ServiceAccount's requests on its leadership Lease in `leader-election`. (The
+    // test bed runs kube-apiserver with --enable-priority-and-fairness=false, as envtest
+    // does: the schema is accepted and installed here, not enforced.)
+    let schema = objects
+        .iter()
+        .find(|o| o["kind"] == "FlowSchema")
+        .expect("a FlowSchema");
+    assert_eq!(schema["apiVersion"], "flowcontrol.apiserver.k8s.io/v1");
+    assert_eq!(
+        schema["spec"]["priorityLevelConfiguration"]["name"],
+        "leader-election"
+    );
+    let rule = &schema["spec"]["rules"][0];
+    assert_eq!(
+        rule["subjects"][0]["serviceAccount"],
+        json!({"name": "dry-proxy-operator", "namespace": ns})
+    );
+    assert_eq!(
+        rule["resourceRules"][0],
+        json!({
+            "apiGroups": ["coordination.k8s.io"],
+            "resources": ["leases"],
+            "verbs": ["get", "create", "update"],
+            "namespaces": [ns],
+        })
+    );
     let resources = cluster_role_resources(&objects);
     for resource in ["pods", "proxies", "proxies/status"] {
         assert!(

@@ -682,6 +682,7 @@ async fn the_deploy_manifests_are_accepted_by_the_api_server() {
         "clusterrole.rbac.authorization.k8s.io/proxy-operator",
         "deployment.apps/proxy-operator",
         "configmap/proxy-operator-providers",
+        "flowschema.flowcontrol.apiserver.k8s.io/proxy-operator-leadership",
     ] {
         assert!(stdout.contains(kind), "{kind} missing from:\n{stdout}");
     }
