@@ -229,6 +229,31 @@ mod tests {
         addr
     }
 
+    /// A proxy at 127.0.0.1 that reads each connection's first request and writes the first
+    /// of what `answer` gives for its head (lowercased); for each further answer it reads
+    /// again and writes that; then it closes the connection.
+    async fn answering(answer: fn(&str) -> &'static [&'static [u8]]) -> String {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let proxy = listener.local_addr().unwrap().to_string();
+        tokio::spawn(async move {
+            while let Ok((mut stream, _)) = listener.accept().await {
+                tokio::spawn(async move {
+                    let mut request = [0u8; 4096];
+                    let n = stream.read(&mut request).await.unwrap_or(0);
+                    let head = String::from_utf8_lossy(&request[..n]).to_ascii_lowercase();
+                    for (i, bytes) in answer(&head).iter().enumerate() {
+                        if i > 0 {
+                            let _ = stream.read(&mut request).await;
+                        }
+                        let _ = stream.write_all(bytes).await;
+                    }
+                    let _ = stream.shutdown().await;
+                });
+            }
+        });
+        proxy
+    }
+
     async fn cause(proxy: String, url: &str) -> Option<ProbeFailure> {
         let spec = ProbeSpec {
             proxy,
@@ -328,24 +353,14 @@ mod tests {
     #[tokio::test]
     async fn a_probe_with_credentials_sends_them_to_the_proxy() {
         // A proxy that wants `u:p` (base64 dTpw), as squid with basic auth does: 407 without.
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let proxy = listener.local_addr().unwrap().to_string();
-        tokio::spawn(async move {
-            while let Ok((mut stream, _)) = listener.accept().await {
-                tokio::spawn(async move {
-                    let mut request = [0u8; 4096];
-                    let n = stream.read(&mut request).await.unwrap_or(0);
-                    let head = String::from_utf8_lossy(&request[..n]).to_ascii_lowercase();
-                    let answer: &[u8] = if head.contains("proxy-authorization: basic dtpw\r\n") {
-                        b"HTTP/1.1 204 No Content\r\n\r\n"
-                    } else {
-                        b"HTTP/1.1 407 Proxy Authentication Required\r\nX-Squid-Error: ERR_CACHE_ACCESS_DENIED 0\r\nContent-Length: 0\r\n\r\n"
-                    };
-                    let _ = stream.write_all(answer).await;
-                    let _ = stream.shutdown().await;
-                });
+        let proxy = answering(|head| {
+            if head.contains("proxy-authorization: basic dtpw\r\n") {
+                &[b"HTTP/1.1 204 No Content\r\n\r\n"]
+            } else {
+                &[b"HTTP/1.1 407 Proxy Authentication Required\r\nX-Squid-Error: ERR_CACHE_ACCESS_DENIED 0\r\nContent-Length: 0\r\n\r\n"]
             }
-        });
+        })
+        .await;
         let spec = ProbeSpec {
             proxy,
             url: "http://probe.test/".to_owned(),
@@ -367,28 +382,19 @@ mod tests {
     async fn an_https_probe_sends_the_credentials_on_the_connect() {
         // The tunnel opens only with `u:p`; what follows is not TLS, so a probe that got past
         // the CONNECT fails at the handshake, and one that did not fails with a 407.
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let proxy = listener.local_addr().unwrap().to_string();
-        tokio::spawn(async move {
-            while let Ok((mut stream, _)) = listener.accept().await {
-                tokio::spawn(async move {
-                    let mut request = [0u8; 4096];
-                    let n = stream.read(&mut request).await.unwrap_or(0);
-                    let head = String::from_utf8_lossy(&request[..n]).to_ascii_lowercase();
-                    let answer: &[u8] = if head.starts_with("connect probe.test:443 http/1.1\r\n")
-                        && head.contains("proxy-authorization: basic dtpw\r\n")
-                    {
-                        b"HTTP/1.1 200 Connection established\r\n\r\n"
-                    } else {
-                        b"HTTP/1.1 407 Proxy Authentication Required\r\nContent-Length: 0\r\n\r\n"
-                    };
-                    let _ = stream.write_all(answer).await;
-                    let _ = stream.read(&mut request).await;
-                    let _ = stream.write_all(b"not TLS\r\n").await;
-                    let _ = stream.shutdown().await;
-                });
+        let proxy = answering(|head| {
+            if head.starts_with("connect probe.test:443 http/1.1\r\n")
+                && head.contains("proxy-authorization: basic dtpw\r\n")
+            {
+                &[
+                    b"HTTP/1.1 200 Connection established\r\n\r\n",
+                    b"not TLS\r\n",
+                ]
+            } else {
+                &[b"HTTP/1.1 407 Proxy Authentication Required\r\nContent-Length: 0\r\n\r\n"]
             }
-        });
+        })
+        .await;
         let spec = ProbeSpec {
             proxy,
             url: "https://probe.test/generate_204".to_owned(),
@@ -409,27 +415,16 @@ mod tests {
     #[tokio::test]
     async fn after_a_good_probe_the_egress_url_answers_the_address() {
         // A plain-http proxy that forwards the probe (204) and the egress URL (its body).
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let proxy = listener.local_addr().unwrap().to_string();
-        tokio::spawn(async move {
-            while let Ok((mut stream, _)) = listener.accept().await {
-                tokio::spawn(async move {
-                    let mut request = [0u8; 4096];
-                    let n = stream.read(&mut request).await.unwrap_or(0);
-                    let head = String::from_utf8_lossy(&request[..n]).into_owned();
-                    let answer: &[u8] =
-                        if head.starts_with("GET http://egress.test/ip HTTP/1.1\r\n") {
-                            b"HTTP/1.1 200 OK\r\nContent-Length: 12\r\n\r\n203.0.113.7\n"
-                        } else if head.starts_with("GET http://probe.test/ HTTP/1.1\r\n") {
-                            b"HTTP/1.1 204 No Content\r\n\r\n"
-                        } else {
-                            b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n"
-                        };
-                    let _ = stream.write_all(answer).await;
-                    let _ = stream.shutdown().await;
-                });
+        let proxy = answering(|head| {
+            if head.starts_with("get http://egress.test/ip http/1.1\r\n") {
+                &[b"HTTP/1.1 200 OK\r\nContent-Length: 12\r\n\r\n203.0.113.7\n"]
+            } else if head.starts_with("get http://probe.test/ http/1.1\r\n") {
+                &[b"HTTP/1.1 204 No Content\r\n\r\n"]
+            } else {
+                &[b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n"]
             }
-        });
+        })
+        .await;
         let spec = ProbeSpec {
             proxy,
             url: "http://probe.test/".to_owned(),
