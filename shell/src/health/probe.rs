@@ -254,17 +254,39 @@ mod tests {
         proxy
     }
 
-    async fn cause(proxy: String, url: &str) -> Option<ProbeFailure> {
-        let spec = ProbeSpec {
+    /// A probe of `url` through `proxy` that expects 204, within 1.5 s.
+    fn spec(proxy: String, url: &str) -> ProbeSpec {
+        ProbeSpec {
             proxy,
             url: url.to_owned(),
             timeout: Duration::from_millis(1500),
             expected_status_codes: vec![204],
             egress_url: None,
-        };
-        let result = Prober::new(None).unwrap().probe(&spec, None).await;
+        }
+    }
+
+    async fn cause_with(
+        prober: &Prober,
+        spec: &ProbeSpec,
+        credentials: Option<&Credentials>,
+    ) -> Option<ProbeFailure> {
+        let result = prober.probe(spec, credentials).await;
         assert_eq!(result.ok, result.error.is_none(), "{result:?}");
         result.error.map(|error| error.cause)
+    }
+
+    async fn cause(proxy: String, url: &str) -> Option<ProbeFailure> {
+        cause_with(&Prober::new(None).unwrap(), &spec(proxy, url), None).await
+    }
+
+    /// The causes of a probe with the credentials `u:p`, and of one without.
+    async fn with_and_without(
+        proxy: String,
+        url: &str,
+    ) -> (Option<ProbeFailure>, Option<ProbeFailure>) {
+        let (prober, spec) = (Prober::new(None).unwrap(), spec(proxy, url));
+        let with = cause_with(&prober, &spec, Some(&Credentials::new("u", "p"))).await;
+        (with, cause_with(&prober, &spec, None).await)
     }
 
     #[tokio::test]
@@ -361,20 +383,9 @@ mod tests {
             }
         })
         .await;
-        let spec = ProbeSpec {
-            proxy,
-            url: "http://probe.test/".to_owned(),
-            timeout: Duration::from_millis(1500),
-            expected_status_codes: vec![204],
-            egress_url: None,
-        };
-        let prober = Prober::new(None).unwrap();
-        let with = prober.probe(&spec, Some(&Credentials::new("u", "p"))).await;
-        assert!(with.ok, "{with:?}");
-        let without = prober.probe(&spec, None).await;
         assert_eq!(
-            without.error.map(|e| e.cause),
-            Some(ProbeFailure::ProxyAuthRequired)
+            with_and_without(proxy, "http://probe.test/").await,
+            (None, Some(ProbeFailure::ProxyAuthRequired))
         );
     }
 
@@ -395,20 +406,12 @@ mod tests {
             }
         })
         .await;
-        let spec = ProbeSpec {
-            proxy,
-            url: "https://probe.test/generate_204".to_owned(),
-            timeout: Duration::from_millis(1500),
-            expected_status_codes: vec![204],
-            egress_url: None,
-        };
-        let prober = Prober::new(None).unwrap();
-        let with = prober.probe(&spec, Some(&Credentials::new("u", "p"))).await;
-        assert_eq!(with.error.map(|e| e.cause), Some(ProbeFailure::Tls));
-        let without = prober.probe(&spec, None).await;
         assert_eq!(
-            without.error.map(|e| e.cause),
-            Some(ProbeFailure::ProxyAuthRequired)
+            with_and_without(proxy, "https://probe.test/generate_204").await,
+            (
+                Some(ProbeFailure::Tls),
+                Some(ProbeFailure::ProxyAuthRequired)
+            )
         );
     }
 
@@ -426,11 +429,8 @@ mod tests {
         })
         .await;
         let spec = ProbeSpec {
-            proxy,
-            url: "http://probe.test/".to_owned(),
-            timeout: Duration::from_millis(1500),
-            expected_status_codes: vec![204],
             egress_url: Some("http://egress.test/ip".to_owned()),
+            ..spec(proxy, "http://probe.test/")
         };
         let result = Prober::new(None).unwrap().probe(&spec, None).await;
         assert!(result.ok, "{result:?}");
