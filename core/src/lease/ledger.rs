@@ -6,6 +6,7 @@ use std::time::Duration;
 use jiff::Timestamp;
 
 use super::later;
+use super::lease_key::LeaseKey;
 use super::types::Lease;
 use crate::key::ProxyKey;
 
@@ -28,20 +29,22 @@ struct Entry {
 /// Leases by ID, active leases by expiry, retained leases by the time they are forgotten.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub(super) struct Ledger {
-    entries: BTreeMap<String, Entry>,
-    expiries: BTreeSet<(Timestamp, String)>,
-    forgets: BTreeSet<(Timestamp, String)>,
+    entries: BTreeMap<LeaseKey, Entry>,
+    expiries: BTreeSet<(Timestamp, LeaseKey)>,
+    forgets: BTreeSet<(Timestamp, LeaseKey)>,
 }
 
 impl Ledger {
     /// Whether a lease with this ID is active or retained.
     pub(super) fn contains(&self, id: &str) -> bool {
-        self.entries.contains_key(id)
+        self.entries.contains_key(&LeaseKey::of(id))
     }
 
     /// The lease with this ID, active or retained.
     pub(super) fn get(&self, id: &str) -> Option<&Lease> {
-        self.entries.get(id).map(|entry| &entry.lease)
+        self.entries
+            .get(&LeaseKey::of(id))
+            .map(|entry| &entry.lease)
     }
 
     /// How many leases are active.
@@ -51,12 +54,13 @@ impl Ledger {
 
     /// Records a new active lease. Its ID must be new ([`contains`](Self::contains)).
     pub(super) fn grant(&mut self, lease: Lease) {
-        self.expiries.insert((lease.expires_at, lease.id.clone()));
+        let key = LeaseKey::of(&lease.id);
+        self.expiries.insert((lease.expires_at, key.clone()));
         let entry = Entry {
             lease,
             state: State::Active,
         };
-        self.entries.insert(entry.lease.id.clone(), entry);
+        self.entries.insert(key, entry);
     }
 
     /// Ends the first active lease that expired at or before `now` and returns its proxy;
@@ -77,13 +81,14 @@ impl Ledger {
         now: Timestamp,
         retention: Duration,
     ) -> Option<ProxyKey> {
-        let entry = self.entries.get(id)?;
+        let id = LeaseKey::of(id);
+        let entry = self.entries.get(&id)?;
         match entry.state {
             State::Retained { .. } => None,
             State::Active => {
-                let key = (entry.lease.expires_at, entry.lease.id.clone());
-                self.expiries.remove(&key);
-                self.retain(key.1, now, retention)
+                let due = (entry.lease.expires_at, id);
+                self.expiries.remove(&due);
+                self.retain(due.1, now, retention)
             }
         }
     }
@@ -91,7 +96,7 @@ impl Ledger {
     /// Records a lease that already ended at `ended_at` (from a checkpoint): retained until
     /// `ended_at + retention`. Its ID must be new ([`contains`](Self::contains)).
     pub(super) fn record_ended(&mut self, lease: Lease, ended_at: Timestamp, retention: Duration) {
-        let id = lease.id.clone();
+        let id = LeaseKey::of(&lease.id);
         self.forgets
             .insert((later(ended_at, retention), id.clone()));
         let state = State::Retained { ended_at };
@@ -101,11 +106,12 @@ impl Ledger {
     /// Whether the lease with this ID is active.
     pub(super) fn is_active(&self, id: &str) -> bool {
         self.entries
-            .get(id)
+            .get(&LeaseKey::of(id))
             .is_some_and(|entry| entry.state == State::Active)
     }
 
-    /// Every lease known, by ID, with the time it ended (`None`: active).
+    /// Every lease known, in the order of their keys (not of their IDs' text), with the time
+    /// it ended (`None`: active).
     pub(super) fn iter(&self) -> impl Iterator<Item = (&Lease, Option<Timestamp>)> {
         self.entries.values().map(|entry| {
             let ended_at = match entry.state {
@@ -125,7 +131,12 @@ impl Ledger {
         }
     }
 
-    fn retain(&mut self, id: String, ended_at: Timestamp, retention: Duration) -> Option<ProxyKey> {
+    fn retain(
+        &mut self,
+        id: LeaseKey,
+        ended_at: Timestamp,
+        retention: Duration,
+    ) -> Option<ProxyKey> {
         let entry = self.entries.get_mut(&id)?;
         entry.state = State::Retained { ended_at };
         let proxy = entry.lease.proxy.clone();

@@ -104,6 +104,7 @@ mod cooldown;
 mod feedback;
 mod index;
 mod journal;
+mod lease_key;
 mod ledger;
 mod listing;
 mod routing;

@@ -18,6 +18,8 @@
 //! run it under `valgrind --tool=callgrind` with two values of PAIRS, and the difference of
 //! the instruction counts over the difference of PAIRS is the cost of one pair, client and
 //! HTTP included, free of the noise of a shared machine (docs/benchmarks.md).
+//! `bench-discovery --load trivial|discovery ROUNDS` serves one of them and runs the
+//! benchmark's clients against it alone, ROUNDS times: for a profiler or `perf stat`.
 //! Client and server share the machine's cores, the same for the trivial handler and the
 //! API, so the ratio compares like with like.
 
@@ -241,6 +243,16 @@ async fn main() {
         instructions(server, pairs.parse().expect("a number of pairs"), body).await;
         return;
     }
+    if let [flag, server, rounds] = args.as_slice()
+        && flag == "--load"
+    {
+        let base = one_server(server).await;
+        for _ in 0..rounds.parse::<usize>().expect("a number of rounds") {
+            let (rate, _) = load(std::slice::from_ref(&base), body).await;
+            println!("{server}: {rate:.0} pairs/s");
+        }
+        return;
+    }
     println!(
         "bench-discovery: {CLIENTS} clients x {PAIRS_PER_CLIENT} acquire+release pairs over HTTP on loopback, \
          {ROUNDS} rounds taking turns (best round of each kept, so a burst of load elsewhere hurts none of them alone)"
@@ -441,21 +453,27 @@ fn report_gets(name: &str, taken: Option<&[(Duration, usize)]>) {
 /// Serves the trivial handler and the API (1,000 proxies), then sends `pairs` sequential
 /// acquire + release pairs to `server` (`trivial` or `discovery`): for instruction counts.
 async fn instructions(server: &str, pairs: usize, body: &'static str) {
-    let trivial = trivial().await;
-    let state = Arc::new(Discovery::new(
-        Some(TOKEN),
-        LeaseConfig::default(),
-        Limits::default(),
-    ));
-    state.replace_fleet(fleet(1_000));
-    let discovery = serve(discovery::routes(state)).await;
-    let base = match server {
-        "trivial" => trivial,
-        "discovery" => discovery,
-        other => panic!("--instructions trivial|discovery, not {other}"),
-    };
+    let base = one_server(server).await;
     let http = reqwest::Client::new();
     for _ in 0..pairs {
         pair(&http, &base, &base, body).await;
+    }
+}
+
+/// Serves `server`: `trivial`, the trivial handler, or `discovery`, the API with 1,000
+/// proxies; its base URL.
+async fn one_server(server: &str) -> String {
+    match server {
+        "trivial" => trivial().await,
+        "discovery" => {
+            let state = Arc::new(Discovery::new(
+                Some(TOKEN),
+                LeaseConfig::default(),
+                Limits::default(),
+            ));
+            state.replace_fleet(fleet(1_000));
+            serve(discovery::routes(state)).await
+        }
+        other => panic!("trivial|discovery, not {other}"),
     }
 }
