@@ -81,7 +81,8 @@
 //!   and one per `label=value` term. At-capacity and unhealthy proxies are not in it, so
 //!   they cost nothing to skip. Granting or ending a lease moves one proxy in t + 1 sets;
 //! - the ledger (`ledger.rs`): leases by ID, active ones ordered by expiry, retained ones by
-//!   the time they are forgotten, so expiry pops what is due instead of scanning;
+//!   the time they are forgotten, so expiry pops what is due instead of scanning; a UUID ID
+//!   is keyed by its 128 bits (`lease_key.rs`), so its maps copy and compare integers;
 //! - cooldowns (`cooldown.rs`) by target then proxy, ordered by end as well.
 //!
 //! [`acquire`](LeaseBook::acquire) walks the smallest index set among the selector's terms
