@@ -17,8 +17,6 @@ pub struct ApiError {
     pub message: String,
 }
 
-impl warp::reject::Reject for ApiError {}
-
 #[derive(Serialize)]
 struct Body<'a> {
     error: &'a str,
@@ -195,14 +193,14 @@ pub fn json_response(status: StatusCode, body: &impl Serialize) -> Response {
 
 use warp::Reply;
 
-/// Turns what warp's routing rejected into our JSON errors. Anything unexpected is a 500.
+/// Turns what warp rejected before the request reached the routes into our JSON errors: a
+/// header the request carries but not as text. Anything else is a bug, a 500.
 pub async fn recover(rejection: warp::Rejection) -> Result<Response, std::convert::Infallible> {
-    let error = if let Some(error) = rejection.find::<ApiError>() {
-        error.clone()
-    } else if rejection.is_not_found() {
-        ApiError::not_found()
-    } else if rejection.find::<warp::reject::MethodNotAllowed>().is_some() {
-        ApiError::method_not_allowed()
+    let error = if let Some(header) = rejection.find::<warp::reject::InvalidHeader>() {
+        ApiError::invalid_request(format!(
+            "the {} header is not valid: it must be visible ASCII",
+            header.name()
+        ))
     } else {
         tracing::error!(?rejection, "unexpected rejection");
         ApiError::internal()

@@ -15,7 +15,6 @@ use proxy_core::lease::{
 };
 use serde::{Deserialize, Serialize};
 use warp::http::{HeaderValue, StatusCode, header};
-use warp::path::FullPath;
 use warp::reply::Response;
 use warp::{Filter, Reply};
 
@@ -27,124 +26,18 @@ use crate::credentials::Credentials;
 /// Every route, with authentication, the body limit, panic recovery, JSON errors and the
 /// request log. A request this replica does not answer from its book is forwarded to the
 /// owner or refused for now ([`Discovery::serving`]).
+///
+/// One filter reads what every route needs and [`dispatch`] routes by hand: a tree of warp
+/// filters (one per route, joined by `or`) was two thirds of what a lease pair cost more
+/// than a trivial warp handler, on the path crawlers call most (docs/benchmarks.md).
 pub fn routes(
     state: Arc<Discovery>,
 ) -> impl Filter<Extract = (impl warp::Reply,), Error = Infallible> + Clone {
-    // The request as it arrived and the state, once its token is checked: one reading of
-    // the headers, before any body is read.
-    let authorized = incoming()
-        .and(warp::any().map(move || state.clone()))
-        .and_then(|incoming: Incoming, state: Arc<Discovery>| async move {
-            if state.authorized(incoming.authorization.as_deref()) {
-                Ok((incoming, state))
-            } else {
-                Err(warp::reject::custom(ApiError::unauthorized()))
-            }
-        })
-        .untuple_one();
-    let no_body = || warp::any().map(bytes::Bytes::new);
-
-    let healthz = warp::path!("healthz")
-        .and(warp::get())
-        .map(|| json_response(StatusCode::OK, &serde_json::json!({"status": "ok"})));
-    let list = warp::path!("v1" / "proxies")
-        .and(warp::get())
-        .and(authorized.clone())
-        .and(no_body())
-        .then(
-            |incoming: Incoming, state: Arc<Discovery>, body| async move {
-                // A listing of a large fleet takes milliseconds to build: on a blocking thread,
-                // so that it never holds up the lease requests the async workers serve.
-                let outcome = {
-                    let (state, forwarded, query) =
-                        (state.clone(), incoming.forwarded, incoming.query.clone());
-                    tokio::task::spawn_blocking(move || guarded(|| list(&state, forwarded, &query)))
-                        .await
-                        .unwrap_or_else(|_| Err(Elsewhere::Answer(ApiError::internal())))
-                };
-                answered(state, incoming, body, outcome).await
-            },
-        );
-    let detail = warp::path!("v1" / "proxies" / String / String)
-        .and(warp::get())
-        .and(authorized.clone())
-        .and(no_body())
-        .then(
-            |namespace: String, name: String, incoming: Incoming, state: Arc<Discovery>, body| {
-                let key = ProxyKey::new(namespace, name);
-                let outcome = guarded(|| {
-                    no_query(&incoming.query)?;
-                    detail(&state, incoming.forwarded, &key)
-                });
-                answered(state, incoming, body, outcome)
-            },
-        );
-    let acquire = warp::path!("v1" / "leases")
-        .and(warp::post())
-        .and(authorized.clone())
-        .and(body())
-        .then(
-            |incoming: Incoming, state: Arc<Discovery>, body: bytes::Bytes| {
-                let outcome = guarded(|| {
-                    no_query(&incoming.query)?;
-                    acquire(&state, incoming.forwarded, &body)
-                });
-                answered(state, incoming, body, outcome)
-            },
-        );
-    let release = warp::path!("v1" / "leases" / String)
-        .and(warp::delete())
-        .and(authorized.clone())
-        .and(no_body())
-        .then(
-            |id: String, incoming: Incoming, state: Arc<Discovery>, body| {
-                let outcome = guarded(|| {
-                    no_query(&incoming.query)?;
-                    release(&state, incoming.forwarded, &id)
-                });
-                answered(state, incoming, body, outcome)
-            },
-        );
-    let report = warp::path!("v1" / "leases" / String / "report")
-        .and(warp::post())
-        .and(authorized)
-        .and(body())
-        .then(
-            |id: String, incoming: Incoming, state: Arc<Discovery>, body: bytes::Bytes| {
-                let outcome = guarded(|| {
-                    no_query(&incoming.query)?;
-                    report(&state, incoming.forwarded, &id, &body)
-                });
-                answered(state, incoming, body, outcome)
-            },
-        );
-
-    // The lease path first: every route tried before the one that matches costs a request.
-    let routed = acquire
-        .or(release)
-        .unify()
-        .or(report)
-        .unify()
-        .or(list)
-        .unify()
-        .or(detail)
-        .unify()
-        .or(healthz)
-        .unify()
+    incoming()
+        .and(warp::body::stream())
+        .then(move |incoming, body| dispatch(state.clone(), incoming, body))
         .recover(recover)
-        .unify();
-    warp::path::full()
-        .and(routed)
-        .map(|path: FullPath, mut response: Response| {
-            if response.status() == StatusCode::METHOD_NOT_ALLOWED
-                && let Some(allowed) = allowed_methods(path.as_str())
-            {
-                response
-                    .headers_mut()
-                    .insert(header::ALLOW, HeaderValue::from_static(allowed));
-            }
-            response
-        })
+        .unify()
         .with(warp::log::custom(|info| {
             tracing::info!(
                 method = %info.method(),
@@ -156,22 +49,119 @@ pub fn routes(
         }))
 }
 
-/// The methods a path takes, for the `Allow` header of a 405 (RFC 9110): the route table
-/// above, by path.
-fn allowed_methods(path: &str) -> Option<&'static str> {
-    // warp's routes take one trailing slash, so a 405 can be for `/v1/proxies/` too.
-    let path = path.strip_suffix('/').unwrap_or(path);
-    let segments: Vec<&str> = path.trim_start_matches('/').split('/').collect();
-    match segments.as_slice() {
-        ["healthz"] | ["v1", "proxies"] => Some("GET"),
-        ["v1", "proxies", namespace, name] if !namespace.is_empty() && !name.is_empty() => {
-            Some("GET")
+/// A route of the API, told by its path alone; the path's parameters as they are in it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Route<'a> {
+    Healthz,
+    List,
+    Detail { namespace: &'a str, name: &'a str },
+    Acquire,
+    Release { id: &'a str },
+    Report { id: &'a str },
+}
+
+impl<'a> Route<'a> {
+    /// The route of `path`, by warp's rules: segments as they are (no percent-decoding), no
+    /// empty one, and one trailing slash allowed.
+    fn of(path: &'a str) -> Option<Self> {
+        let path = path.strip_prefix('/').unwrap_or(path);
+        let path = path.strip_suffix('/').unwrap_or(path);
+        let mut segments = path.split('/');
+        let parts = [(); 4].map(|()| segments.next());
+        if segments.next().is_some() {
+            return None;
         }
-        ["v1", "leases"] => Some("POST"),
-        ["v1", "leases", id] if !id.is_empty() => Some("DELETE"),
-        ["v1", "leases", id, "report"] if !id.is_empty() => Some("POST"),
-        _ => None,
+        let given = |segment: &'a str| (!segment.is_empty()).then_some(segment);
+        Some(match parts {
+            [Some("healthz"), None, ..] => Self::Healthz,
+            [Some("v1"), Some("proxies"), None, _] => Self::List,
+            [Some("v1"), Some("proxies"), Some(namespace), Some(name)] => Self::Detail {
+                namespace: given(namespace)?,
+                name: given(name)?,
+            },
+            [Some("v1"), Some("leases"), None, _] => Self::Acquire,
+            [Some("v1"), Some("leases"), Some(id), None] => Self::Release { id: given(id)? },
+            [Some("v1"), Some("leases"), Some(id), Some("report")] => {
+                Self::Report { id: given(id)? }
+            }
+            _ => return None,
+        })
     }
+
+    /// The one method the route takes.
+    fn method(self) -> &'static str {
+        match self {
+            Self::Healthz | Self::List | Self::Detail { .. } => "GET",
+            Self::Acquire | Self::Report { .. } => "POST",
+            Self::Release { .. } => "DELETE",
+        }
+    }
+
+    /// The `Allow` header of a 405 on this route (RFC 9110).
+    fn allow(self) -> HeaderValue {
+        HeaderValue::from_static(self.method())
+    }
+}
+
+/// Routes a request: 404 for no route, 405 (with `Allow`) for the wrong method, 401 for a
+/// missing or wrong token (`/healthz` needs none), the body read only for a route that takes
+/// one and only once the token is checked, then the route's handler.
+async fn dispatch<B: Buf>(
+    state: Arc<Discovery>,
+    incoming: Incoming,
+    body: impl futures::Stream<Item = Result<B, warp::Error>>,
+) -> Response {
+    let Some(route) = Route::of(incoming.path.as_str()) else {
+        return ApiError::not_found().into_response();
+    };
+    if incoming.method.as_str() != route.method() {
+        let mut response = ApiError::method_not_allowed().into_response();
+        response.headers_mut().insert(header::ALLOW, route.allow());
+        return response;
+    }
+    if route != Route::Healthz && !state.authorized(incoming.authorization.as_deref()) {
+        return ApiError::unauthorized().into_response();
+    }
+    let body = if route.method() == "POST" {
+        match read_limited(body).await {
+            Ok(body) => body,
+            Err(error) => return error.into_response(),
+        }
+    } else {
+        bytes::Bytes::new()
+    };
+    let (forwarded, query) = (incoming.forwarded, incoming.query.as_str());
+    let outcome = match route {
+        Route::Healthz => Ok(json_response(
+            StatusCode::OK,
+            &serde_json::json!({"status": "ok"}),
+        )),
+        Route::List => {
+            // A listing of a large fleet takes milliseconds to build: on a blocking thread, so
+            // that it never holds up the lease requests the async workers serve.
+            let (state, query) = (state.clone(), query.to_owned());
+            tokio::task::spawn_blocking(move || guarded(|| list(&state, forwarded, &query)))
+                .await
+                .unwrap_or_else(|_| Err(Elsewhere::Answer(ApiError::internal())))
+        }
+        Route::Detail { namespace, name } => guarded(|| {
+            no_query(query)?;
+            detail(&state, forwarded, &ProxyKey::new(namespace, name))
+        }),
+        Route::Acquire => guarded(|| {
+            no_query(query)?;
+            acquire(&state, forwarded, &body)
+        }),
+        Route::Release { id } => guarded(|| {
+            no_query(query)?;
+            release(&state, forwarded, id)
+        }),
+        Route::Report { id } => guarded(|| {
+            no_query(query)?;
+            report(&state, forwarded, id, &body)
+        }),
+    };
+    answered(state, incoming, body, outcome).await
 }
 
 /// Refuses a query on a route that takes none, rather than ignore what the client meant.
@@ -211,11 +201,6 @@ fn query() -> impl Filter<Extract = (String,), Error = Infallible> + Clone {
 
 /// The body, read up to [`BODY_LIMIT`]: past it the request is refused (413) without
 /// buffering the rest, whether or not it announced its length.
-fn body() -> impl Filter<Extract = (bytes::Bytes,), Error = warp::Rejection> + Clone {
-    warp::body::stream()
-        .and_then(|stream| async move { read_limited(stream).await.map_err(warp::reject::custom) })
-}
-
 async fn read_limited<B: Buf>(
     stream: impl futures::Stream<Item = Result<B, warp::Error>>,
 ) -> Result<bytes::Bytes, ApiError> {

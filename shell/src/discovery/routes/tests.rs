@@ -1325,10 +1325,71 @@ fn the_allow_table_is_the_documents_methods() {
             .replace("{namespace}", "crawl")
             .replace("{name}", "eu-1");
         assert_eq!(
-            allowed_methods(&path),
-            Some(methods.join(", ").as_str()),
+            Route::of(&path).map(Route::allow),
+            Some(HeaderValue::from_str(&methods.join(", ")).unwrap()),
             "{template}"
         );
     }
-    assert_eq!(allowed_methods("/v2/everything"), None);
+    assert_eq!(Route::of("/v2/everything"), None);
+}
+
+/// The routes follow warp's path rules, which the API had before it routed by hand:
+/// segments as sent, none empty, one trailing slash allowed.
+#[test]
+fn a_path_routes_by_warps_rules() {
+    let id = UNGRANTED;
+    for (path, route) in [
+        ("/healthz", Some(Route::Healthz)),
+        ("/healthz/", Some(Route::Healthz)),
+        ("/v1/proxies/", Some(Route::List)),
+        (
+            "/v1/proxies/crawl/eu-1/",
+            Some(Route::Detail {
+                namespace: "crawl",
+                name: "eu-1",
+            }),
+        ),
+        // Percent-escapes are not decoded: no proxy name holds a `%`.
+        (
+            "/v1/proxies/crawl/eu%2D1",
+            Some(Route::Detail {
+                namespace: "crawl",
+                name: "eu%2D1",
+            }),
+        ),
+        ("/v1/leases", Some(Route::Acquire)),
+        (&format!("/v1/leases/{id}"), Some(Route::Release { id })),
+        (
+            &format!("/v1/leases/{id}/report/"),
+            Some(Route::Report { id }),
+        ),
+        ("/", None),
+        ("", None),
+        ("//v1/leases", None),
+        ("/v1//leases", None),
+        ("/v1/leases//", None),
+        ("/v1/leases//report", None),
+        ("/v1/proxies/crawl/", None),
+        ("/v1/proxies/crawl//", None),
+        (&format!("/v1/leases/{id}/report/more"), None),
+        ("/V1/leases", None),
+    ] {
+        assert_eq!(Route::of(path), route, "{path:?}");
+    }
+}
+
+#[tokio::test]
+async fn a_header_that_is_not_text_is_a_bad_request() {
+    for header in ["authorization", crate::discovery::forward::FORWARDED_HEADER] {
+        let response = warp::test::request()
+            .method("POST")
+            .path("/v1/leases")
+            .header(header, HeaderValue::from_bytes(b"Bearer \xff").unwrap())
+            .reply(&routes(state()))
+            .await;
+        assert_eq!(response.status(), StatusCode::BAD_REQUEST, "{header}");
+        let body: Value = serde_json::from_slice(response.body()).unwrap();
+        assert_eq!(body["error"], "invalid_request", "{body}");
+        assert!(body["message"].as_str().unwrap().contains(header), "{body}");
+    }
 }
