@@ -50,7 +50,8 @@
 //!   spec hash;
 //! - [`egress`]: whether a proxy leaves from the address it publishes, and which proxies
 //!   share one egress address;
-//! - [`pool`]: what a `ProxyPool` creates, drains and deletes ([`decide_pool`]).
+//! - [`pool`]: what a `ProxyPool` creates, drains and deletes ([`decide_pool`]);
+//! - [`event_series`]: which Kubernetes Events are repeats of one published minutes ago.
 
 #![warn(missing_docs)]
 
@@ -62,6 +63,7 @@ pub mod conditions;
 mod decide;
 pub mod egress;
 pub mod error;
+pub mod event_series;
 pub mod gc;
 pub mod health;
 mod instance;

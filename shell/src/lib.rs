@@ -11,6 +11,7 @@ pub mod credentials;
 pub mod dedicated;
 pub mod discovery;
 pub mod duration;
+pub mod events;
 pub mod gate;
 pub mod gc;
 pub mod health;

@@ -18,11 +18,9 @@ use std::time::{Duration, Instant};
 
 use futures::future::join_all;
 use kube::api::{Api, ListParams, Patch, PatchParams};
-use kube::runtime::events::{Event as KubeEvent, EventType as KubeEventType};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Resource, ResourceExt};
 use proxy_core::ProviderDown;
-use proxy_core::action::EventType;
 use proxy_core::provider_health::{Check, assess};
 use proxy_crd::{ProviderHealth, ProviderHealthSpec, ProviderHealthStatus, Proxy, ProxySpec};
 use tokio::sync::mpsc;
@@ -195,20 +193,10 @@ impl Monitor {
         };
         if let (Some(event), Some(object)) = (assessment.event, object) {
             self.ctx.gate.pass(Write::Event)?;
-            let published = KubeEvent {
-                type_: match event.type_ {
-                    EventType::Normal => KubeEventType::Normal,
-                    EventType::Warning => KubeEventType::Warning,
-                },
-                reason: event.reason,
-                note: Some(event.message),
-                action: "Check".into(),
-                secondary: None,
-            };
             if let Err(error) = self
                 .ctx
                 .events
-                .publish(&published, &object.object_ref(&()))
+                .publish(&event, "Check", &object.object_ref(&()))
                 .await
             {
                 tracing::warn!(provider = name, %error, "could not record an event");

@@ -8,9 +8,8 @@
 //! apply under [`FIELD_MANAGER`] on the status subresource.
 
 use kube::api::{Api, Patch, PatchParams};
-use kube::runtime::events::{Event as KubeEvent, EventType as KubeEventType};
 use kube::{Resource, ResourceExt};
-use proxy_core::{Event, EventType, MetadataWrite, Outcome, ProviderError, ProviderRequest};
+use proxy_core::{Event, MetadataWrite, Outcome, ProviderError, ProviderRequest};
 use proxy_crd::{FINALIZER, Proxy, ProxyStatus, SPEC_HASH_ANNOTATION};
 use serde_json::json;
 
@@ -238,18 +237,7 @@ pub async fn publish(
 ) -> Result<(), NotLeader> {
     for event in events {
         ctx.gate.pass(Write::Event)?;
-        let type_ = match event.type_ {
-            EventType::Normal => KubeEventType::Normal,
-            EventType::Warning => KubeEventType::Warning,
-        };
-        let published = KubeEvent {
-            type_,
-            reason: event.reason.clone(),
-            note: Some(event.message.clone()),
-            action: "Reconcile".into(),
-            secondary: None,
-        };
-        if let Err(error) = ctx.events.publish(&published, reference).await {
+        if let Err(error) = ctx.events.publish(event, "Reconcile", reference).await {
             tracing::warn!(%error, reason = %event.reason, "could not record an event");
         }
     }

@@ -19,7 +19,6 @@ use k8s_openapi::api::core::v1::{Pod, Secret};
 use kube::ResourceExt;
 use kube::api::Api;
 use kube::runtime::controller::{self, Controller};
-use kube::runtime::events::{Recorder as EventRecorder, Reporter};
 use kube::runtime::reflector::{self, ObjectRef};
 use kube::runtime::{WatchStreamExt, watcher};
 use proxy_core::record::DecideRecord;
@@ -67,7 +66,7 @@ pub struct Context {
     /// this replica's discovery API, and the `--banned-sites` threshold. `None`: nothing is
     /// observed, and `Banned` conditions stay as they are.
     bans: Option<(Arc<Discovery>, u32)>,
-    pub(crate) events: EventRecorder,
+    pub(crate) events: crate::events::Events,
     // Consecutive failed reconciles per object, which the core's driver turns into a
     // backoff ([`Followup`]); an object without an entry has none.
     failures: Mutex<BTreeMap<ProxyKey, u32>>,
@@ -126,11 +125,11 @@ impl Context {
         leadership: Arc<Leadership>,
         recorder: Arc<Recorder>,
     ) -> Self {
-        let reporter = Reporter {
-            controller: FIELD_MANAGER.into(),
-            instance: std::env::var("POD_NAME").ok(),
-        };
-        let events = EventRecorder::new(client.clone(), reporter);
+        let events = crate::events::Events::new(
+            client.clone(),
+            FIELD_MANAGER,
+            std::env::var("POD_NAME").ok(),
+        );
         let gate = Gate::new(leadership.clone(), metrics.clone());
         Self {
             client,

@@ -9,6 +9,7 @@ mod crawlers;
 mod crd;
 mod credentials;
 mod egress;
+mod events;
 mod freed;
 mod gate;
 mod gc;
