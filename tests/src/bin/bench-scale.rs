@@ -30,7 +30,8 @@
 //! default), `BENCH_STEADY` (the steady window, seconds, default 300) and `BENCH_LOADED`
 //! (the loaded window, seconds, default 120; 0 skips it) change it;
 //! `BENCH_OPERATOR` runs another operator binary (an older commit's, or a wrapper that starts
-//! it under a heap profiler). All traffic stays on loopback addresses; `tests/bed/reap.sh`
+//! it under a heap profiler; a wrapper must `exec` the operator, since the RSS and CPU above
+//! are read from the PID it starts). All traffic stays on loopback addresses; `tests/bed/reap.sh`
 //! stops every squid when it exits.
 
 use std::net::Ipv4Addr;
