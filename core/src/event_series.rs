@@ -13,15 +13,13 @@
 //! An Event evicted early (past the capacity) only means its next repeat is a new Event:
 //! `kubectl describe` shows one line more.
 
+use jiff::{SignedDuration, Timestamp};
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
-use std::time::Duration;
-
-use jiff::Timestamp;
 
 /// How long a published Event takes repeats into its series: client-go's and kube-runtime's
 /// six minutes.
-pub const SERIES_WINDOW: Duration = Duration::from_secs(6 * 60);
+pub const SERIES_WINDOW: SignedDuration = SignedDuration::from_secs(6 * 60);
 
 /// What makes two Events the same: the object they are about, who reports them, and what
 /// they say.
@@ -159,7 +157,8 @@ impl EventSeries {
     /// Drops the Events last published longer than [`SERIES_WINDOW`] before `now`.
     fn expire(&mut self, now: Timestamp) {
         while let Some((_, at)) = self.order.front() {
-            if now.duration_since(*at).unsigned_abs() < SERIES_WINDOW || now < *at {
+            // A clock that went back keeps the entry: its age is negative.
+            if now.duration_since(*at) < SERIES_WINDOW {
                 break;
             }
             self.pop_oldest();

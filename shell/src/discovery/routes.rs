@@ -97,6 +97,12 @@ impl<'a> Route<'a> {
         }
     }
 
+    /// Whether a query is refused: every route but the listing takes none (`/healthz`, for
+    /// probes, ignores one, as it always did).
+    fn refuses_query(self) -> bool {
+        !matches!(self, Self::Healthz | Self::List)
+    }
+
     /// The `Allow` header of a 405 on this route (RFC 9110).
     fn allow(self) -> HeaderValue {
         HeaderValue::from_static(self.method())
@@ -131,35 +137,32 @@ async fn dispatch<B: Buf>(
         bytes::Bytes::new()
     };
     let (forwarded, query) = (incoming.forwarded, incoming.query.as_str());
-    let outcome = match route {
-        Route::Healthz => Ok(json_response(
-            StatusCode::OK,
-            &serde_json::json!({"status": "ok"}),
-        )),
-        Route::List => {
-            // A listing of a large fleet takes milliseconds to build: on a blocking thread, so
-            // that it never holds up the lease requests the async workers serve.
-            let (state, query) = (state.clone(), query.to_owned());
-            tokio::task::spawn_blocking(move || guarded(|| list(&state, forwarded, &query)))
-                .await
-                .unwrap_or_else(|_| Err(Elsewhere::Answer(ApiError::internal())))
+    // The routes that take no query refuse one, rather than ignore what the client meant.
+    let outcome = if route.refuses_query()
+        && let Err(refused) = no_query(query)
+    {
+        Err(refused)
+    } else {
+        match route {
+            Route::Healthz => Ok(json_response(
+                StatusCode::OK,
+                &serde_json::json!({"status": "ok"}),
+            )),
+            Route::List => {
+                // A listing of a large fleet takes milliseconds to build: on a blocking
+                // thread, so that it never holds up the lease requests the async workers serve.
+                let (state, query) = (state.clone(), query.to_owned());
+                tokio::task::spawn_blocking(move || guarded(|| list(&state, forwarded, &query)))
+                    .await
+                    .unwrap_or_else(|_| Err(Elsewhere::Answer(ApiError::internal())))
+            }
+            Route::Detail { namespace, name } => {
+                guarded(|| detail(&state, forwarded, &ProxyKey::new(namespace, name)))
+            }
+            Route::Acquire => guarded(|| acquire(&state, forwarded, &body)),
+            Route::Release { id } => guarded(|| release(&state, forwarded, id)),
+            Route::Report { id } => guarded(|| report(&state, forwarded, id, &body)),
         }
-        Route::Detail { namespace, name } => guarded(|| {
-            no_query(query)?;
-            detail(&state, forwarded, &ProxyKey::new(namespace, name))
-        }),
-        Route::Acquire => guarded(|| {
-            no_query(query)?;
-            acquire(&state, forwarded, &body)
-        }),
-        Route::Release { id } => guarded(|| {
-            no_query(query)?;
-            release(&state, forwarded, id)
-        }),
-        Route::Report { id } => guarded(|| {
-            no_query(query)?;
-            report(&state, forwarded, id, &body)
-        }),
     };
     answered(state, incoming, body, outcome).await
 }

@@ -988,6 +988,7 @@ async fn a_query_on_a_route_that_takes_none_is_refused() {
             format!("/v1/leases/{UNGRANTED}/report?result=ok"),
             r#"{"result": "ok"}"#,
         ),
+        ("GET", "/v1/proxies/crawl/a?fields=host".to_owned(), ""),
     ] {
         let answer = authed(&state, method, &path, Some(body)).await;
         assert_error(&answer, StatusCode::BAD_REQUEST, "invalid_request");
@@ -1001,6 +1002,9 @@ async fn a_query_on_a_route_that_takes_none_is_refused() {
         );
     }
     assert_eq!(state.active_leases(), 0);
+    // The health check of probes ignores a query, as it always did.
+    let health = call(&state, "GET", "/healthz?probe=1", None, None).await;
+    assert_eq!(health.status, StatusCode::OK, "{}", health.body);
 }
 
 #[tokio::test]
