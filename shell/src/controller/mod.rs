@@ -9,6 +9,7 @@
 
 pub mod execute;
 pub mod observe;
+pub mod slim;
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -220,9 +221,11 @@ pub async fn run(
         None => (Api::all(ctx.client.clone()), Api::all(ctx.client.clone())),
     };
     // The controller's own watch, as `Controller::new` builds it, with the observers fed
-    // from the same stream, after the reflector applied each event.
+    // from the same stream, after the reflector applied each event. The cache keeps each
+    // Proxy without what no reader uses ([`slim`]).
     let store = cache.as_reader();
-    let proxy_events = reflector::reflector(cache, watcher(proxies, watcher::Config::default()))
+    let watch = watcher(proxies, watcher::Config::default()).modify(slim::slim);
+    let proxy_events = reflector::reflector(cache, watch)
         .inspect(move |item| observe(item))
         .applied_objects();
     let controller = Controller::for_stream(proxy_events, store.clone())
