@@ -81,6 +81,49 @@ async fn a_managed_proxy_gets_a_pod_then_its_ip_and_deletion_removes_both() {
     );
 }
 
+/// The operator's cache drops `managedFields` and kubectl's applied copy of each Proxy
+/// (`controller/slim.rs`); its writes are patches, so the server keeps both.
+#[tokio::test]
+async fn what_the_cache_leaves_out_stays_on_the_server() {
+    let mut bed = Bed::new("op-slim").await;
+    let applied = r#"{"kind":"Proxy","spec":{"mode":"Managed","provider":"pods"}}"#;
+    let proxy = json!({
+        "apiVersion": "crawl.example.com/v1alpha1", "kind": "Proxy",
+        "metadata": {"name": "p1", "annotations": {
+            "kubectl.kubernetes.io/last-applied-configuration": applied}},
+        "spec": {"mode": "Managed", "provider": "pods"}
+    });
+    bed.proxies
+        .patch(
+            "p1",
+            &PatchParams::apply("crawl-team"),
+            &Patch::Apply(&proxy),
+        )
+        .await
+        .unwrap();
+    let proxy = bed.wait_for("p1", "Provisioned", provisioned).await;
+    let annotations = proxy.metadata.annotations.clone().unwrap_or_default();
+    assert_eq!(
+        annotations
+            .get("kubectl.kubernetes.io/last-applied-configuration")
+            .map(String::as_str),
+        Some(applied)
+    );
+    let managers: Vec<(String, Option<String>)> = proxy
+        .metadata
+        .managed_fields
+        .unwrap_or_default()
+        .into_iter()
+        .map(|entry| (entry.manager.unwrap_or_default(), entry.subresource))
+        .collect();
+    for expected in [
+        ("crawl-team".to_owned(), None),
+        ("proxy-operator".to_owned(), Some("status".to_owned())),
+    ] {
+        assert!(managers.contains(&expected), "{expected:?} in {managers:?}");
+    }
+}
+
 #[tokio::test]
 async fn a_pod_that_starts_reconciles_its_proxy_without_waiting_for_a_poll() {
     // Polls of an hour: only the watch on the Pods the operator owns can bring the news
