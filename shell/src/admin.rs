@@ -106,7 +106,7 @@ pub fn routes(
                     }
                 };
                 let lines = recorder.dump(&filter);
-                let chunks = futures::stream::iter(lines.into_iter().map(Ok::<_, Infallible>));
+                let chunks = futures::stream::iter(lines.map(Ok::<_, Infallible>));
                 warp::reply::with_header(
                     warp::reply::stream(chunks),
                     "content-type",

@@ -167,9 +167,10 @@ pub struct RunArgs {
     /// the metrics port (within --record-budget-bytes).
     #[arg(long, default_value_t = 64)]
     pub record_per_object: usize,
-    /// Bytes of records kept in memory for the whole fleet (their serialized size); past
-    /// it the oldest records go first, whichever Proxy they are about.
-    #[arg(long, default_value_t = 32 * 1024 * 1024)]
+    /// Bytes of records kept in memory for the whole fleet (compressed, with the
+    /// dictionaries they need: about a tenth of their JSON); past it the oldest records go
+    /// first, whichever Proxy they are about. 0 keeps none.
+    #[arg(long, default_value_t = 8 * 1024 * 1024)]
     pub record_budget_bytes: usize,
     /// Also append every decide call to this file (JSON Lines, `proxy-operator replay`).
     #[arg(long, env = "RECORD_FILE")]

@@ -24,6 +24,7 @@ use proxy_crd::{Phase, Proxy, ProxyPool};
 use crate::discovery::Discovery;
 use crate::gate::Write;
 use crate::leadership::Leadership;
+use crate::recorder::{Recorder, Usage};
 use crate::supervise::{Loop, lock};
 use crate::tracked::Tracked;
 
@@ -152,6 +153,7 @@ struct Sources {
     pools: OnceLock<Store<ProxyPool>>,
     discovery: OnceLock<Arc<Discovery>>,
     leadership: OnceLock<Arc<Leadership>>,
+    recorder: OnceLock<Arc<Recorder>>,
     // Weak: what it counts holds these metrics.
     tracked: OnceLock<Weak<Tracked>>,
 }
@@ -311,6 +313,11 @@ impl Metrics {
     /// time.
     pub fn watch_leadership(&self, leadership: Arc<Leadership>) {
         let _ = self.sources.leadership.set(leadership);
+    }
+
+    /// What the recorder keeps in memory is read from `recorder` at scrape time.
+    pub fn watch_recorder(&self, recorder: Arc<Recorder>) {
+        let _ = self.sources.recorder.set(recorder);
     }
 
     /// The per-Proxy state of the process is counted from `tracked` at scrape time.
@@ -539,6 +546,9 @@ impl Collector for ScrapeTime {
             )?;
             gauge.encode(metric)?;
         }
+        if let Some(recorder) = self.0.recorder.get() {
+            encode_recording(&recorder.usage(), &mut encoder)?;
+        }
         if let Some(tracked) = self.0.tracked.get().and_then(Weak::upgrade) {
             let mut family = encoder.encode_descriptor(
                 "tracked_proxies",
@@ -553,6 +563,38 @@ impl Collector for ScrapeTime {
         }
         Ok(())
     }
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PartLabels {
+    part: &'static str,
+}
+
+/// `proxy_operator_recording_records` and `proxy_operator_recording_bytes{part}`: what the
+/// recorder holds against `--record-budget-bytes`.
+fn encode_recording(usage: &Usage, encoder: &mut DescriptorEncoder) -> Result<(), std::fmt::Error> {
+    let gauge = |value: usize| ConstGauge::new(i64::try_from(value).unwrap_or(i64::MAX));
+    let records = gauge(usage.records);
+    let metric = encoder.encode_descriptor(
+        "recording_records",
+        "Decide calls the recorder keeps in memory, for GET /debug/recording",
+        None,
+        records.metric_type(),
+    )?;
+    records.encode(metric)?;
+    let mut family = encoder.encode_descriptor(
+        "recording_bytes",
+        "Bytes the recorder keeps in memory within --record-budget-bytes: the compressed records (lines) and the dictionaries they are compressed against",
+        None,
+        records.metric_type(),
+    )?;
+    for (part, bytes) in [
+        ("lines", usage.line_bytes),
+        ("dictionaries", usage.dictionary_bytes),
+    ] {
+        gauge(bytes).encode(family.encode_family(&PartLabels { part })?)?;
+    }
+    Ok(())
 }
 
 /// Labels of one pool figure.

@@ -1,24 +1,28 @@
 //! The recorder: every `decide` call with its full input and output, for replaying an
 //! incident through the core (`proxy-operator replay FILE`, `docs/replay.md`).
 //!
-//! Records are kept in memory as their serialized lines: a ring per object (the last
-//! `--record-per-object` calls of each Proxy) under one byte budget for the whole fleet
-//! (`--record-budget-bytes`: past it the oldest records go first, whichever Proxy they are
-//! about), so memory stays flat however many Proxies there are and however long the
-//! operator runs. The metrics port streams them (`GET /debug/recording`, optionally
+//! Records are kept in memory as their serialized lines, compressed ([`packing`]: LZ4
+//! against a dictionary of recent lines, about a seventh of their size): a ring per object
+//! (the last `--record-per-object` calls of each Proxy) under one byte budget for the whole
+//! fleet (`--record-budget-bytes`, the compressed lines and their dictionaries: past it the
+//! oldest records go first, whichever Proxy they are about), so memory stays flat however
+//! many Proxies there are and however long the operator runs. A budget of 0 keeps none. The metrics port streams them (`GET /debug/recording`, optionally
 //! `?object=namespace/name` and `&since=<RFC 3339 time>`) without building the dump in
-//! memory. With `--record-file` every record is also appended to a file that rotates at a
+//! memory: each line is unpacked as it is sent. With `--record-file` every record is also appended to a file that rotates at a
 //! size limit (one previous file kept as `<file>.1`). Cloud-init content never reaches
 //! either: the core's `DecideRecord::new` replaces it by its SHA-256 when the record is made.
 //!
 //! Recording never stops the reconcile it records: a record that cannot be serialized is
 //! logged and dropped, a full disk closes the file, and a lock poisoned by a panic elsewhere
 //! is taken over (nothing under the lock can panic: it only moves kept lines and counts
-//! them). A record is serialized before the lock is taken; only the file append (when
-//! configured) writes under it, so that the file keeps the order of the sequence numbers.
+//! them). A record is serialized before the lock is taken; it is compressed under it (the
+//! dictionary changes with the lines), and the file append (when configured) writes under
+//! it, so that the file keeps the order of the sequence numbers.
 //!
-//! Recording costs a serialization per decide call; `bench-record` measures it against the
-//! decide call itself (`docs/benchmarks.md`).
+//! Recording costs a serialization and a compression per decide call; `bench-record`
+//! measures them against the decide call itself (`docs/benchmarks.md`).
+
+mod packing;
 
 use std::collections::{BTreeMap, VecDeque};
 use std::io::Write;
@@ -30,6 +34,8 @@ use bytes::Bytes;
 use jiff::Timestamp;
 use proxy_core::ProxyKey;
 use proxy_core::record::{Header, Record};
+
+use self::packing::{Packed, Packer, Unpackable};
 
 /// Where recorded lines go besides the ring buffers.
 #[derive(Debug)]
@@ -74,12 +80,12 @@ impl FileSink {
     }
 }
 
-/// One record as it is kept: its line (with the newline), and what a dump filters on.
+/// One record as it is kept: its line (with the newline, packed), and what a dump filters on.
 #[derive(Debug, Clone)]
 struct Kept {
     seq: u64,
     at: Timestamp,
-    line: Bytes,
+    line: Packed,
 }
 
 #[derive(Debug)]
@@ -89,9 +95,11 @@ struct Inner {
     /// or a forget), oldest first: what the byte budget evicts from. Gone entries are
     /// skipped, and swept once they outnumber the kept ones.
     by_age: VecDeque<(u64, ProxyKey)>,
-    /// How many records the rings hold, and their bytes.
+    /// How many records the rings hold, and their packed bytes.
     kept: usize,
     bytes: usize,
+    /// The dictionaries the packed lines need.
+    packer: Packer,
     file: Option<FileSink>,
     /// The file's lines in sequence order: records are numbered before they are
     /// serialized, outside the lock, so two reconciles may arrive here out of order. A line
@@ -134,14 +142,25 @@ impl Inner {
         if let Ok(at) = ring.binary_search_by_key(&seq, |kept| kept.seq)
             && let Some(kept) = ring.remove(at)
         {
-            self.kept -= 1;
-            self.bytes -= kept.line.len();
+            self.release(&kept);
         }
+    }
+
+    /// Counts a record that left its ring out.
+    fn release(&mut self, kept: &Kept) {
+        self.kept -= 1;
+        self.bytes -= kept.line.len();
+        self.packer.release(&kept.line);
+    }
+
+    /// The bytes the kept records hold: their packed lines and the dictionaries.
+    fn held(&self) -> usize {
+        self.bytes + self.packer.bytes()
     }
 
     /// Drops the oldest records of the fleet until the rest fit `budget`.
     fn fit(&mut self, budget: usize) {
-        while self.bytes > budget {
+        while self.held() > budget {
             let Some((seq, key)) = self.by_age.pop_front() else {
                 return;
             };
@@ -167,6 +186,18 @@ pub struct Recorder {
     budget: usize,
     next_seq: AtomicU64,
     inner: Mutex<Inner>,
+}
+
+/// What the recorder keeps in memory: `line_bytes` and `dictionary_bytes` together stay
+/// within its budget.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Usage {
+    /// The records kept.
+    pub records: usize,
+    /// Their packed lines.
+    pub line_bytes: usize,
+    /// The dictionaries the lines are packed against, and the lines the next one is made of.
+    pub dictionary_bytes: usize,
 }
 
 /// What a dump holds: every record (of one object, or all) made at or after a time.
@@ -202,6 +233,7 @@ impl Recorder {
                 by_age: VecDeque::new(),
                 kept: 0,
                 bytes: 0,
+                packer: Packer::default(),
                 file,
                 next_in_file: 1,
                 unwritten: BTreeMap::new(),
@@ -226,13 +258,15 @@ impl Recorder {
         if inner.file.is_some() {
             inner.write_in_order(seq, Some(line.clone()), &self.file_header);
         }
+        if self.budget == 0 {
+            return;
+        }
         line.push('\n');
         let key = record.object().clone();
         let kept = Kept {
             seq,
             at: record.at(),
-            // Boxed to its length: the budget counts the bytes a line really holds.
-            line: Bytes::from(line.into_bytes().into_boxed_slice()),
+            line: inner.packer.pack(record.kind(), Bytes::from(line)),
         };
         inner.kept += 1;
         inner.bytes += kept.line.len();
@@ -256,8 +290,9 @@ impl Recorder {
     pub fn forget(&self, object: &ProxyKey) {
         let mut inner = self.lock();
         if let Some(ring) = inner.rings.remove(object) {
-            inner.kept -= ring.len();
-            inner.bytes -= ring.iter().map(|kept| kept.line.len()).sum::<usize>();
+            for kept in &ring {
+                inner.release(kept);
+            }
         }
     }
 
@@ -266,10 +301,14 @@ impl Recorder {
         self.lock().rings.len()
     }
 
-    /// How many bytes the kept records take (their lines).
-    #[cfg(test)]
-    fn bytes(&self) -> usize {
-        self.lock().bytes
+    /// What the rings hold now.
+    pub fn usage(&self) -> Usage {
+        let inner = self.lock();
+        Usage {
+            records: inner.kept,
+            line_bytes: inner.bytes,
+            dictionary_bytes: inner.packer.bytes(),
+        }
     }
 
     /// The state, also after a panic while it was held.
@@ -278,11 +317,12 @@ impl Recorder {
     }
 
     /// The kept records that pass `filter` as a recording, the header first and the records
-    /// in the order they were made: what `proxy-operator replay` reads. The lines are shared
-    /// with the rings, not copied, and the lock is held only while they are picked, so a dump
-    /// of the whole fleet costs neither the memory of a copy nor a stall of the reconciles.
-    pub fn dump(&self, filter: &Filter) -> Vec<Bytes> {
-        let mut records: Vec<(u64, Bytes)> = {
+    /// in the order they were made: what `proxy-operator replay` reads. The packed lines are
+    /// shared with the rings, not copied, and unpacked one at a time as the dump is read; the
+    /// lock is held only while they are picked, so a dump of the whole fleet costs neither
+    /// the memory of a copy nor a stall of the reconciles.
+    pub fn dump(&self, filter: &Filter) -> Dump {
+        let mut records: Vec<(u64, Unpackable)> = {
             let inner = self.lock();
             inner
                 .rings
@@ -290,13 +330,41 @@ impl Recorder {
                 .filter(|(key, _)| filter.object.as_ref().is_none_or(|o| o == *key))
                 .flat_map(|(_, ring)| ring.iter())
                 .filter(|kept| filter.since.is_none_or(|since| kept.at >= since))
-                .map(|kept| (kept.seq, kept.line.clone()))
+                .filter_map(|kept| Some((kept.seq, inner.packer.unpackable(&kept.line)?)))
                 .collect()
         };
         records.sort_unstable_by_key(|(seq, _)| *seq);
-        std::iter::once(self.header.clone())
-            .chain(records.into_iter().map(|(_, line)| line))
-            .collect()
+        Dump {
+            header: Some(self.header.clone()),
+            records: records.into_iter(),
+        }
+    }
+}
+
+/// A recording being read: the header, then the records, each unpacked as it comes.
+#[derive(Debug)]
+pub struct Dump {
+    header: Option<Bytes>,
+    records: std::vec::IntoIter<(u64, Unpackable)>,
+}
+
+impl Iterator for Dump {
+    type Item = Bytes;
+
+    fn next(&mut self) -> Option<Bytes> {
+        if let Some(header) = self.header.take() {
+            return Some(header);
+        }
+        loop {
+            let (seq, record) = self.records.next()?;
+            match record.unpack() {
+                Ok(line) => return Some(line),
+                // Cannot happen to a block the packer made; a dump goes on without it.
+                Err(error) => {
+                    tracing::error!(seq, %error, "a kept record does not unpack: left out")
+                }
+            }
+        }
     }
 }
 
@@ -315,7 +383,7 @@ mod tests {
             object: object.map(|name| ProxyKey::new("ns", name)),
             since: None,
         };
-        let lines = recorder.dump(&filter);
+        let lines: Vec<Bytes> = recorder.dump(&filter).collect();
         String::from_utf8(lines.concat()).unwrap()
     }
 
@@ -468,22 +536,27 @@ mod tests {
 
     #[test]
     fn the_fleet_budget_keeps_the_newest_records_of_every_proxy_within_it() {
-        let probe = Recorder::new(header(), 64, usize::MAX, None).unwrap();
-        record(&probe, &["a"], 1, 1);
-        let one = probe.bytes();
-        // Room for about ten records, for five Proxies recording 20 calls each.
-        let budget = 10 * one + one / 2;
+        let names = ["a", "b", "c", "d", "e"];
+        // Packing depends only on the lines, so a recorder without a budget packs the same
+        // sequence to the same sizes.
+        let unbounded = Recorder::new(header(), 64, usize::MAX, None).unwrap();
+        record(&unbounded, &names, 20, 1);
+        let Usage {
+            line_bytes: lines,
+            dictionary_bytes: dictionaries,
+            ..
+        } = unbounded.usage();
+        let held = lines + dictionaries;
+        // Room for the dictionaries and about half the lines.
+        let budget = held - lines / 2;
         let recorder = Recorder::new(header(), 64, budget, None).unwrap();
-        record(&recorder, &["a", "b", "c", "d", "e"], 20, 1);
-        assert!(
-            recorder.bytes() <= budget,
-            "{} > {budget}",
-            recorder.bytes()
-        );
+        record(&recorder, &names, 20, 1);
+        let usage = recorder.usage();
+        let held = usage.line_bytes + usage.dictionary_bytes;
+        assert!(held <= budget, "{held} > {budget}");
         let dump = text(&recorder, None);
         let report = proxy_core::record::replay(&dump).unwrap();
         assert!(report.is_identical(), "{:?}", report.divergence);
-        assert_eq!(report.records, 10, "the newest ten fit");
         let seqs: Vec<u64> = dump
             .lines()
             .skip(1)
@@ -493,12 +566,44 @@ mod tests {
                     .unwrap()
             })
             .collect();
-        assert_eq!(seqs, (91..=100).collect::<Vec<_>>(), "oldest first out");
+        let first = 101 - seqs.len() as u64;
+        assert_eq!(seqs, (first..=100).collect::<Vec<_>>(), "oldest first out");
+        assert!(
+            (40..100).contains(&seqs.len()),
+            "about half the records fit: {}",
+            seqs.len()
+        );
         // Forgetting gives the bytes back.
-        for name in ["a", "b", "c", "d", "e"] {
+        for name in names {
             recorder.forget(&ProxyKey::new("ns", name));
         }
-        assert_eq!(recorder.bytes(), 0);
+        assert_eq!(recorder.usage().line_bytes, 0);
+        assert_eq!(recorder.usage().records, 0);
+    }
+
+    #[test]
+    fn packed_records_take_a_fraction_of_their_lines() {
+        let recorder = Recorder::new(header(), 64, usize::MAX, None).unwrap();
+        record(&recorder, &["a", "b", "c", "d", "e"], 200, 1);
+        let packed = recorder.usage().line_bytes;
+        let plain = text(&recorder, None).len() - header().to_line().unwrap().len() - 1;
+        assert!(
+            4 * packed < plain,
+            "{packed} bytes packed for {plain} bytes of lines"
+        );
+    }
+
+    #[test]
+    fn a_budget_of_zero_keeps_nothing() {
+        let recorder = Recorder::new(header(), 64, 0, None).unwrap();
+        record(&recorder, &["a"], 3, 1);
+        let nothing = Usage {
+            records: 0,
+            line_bytes: 0,
+            dictionary_bytes: 0,
+        };
+        assert_eq!(recorder.usage(), nothing);
+        assert_eq!(text(&recorder, None).lines().count(), 1, "the header only");
     }
 
     #[test]
@@ -524,7 +629,7 @@ mod tests {
             object: Some(ProxyKey::new("ns", "b")),
             since: Some(since),
         };
-        let text = String::from_utf8(recorder.dump(&filter).concat()).unwrap();
+        let text = String::from_utf8(recorder.dump(&filter).collect::<Vec<_>>().concat()).unwrap();
         assert_eq!(
             text.lines().count(),
             1 + 3,

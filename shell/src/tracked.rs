@@ -227,7 +227,7 @@ mod tests {
                     object: Some(ProxyKey::new("ns", "c")),
                     since: None,
                 })
-                .len(),
+                .count(),
             2,
             "the header and c's record"
         );

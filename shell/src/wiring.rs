@@ -161,6 +161,7 @@ async fn serve(args: RunArgs, config: ProvidersConfig) -> anyhow::Result<()> {
             )
         })?,
     );
+    metrics.watch_recorder(recorder.clone());
     let ctx = Arc::new(
         Context::new(
             client, providers, timing, health, metrics, leadership, recorder,

@@ -56,12 +56,12 @@ fn main() -> anyhow::Result<()> {
             }
         }
     }
-    let ring = Recorder::new(header(), 64, 32 * 1024 * 1024, None)?;
+    let ring = Recorder::new(header(), 64, 8 * 1024 * 1024, None)?;
     let dir = tempfile_dir()?;
     let with_file = Recorder::new(
         header(),
         64,
-        32 * 1024 * 1024,
+        8 * 1024 * 1024,
         Some((dir.join("bench.jsonl"), 64 * 1024 * 1024)),
     )?;
     let bare = time(&inputs, |i| decide(&i.spec, &i.status, &i.observed));

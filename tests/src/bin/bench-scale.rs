@@ -164,8 +164,17 @@ struct Measured {
     list_p50: Duration,
     list_p99: Duration,
     list_bytes: usize,
+    recording: Recording,
     loaded: Option<leadership_load::Measured>,
     leadership: Leadership,
+}
+
+/// What the recorder held after the steady window (its metrics), and the size of its dump.
+struct Recording {
+    records: u64,
+    lines: u64,
+    dictionaries: u64,
+    dumped: usize,
 }
 
 struct Bench<'a> {
@@ -314,6 +323,18 @@ impl Bench<'_> {
             .filter(|r| r.at >= window_start && r.at <= window_end && r.path.contains(&run))
             .count();
 
+        let recording = Recording {
+            records: operator
+                .metric_sum("proxy_operator_recording_records", "")
+                .await,
+            lines: operator
+                .metric_sum("proxy_operator_recording_bytes", r#"part="lines""#)
+                .await,
+            dictionaries: operator
+                .metric_sum("proxy_operator_recording_bytes", r#"part="dictionaries""#)
+                .await,
+            dumped: operator.recording(None).await.len(),
+        };
         let mut lists = Vec::with_capacity(LISTS);
         let mut list_bytes = 0;
         for _ in 0..LISTS {
@@ -372,6 +393,7 @@ impl Bench<'_> {
             list_p50: percentile(&lists, 50),
             list_p99: percentile(&lists, 99),
             list_bytes,
+            recording,
             loaded,
             leadership,
         })
@@ -442,6 +464,16 @@ fn report(m: &Measured, interval: u32, squids: usize) {
         m.list_bytes,
         m.list_p50.as_secs_f64() * 1e3,
         m.list_p99.as_secs_f64() * 1e3
+    );
+    let r = &m.recording;
+    println!(
+        "    recorder after the steady window: {} records, {:.2} MiB packed ({:.1}x smaller than \
+         the {:.2} MiB dump) and {:.0} KiB of dictionaries",
+        r.records,
+        r.lines as f64 / MIB,
+        r.dumped as f64 / (r.lines as f64).max(1.0),
+        r.dumped as f64 / MIB,
+        r.dictionaries as f64 / 1024.0
     );
     if let Some(load) = &m.loaded {
         report_load(load);

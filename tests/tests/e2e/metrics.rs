@@ -73,6 +73,16 @@ async fn the_metrics_name_what_happens_and_forget_deleted_proxies() {
     assert!(text.lines().any(|l| l.starts_with(
         r#"proxy_operator_provider_requests_total{provider="pods",op="get",result="ok"}"#
     )));
+    // m1's decide calls are kept, packed, within the budget.
+    let value = |series: &str| -> u64 {
+        text.lines()
+            .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
+            .unwrap_or_else(|| panic!("no {series} in:\n{text}"))
+    };
+    assert!(value("proxy_operator_recording_records") > 0);
+    let lines = value(r#"proxy_operator_recording_bytes{part="lines"}"#);
+    let dictionaries = value(r#"proxy_operator_recording_bytes{part="dictionaries"}"#);
+    assert!(lines > 0 && dictionaries > 0, "{lines} + {dictionaries}");
 
     bed.proxies
         .delete("m1", &DeleteParams::default())
