@@ -68,7 +68,7 @@ async fn the_metrics_name_what_happens_and_forget_deleted_proxies() {
         assert!(text.contains(expected), "missing {expected:?} in:\n{text}");
     }
     assert!(text.contains(&format!(
-        r#"proxy_operator_probe_latency_seconds_count{{namespace="{ns}",proxy="m1"}}"#
+        r#"proxy_operator_probe_latency_seconds_count{{namespace="{ns}"}}"#
     )));
     assert!(text.lines().any(|l| l.starts_with(
         r#"proxy_operator_provider_requests_total{provider="pods",op="get",result="ok"}"#
