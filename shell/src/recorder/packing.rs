@@ -165,13 +165,31 @@ impl Packer {
         }
     }
 
-    /// Makes the next dictionary: the newest line of each kind first, then the newest lines
-    /// (LZ4 finds the nearest match first), its last [`DICTIONARY_BYTES`] kept.
+    /// Makes the next dictionary: the newest line of each kind that is no longer among the
+    /// newest lines, then as many of the newest lines as fit, in the order they came (where
+    /// LZ4 finds two matches it takes the nearer, the newer), [`DICTIONARY_BYTES`] at most.
     fn renew(&mut self) {
-        let mut dictionary: Vec<u8> = self
+        let among_newest = |line: &Bytes| self.newest.iter().any(|n| n.as_ptr() == line.as_ptr());
+        let kinds: Vec<&Bytes> = self
             .newest_of_kind
             .values()
-            .chain(self.newest.iter())
+            .filter(|line| !among_newest(line))
+            .collect();
+        let mut room = DICTIONARY_BYTES.saturating_sub(kinds.iter().map(|l| l.len()).sum());
+        let mut newest: Vec<&Bytes> = self
+            .newest
+            .iter()
+            .rev()
+            .take_while(|line| {
+                let fits = line.len() <= room;
+                room = room.saturating_sub(line.len());
+                fits
+            })
+            .collect();
+        newest.reverse();
+        let mut dictionary: Vec<u8> = kinds
+            .into_iter()
+            .chain(newest)
             .flat_map(|line| line.iter().copied())
             .collect();
         if dictionary.len() > DICTIONARY_BYTES {
@@ -257,6 +275,30 @@ mod tests {
             "the current dictionary stays for the lines to come"
         );
         assert!(packer.dictionary_bytes > 0 && packer.dictionary_bytes <= DICTIONARY_BYTES);
+    }
+
+    #[test]
+    fn a_dictionary_keeps_a_line_of_each_kind_however_many_of_another_came_after() {
+        // Lines of a kilobyte: the first generation's are twice what a dictionary holds.
+        let big = |i: u64| Bytes::from([line(i).as_ref(), &[b' '; 768]].concat());
+        let mut packer = Packer::default();
+        let decide = Bytes::from_static(b"{\"kind\":\"decide\",\"object\":\"crawl/px-0\"}\n");
+        packer.pack("decide", decide.clone());
+        for i in 1..=FIRST_GENERATION {
+            packer.pack("health", big(i));
+        }
+        assert!(packer.newest_bytes <= DICTIONARY_BYTES);
+        let dictionary = &packer.generations[&packer.current].dictionary;
+        assert!(dictionary.len() <= DICTIONARY_BYTES);
+        assert!(
+            dictionary.windows(decide.len()).any(|w| w == decide),
+            "the decide line is in the dictionary"
+        );
+        // Made when the line after the first generation came: the one before it ends it.
+        assert!(
+            dictionary.ends_with(&big(FIRST_GENERATION - 1)),
+            "the newest line ends it"
+        );
     }
 
     #[test]
