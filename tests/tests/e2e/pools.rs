@@ -357,9 +357,12 @@ async fn a_pool_scales_rolls_with_surge_under_a_crawler_recycles_bans_and_holds_
     );
     let survivors = names(&recycled);
 
-    // The probe URL fails for everyone: the breaker opens and nothing is replaced.
+    // The probe URL fails for everyone: the breaker opens and nothing is replaced. The two
+    // proxies turn unhealthy one after the other (their probes are not in step, and on a
+    // loaded machine more than 2 s apart, which replaced the first one before the second
+    // opened the breaker): the grace is longer than that, and the wait below longer still.
     let failing = json!({"spec": {
-        "recycle": {"replaceUnhealthyAfterSeconds": 2},
+        "recycle": {"replaceUnhealthyAfterSeconds": 8},
         "template": {"spec": {"healthCheck": {"probeURL": bed.origin.url("/status/500")}}},
     }});
     patch(&pools, "web", &failing).await;
@@ -373,7 +376,7 @@ async fn a_pool_scales_rolls_with_surge_under_a_crawler_recycles_bans_and_holds_
         |pool, _| condition(pool, "CircuitBreaker") == Some(("True", "TooManyUnhealthy")),
     )
     .await;
-    tokio::time::sleep(Duration::from_secs(6)).await;
+    tokio::time::sleep(Duration::from_secs(10)).await;
     assert_eq!(
         names(&members(&bed, "web").await),
         survivors,
