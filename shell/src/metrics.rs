@@ -593,7 +593,7 @@ fn encode_recording(usage: &Usage, encoder: &mut DescriptorEncoder) -> Result<()
     records.encode(metric)?;
     let mut family = encoder.encode_descriptor(
         "recording_bytes",
-        "Bytes the recorder keeps in memory within --record-budget-bytes: the compressed records (lines) and the dictionaries they are compressed against",
+        "Bytes the recorder keeps in memory within --record-budget-bytes: the compressed records with what keeping each costs (lines) and the dictionaries they are compressed against",
         None,
         records.metric_type(),
     )?;

@@ -4,7 +4,8 @@
 //! Records are kept in memory as their serialized lines, compressed ([`packing`]: LZ4
 //! against a dictionary of recent lines, about a seventh of their size): a ring per object
 //! (the last `--record-per-object` calls of each Proxy) under one byte budget for the whole
-//! fleet (`--record-budget-bytes`, the compressed lines and their dictionaries: past it the
+//! fleet (`--record-budget-bytes`, the compressed lines, what keeping each costs besides,
+//! and their dictionaries: past it the
 //! oldest records go first, whichever Proxy they are about), so memory stays flat however
 //! many Proxies there are and however long the operator runs. A budget of 0 keeps none. The metrics port streams them (`GET /debug/recording`, optionally
 //! `?object=namespace/name` and `&since=<RFC 3339 time>`) without building the dump in
@@ -88,6 +89,19 @@ struct Kept {
     line: Packed,
 }
 
+/// What keeping a record costs besides its packed line: its entry in its ring, its entries
+/// in the eviction queue (up to two before a sweep), and the allocator's share of its line.
+/// At about 250 bytes a packed line, this is nearly as much again, so the budget counts it.
+const KEPT_OVERHEAD: usize =
+    size_of::<Kept>() + 2 * size_of::<(u64, ProxyKey)>() + 2 * size_of::<usize>();
+
+impl Kept {
+    /// The bytes the record counts against the budget.
+    fn cost(&self) -> usize {
+        self.line.len() + KEPT_OVERHEAD
+    }
+}
+
 #[derive(Debug)]
 struct Inner {
     rings: BTreeMap<ProxyKey, VecDeque<Kept>>,
@@ -95,7 +109,7 @@ struct Inner {
     /// or a forget), oldest first: what the byte budget evicts from. Gone entries are
     /// skipped, and swept once they outnumber the kept ones.
     by_age: VecDeque<(u64, ProxyKey)>,
-    /// How many records the rings hold, and their packed bytes.
+    /// How many records the rings hold, and their packed bytes with what keeping each costs.
     kept: usize,
     bytes: usize,
     /// The dictionaries the packed lines need.
@@ -149,7 +163,7 @@ impl Inner {
     /// Counts a record that left its ring out.
     fn release(&mut self, kept: &Kept) {
         self.kept -= 1;
-        self.bytes -= kept.line.len();
+        self.bytes -= kept.cost();
         self.packer.release(&kept.line);
     }
 
@@ -194,7 +208,7 @@ pub struct Recorder {
 pub struct Usage {
     /// The records kept.
     pub records: usize,
-    /// Their packed lines.
+    /// Their packed lines, and what keeping each costs besides.
     pub line_bytes: usize,
     /// The dictionaries the lines are packed against, and the lines the next one is made of.
     pub dictionary_bytes: usize,
@@ -262,14 +276,19 @@ impl Recorder {
             return;
         }
         line.push('\n');
-        let key = record.object().clone();
+        // The ring's own key when it has one: the eviction queue shares it rather than
+        // keeping a copy per record.
+        let key = match inner.rings.get_key_value(record.object()) {
+            Some((key, _)) => key.clone(),
+            None => record.object().clone(),
+        };
         let kept = Kept {
             seq,
             at: record.at(),
             line: inner.packer.pack(record.kind(), Bytes::from(line)),
         };
         inner.kept += 1;
-        inner.bytes += kept.line.len();
+        inner.bytes += kept.cost();
         // The per-object cap first, so a ring never holds more than it.
         let full = inner
             .rings
@@ -585,7 +604,12 @@ mod tests {
     fn packed_records_take_a_fraction_of_their_lines() {
         let recorder = Recorder::new(header(), 64, usize::MAX, None).unwrap();
         record(&recorder, &["a", "b", "c", "d", "e"], 200, 1);
-        let packed = recorder.usage().line_bytes;
+        let usage = recorder.usage();
+        assert!(
+            usage.line_bytes > usage.records * KEPT_OVERHEAD,
+            "the budget counts what keeping a record costs besides its line"
+        );
+        let packed = usage.line_bytes - usage.records * KEPT_OVERHEAD;
         let plain = text(&recorder, None).len() - header().to_line().unwrap().len() - 1;
         assert!(
             4 * packed < plain,
