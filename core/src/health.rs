@@ -125,6 +125,11 @@ impl Target {
             host: host.to_owned(),
         })
     }
+
+    /// Whether this is the object `uid` at `host`.
+    pub fn is(&self, uid: &str, host: &str) -> bool {
+        self.uid == uid && self.host == host
+    }
 }
 
 /// How many consecutive results flip a verdict. Both are at least 1.
@@ -460,12 +465,12 @@ impl HealthBook {
         interval.saturating_mul(place) / 10_000
     }
 
-    /// Drops every state whose key is not in `live` or whose target differs from the live
-    /// one, and returns their keys in order (for the shell to drop their metric series).
-    /// `live` holds the proxies that can be probed: one without a host has no entry.
-    pub fn prune(&mut self, live: &BTreeMap<ProxyKey, Target>) -> Vec<ProxyKey> {
+    /// Drops every state for which `is_live(key, target)` is false (its proxy is gone, can
+    /// no longer be probed, or is probed at another target now), and returns their keys in
+    /// order (for the shell to drop their metric series).
+    pub fn prune(&mut self, is_live: impl Fn(&ProxyKey, &Target) -> bool) -> Vec<ProxyKey> {
         self.proxies
-            .extract_if(.., |key, state| live.get(key) != Some(&state.target))
+            .extract_if(.., |key, state| !is_live(key, &state.target))
             .map(|(key, _)| key)
             .collect()
     }

@@ -154,6 +154,10 @@ pub struct Listed<'a> {
     pub key: ProxyKey,
     /// `metadata.uid`.
     pub uid: &'a str,
+    /// `metadata.generation`: the API server raises it on every change of the spec, so an
+    /// entry listed again under the same one keeps its probe spec rather than building it
+    /// anew (`None`, an object built by hand, is rebuilt every time).
+    pub generation: Option<i64>,
     /// Its spec.
     pub spec: &'a ProxySpec,
     /// Its status, if it has one: where a Managed proxy's address comes from, and the
@@ -186,6 +190,10 @@ pub struct Start {
 #[derive(Clone, Debug, PartialEq, Eq)]
 struct Entry {
     target: Target,
+    /// The generation `probe`, `thresholds` and `interval` were built for.
+    generation: Option<i64>,
+    /// The refresh that last listed it (the schedule's `refreshes` then).
+    listed: u64,
     probe: ProbeSpec,
     thresholds: Thresholds,
     interval: Duration,
@@ -202,6 +210,8 @@ pub struct ProbeSchedule {
     salt: u64,
     /// The id of the next probe started.
     next_id: u64,
+    /// How many refreshes ran: an entry not listed by the latest one is dropped.
+    refreshes: u64,
     entries: BTreeMap<ProxyKey, Entry>,
     /// Every entry under its next slot, earliest first.
     queue: BTreeSet<(Moment, ProxyKey)>,
@@ -225,7 +235,8 @@ impl ProbeSchedule {
     ///   ([`HealthBook::seed_from_status`]; a restart or a new leader must not flap it), then
     ///   its first slot is `now` plus [`HealthBook::first_probe_in`];
     /// - one already scheduled keeps its grid and takes the new probe spec, thresholds and
-    ///   interval;
+    ///   interval (built only when its generation moved: a refresh of an unchanged fleet
+    ///   allocates nothing per proxy but its key);
     /// - one no longer listed (or no longer probeable) is dropped, and so is the state of the
     ///   book about any proxy not probed at its listed target ([`HealthBook::prune`]).
     ///
@@ -237,31 +248,41 @@ impl ProbeSchedule {
         now: Moment,
         book: &mut HealthBook,
     ) -> Vec<ProxyKey> {
-        let mut live = BTreeMap::new();
+        self.refreshes += 1;
+        let refresh = self.refreshes;
         for proxy in listed {
-            let Some(target) = Target::of(proxy.uid, proxy.spec, proxy.status) else {
+            let Some(host) = proxy.spec.effective_host(proxy.status) else {
                 continue;
             };
-            let check = proxy.spec.health_check_or_default();
-            let probe = ProbeSpec::of(&target.host, proxy.spec, &check);
-            let thresholds = Thresholds::of(&check);
-            let interval = interval_of(&check);
             match self.entries.get_mut(&proxy.key) {
-                Some(entry) if entry.target == target => {
-                    entry.probe = probe;
-                    entry.thresholds = thresholds;
-                    entry.interval = interval;
+                Some(entry) if entry.target.is(proxy.uid, host) => {
+                    entry.listed = refresh;
+                    if proxy.generation.is_none() || entry.generation != proxy.generation {
+                        let check = proxy.spec.health_check_or_default();
+                        entry.probe = ProbeSpec::of(host, proxy.spec, &check);
+                        entry.thresholds = Thresholds::of(&check);
+                        entry.interval = interval_of(&check);
+                        entry.generation = proxy.generation;
+                    }
                 }
                 _ => {
+                    let target = Target {
+                        uid: proxy.uid.to_owned(),
+                        host: host.to_owned(),
+                    };
                     if let Some(status) = proxy.status {
                         book.seed_from_status(&proxy.key, proxy.uid, status);
                     }
+                    let check = proxy.spec.health_check_or_default();
+                    let interval = interval_of(&check);
                     let spread = self.spread(&proxy.key);
                     let slot = now + book.first_probe_in(&proxy.key, &target, interval, spread);
                     let entry = Entry {
-                        target: target.clone(),
-                        probe,
-                        thresholds,
+                        probe: ProbeSpec::of(host, proxy.spec, &check),
+                        thresholds: Thresholds::of(&check),
+                        target,
+                        generation: proxy.generation,
+                        listed: refresh,
                         interval,
                         slot,
                         in_flight: None,
@@ -269,20 +290,24 @@ impl ProbeSchedule {
                     if let Some(old) = self.entries.insert(proxy.key.clone(), entry) {
                         self.queue.remove(&(old.slot, proxy.key.clone()));
                     }
-                    self.queue.insert((slot, proxy.key.clone()));
+                    self.queue.insert((slot, proxy.key));
                 }
             }
-            live.insert(proxy.key, target);
         }
         let queue = &mut self.queue;
         self.entries.retain(|key, entry| {
-            let keep = live.contains_key(key);
+            let keep = entry.listed == refresh;
             if !keep {
                 queue.remove(&(entry.slot, key.clone()));
             }
             keep
         });
-        book.prune(&live)
+        let entries = &self.entries;
+        book.prune(|key, target| {
+            entries
+                .get(key)
+                .is_some_and(|entry| entry.target == *target)
+        })
     }
 
     /// The probes to start at `now`, at most `permits` of them, in the order of their slots;

@@ -535,10 +535,16 @@ fn prune_drops_what_is_not_probed_any_more() {
         (keys[1].clone(), target_of(OTHER_UID, IP)),
         (keys[2].clone(), target_of(UID, OTHER_IP)),
     ]);
-    assert_eq!(book.prune(&live), keys[1..].to_vec());
+    assert_eq!(
+        book.prune(|key, target| live.get(key) == Some(target)),
+        keys[1..].to_vec()
+    );
     assert!(book.get(&keys[0]).is_some());
-    assert_eq!(book.prune(&live), Vec::<ProxyKey>::new());
-    assert_eq!(book.prune(&BTreeMap::new()), [keys[0].clone()]);
+    assert_eq!(
+        book.prune(|key, target| live.get(key) == Some(target)),
+        Vec::<ProxyKey>::new()
+    );
+    assert_eq!(book.prune(|_, _| false), [keys[0].clone()]);
     assert_eq!(book, HealthBook::new());
 }
 
@@ -550,7 +556,7 @@ fn a_pruned_proxy_starts_over() {
         run(&mut book, &[ok(0, 40), fail(1), fail(2)], thresholds).len(),
         1
     );
-    assert_eq!(book.prune(&BTreeMap::new()), [key()]);
+    assert_eq!(book.prune(|_, _| false), [key()]);
     assert_eq!(
         deliver(&mut book, fail(3), thresholds),
         Some(report(ReportReason::First, false, fail(3)))

@@ -10,8 +10,6 @@
 //! Failing cases are saved under `core/proptest-regressions/health_props.txt`: commit that
 //! file. `PROPTEST_CASES` raises the number of cases (256 by default).
 
-use std::collections::BTreeMap;
-
 use jiff::{SignedDuration, Timestamp};
 use proptest::collection::vec;
 use proptest::prelude::*;
@@ -135,11 +133,9 @@ impl World {
                 None
             }
             Step::Prune { probeable } => {
-                let live = match probeable {
-                    true => BTreeMap::from([(key(), self.target())]),
-                    false => BTreeMap::new(),
-                };
-                let pruned = book.prune(&live);
+                let live = self.target();
+                let pruned =
+                    book.prune(|key_, target| probeable && *key_ == key() && *target == live);
                 assert!(pruned.iter().all(|pruned| *pruned == key()));
                 None
             }

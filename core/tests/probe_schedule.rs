@@ -69,6 +69,8 @@ fn with_verdict(ip: &str) -> ProxyStatus {
 struct Object {
     key: ProxyKey,
     uid: String,
+    /// `None` unless a test sets it: the probe spec is then rebuilt on every refresh.
+    generation: Option<i64>,
     spec: ProxySpec,
     status: Option<ProxyStatus>,
 }
@@ -79,6 +81,7 @@ impl Object {
         Self {
             key: key(name),
             uid: UID.to_owned(),
+            generation: None,
             spec: external(host, interval),
             status: None,
         }
@@ -92,6 +95,7 @@ impl Object {
         Listed {
             key: self.key.clone(),
             uid: &self.uid,
+            generation: self.generation,
             spec: &self.spec,
             status: self.status.as_ref(),
         }
@@ -191,6 +195,7 @@ fn a_seeded_proxy_has_its_first_probe_spread_over_one_interval() {
             Object {
                 key: key(&format!("px-{i}")),
                 uid: UID.to_owned(),
+                generation: Some(1),
                 spec: ProxySpec {
                     health_check: Some(HealthCheck {
                         interval_seconds: 30,
@@ -247,6 +252,7 @@ fn a_proxy_with_nothing_to_probe_is_not_scheduled() {
     let unaddressed = Object {
         key: key("managed"),
         uid: UID.to_owned(),
+        generation: Some(1),
         spec: managed_spec(),
         status: Some(ProxyStatus::default()),
     };
@@ -413,10 +419,14 @@ fn a_recreated_or_readdressed_proxy_starts_over_and_its_old_probe_frees_nothing(
 #[test]
 fn new_health_check_settings_apply_to_the_next_probe_on_the_same_grid() {
     let mut engine = Engine::new();
-    let proxy = Object::new("a", "10.0.0.1", 10);
+    let proxy = Object {
+        generation: Some(1),
+        ..Object::new("a", "10.0.0.1", 10)
+    };
     engine.refresh(std::slice::from_ref(&proxy), s(0));
     assert_eq!(engine.due(s(0), 1).len(), 1);
     let changed = Object {
+        generation: Some(2),
         spec: ProxySpec {
             health_check: Some(HealthCheck {
                 probe_url: "https://probe.example.org/ok".to_owned(),
@@ -444,6 +454,45 @@ fn new_health_check_settings_apply_to_the_next_probe_on_the_same_grid() {
     assert_eq!(start.probe.expected_status_codes, [200]);
     // The new interval counts from the slot already planned.
     assert_eq!(engine.schedule.slot(&proxy.key), Some(s(70)));
+}
+
+/// The API server raises `metadata.generation` on every change of the spec, so a refresh
+/// of an unchanged fleet (every second, every proxy) does not build each probe spec again;
+/// an object without a generation (built by hand) is rebuilt every time.
+#[test]
+fn a_probe_spec_is_rebuilt_only_when_the_generation_moves() {
+    let mut engine = Engine::new();
+    let proxy = Object {
+        generation: Some(3),
+        ..Object::new("a", "10.0.0.1", 10)
+    };
+    engine.refresh(std::slice::from_ref(&proxy), s(0));
+    let probing = |url: &str, generation| {
+        let mut object = Object {
+            generation,
+            ..proxy.clone()
+        };
+        if let Some(check) = object.spec.health_check.as_mut() {
+            check.probe_url = url.to_owned();
+        }
+        object
+    };
+    let probed = |engine: &mut Engine, at| {
+        let [start] = <[Start; 1]>::try_from(engine.starts(at, 1)).expect("one probe");
+        engine.schedule.finished(&start.key, start.id, at);
+        start.probe.url
+    };
+    let default_url = HealthCheck::default().probe_url;
+    // The same generation: the probe built for it stays.
+    engine.refresh(&[probing("https://b.example/", Some(3))], s(1));
+    assert_eq!(probed(&mut engine, s(1)), default_url);
+    // The next generation: built again.
+    engine.refresh(&[probing("https://b.example/", Some(4))], s(2));
+    assert_eq!(probed(&mut engine, s(10)), "https://b.example/");
+    // No generation: built on every refresh.
+    engine.refresh(&[probing("https://c.example/", None)], s(11));
+    engine.refresh(&[probing("https://d.example/", None)], s(12));
+    assert_eq!(probed(&mut engine, s(20)), "https://d.example/");
 }
 
 #[test]
@@ -574,6 +623,7 @@ fn a_fleet_of_ten_thousand_starts_every_probe_on_its_slot_and_never_piles_up() {
             Object {
                 key: key(&format!("px-{i:05}")),
                 uid: UID.to_owned(),
+                generation: Some(1),
                 spec: ProxySpec {
                     health_check: Some(HealthCheck {
                         interval_seconds: interval,

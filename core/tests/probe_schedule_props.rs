@@ -135,6 +135,7 @@ impl Sim {
         let listed = self.objects.iter().filter(|o| o.listed).map(|o| Listed {
             key: o.key.clone(),
             uid: &o.uid,
+            generation: None,
             spec: &o.spec,
             status: None,
         });

@@ -176,7 +176,7 @@ mod tests {
         let config = kube::Config::new("http://127.0.0.1:9".parse().unwrap());
         let client = kube::Client::try_from(config).unwrap();
         let metrics = Arc::new(Metrics::default());
-        let prober = Prober::new(None).unwrap();
+        let prober = Prober::new(None, 1).unwrap();
         let candidate = proxy_core::leadership::Candidate::new("test", Default::default());
         let ctx = Arc::new(Context::new(
             client,

@@ -62,7 +62,7 @@ pub fn run(args: RunArgs) -> ExitCode {
 async fn serve(args: RunArgs, config: ProvidersConfig) -> anyhow::Result<()> {
     // First, so that a signal that arrives while the operator starts is not lost.
     let stopping = loops::shutdown_signals()?;
-    let prober = prober(args.probe_ca_bundle.as_deref())?;
+    let prober = prober(args.probe_ca_bundle.as_deref(), args.probe_concurrency)?;
     args.check_gc_scope()?;
     let candidate = args.candidate()?;
     let advertised = args.advertised_url();
@@ -200,13 +200,15 @@ async fn serve(args: RunArgs, config: ProvidersConfig) -> anyhow::Result<()> {
     loops::run(parts, stopping).await
 }
 
-/// The prober, trusting the extra CA certificates of `--probe-ca-bundle` when given.
-fn prober(bundle: Option<&Path>) -> anyhow::Result<Prober> {
+/// The prober, trusting the extra CA certificates of `--probe-ca-bundle` when given, with
+/// TLS sessions to resume for `in_flight` probes at once.
+fn prober(bundle: Option<&Path>, in_flight: usize) -> anyhow::Result<Prober> {
     let shown = || bundle.unwrap_or(Path::new("")).display();
     let pem = bundle
         .map(|path| std::fs::read(path).map_err(|e| anyhow!("--probe-ca-bundle {}: {e}", shown())))
         .transpose()?;
-    Prober::new(pem.as_deref()).map_err(|e| anyhow!("--probe-ca-bundle {}: {e}", shown()))
+    Prober::new(pem.as_deref(), in_flight)
+        .map_err(|e| anyhow!("--probe-ca-bundle {}: {e}", shown()))
 }
 
 /// The header of every recording of this process: this build, and the configuration the

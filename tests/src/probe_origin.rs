@@ -71,10 +71,15 @@ impl ProbeOrigin {
         let certs = vec![CertificateDer::from_pem_slice(leaf.cert_pem.as_bytes())?];
         let key = PrivateKeyDer::from_pem_slice(leaf.key_pem.as_bytes())?;
         let provider = Arc::new(tokio_rustls::rustls::crypto::aws_lc_rs::default_provider());
-        let tls = ServerConfig::builder_with_provider(provider)
+        let mut tls = ServerConfig::builder_with_provider(provider)
             .with_safe_default_protocol_versions()?
             .with_no_client_auth()
             .with_single_cert(certs, key)?;
+        // Stateless session tickets, as the large public probe origins issue them: how many
+        // probes resume is then up to the prober's own store, not to a server cache of the
+        // last 256 sessions (rustls's default), which a fleet probing at hundreds a second
+        // turns over in a fraction of a second.
+        tls.ticketer = tokio_rustls::rustls::crypto::aws_lc_rs::Ticketer::new()?;
         let acceptor = TlsAcceptor::from(Arc::new(tls));
         let listener = TcpListener::bind("127.0.0.1:0").await?;
         let port = listener.local_addr()?.port();

@@ -23,18 +23,20 @@ pub fn view_of(
     let port = u16::try_from(spec.effective_port())
         .ok()
         .filter(|p| *p > 0)?;
-    let status = status.cloned().unwrap_or_default();
+    // Read in place: the sync makes every proxy's view twice a second, and a copy of each
+    // status (its conditions' messages) was a tenth of the operator's CPU at 10 000 proxies.
     Some(ProxyView {
         key,
         labels,
-        healthy: status.phase == Some(Phase::Ready),
+        healthy: status.and_then(|s| s.phase) == Some(Phase::Ready),
         latency_ms: status
-            .last_probe_latency_ms
+            .and_then(|s| s.last_probe_latency_ms)
             .map_or(0, |ms| u32::try_from(ms.max(0)).unwrap_or(u32::MAX)),
         max_leases: spec.max_leases_or_default(),
         host,
         port,
-        shared_egress: conditions::find(&status, conditions::EGRESS_VERIFIED)
+        shared_egress: status
+            .and_then(|s| conditions::find(s, conditions::EGRESS_VERIFIED))
             .is_some_and(|c| c.reason == EgressReason::Shared.as_str()),
     })
 }

@@ -260,16 +260,16 @@ impl Discovery {
         let mut tick = tokio::time::interval(SYNC_INTERVAL);
         loop {
             tick.tick().await;
-            self.replace_credentials(
-                store
-                    .state()
-                    .iter()
-                    .filter_map(|proxy| Some((ProxyKey::of(proxy), credentials.of(proxy)?))),
-            );
-            let views = store.state().into_iter().filter_map(|proxy| {
+            let proxies = store.state();
+            self.replace_credentials(proxies.iter().filter_map(|proxy| {
+                credentials
+                    .of(proxy)
+                    .map(|found| (ProxyKey::of(proxy), found))
+            }));
+            let views = proxies.iter().filter_map(|proxy| {
                 let labels = proxy.labels().clone().into_iter().collect();
                 view_of(
-                    ProxyKey::of(&proxy),
+                    ProxyKey::of(proxy),
                     labels,
                     &proxy.spec,
                     proxy.status.as_ref(),

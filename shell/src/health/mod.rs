@@ -272,6 +272,7 @@ impl HealthEngine {
         let listed = proxies.iter().map(|proxy| Listed {
             key: ProxyKey::of(proxy),
             uid: proxy.metadata.uid.as_deref().unwrap_or_default(),
+            generation: proxy.metadata.generation,
             spec: &proxy.spec,
             status: proxy.status.as_ref(),
         });

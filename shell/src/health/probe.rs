@@ -81,8 +81,10 @@ pub enum ProberError {
 
 impl Prober {
     /// A prober that trusts the public web PKI (Mozilla's roots, compiled in, so the image
-    /// needs no CA store) plus the certificates of `ca_bundle_pem`, for private probe origins.
-    pub fn new(ca_bundle_pem: Option<&[u8]>) -> Result<Self, ProberError> {
+    /// needs no CA store) plus the certificates of `ca_bundle_pem`, for private probe origins,
+    /// and keeps TLS sessions to resume for `in_flight` probes at once per host (the probe
+    /// concurrency: [`Tickets`]).
+    pub fn new(ca_bundle_pem: Option<&[u8]>, in_flight: usize) -> Result<Self, ProberError> {
         let mut roots = rustls::RootCertStore::empty();
         roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
         if let Some(pem) = ca_bundle_pem {
@@ -114,7 +116,7 @@ impl Prober {
             .with_no_client_auth();
         // One request per connection, in HTTP/1.1.
         tls.alpn_protocols = vec![b"http/1.1".to_vec()];
-        tls.resumption = Resumption::store(Arc::new(Tickets::default()));
+        tls.resumption = Resumption::store(Arc::new(Tickets::new(in_flight)));
         Ok(Self {
             tls: TlsConnector::from(Arc::new(tls)),
         })
@@ -276,7 +278,7 @@ mod tests {
     }
 
     async fn cause(proxy: String, url: &str) -> Option<ProbeFailure> {
-        cause_with(&Prober::new(None).unwrap(), &spec(proxy, url), None).await
+        cause_with(&Prober::new(None, 1).unwrap(), &spec(proxy, url), None).await
     }
 
     /// The causes of a probe with the credentials `u:p`, and of one without.
@@ -284,7 +286,7 @@ mod tests {
         proxy: String,
         url: &str,
     ) -> (Option<ProbeFailure>, Option<ProbeFailure>) {
-        let (prober, spec) = (Prober::new(None).unwrap(), spec(proxy, url));
+        let (prober, spec) = (Prober::new(None, 1).unwrap(), spec(proxy, url));
         let with = cause_with(&prober, &spec, Some(&Credentials::new("u", "p"))).await;
         (with, cause_with(&prober, &spec, None).await)
     }
@@ -432,7 +434,7 @@ mod tests {
             egress_url: Some("http://egress.test/ip".to_owned()),
             ..spec(proxy, "http://probe.test/")
         };
-        let result = Prober::new(None).unwrap().probe(&spec, None).await;
+        let result = Prober::new(None, 1).unwrap().probe(&spec, None).await;
         assert!(result.ok, "{result:?}");
         assert_eq!(result.egress, Some("203.0.113.7".parse().unwrap()));
     }

@@ -201,7 +201,7 @@ impl Bed {
         for proxy in proxies {
             writer.apply_watcher_event(&watcher::Event::Apply(proxy));
         }
-        let prober = Prober::new(Some(self.origin.ca_pem.as_bytes()))?;
+        let prober = Prober::new(Some(self.origin.ca_pem.as_bytes()), concurrency)?;
         // The engine records every probe in the operator's metrics, as in production.
         let metrics = Arc::new(Metrics::default());
         let engine = Arc::new(HealthEngine::new(prober, concurrency, metrics));
@@ -623,7 +623,10 @@ fn main() -> anyhow::Result<()> {
     let (general, general_cpu) = bed.bare("B0", window_b, |proxy, url| {
         general_client_probe(tls.clone(), proxy, url)
     })?;
-    let prober = Prober::new(Some(bed.origin.ca_pem.as_bytes()))?;
+    let prober = Prober::new(
+        Some(bed.origin.ca_pem.as_bytes()),
+        proxy_operator::health::DEFAULT_CONCURRENCY,
+    )?;
     let (ours, ours_cpu) = bed.bare("B1", window_b, |proxy, url| {
         let prober = prober.clone();
         async move {

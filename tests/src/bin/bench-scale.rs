@@ -10,7 +10,8 @@
 //!   then sampled every 10 s through the steady window, to show whether it stays flat;
 //! - the time from the first create to all Ready, over one probe interval;
 //! - the operator's CPU per probe in the steady window (the whole process: in steady state
-//!   the prober is nearly all of it);
+//!   the prober is nearly all of it), and the share of those probes' TLS handshakes the
+//!   origin saw resume a session (a full one verifies the certificate chain again);
 //! - status writes per second in the steady window (the API server's own counts);
 //! - `GET /v1/proxies` p50 and p99 (sequential requests with the bearer token);
 //! - then a loaded window of its own (goal 6; `proxy_tests::leadership_load`), with
@@ -159,6 +160,8 @@ struct Measured {
     rss_steady: Vec<f64>,
     steady: Duration,
     probes: usize,
+    /// Of `probes`, those whose TLS handshake resumed a session (no certificate to verify).
+    resumed: usize,
     cpu: f64,
     status_writes: f64,
     list_p50: Duration,
@@ -316,12 +319,14 @@ impl Bench<'_> {
         let writes_after = writes(self.plane);
         let window_end = window_start + steady;
         let run = format!("run={ns}&");
-        let probes = self
+        let (probes, resumed) = self
             .origin
             .requests()
             .iter()
             .filter(|r| r.at >= window_start && r.at <= window_end && r.path.contains(&run))
-            .count();
+            .fold((0, 0), |(all, resumed), r| {
+                (all + 1, resumed + usize::from(r.resumed))
+            });
 
         let recording = Recording {
             records: operator
@@ -388,6 +393,7 @@ impl Bench<'_> {
             rss_steady,
             steady,
             probes,
+            resumed,
             cpu,
             status_writes: status_writes(&writes_before, &writes_after),
             list_p50: percentile(&lists, 50),
@@ -452,6 +458,12 @@ fn report(m: &Measured, interval: u32, squids: usize) {
         m.cpu,
         100.0 * m.cpu / steady_s,
         1e6 * m.cpu / probes.max(1.0)
+    );
+    #[expect(clippy::cast_precision_loss, reason = "counts far below 2^52")]
+    let resumed = m.resumed as f64;
+    println!(
+        "    TLS handshakes of those probes that resumed a session: {:.1}%",
+        100.0 * resumed / probes.max(1.0)
     );
     println!(
         "    status writes in the steady window: {:.0} = {:.2} per second",

@@ -8,13 +8,14 @@ use proxy_operator::health::probe::Prober;
 use proxy_tests::probe_origin::ProbeOrigin;
 use proxy_tests::squid::{Squid, next_loopback_addr};
 
-/// More probes at once than rustls's own session cache keeps tickets for one host (8).
-const AT_ONCE: usize = 32;
+/// More probes at once than rustls's own session cache keeps tickets for one host (8), and
+/// than the prober's own store kept before it was sized by the probe concurrency (64).
+const AT_ONCE: usize = 96;
 
 /// Every probe makes a new CONNECT and a new TLS handshake through the tunnel, and the
 /// handshakes after the first round resume a session with the origin instead of
-/// verifying its certificate chain again: all of them, though more probes run at once than
-/// rustls's own cache keeps tickets for.
+/// verifying its certificate chain again: all of them, with as many probes at once as the
+/// prober was built for.
 #[tokio::test]
 async fn probes_through_a_real_squid_resume_their_tls_sessions() {
     let origin = ProbeOrigin::start().await.unwrap();
@@ -23,7 +24,7 @@ async fn probes_through_a_real_squid_resume_their_tls_sessions() {
         .await
         .unwrap()
         .unwrap();
-    let prober = Prober::new(Some(origin.ca_pem.as_bytes())).unwrap();
+    let prober = Prober::new(Some(origin.ca_pem.as_bytes()), AT_ONCE).unwrap();
     let round = |round: &'static str| {
         let prober = prober.clone();
         let url = origin.url(&format!("/generate_204?round={round}"));
@@ -62,7 +63,7 @@ async fn probes_through_a_real_squid_resume_their_tls_sessions() {
     // Each probe reached the origin on its own connection through the tunnel. The cache
     // starts empty, so the first round's handshakes are full ones, except for a probe whose
     // CONNECT was slow enough that an earlier probe had already stored a ticket (seen in CI:
-    // 2 of 32).
+    // 2 of 32 at once).
     let (first, first_resumed) = seen("first");
     assert_eq!(
         first, AT_ONCE,

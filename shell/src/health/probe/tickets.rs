@@ -4,13 +4,17 @@
 //! first: enough for a browser, not for a prober that opens hundreds of connections to one
 //! probe URL's host within a second. Most of its handshakes would then be full ones, each
 //! verifying the certificate chain and the server's signature again, which was a fifth of
-//! the prober's CPU (`docs/benchmarks.md`, health probing). This store keeps up to
-//! [`TICKETS_PER_HOST`] tickets per host and hands out the newest first (the likeliest to
-//! still be in a server's own session cache). A resumed handshake is still a handshake with
-//! the origin through the tunnel: only a server holding the session's secret completes it.
+//! the prober's CPU (`docs/benchmarks.md`, health probing). This store keeps, per host, as
+//! many tickets as the prober runs probes at once, and hands out the newest first (the
+//! likeliest to still be in a server's own session cache). Each probe takes one ticket and
+//! its handshake brings one or more back, so however many probes are in flight to one host,
+//! each finds a ticket. With a fixed 64, a fleet of 10 000 at a 30 s interval, whose probes
+//! of a few hundred milliseconds keep about a hundred in flight, made most handshakes full
+//! ones again. A resumed handshake is still a handshake with the origin through the tunnel:
+//! only a server holding the session's secret completes it.
 //!
 //! Memory stays bounded: at most [`HOSTS`] hosts (the first remembered is forgotten first),
-//! each with at most [`TICKETS_PER_HOST`] tickets of a few kilobytes.
+//! each with at most that many tickets of a few hundred bytes.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Mutex;
@@ -21,12 +25,8 @@ use rustls::pki_types::ServerName;
 
 use crate::supervise::lock;
 
-/// TLS 1.3 tickets kept per host: more than the probes in flight to one host at once at
-/// the default concurrency and a 30 s interval on a fleet of tens of thousands.
-pub const TICKETS_PER_HOST: usize = 64;
-
 /// Hosts remembered: probe URLs name a handful.
-pub const HOSTS: usize = 16;
+pub const HOSTS: usize = 8;
 
 /// What is remembered of one host.
 #[derive(Debug, Default)]
@@ -38,9 +38,22 @@ struct Host {
 }
 
 /// The prober's [`ClientSessionStore`].
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Tickets {
+    /// TLS 1.3 tickets kept per host: the probes the prober runs at once.
+    per_host: usize,
     hosts: Mutex<Hosts>,
+}
+
+impl Tickets {
+    /// A store for a prober that runs up to `in_flight` probes at once (at least one ticket
+    /// per host is kept).
+    pub fn new(in_flight: usize) -> Self {
+        Self {
+            per_host: in_flight.max(1),
+            hosts: Mutex::default(),
+        }
+    }
 }
 
 #[derive(Debug, Default)]
@@ -101,7 +114,7 @@ impl ClientSessionStore for Tickets {
     ) {
         let mut hosts = lock(&self.hosts);
         let tickets = &mut hosts.entry(server_name).tls13;
-        if tickets.len() >= TICKETS_PER_HOST {
+        while tickets.len() >= self.per_host {
             tickets.pop_front();
         }
         tickets.push_back(value);
@@ -128,7 +141,7 @@ mod tests {
 
     #[test]
     fn the_first_host_remembered_is_forgotten_first_past_the_bound() {
-        let tickets = Tickets::default();
+        let tickets = Tickets::new(4);
         let name = |i: usize| ServerName::try_from(format!("host-{i}.test")).unwrap();
         for i in 0..=HOSTS {
             tickets.set_kx_hint(name(i), NamedGroup::X25519);
