@@ -9,7 +9,7 @@ use std::time::Duration;
 use proxy_core::ProxyKey;
 use proxy_core::health::{HealthBook, Target, Thresholds};
 use proxy_core::probe_schedule::{
-    Listed, Moment, ProbeId, ProbeSchedule, ProbeSpec, Start, interval_of, next_slot,
+    LAUNCH_WINDOW, Listed, Moment, ProbeId, ProbeSchedule, ProbeSpec, Start, interval_of, next_slot,
 };
 use proxy_core::testing::{EXTERNAL_HOST, UID, external_spec, managed_spec};
 use proxy_crd::{Condition, Endpoint, HealthCheck, ProxySpec, ProxyStatus};
@@ -355,6 +355,36 @@ fn no_more_probes_start_than_permits_are_free_and_the_rest_stay_due() {
 }
 
 #[test]
+fn probes_whose_slots_come_within_the_launch_window_start_together_and_stay_on_their_grid() {
+    let mut engine = Engine::new();
+    let objects = [
+        Object::new("a", "10.0.0.1", 10),
+        Object::new("b", "10.0.0.2", 10),
+        Object::new("c", "10.0.0.3", 10),
+    ];
+    engine.refresh(&objects[..1], s(0));
+    engine.refresh(&objects[..2], ms(60));
+    engine.refresh(&objects, ms(60) + LAUNCH_WINDOW);
+    // At "a"'s slot, "b" (60 ms later) starts with it; "c", past the window, does not.
+    assert_eq!(
+        engine.due(s(0), 10),
+        [("a".to_owned(), s(0)), ("b".to_owned(), ms(60))]
+    );
+    assert_eq!(engine.schedule.slot(&objects[1].key), Some(ms(10_060)));
+    assert_eq!(engine.schedule.next_wakeup(), Some(ms(60) + LAUNCH_WINDOW));
+    // "b" ends before the slot it served: it is free for the next one on its grid.
+    assert!(engine.finish(&objects[1], ms(30)).is_some());
+    assert_eq!(engine.schedule.slot(&objects[1].key), Some(ms(10_060)));
+    assert_eq!(engine.due(ms(160), 10), [("c".to_owned(), ms(160))]);
+    // "a" still runs: it keeps a slot that is only within the window...
+    assert!(engine.due(ms(9_950), 10).is_empty());
+    assert_eq!(engine.schedule.slot(&objects[0].key), Some(s(10)));
+    // ... and skips it once it has come, while "b" starts with that wake-up.
+    assert_eq!(engine.due(s(10), 10), [("b".to_owned(), ms(10_060))]);
+    assert_eq!(engine.schedule.slot(&objects[0].key), Some(s(20)));
+}
+
+#[test]
 fn a_proxy_in_flight_takes_no_permit_and_does_not_hold_up_the_others() {
     let mut engine = Engine::new();
     let objects = [
@@ -605,10 +635,11 @@ impl Dice {
 /// interval), driven through 2 simulated minutes the way the shell drives the schedule:
 /// jump to the next event (a wake-up or a probe ending), free what ended, start what is due.
 ///
-/// Every probe starts within one millisecond of its slot (here: at it exactly, since
-/// simulated time jumps to the wake-up), none starts for a proxy still in flight, and every
-/// start is the slot the rules predict: on the proxy's grid, the first after its last probe
-/// ended.
+/// Every probe starts within one millisecond after its slot (here: never after it, since
+/// simulated time jumps to the wake-up) or at most [`LAUNCH_WINDOW`] ahead of it, none starts
+/// for a proxy still in flight, and every start is the slot the rules predict: on the
+/// proxy's grid, the first after its last probe ended. Probes start in batches: most start
+/// with another's wake-up, ahead of their own slot.
 #[test]
 fn a_fleet_of_ten_thousand_starts_every_probe_on_its_slot_and_never_piles_up() {
     const FLEET: usize = 10_000;
@@ -663,6 +694,8 @@ fn a_fleet_of_ten_thousand_starts_every_probe_on_its_slot_and_never_piles_up() {
     let mut last_slot: BTreeMap<ProxyKey, Moment> = BTreeMap::new();
     let mut probes = 0_u64;
     let mut skipped = 0_u64;
+    let mut early = 0_u64;
+    let mut launches = 0_u64;
     loop {
         let wakeup = engine.schedule.next_wakeup();
         let next_end = ending.first().map(|(at, ..)| *at);
@@ -681,15 +714,19 @@ fn a_fleet_of_ten_thousand_starts_every_probe_on_its_slot_and_never_piles_up() {
             assert!(in_flight.remove(&key));
             free_from.insert(key, now);
         }
-        for started in engine.schedule.due(now, usize::MAX) {
+        let started = engine.schedule.due(now, usize::MAX);
+        launches += u64::from(!started.is_empty());
+        for started in started {
             let key = started.key;
             let (target, interval) = &by_key[&key];
             let interval = *interval;
             assert!(
-                now.saturating_since(started.slot) <= Duration::from_millis(1),
+                now.saturating_since(started.slot) <= Duration::from_millis(1)
+                    && started.slot.saturating_since(now) <= LAUNCH_WINDOW,
                 "{key} started at {now:?}, its slot is {:?}",
                 started.slot
             );
+            early += u64::from(started.slot > now);
             assert!(in_flight.insert(key.clone()), "{key} is still in flight");
             assert_eq!(&started.target, target);
             let first = *first.entry(key.clone()).or_insert(started.slot);
@@ -697,14 +734,16 @@ fn a_fleet_of_ten_thousand_starts_every_probe_on_its_slot_and_never_piles_up() {
                 (start..start + interval).contains(&first),
                 "{key}'s first probe is within one interval"
             );
-            if let Some(&ended) = free_from.get(&key) {
-                // On the grid, and the first slot at or after its last probe ended.
-                let expected =
-                    if ended.saturating_since(first).as_nanos() % interval.as_nanos() == 0 {
-                        ended
-                    } else {
-                        next_slot(first, interval, ended)
-                    };
+            if let (Some(&ended), Some(&served)) = (free_from.get(&key), last_slot.get(&key)) {
+                // On the grid: the first slot at or after its last probe ended, and after the
+                // slot that probe served (a probe that started early may end before it).
+                let from = ended.max(served + interval);
+                let expected = if from.saturating_since(first).as_nanos() % interval.as_nanos() == 0
+                {
+                    from
+                } else {
+                    next_slot(first, interval, from)
+                };
                 assert_eq!(started.slot, expected, "{key}'s probe after {ended:?}");
             }
             if let Some(last) = last_slot.insert(key.clone(), started.slot) {
@@ -726,4 +765,13 @@ fn a_fleet_of_ten_thousand_starts_every_probe_on_its_slot_and_never_piles_up() {
     assert!(probes > 200_000, "{probes} probes");
     // The probes that ran past their next slot had that slot skipped.
     assert!(skipped > probes / 50, "{skipped} skips in {probes} probes");
+    // Most probes start with another's wake-up: ahead of their own slot, within the window.
+    assert!(
+        early > probes / 2,
+        "{early} of {probes} probes started early"
+    );
+    assert!(
+        probes > 4 * launches,
+        "{probes} probes in {launches} launches"
+    );
 }

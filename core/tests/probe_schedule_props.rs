@@ -7,7 +7,8 @@
 //! readdressed, recreated, removed, restored, or given a new interval) followed by a
 //! refresh. After every call it checks: no two probes of one proxy at once (but for a probe
 //! left over from before the proxy was readdressed, recreated or gone), never more probes
-//! than permits, no probe before its slot, nothing left due while a permit is free, a
+//! than permits, no probe more than the launch window before its slot, nothing left due
+//! (or within the launch window, unless in flight) while a permit is free, a
 //! left-over probe's result freeing nothing, and the same inputs giving the same starts.
 //!
 //! Failing cases are saved under `core/proptest-regressions/probe_schedule_props.txt`:
@@ -21,7 +22,7 @@ use proptest::prelude::*;
 use proptest::test_runner::FileFailurePersistence;
 use proxy_core::ProxyKey;
 use proxy_core::health::{HealthBook, Target};
-use proxy_core::probe_schedule::{Listed, Moment, ProbeId, ProbeSchedule};
+use proxy_core::probe_schedule::{LAUNCH_WINDOW, Listed, Moment, ProbeId, ProbeSchedule};
 use proxy_crd::{Endpoint, HealthCheck, ProxySpec};
 
 const FLEET: usize = 6;
@@ -163,7 +164,10 @@ impl Sim {
         let started = self.schedule.due(self.now, free);
         assert!(started.len() <= free, "more probes than permits");
         for start in started {
-            assert!(start.slot <= self.now, "a probe before its slot");
+            assert!(
+                start.slot <= self.now + LAUNCH_WINDOW,
+                "a probe more than the launch window before its slot"
+            );
             assert_eq!(
                 self.listed_target(&start.key).as_ref(),
                 Some(&start.target),
@@ -184,11 +188,24 @@ impl Sim {
             self.starts
                 .push((self.now, start.key.name().to_owned(), start.slot));
         }
-        // Nothing is left due while a permit is free.
+        // Nothing is left due, nor within the launch window, while a permit is free: only
+        // a proxy in flight keeps a slot that close.
         if let Some(wakeup) = self.schedule.next_wakeup() {
             assert!(
                 wakeup > self.now || self.free() == 0,
                 "due at {wakeup:?}, now {:?}, {} permits free",
+                self.now,
+                self.free()
+            );
+        }
+        for object in &self.objects {
+            let slot = self.schedule.slot(&object.key);
+            assert!(
+                slot.is_none_or(|slot| slot > self.now + LAUNCH_WINDOW)
+                    || self.schedule.in_flight(&object.key)
+                    || self.free() == 0,
+                "{} left at {slot:?}, now {:?}, {} permits free",
+                object.key,
                 self.now,
                 self.free()
             );
