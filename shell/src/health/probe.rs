@@ -15,6 +15,7 @@
 //! below pin each cause with a real socket.
 
 mod tickets;
+mod tls;
 mod wire;
 
 use std::net::IpAddr;
@@ -24,7 +25,6 @@ use std::time::{Duration, Instant};
 use proxy_core::ProbeFailure;
 use rustls::client::Resumption;
 use rustls::crypto::hash::HashAlgorithm;
-use tokio_rustls::TlsConnector;
 
 use self::tickets::Tickets;
 
@@ -59,7 +59,7 @@ pub struct ProbeError {
 /// Probes proxies; cheap to clone and safe to share.
 #[derive(Clone)]
 pub struct Prober {
-    tls: TlsConnector,
+    tls: Arc<rustls::ClientConfig>,
 }
 
 impl std::fmt::Debug for Prober {
@@ -117,9 +117,7 @@ impl Prober {
         // One request per connection, in HTTP/1.1.
         tls.alpn_protocols = vec![b"http/1.1".to_vec()];
         tls.resumption = Resumption::store(Arc::new(Tickets::new(in_flight)));
-        Ok(Self {
-            tls: TlsConnector::from(Arc::new(tls)),
-        })
+        Ok(Self { tls: Arc::new(tls) })
     }
 
     /// Runs one probe, authenticating with `credentials` when the proxy has them. Never
@@ -130,15 +128,9 @@ impl Prober {
         let outcome = tokio::time::timeout(spec.timeout, fetched).await;
         let latency = started.elapsed();
         let error = match outcome {
-            Ok(Ok(fetched))
-                if spec
-                    .expected_status_codes
-                    .contains(&fetched.status.as_u16()) =>
-            {
-                None
-            }
+            Ok(Ok(fetched)) if spec.expected_status_codes.contains(&fetched.status) => None,
             Ok(Ok(fetched)) => {
-                let status = fetched.status.as_u16();
+                let status = fetched.status;
                 Some(ProbeError {
                     cause: match (fetched.from_proxy, status) {
                         (true, 407) => ProbeFailure::ProxyAuthRequired,
@@ -185,7 +177,7 @@ impl Prober {
         let fetched = wire::fetch(&self.tls, &spec.proxy, url, credentials, true)
             .await
             .ok()?;
-        if !fetched.status.is_success() {
+        if !(200..300).contains(&fetched.status) {
             return None;
         }
         std::str::from_utf8(&fetched.body?)
@@ -234,11 +226,15 @@ mod tests {
     /// A proxy at 127.0.0.1 that reads each connection's first request and writes the first
     /// of what `answer` gives for its head (lowercased); for each further answer it reads
     /// again and writes that; then it closes the connection.
-    async fn answering(answer: fn(&str) -> &'static [&'static [u8]]) -> String {
+    async fn answering<F>(answer: F) -> String
+    where
+        F: Fn(&str) -> &'static [&'static [u8]] + Clone + Send + 'static,
+    {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let proxy = listener.local_addr().unwrap().to_string();
         tokio::spawn(async move {
             while let Ok((mut stream, _)) = listener.accept().await {
+                let answer = answer.clone();
                 tokio::spawn(async move {
                     let mut request = [0u8; 4096];
                     let n = stream.read(&mut request).await.unwrap_or(0);
@@ -417,12 +413,12 @@ mod tests {
         );
     }
 
-    #[tokio::test]
-    async fn after_a_good_probe_the_egress_url_answers_the_address() {
-        // A plain-http proxy that forwards the probe (204) and the egress URL (its body).
-        let proxy = answering(|head| {
+    /// The egress address a probe of a plain-http proxy finds when the egress URL answers
+    /// `answer` (its head and body, written at once) and the probe URL 204.
+    async fn egress_from(answer: &'static [u8]) -> Option<IpAddr> {
+        let proxy = answering(move |head| {
             if head.starts_with("get http://egress.test/ip http/1.1\r\n") {
-                &[b"HTTP/1.1 200 OK\r\nContent-Length: 12\r\n\r\n203.0.113.7\n"]
+                vec![answer].leak()
             } else if head.starts_with("get http://probe.test/ http/1.1\r\n") {
                 &[b"HTTP/1.1 204 No Content\r\n\r\n"]
             } else {
@@ -436,7 +432,79 @@ mod tests {
         };
         let result = Prober::new(None, 1).unwrap().probe(&spec, None).await;
         assert!(result.ok, "{result:?}");
-        assert_eq!(result.egress, Some("203.0.113.7".parse().unwrap()));
+        result.egress
+    }
+
+    #[tokio::test]
+    async fn after_a_good_probe_the_egress_url_answers_the_address() {
+        let address = Some("203.0.113.7".parse().unwrap());
+        assert_eq!(
+            egress_from(b"HTTP/1.1 200 OK\r\nContent-Length: 12\r\n\r\n203.0.113.7\n").await,
+            address,
+            "a body of a known length"
+        );
+        assert_eq!(
+            egress_from(
+                b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n4\r\n203.\r\n8;ext=1\r\n0.113.7\n\r\n0\r\n\r\n"
+            )
+            .await,
+            address,
+            "a chunked body"
+        );
+        assert_eq!(
+            egress_from(b"HTTP/1.1 200 OK\r\nConnection: close\r\n\r\n203.0.113.7\n").await,
+            address,
+            "a body that ends with the connection"
+        );
+        assert_eq!(
+            egress_from(b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 11\r\n\r\n203.0.113.7").await,
+            address,
+            "an interim answer first"
+        );
+    }
+
+    #[tokio::test]
+    async fn an_egress_answer_that_is_not_one_address_gives_none() {
+        for answer in [
+            // Longer than a probe reads.
+            &b"HTTP/1.1 200 OK\r\nContent-Length: 5000\r\n\r\n203.0.113.7"[..],
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n1000\r\n203.0.113.7",
+            // Not an address, not a success, cut short, not chunked as announced.
+            b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello",
+            b"HTTP/1.1 404 Not Found\r\nContent-Length: 11\r\n\r\n203.0.113.7",
+            b"HTTP/1.1 200 OK\r\nContent-Length: 20\r\n\r\n203.0.113.7",
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n203.0.113.7\r\n0\r\n\r\n",
+        ] {
+            assert_eq!(
+                egress_from(answer).await,
+                None,
+                "{}",
+                String::from_utf8_lossy(answer)
+            );
+        }
+    }
+
+    #[tokio::test]
+    async fn a_probe_resets_its_connection_once_it_has_the_answer() {
+        // A reset, not a FIN in turn: no TIME_WAIT entry per probe on the operator's side. The
+        // stand-in answers, then reads: a reset is an error there, a close an end of file.
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let proxy = listener.local_addr().unwrap().to_string();
+        let server = tokio::spawn(async move {
+            let (mut stream, _) = listener.accept().await.unwrap();
+            let mut request = [0u8; 4096];
+            let _ = stream.read(&mut request).await.unwrap();
+            stream
+                .write_all(b"HTTP/1.1 204 No Content\r\n\r\n")
+                .await
+                .unwrap();
+            stream.read(&mut request).await.map_err(|e| e.kind())
+        });
+        assert_eq!(cause(proxy, "http://probe.test/").await, None);
+        assert_eq!(
+            server.await.unwrap(),
+            Err(std::io::ErrorKind::ConnectionReset)
+        );
     }
 
     #[tokio::test]
