@@ -2,10 +2,12 @@
 //!
 //! The loops (leadership rounds, the health engine, the lease book's sync, orphan GC) run
 //! under the panic boundary ([`supervise::forever`]): a panic restarts the loop after a
-//! backoff, never the process. The leadership rounds run on a thread of their own
-//! ([`Dedicated`]), with a kube client of their own, so that no load on the main runtime
-//! delays a renew; should that thread end anyway, the operator shuts down with an error (and
-//! is restarted) rather than go on without renewing its claim. The two servers (the
+//! backoff, never the process. Two run on a thread of their own ([`Dedicated`]): the
+//! leadership rounds, with a kube client of their own, so that no load on the main runtime
+//! delays a renew, and the health engine with its probes, whose many short wake-ups cost
+//! less CPU on one thread and whose latencies then measure the proxies, not the main
+//! runtime's queue. Should either thread end anyway, the operator shuts down with an error
+//! (and is restarted) rather than go on without renewing its claim or probing. The two servers (the
 //! discovery API and the admin port) are spawned once: each owns its listener, and a panic
 //! in a handler is already a 500 answer (`crate::server`), so there is nothing to restart.
 //! The controller runs in the caller's task; it owns the Proxy cache every loop reads, and
@@ -17,8 +19,8 @@
 //! 2. at the same time the controller finishes its reconciles in flight; one that missed the
 //!    signal (it came while the operator was starting) or does not finish within the grace
 //!    is dropped, as a crash would (reconciles are idempotent);
-//! 3. once the controller has stopped, the loops are aborted and the leadership thread is
-//!    stopped (the claim then runs out, or another replica's round takes it over);
+//! 3. once the controller has stopped, the loops are aborted and their threads stopped (the
+//!    claim then runs out, or another replica's round takes it over);
 //! 4. then the servers are awaited, the owner of the lease book saves it once more, and the
 //!    process exits.
 
@@ -102,7 +104,7 @@ pub struct Servers {
 }
 
 /// Runs everything until `signals` turns `true` (see [`shutdown_signals`]) and the
-/// shutdown above is done; or, should the leadership thread end, shuts down the same way
+/// shutdown above is done; or, should a loop's thread end, shuts down the same way
 /// and returns that error.
 pub async fn run(parts: Parts, signals: watch::Receiver<bool>) -> anyhow::Result<()> {
     let Parts {
@@ -124,18 +126,19 @@ pub async fn run(parts: Parts, signals: watch::Receiver<bool>) -> anyhow::Result
         metrics: ctx.metrics.clone(),
     };
     ctx.metrics.watch_leadership(ctx.leadership.clone());
-    let mut leadership_thread = ctx
-        .leadership
-        .elects()
-        .then(|| {
+    // The loops on threads of their own: the operator cannot go on without any of them.
+    let mut threads: Vec<(&'static str, Dedicated)> = Vec::new();
+    if ctx.leadership.elects() {
+        threads.push((
+            "leadership",
             elections(
                 &ctx,
                 kube_config,
                 leadership_namespace,
                 leadership_name.clone(),
-            )
-        })
-        .transpose()?;
+            )?,
+        ));
+    }
     let http = servers.http;
     let admin = tokio::spawn(crate::admin::serve(
         ctx.metrics.clone(),
@@ -194,22 +197,18 @@ pub async fn run(parts: Parts, signals: watch::Receiver<bool>) -> anyhow::Result
     background.spawn(Loop::ProviderHealth, move || {
         crate::provider_health::run(monitor.clone())
     });
-    background.spawn(Loop::Health, {
-        let (health, store, credentials, leadership) = (
-            ctx.health.clone(),
-            store.clone(),
-            credentials.clone(),
-            ctx.leadership.clone(),
-        );
-        move || {
-            health.clone().run(
+    threads.push((
+        "health",
+        ctx.health
+            .clone()
+            .start(
                 store.clone(),
                 credentials.clone(),
-                health_tx.clone(),
-                leadership.clone(),
+                health_tx,
+                ctx.leadership.clone(),
             )
-        }
-    });
+            .map_err(|e| anyhow::anyhow!("starting the health engine's thread: {e}"))?,
+    ));
     background.spawn(Loop::LeaseBook, {
         let (discovery, lease_book) = (discovery.clone(), lease_book.clone());
         move || ownership::run(discovery.clone(), lease_book.clone())
@@ -273,19 +272,14 @@ pub async fn run(parts: Parts, signals: watch::Receiver<bool>) -> anyhow::Result
             stopped(stopping).await;
             tokio::time::sleep(grace).await;
         } => tracing::warn!("the controller did not stop within the shutdown grace: stopping it"),
-        () = async {
-            match &mut leadership_thread {
-                Some(thread) => thread.ended().await,
-                None => std::future::pending().await,
-            }
-        } => {
-            tracing::error!("the leadership thread ended: stopping, so that the operator is restarted");
-            failed = Some(anyhow::anyhow!("the leadership thread ended"));
+        name = first_ended(&mut threads) => {
+            tracing::error!(thread = name, "a loop's thread ended: stopping, so that the operator is restarted");
+            failed = Some(anyhow::anyhow!("the {name} thread ended"));
             let _ = stop.send(true);
         }
     }
     background.tasks.shutdown().await;
-    if let Some(thread) = leadership_thread {
+    for (_, thread) in threads {
         thread.stop().await;
     }
     api.await?;
@@ -295,6 +289,21 @@ pub async fn run(parts: Parts, signals: watch::Receiver<bool>) -> anyhow::Result
     probes.await?;
     tracing::info!("stopped");
     failed.map_or(Ok(()), Err)
+}
+
+/// The name of the first of `threads` to end; never, when there are none.
+async fn first_ended(threads: &mut [(&'static str, Dedicated)]) -> &'static str {
+    if threads.is_empty() {
+        return std::future::pending().await;
+    }
+    let ended = threads.iter_mut().map(|(name, thread)| {
+        Box::pin(async move {
+            thread.ended().await;
+            *name
+        })
+    });
+    let (name, ..) = futures::future::select_all(ended).await;
+    name
 }
 
 /// Starts the leadership rounds on their own thread and runtime, with their own client
@@ -379,4 +388,34 @@ fn stop_on(signals: watch::Receiver<bool>) -> (Arc<watch::Sender<bool>>, watch::
 /// Resolves once a shutdown signal has arrived.
 async fn stopped(mut stopping: watch::Receiver<bool>) {
     let _ = stopping.wait_for(|signalled| *signalled).await;
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    #[tokio::test]
+    async fn the_first_thread_to_end_is_named_and_none_never_ends() {
+        let forever = || Dedicated::spawn("test-forever", std::future::pending::<()>);
+        let mut threads = vec![
+            ("forever", forever().unwrap()),
+            (
+                "short",
+                Dedicated::spawn("test-short", || async {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                })
+                .unwrap(),
+            ),
+        ];
+        let ended = tokio::time::timeout(Duration::from_secs(5), first_ended(&mut threads)).await;
+        assert_eq!(ended, Ok("short"));
+        let mut none = Vec::new();
+        let ended = tokio::time::timeout(Duration::from_millis(100), first_ended(&mut none)).await;
+        assert!(ended.is_err(), "no thread, nothing ends");
+        for (_, thread) in threads {
+            thread.stop().await;
+        }
+    }
 }

@@ -22,6 +22,14 @@
 //! permit for at most its timeout, so it never delays anyone else's probes while permits
 //! remain.
 //!
+//! The engine and its probes run on a thread of their own ([`HealthEngine::start`], a
+//! [`Dedicated`] current-thread runtime). A probe is a handful of waits (the connection, the
+//! tunnel's answer, the handshake, the answer), each a wake-up of the prober; on the shared
+//! multi-thread runtime a wake-up often woke, or was taken over by, a second worker as well,
+//! and measured with real squids the same probes cost 10 to 15% more CPU there
+//! (`docs/benchmarks.md`, health probing). On its own thread, too, a probe's latency is the
+//! proxy's, not the time it waited behind reconciles and list answers.
+//!
 //! The refresh from the cache is periodic ([`REFRESH_EVERY`]), not driven by changes: the
 //! cache is the controller's plain reflector store, which notifies no one of a change (a
 //! subscribing store would change how the controller builds its cache, and every
@@ -48,6 +56,7 @@ use tokio::time::{Instant, MissedTickBehavior};
 
 use self::probe::{ProbeResult, Prober};
 use crate::credentials::{Credentials, CredentialsCache};
+use crate::dedicated::Dedicated;
 use crate::leadership::Leadership;
 use crate::metrics::Metrics;
 use crate::supervise::{self, Loop, lock};
@@ -61,6 +70,9 @@ pub const DEFAULT_CONCURRENCY: usize = 512;
 /// proxy, so doing it much more often would be most of the engine's CPU on a large fleet
 /// (`docs/benchmarks.md`, health probing); a second of delay for a new proxy costs nothing.
 pub const REFRESH_EVERY: Duration = Duration::from_secs(1);
+
+/// The name of the thread the engine and its probes run on ([`HealthEngine::start`]).
+pub const THREAD: &str = "prober";
 
 /// The health engine of one operator process.
 #[derive(Debug)]
@@ -187,6 +199,31 @@ impl HealthEngine {
         lock(&self.book).tracked()
     }
 
+    /// Probes the proxies of `store` on a thread of its own named [`THREAD`], with a
+    /// current-thread runtime that its probes run on too (see the module docs), under the
+    /// panic boundary, until the returned [`Dedicated`] is stopped; sends the reference of
+    /// each proxy whose verdict must be written to `reconcile`. Fails only when the OS
+    /// refuses the thread or the runtime.
+    pub fn start(
+        self: Arc<Self>,
+        store: Store<Proxy>,
+        credentials: CredentialsCache,
+        reconcile: mpsc::Sender<ObjectRef<Proxy>>,
+        leadership: Arc<Leadership>,
+    ) -> std::io::Result<Dedicated> {
+        let metrics = self.metrics.clone();
+        Dedicated::spawn(THREAD, move || {
+            supervise::forever(Loop::Health, metrics, move || {
+                self.clone().run(
+                    store.clone(),
+                    credentials.clone(),
+                    reconcile.clone(),
+                    leadership.clone(),
+                )
+            })
+        })
+    }
+
     /// Probes the proxies of `store` until the task is dropped, and sends the reference of
     /// each proxy whose verdict must be written to `reconcile`.
     ///
@@ -195,7 +232,7 @@ impl HealthEngine {
     /// [`HealthEngine::reported`] and the refresh, which runs at once on a gain).
     ///
     /// A proxy with credentials (`credentials`) is probed with them.
-    pub async fn run(
+    async fn run(
         self: Arc<Self>,
         store: Store<Proxy>,
         credentials: CredentialsCache,

@@ -54,8 +54,9 @@ use tokio_rustls::rustls::{ClientConfig, RootCertStore};
 
 /// The port of every proxy, squid or hung; each has a loopback address of its own.
 const PORT: u16 = 3128;
-/// The thread name of the runtime the engine runs on: the threads whose CPU is counted.
-const PROBER_THREADS: &str = "prober";
+/// The name of the engine's thread (the operator's own, [`proxy_operator::health::THREAD`]):
+/// the thread whose CPU is counted.
+const PROBER_THREADS: &str = proxy_operator::health::THREAD;
 /// The thread name of the runtime of the origin and the hung endpoints.
 const BED_THREADS: &str = "bed";
 /// The engine's concurrency in the saturated run of (a).
@@ -187,6 +188,25 @@ impl Bed {
         .expect("a valid Proxy")
     }
 
+    /// `proxy` with a healthy verdict in its status, as after the operator's restart: its
+    /// first probe is spread over one interval instead of at once.
+    fn seeded(mut proxy: Proxy) -> Proxy {
+        let host = proxy.spec.endpoint.as_ref().map(|e| e.host.clone());
+        proxy.status = Some(
+            serde_json::from_value(json!({
+                "ip": host,
+                "lastProbeLatencyMs": 5,
+                "lastHealthCheckTime": "2026-01-01T00:00:00Z",
+                "conditions": [{
+                    "type": "Healthy", "status": "True", "reason": "ProbeSucceeded",
+                    "message": "", "lastTransitionTime": "2026-01-01T00:00:00Z"
+                }]
+            }))
+            .expect("a valid status"),
+        );
+        proxy
+    }
+
     /// Runs a fresh engine over `proxies` for `warm_up`, then measures for `window`, then
     /// stops it (dropping its runtime ends every probe still in flight).
     fn probe(
@@ -196,7 +216,6 @@ impl Bed {
         warm_up: Duration,
         window: Duration,
     ) -> anyhow::Result<Window> {
-        let runtime = prober_runtime()?;
         let (store, mut writer) = reflector::store::<Proxy>();
         for proxy in proxies {
             writer.apply_watcher_event(&watcher::Event::Apply(proxy));
@@ -205,18 +224,19 @@ impl Bed {
         // The engine records every probe in the operator's metrics, as in production.
         let metrics = Arc::new(Metrics::default());
         let engine = Arc::new(HealthEngine::new(prober, concurrency, metrics));
-        // The controller's side of the channel: only drained here.
+        // The controller's side of the channel: only drained here, until the engine stops.
         let (reconcile, mut requests) = mpsc::channel(1024);
-        runtime.spawn(async move { while requests.recv().await.is_some() {} });
-        // One process, no election: it always leads.
+        std::thread::spawn(move || while requests.blocking_recv().is_some() {});
+        // One process, no election: it always leads. The engine runs on its own thread, as
+        // in the operator.
         let candidate =
             Candidate::new("bench-health", leadership::Timing::default()).expect("an identity");
-        runtime.spawn(engine.run(
+        let thread = engine.start(
             store,
             proxy_operator::credentials::CredentialsCache::empty(),
             reconcile,
             Arc::new(Leadership::unopposed(candidate)),
-        ));
+        )?;
 
         std::thread::sleep(warm_up);
         let before = self.cpu();
@@ -224,7 +244,8 @@ impl Bed {
         std::thread::sleep(window);
         let end = Instant::now();
         let after = self.cpu();
-        runtime.shutdown_timeout(Duration::from_secs(2));
+        // Stopped, and its thread gone, before the next run counts the prober's threads.
+        futures::executor::block_on(thread.stop());
         drop(writer);
         Ok(Window {
             start,
@@ -236,14 +257,14 @@ impl Bed {
     }
 
     /// (b)'s comparison: `probe` of every healthy squid once a second for `window`, with no
-    /// engine around it, on a fresh runtime of `prober` threads. Returns the probes that
-    /// succeeded and the prober threads' CPU seconds.
+    /// engine around it, on a thread and current-thread runtime of its own, as the
+    /// operator's probes run. Returns the probes that succeeded and that thread's CPU
+    /// seconds.
     fn bare<F, Fut>(&self, run: &str, window: Duration, probe: F) -> anyhow::Result<(usize, f64)>
     where
-        F: Fn(String, String) -> Fut,
+        F: Fn(String, String) -> Fut + Send,
         Fut: Future<Output = bool> + Send + 'static,
     {
-        let runtime = prober_runtime()?;
         let targets: Vec<(String, String)> = self
             .squids
             .iter()
@@ -253,43 +274,64 @@ impl Bed {
                 (format!("{}:{PORT}", squid.addr), url)
             })
             .collect();
-        let before = self.cpu();
-        let started = Instant::now();
-        let succeeded = runtime.block_on(async {
-            let mut succeeded = 0;
-            let mut second = tokio::time::interval(Duration::from_secs(1));
-            while started.elapsed() < window {
-                second.tick().await;
-                let round: Vec<_> = targets
-                    .iter()
-                    .map(|(proxy, url)| tokio::spawn(probe(proxy.clone(), url.clone())))
-                    .collect();
-                for done in futures::future::join_all(round).await {
-                    succeeded += usize::from(done.unwrap_or(false));
+        let on_thread = move || -> anyhow::Result<(usize, f64)> {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()?;
+            let own_cpu = || {
+                std::fs::read_to_string("/proc/thread-self/schedstat")
+                    .ok()
+                    .as_deref()
+                    .and_then(schedstat_seconds)
+                    .unwrap_or(0.0)
+            };
+            let before = own_cpu();
+            let started = Instant::now();
+            let succeeded = runtime.block_on(async {
+                let mut succeeded = 0;
+                let mut second = tokio::time::interval(Duration::from_secs(1));
+                while started.elapsed() < window {
+                    second.tick().await;
+                    let round: Vec<_> = targets
+                        .iter()
+                        .map(|(proxy, url)| tokio::spawn(probe(proxy.clone(), url.clone())))
+                        .collect();
+                    for done in futures::future::join_all(round).await {
+                        succeeded += usize::from(done.unwrap_or(false));
+                    }
                 }
-            }
-            succeeded
-        });
-        let cpu = self.cpu().prober - before.prober;
-        runtime.shutdown_timeout(Duration::from_secs(2));
-        Ok((succeeded, cpu))
+                succeeded
+            });
+            Ok((succeeded, own_cpu() - before))
+        };
+        std::thread::scope(|scope| {
+            std::thread::Builder::new()
+                .name(PROBER_THREADS.to_owned())
+                .spawn_scoped(scope, on_thread)?
+                .join()
+                .map_err(|_| anyhow::anyhow!("the probing thread panicked"))?
+        })
     }
 
     /// CPU seconds used so far, by part.
     fn cpu(&self) -> Cpu {
-        let mut by_thread: BTreeMap<String, u64> = BTreeMap::new();
+        // This process's threads to the nanosecond (the scheduler's own count of their time
+        // on a CPU): (b) counts about a thousand probes of a few hundred microseconds each,
+        // which clock ticks of 10 ms would measure to a few per cent only.
+        let mut by_thread: BTreeMap<String, f64> = BTreeMap::new();
         for task in std::fs::read_dir("/proc/self/task")
             .into_iter()
             .flatten()
             .flatten()
         {
-            if let Some((name, ticks)) = std::fs::read_to_string(task.path().join("stat"))
-                .ok()
-                .as_deref()
-                .and_then(cpu_ticks)
-            {
-                *by_thread.entry(name.to_owned()).or_default() += ticks;
-            }
+            let read = |file: &str| std::fs::read_to_string(task.path().join(file)).ok();
+            let (Some(name), Some(seconds)) = (
+                read("comm"),
+                read("schedstat").as_deref().and_then(schedstat_seconds),
+            ) else {
+                continue;
+            };
+            *by_thread.entry(name.trim().to_owned()).or_default() += seconds;
         }
         let squids: u64 = self
             .squids
@@ -299,8 +341,8 @@ impl Bed {
             .sum();
         let seconds = |ticks: u64| ticks as f64 / self.ticks_per_second;
         Cpu {
-            prober: seconds(by_thread.get(PROBER_THREADS).copied().unwrap_or(0)),
-            bed: seconds(by_thread.get(BED_THREADS).copied().unwrap_or(0)),
+            prober: by_thread.get(PROBER_THREADS).copied().unwrap_or(0.0),
+            bed: by_thread.get(BED_THREADS).copied().unwrap_or(0.0),
             squids: seconds(squids),
         }
     }
@@ -330,17 +372,6 @@ impl Bed {
         }
         by_path
     }
-}
-
-/// A runtime of threads named [`PROBER_THREADS`], whose CPU is what (b) and (c) count.
-fn prober_runtime() -> std::io::Result<Runtime> {
-    tokio::runtime::Builder::new_multi_thread()
-        .thread_name(PROBER_THREADS)
-        // Keep blocking threads (if any) alive: an exited thread's CPU time leaves
-        // /proc/self/task with it.
-        .thread_keep_alive(Duration::from_secs(3600))
-        .enable_all()
-        .build()
 }
 
 /// The baseline of (b)'s comparison: a probe as a general-purpose HTTP client makes it, as
@@ -393,6 +424,13 @@ fn cpu_ticks(stat: &str) -> Option<(&str, u64)> {
     let utime: u64 = fields.get(11)?.parse().ok()?;
     let stime: u64 = fields.get(12)?.parse().ok()?;
     Some((&stat[open + 1..close], utime + stime))
+}
+
+/// The time on a CPU, in seconds, of a `/proc/.../schedstat` line (its first field, in
+/// nanoseconds).
+fn schedstat_seconds(schedstat: &str) -> Option<f64> {
+    let nanos: u64 = schedstat.split_whitespace().next()?.parse().ok()?;
+    Some(nanos as f64 / 1e9)
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -588,36 +626,50 @@ fn main() -> anyhow::Result<()> {
         );
     }
 
-    // (b) Cost: healthy squids only, as often as the engine allows (1 s).
+    // (b) Cost: healthy squids only, as often as the engine allows (1 s). New proxies are
+    // all probed at once, and stay together on their grids; seeded ones (after a restart, the
+    // fleet's steady state) are spread over the interval.
     let window_b = Duration::from_secs(20);
-    let proxies: Vec<Proxy> = healthy_names
-        .iter()
-        .zip(&bed.squids)
-        .map(|(name, squid)| bed.proxy("B", name, squid.addr, 1, 5))
-        .collect();
-    let measured = bed.probe(
-        proxies,
-        DEFAULT_CONCURRENCY,
-        Duration::from_secs(2),
-        window_b,
-    )?;
-    let probes: usize = bed.arrivals("B", &measured).values().map(Vec::len).sum();
-    let per_cpu_second = probes as f64 / measured.prober_cpu.max(f64::EPSILON);
-    let micros = |cpu: f64| 1e6 * cpu / probes.max(1) as f64;
-    println!(
-        "(b) cost: {healthy} squids at 1 s for {} s: {probes} probes, prober CPU {:.2} s",
-        window_b.as_secs(),
-        measured.prober_cpu
-    );
-    println!(
-        "    {per_cpu_second:.0} probes per CPU-second ({:.0} us of prober CPU per probe)",
-        micros(measured.prober_cpu)
-    );
-    println!(
-        "    not counted, for context: squid {:.0} us, origin {:.0} us per probe",
-        micros(measured.squid_cpu),
-        micros(measured.bed_cpu)
-    );
+    let mut per_cpu_second = 0.0;
+    for (run, spread) in [("B", false), ("BS", true)] {
+        let proxies: Vec<Proxy> = healthy_names
+            .iter()
+            .zip(&bed.squids)
+            .map(|(name, squid)| bed.proxy(run, name, squid.addr, 1, 5))
+            .map(|proxy| if spread { Bed::seeded(proxy) } else { proxy })
+            .collect();
+        let measured = bed.probe(
+            proxies,
+            DEFAULT_CONCURRENCY,
+            Duration::from_secs(2),
+            window_b,
+        )?;
+        let probes: usize = bed.arrivals(run, &measured).values().map(Vec::len).sum();
+        let per_second = probes as f64 / measured.prober_cpu.max(f64::EPSILON);
+        let micros = |cpu: f64| 1e6 * cpu / probes.max(1) as f64;
+        let how = if spread {
+            "spread over the interval (seeded, as after a restart)"
+        } else {
+            "all started together (new proxies)"
+        };
+        println!(
+            "(b) cost: {healthy} squids at 1 s for {} s, {how}: {probes} probes, prober CPU {:.3} s",
+            window_b.as_secs(),
+            measured.prober_cpu
+        );
+        println!(
+            "    {per_second:.0} probes per CPU-second ({:.0} us of prober CPU per probe)",
+            micros(measured.prober_cpu)
+        );
+        println!(
+            "    not counted, for context: squid {:.0} us, origin {:.0} us per probe",
+            micros(measured.squid_cpu),
+            micros(measured.bed_cpu)
+        );
+        if !spread {
+            per_cpu_second = per_second;
+        }
+    }
     // Side by side: the probe alone, the operator's against a general-purpose client's.
     let tls = probe_tls(&bed.origin.ca_pem)?;
     let (general, general_cpu) = bed.bare("B0", window_b, |proxy, url| {
