@@ -47,6 +47,7 @@ use proxy_tests::control_plane::ControlPlane;
 use proxy_tests::leadership_load::{self, Load, RenewAges, Sampler, percentile};
 use proxy_tests::operator::{DISCOVERY_TOKEN, Operator, Polls, release_binary};
 use proxy_tests::probe_origin::ProbeOrigin;
+use proxy_tests::process_cpu::cpu_seconds;
 use proxy_tests::run_dir::subdir;
 use proxy_tests::squid::{Squid, next_loopback_addr};
 use proxy_tests::write_counts::{status_writes, writes};
@@ -76,16 +77,6 @@ fn rss(pid: u32) -> anyhow::Result<f64> {
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
         .ok_or_else(|| anyhow::anyhow!("no VmRSS for {pid}"))?;
     Ok(kib * 1024.0)
-}
-
-/// User + system CPU seconds of the whole process `pid`.
-fn cpu_seconds(pid: u32, ticks_per_second: f64) -> anyhow::Result<f64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
-    // "pid (name) state ...": split after the last ')'; utime and stime are fields 14, 15.
-    let after = &stat[stat.rfind(')').unwrap_or(0) + 1..];
-    let fields: Vec<&str> = after.split_whitespace().collect();
-    let field = |i: usize| -> f64 { fields.get(i).and_then(|v| v.parse().ok()).unwrap_or(0.0) };
-    Ok((field(11) + field(12)) / ticks_per_second)
 }
 
 const MIB: f64 = 1024.0 * 1024.0;
@@ -189,7 +180,6 @@ struct Bench<'a> {
     binary: &'a Path,
     interval: u32,
     steady: Duration,
-    ticks_per_second: f64,
     load: LoadSettings,
 }
 
@@ -306,7 +296,7 @@ impl Bench<'_> {
 
         // The steady window: every proxy Ready, nothing changing but the probes.
         let writes_before = writes(self.plane);
-        let cpu_before = cpu_seconds(pid, self.ticks_per_second)?;
+        let cpu_before = cpu_seconds(pid)?;
         let window_start = Instant::now();
         let mut rss_steady = Vec::new();
         while window_start.elapsed() < self.steady {
@@ -315,7 +305,7 @@ impl Bench<'_> {
         }
         let steady = window_start.elapsed();
         phases.push(("steady", sampler.take()));
-        let cpu = cpu_seconds(pid, self.ticks_per_second)? - cpu_before;
+        let cpu = cpu_seconds(pid)? - cpu_before;
         let writes_after = writes(self.plane);
         let window_end = window_start + steady;
         let run = format!("run={ns}&");
@@ -570,12 +560,6 @@ async fn main() -> anyhow::Result<()> {
         })
         .await??
     };
-    let ticks_per_second = std::process::Command::new("getconf")
-        .arg("CLK_TCK")
-        .output()
-        .ok()
-        .and_then(|o| String::from_utf8_lossy(&o.stdout).trim().parse().ok())
-        .unwrap_or(100.0);
     let bench = Bench {
         plane,
         client,
@@ -585,7 +569,6 @@ async fn main() -> anyhow::Result<()> {
         binary,
         interval,
         steady,
-        ticks_per_second,
         load,
     };
     println!(
