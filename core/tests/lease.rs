@@ -631,3 +631,39 @@ fn api_values_serialize_as_the_discovery_api_spells_them() {
     let parsed: Selector = serde_json::from_str(r#"{"geo": "eu", "tier": "a"}"#).unwrap();
     assert_eq!(parsed, selector(&[("tier", "a"), ("geo", "eu")]));
 }
+
+/// Past `max_retained` ended leases, the one that ended first is forgotten before its
+/// retention is over (a report on it answers unknown), whether it ended by release or by
+/// expiry; an active lease is never touched.
+#[test]
+fn past_max_retained_the_lease_that_ended_first_is_forgotten() {
+    let config = LeaseConfig {
+        max_retained: 2,
+        ..LeaseConfig::default()
+    };
+    let mut book = LeaseBook::new(config);
+    book.upsert(proxy("a", 10, 10));
+    // Granted at 0 to 3 s, each for 600 s.
+    for (i, id) in ["l1", "l2", "l3", "l4"].into_iter().enumerate() {
+        acquire(&mut book, id, None, i as i64).unwrap();
+    }
+    assert!(book.release("l2", at(10)));
+    assert!(book.release("l3", at(20)));
+    for id in ["l1", "l2", "l3", "l4"] {
+        assert!(book.knows(id, at(20)), "two ended, two active: {id}");
+    }
+    // l1 expires at 600 s: three ended, and l2 ended first.
+    assert!(!book.knows("l2", at(600)));
+    let forgotten = book.report("l2", ReportResult::Blocked, None, at(600));
+    assert_eq!(forgotten, Err(UnknownLease));
+    assert!(matches!(
+        book.report("l3", ReportResult::Blocked, None, at(600)),
+        Ok(Some(_))
+    ));
+    assert!(book.knows("l1", at(600)) && book.knows("l4", at(600)));
+    assert_eq!(book.active_leases(&key("a")), 1, "l4 still holds its place");
+    // l4 expires at 603 s: l3 goes.
+    assert!(!book.knows("l3", at(603)));
+    assert!(book.knows("l1", at(603)) && book.knows("l4", at(603)));
+    assert_eq!(book.active_leases(&key("a")), 0);
+}

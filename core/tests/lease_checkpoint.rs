@@ -78,7 +78,7 @@ fn a_restored_book_holds_the_leases_and_cooldowns_of_the_checkpoint() {
     original
         .report("l3", ReportResult::RateLimited, None, at(5))
         .unwrap();
-    let checkpoint = original.checkpoint(at(6));
+    let checkpoint = original.checkpoint(at(6), usize::MAX);
     let json = serde_json::to_string(&checkpoint).unwrap();
     let checkpoint: Checkpoint = serde_json::from_str(&json).unwrap();
 
@@ -130,7 +130,9 @@ fn a_merge_keeps_both_books_leases_and_an_end_wins_over_no_end() {
     let mut theirs = mine.clone();
     acquire(&mut theirs, "theirs", None, 1).unwrap();
     assert!(theirs.release("both", at(2)));
-    let merged = mine.restore(&theirs.checkpoint(at(3)), at(3)).unwrap();
+    let merged = mine
+        .restore(&theirs.checkpoint(at(3), usize::MAX), at(3))
+        .unwrap();
     assert_eq!((merged.active_added, merged.ended), (1, 1));
     assert_eq!(
         mine.active_total(),
@@ -141,10 +143,14 @@ fn a_merge_keeps_both_books_leases_and_an_end_wins_over_no_end() {
     // Restoring the same checkpoint again changes nothing.
     let before = mine.clone();
     assert_eq!(
-        mine.restore(&theirs.checkpoint(at(3)), at(4)).unwrap(),
+        mine.restore(&theirs.checkpoint(at(3), usize::MAX), at(4))
+            .unwrap(),
         Merged::default()
     );
-    assert_eq!(mine.checkpoint(at(4)), before.checkpoint(at(4)));
+    assert_eq!(
+        mine.checkpoint(at(4), usize::MAX),
+        before.checkpoint(at(4), usize::MAX)
+    );
 }
 
 #[test]
@@ -160,7 +166,9 @@ fn a_merge_never_shortens_a_cooldown_nor_revokes_a_lease() {
     theirs
         .report("x", ReportResult::RateLimited, None, at(0))
         .unwrap();
-    let merged = mine.restore(&theirs.checkpoint(at(1)), at(1)).unwrap();
+    let merged = mine
+        .restore(&theirs.checkpoint(at(1), usize::MAX), at(1))
+        .unwrap();
     // theirs' 5-minute cooldown on a is shorter than mine's 30-minute one: not applied.
     assert_eq!(merged.cooldowns, 0);
     // Four leases on three places: nothing revoked, and nothing more is granted.
@@ -182,7 +190,7 @@ fn what_ended_or_ran_out_while_nobody_held_the_book_is_taken_as_ended() {
     original
         .report("released", ReportResult::RateLimited, None, at(1))
         .unwrap();
-    let checkpoint = original.checkpoint(at(1));
+    let checkpoint = original.checkpoint(at(1), usize::MAX);
     // Restored after the lease's expiry (60 s) but within the retention: retained.
     let mut later = fleet();
     let merged = later.restore(&checkpoint, at(2 * MINUTE)).unwrap();
@@ -217,7 +225,7 @@ fn a_bad_checkpoint_is_refused_whole_with_the_offending_entry() {
     original
         .report("l1", ReportResult::Blocked, None, at(0))
         .unwrap();
-    let good = original.checkpoint(at(0));
+    let good = original.checkpoint(at(0), usize::MAX);
     let mut cases: Vec<(Checkpoint, &str)> = Vec::new();
     let mut c = good.clone();
     c.version = CHECKPOINT_VERSION + 1;
@@ -259,7 +267,7 @@ fn trimming_keeps_every_active_lease_and_the_retained_ones_that_ended_last() {
             book.release(&id, at(10 + i));
         }
     }
-    let mut checkpoint = book.checkpoint(at(20));
+    let mut checkpoint = book.checkpoint(at(20), usize::MAX);
     assert_eq!(checkpoint.trim_retained(2), 2);
     let ids: Vec<&str> = checkpoint.leases.iter().map(|l| l.id.as_str()).collect();
     assert_eq!(ids, ["l2", "l3", "l4", "l5"]);
@@ -418,7 +426,7 @@ proptest! {
                 }
                 Step::Tick(secs) => now += i64::from(secs),
                 Step::Move => {
-                    let checkpoint = moves.checkpoint(at(now));
+                    let checkpoint = moves.checkpoint(at(now), usize::MAX);
                     moves = fresh();
                     moves.restore(&checkpoint, at(now)).unwrap();
                     prop_assert_eq!(moves.restore(&checkpoint, at(now)).unwrap(), Merged::default());
@@ -432,4 +440,51 @@ proptest! {
             }
         }
     }
+}
+
+/// A checkpoint saves every active lease and, of the retained ones, those that ended last,
+/// as many as asked, ordered by ID; a book restoring more retained leases than its
+/// `max_retained` keeps the ones that ended last.
+#[test]
+fn a_checkpoint_saves_the_active_leases_and_the_retained_that_ended_last() {
+    let mut original = LeaseBook::new(LeaseConfig::default());
+    original.upsert(proxy("a", 10));
+    for (i, id) in ["l5", "l4", "l3", "l2", "l1"].into_iter().enumerate() {
+        assert!(acquire(&mut original, id, None, i as i64).is_some());
+    }
+    // l4, l2 and l3 end, in that order; l5 and l1 stay active.
+    for (id, now) in [("l4", 10), ("l2", 20), ("l3", 30)] {
+        assert!(original.release(id, at(now)));
+    }
+    let saved = |checkpoint: &Checkpoint| -> Vec<(String, Option<Timestamp>)> {
+        checkpoint
+            .leases
+            .iter()
+            .map(|lease| (lease.id.clone(), lease.ended_at))
+            .collect()
+    };
+    let two = original.checkpoint(at(30), 2);
+    assert_eq!(
+        saved(&two),
+        [
+            ("l1".to_owned(), None),
+            ("l2".to_owned(), Some(at(20))),
+            ("l3".to_owned(), Some(at(30))),
+            ("l5".to_owned(), None),
+        ]
+    );
+    assert_eq!(original.checkpoint(at(30), 0).leases.len(), 2);
+    assert_eq!(original.checkpoint(at(30), usize::MAX).leases.len(), 5);
+
+    let mut restored = LeaseBook::new(LeaseConfig {
+        max_retained: 1,
+        ..LeaseConfig::default()
+    });
+    restored.upsert(proxy("a", 10));
+    restored
+        .restore(&original.checkpoint(at(30), usize::MAX), at(30))
+        .unwrap();
+    assert!(restored.knows("l3", at(30)), "ended last");
+    assert!(!restored.knows("l2", at(30)) && !restored.knows("l4", at(30)));
+    assert_eq!(restored.active_leases(&key("a")), 2, "l1 and l5");
 }

@@ -196,7 +196,11 @@ fn the_window_restarts_the_counts_and_a_site_is_forgotten_a_window_after_its_las
     // One window after the last report the site is gone, also from the checkpoint.
     book.expire(at(130 * MINUTE));
     assert!(book.sites(&key("a"), at(130 * MINUTE)).is_empty());
-    assert!(book.checkpoint(at(130 * MINUTE)).sites.is_empty());
+    assert!(
+        book.checkpoint(at(130 * MINUTE), usize::MAX)
+            .sites
+            .is_empty()
+    );
 }
 
 #[test]
@@ -278,7 +282,7 @@ fn site_statistics_survive_a_checkpoint_and_the_later_report_wins_a_merge() {
         .unwrap();
     book.report("l1", ReportResult::Ok, Some("news.example"), at(2))
         .unwrap();
-    let checkpoint = book.checkpoint(at(3));
+    let checkpoint = book.checkpoint(at(3), usize::MAX);
     let json = serde_json::to_string(&checkpoint).unwrap();
     assert!(
         json.contains(r#""sites":[{"proxy":"default/a","target":"news.example""#),
@@ -324,7 +328,7 @@ fn trimming_sites_keeps_the_latest_reports() {
         book.report("l1", ReportResult::Ok, Some(site), at(now))
             .unwrap();
     }
-    let mut checkpoint = book.checkpoint(at(5));
+    let mut checkpoint = book.checkpoint(at(5), usize::MAX);
     assert_eq!(checkpoint.trim_sites(2), 1);
     let kept: Vec<_> = checkpoint.sites.iter().map(|s| s.target.as_str()).collect();
     assert_eq!(kept, ["y.example", "z.example"]);

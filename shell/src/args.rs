@@ -215,6 +215,12 @@ pub struct RunArgs {
     /// How long a proxy is not leased for a target after a `blocked` report, in seconds.
     #[arg(long, default_value = "1800", value_parser = duration::parse)]
     pub blocked_cooldown_seconds: Duration,
+    /// The most ended leases the lease book keeps at once for late reports (each about 600
+    /// bytes). An ended lease is kept for the longest cooldown, unless this many ended
+    /// after it: then a report on it answers 404 `unknown_lease`. The default keeps every
+    /// lease of the retention window up to 5.5 leases a second.
+    #[arg(long, default_value_t = proxy_core::lease::DEFAULT_MAX_RETAINED)]
+    pub max_retained_leases: usize,
     /// Seconds between two rounds of provider health checks (each provider's
     /// `ProviderHealth`), at least 1 s; the leader also checks at the start of its term.
     #[arg(long, default_value = "60", value_parser = duration::parse)]
@@ -320,12 +326,14 @@ impl RunArgs {
         })
     }
 
-    /// The lease book's cooldowns (`--*-cooldown-seconds`) and site window.
+    /// The lease book's cooldowns (`--*-cooldown-seconds`), site window and bound on ended
+    /// leases (`--max-retained-leases`).
     pub fn lease_config(&self) -> LeaseConfig {
         LeaseConfig {
             rate_limited_cooldown: self.rate_limited_cooldown_seconds,
             blocked_cooldown: self.blocked_cooldown_seconds,
             site_window: self.site_window_seconds,
+            max_retained: self.max_retained_leases,
             ..LeaseConfig::default()
         }
     }
@@ -446,6 +454,23 @@ mod tests {
         assert_eq!(args.limits().max_ttl, Duration::from_secs(5400));
         // The defaults are the documented seconds.
         assert_eq!(run_args(&[]).timing().quota_retry, Duration::from_secs(300));
+    }
+
+    #[test]
+    fn the_lease_book_keeps_at_most_max_retained_leases() {
+        assert_eq!(run_args(&[]).lease_config().max_retained, 10_000);
+        let args = run_args(&["--max-retained-leases", "500"]);
+        assert_eq!(args.lease_config().max_retained, 500);
+        let argv = [
+            "proxy-operator",
+            "run",
+            "--providers-config",
+            "p.yaml",
+            "--max-retained-leases",
+            "many",
+        ];
+        let message = Cli::try_parse_from(argv).unwrap_err().to_string();
+        assert!(message.contains("--max-retained-leases"), "{message}");
     }
 
     #[test]

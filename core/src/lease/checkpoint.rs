@@ -1,8 +1,9 @@
 //! Checkpoints: what of a book must outlive the replica that holds it, and how a book takes
 //! a checkpoint back.
 //!
-//! A [`Checkpoint`] holds every lease the book knows (active, and retained so that late
-//! reports still land) and every running cooldown. It does not hold the fleet: whoever
+//! A [`Checkpoint`] holds every active lease of the book, the retained leases that ended
+//! last (so that late reports still land; as many as the caller asks for, since a store
+//! holds a few thousand) and every running cooldown. It does not hold the fleet: whoever
 //! restores it has its own view of the proxies from the controller's cache, and a proxy's
 //! labels, health and capacity are the cache's to say, not a saved copy's.
 //!
@@ -45,7 +46,7 @@ pub struct Checkpoint {
     pub version: u32,
     /// When it was taken.
     pub taken_at: Timestamp,
-    /// Every lease the book knew, ordered by ID.
+    /// Every active lease the book knew and the retained ones taken, ordered by ID.
     pub leases: Vec<SavedLease>,
     /// Every running cooldown, ordered by end.
     pub cooldowns: Vec<SavedCooldown>,
@@ -184,12 +185,15 @@ impl Checkpoint {
 }
 
 impl LeaseBook {
-    /// The book's leases, cooldowns and site statistics, taken at `taken_at`, for [`restore`](Self::restore)
-    /// elsewhere or later. O(L + c).
-    pub fn checkpoint(&self, taken_at: Timestamp) -> Checkpoint {
-        let leases = self
+    /// The book's leases, cooldowns and site statistics, taken at `taken_at`, for
+    /// [`restore`](Self::restore) elsewhere or later: every active lease, and of the retained
+    /// ones the `retained` that ended last (a store that holds a few thousand need not copy
+    /// every one the book keeps, under the book's lock). O(a + r + c + s) for a active leases,
+    /// r retained ones saved, c cooldowns and s site statistics.
+    pub fn checkpoint(&self, taken_at: Timestamp, retained: usize) -> Checkpoint {
+        let mut leases: Vec<SavedLease> = self
             .ledger
-            .iter()
+            .recent(retained)
             .map(|(lease, ended_at)| SavedLease {
                 id: lease.id.clone(),
                 proxy: lease.proxy.to_string(),
@@ -202,6 +206,7 @@ impl LeaseBook {
                 ended_at,
             })
             .collect();
+        leases.sort_unstable_by(|a, b| a.id.cmp(&b.id));
         let cooldowns = self
             .cooldowns
             .iter()
@@ -247,7 +252,7 @@ impl LeaseBook {
     ) -> Result<Merged, InvalidCheckpoint> {
         let (leases, cooldowns, sites) = checked(checkpoint)?;
         self.expire(now);
-        let retention = self.config.retention();
+        let retention = self.retention();
         let mut merged = Merged::default();
         for (lease, saved_end) in leases {
             // An active lease whose expiry has passed ended then.
@@ -269,7 +274,7 @@ impl LeaseBook {
                     self.admit(lease);
                     merged.active_added += 1;
                 }
-                Some(end) if later(end, retention) > now => {
+                Some(end) if later(end, retention.period) > now => {
                     self.ledger.record_ended(lease, end, retention);
                     merged.retained_added += 1;
                 }

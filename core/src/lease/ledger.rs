@@ -26,7 +26,18 @@ struct Entry {
     state: State,
 }
 
-/// Leases by ID, active leases by expiry, retained leases by the time they are forgotten.
+/// How long, and how many, ended leases are kept for late reports.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct Retention {
+    /// Kept this long after they end ([`LeaseConfig::retention`](super::LeaseConfig::retention)).
+    pub period: Duration,
+    /// At most this many at once, the ones that ended last
+    /// ([`LeaseConfig::max_retained`](super::LeaseConfig::max_retained)).
+    pub most: usize,
+}
+
+/// Leases by ID, active leases by expiry, retained leases by the time they are forgotten
+/// (so also by the time they ended: the period is the same for all).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub(super) struct Ledger {
     entries: BTreeMap<LeaseKey, Entry>,
@@ -65,7 +76,7 @@ impl Ledger {
 
     /// Ends the first active lease that expired at or before `now` and returns its proxy;
     /// `None` when no lease is due. It is retained for `retention` after its expiry.
-    pub(super) fn expire_next(&mut self, now: Timestamp, retention: Duration) -> Option<ProxyKey> {
+    pub(super) fn expire_next(&mut self, now: Timestamp, retention: Retention) -> Option<ProxyKey> {
         if self.expiries.first()?.0 > now {
             return None;
         }
@@ -79,7 +90,7 @@ impl Ledger {
         &mut self,
         id: &str,
         now: Timestamp,
-        retention: Duration,
+        retention: Retention,
     ) -> Option<ProxyKey> {
         let id = LeaseKey::of(id);
         let entry = self.entries.get(&id)?;
@@ -94,13 +105,15 @@ impl Ledger {
     }
 
     /// Records a lease that already ended at `ended_at` (from a checkpoint): retained until
-    /// `ended_at + retention`. Its ID must be new ([`contains`](Self::contains)).
-    pub(super) fn record_ended(&mut self, lease: Lease, ended_at: Timestamp, retention: Duration) {
+    /// `ended_at + retention`, unless more than `retention.most` ended later. Its ID must be
+    /// new ([`contains`](Self::contains)).
+    pub(super) fn record_ended(&mut self, lease: Lease, ended_at: Timestamp, retention: Retention) {
         let id = LeaseKey::of(&lease.id);
         self.forgets
-            .insert((later(ended_at, retention), id.clone()));
+            .insert((later(ended_at, retention.period), id.clone()));
         let state = State::Retained { ended_at };
         self.entries.insert(id, Entry { lease, state });
+        self.forget_beyond(retention.most);
     }
 
     /// Whether the lease with this ID is active.
@@ -110,15 +123,22 @@ impl Ledger {
             .is_some_and(|entry| entry.state == State::Active)
     }
 
-    /// Every lease known, in the order of their keys (not of their IDs' text), with the time
-    /// it ended (`None`: active).
-    pub(super) fn iter(&self) -> impl Iterator<Item = (&Lease, Option<Timestamp>)> {
-        self.entries.values().map(|entry| {
+    /// Every active lease, and the `retained` retained leases that ended last, each with
+    /// the time it ended (`None`: active). O(a + r) for a active leases and r retained ones
+    /// returned, however many the ledger retains.
+    pub(super) fn recent(
+        &self,
+        retained: usize,
+    ) -> impl Iterator<Item = (&Lease, Option<Timestamp>)> {
+        let active = self.expiries.iter();
+        let retained = self.forgets.iter().rev().take(retained);
+        active.chain(retained).filter_map(|(_, key)| {
+            let entry = self.entries.get(key)?;
             let ended_at = match entry.state {
                 State::Active => None,
                 State::Retained { ended_at } => Some(ended_at),
             };
-            (&entry.lease, ended_at)
+            Some((&entry.lease, ended_at))
         })
     }
 
@@ -135,12 +155,22 @@ impl Ledger {
         &mut self,
         id: LeaseKey,
         ended_at: Timestamp,
-        retention: Duration,
+        retention: Retention,
     ) -> Option<ProxyKey> {
         let entry = self.entries.get_mut(&id)?;
         entry.state = State::Retained { ended_at };
         let proxy = entry.lease.proxy.clone();
-        self.forgets.insert((later(ended_at, retention), id));
+        self.forgets.insert((later(ended_at, retention.period), id));
+        self.forget_beyond(retention.most);
         Some(proxy)
+    }
+
+    /// Forgets the retained leases that ended first until at most `most` are left.
+    fn forget_beyond(&mut self, most: usize) {
+        while self.forgets.len() > most {
+            if let Some((_, id)) = self.forgets.pop_first() {
+                self.entries.remove(&id);
+            }
+        }
     }
 }

@@ -50,7 +50,9 @@
 //! - **Lifecycle.** A lease is active from the acquire until `expires_at` or its release,
 //!   whichever comes first; then it is retained for [`LeaseConfig::retention`], the longest cooldown (it no longer
 //!   counts, but a report on it still lands, which matters most when the crawler was being
-//!   rate-limited), then forgotten. Release is idempotent. A zero TTL is allowed: the lease
+//!   rate-limited), then forgotten; earlier when [`LeaseConfig::max_retained`] leases ended
+//!   after it (the one that ended first goes first), so that a sustained lease rate keeps the
+//!   book bounded. Release is idempotent. A zero TTL is allowed: the lease
 //!   ends at the next call.
 //! - **Reports and cooldowns.** A report names a result and optionally a target (default:
 //!   the lease's). `rate_limited` and `blocked` keep the (proxy, target) pair apart for the
@@ -126,7 +128,7 @@ use cooldown::Cooldowns;
 pub use feedback::{InvalidStatus, StatusMeaning, meaning_of};
 use index::{EligibleIndex, Rank};
 pub use journal::{Journal, Ticket};
-use ledger::Ledger;
+use ledger::{Ledger, Retention};
 pub use listing::{
     Field, Fields, FleetChanges, FleetSnapshot, InvalidQuery, ListQuery, MAX_CONTINUE_BYTES,
     MAX_PAGE, Page, continue_after,
@@ -135,8 +137,8 @@ pub use routing::{Call, Refusal, Route, Standing, route};
 use sites::Sites;
 pub use sites::{SITES_PER_PROXY, SiteStats};
 pub use types::{
-    AcquireError, AcquireRequest, Cooldown, Labels, Lease, LeaseConfig, Listed, NoMatch, ProxyView,
-    ReportResult, Selector, UnknownLease,
+    AcquireError, AcquireRequest, Cooldown, DEFAULT_MAX_RETAINED, Labels, Lease, LeaseConfig,
+    Listed, NoMatch, ProxyView, ReportResult, Selector, UnknownLease,
 };
 pub use view::{
     InvalidSelector, InvalidTarget, MAX_SELECTOR_TERMS, MAX_TARGET_LEN, checked_target, view_of,
@@ -244,7 +246,7 @@ impl LeaseBook {
     /// it did. Unknown, released and expired leases are fine: `false`, nothing changes.
     pub fn release(&mut self, id: &str, now: Timestamp) -> bool {
         self.expire(now);
-        match self.ledger.release(id, now, self.config.retention()) {
+        match self.ledger.release(id, now, self.retention()) {
             Some(proxy) => {
                 self.lease_ended(&proxy);
                 true
@@ -303,7 +305,7 @@ impl LeaseBook {
     /// before reading [`active_total`](Self::active_total) or
     /// [`active_leases`](Self::active_leases) for metrics.
     pub fn expire(&mut self, now: Timestamp) {
-        while let Some(proxy) = self.ledger.expire_next(now, self.config.retention()) {
+        while let Some(proxy) = self.ledger.expire_next(now, self.retention()) {
             self.lease_ended(&proxy);
         }
         self.ledger.forget_ended(now);
@@ -343,6 +345,14 @@ impl LeaseBook {
     /// The book's configuration.
     pub fn config(&self) -> &LeaseConfig {
         &self.config
+    }
+
+    /// How long, and how many, ended leases are kept.
+    fn retention(&self) -> Retention {
+        Retention {
+            period: self.config.retention(),
+            most: self.config.max_retained,
+        }
     }
 
     /// How many proxies the book holds. O(1).

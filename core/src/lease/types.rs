@@ -174,7 +174,8 @@ pub enum ReportResult {
 }
 
 /// How long reports keep a proxy away from a target; ended leases are kept as long as the
-/// longest of them ([`retention`](Self::retention)).
+/// longest of them ([`retention`](Self::retention)), and at most
+/// [`max_retained`](Self::max_retained) of them at once.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct LeaseConfig {
     /// Cooldown after [`ReportResult::RateLimited`]. Default 5 minutes.
@@ -187,7 +188,17 @@ pub struct LeaseConfig {
     /// distinct blocked sites that ban a proxy: a site is forgotten this long after its last
     /// report. Default 1 hour.
     pub site_window: Duration,
+    /// The most ended leases kept at once for late reports. Past it the lease that ended
+    /// first is forgotten before its retention is over, and a report on it answers
+    /// [`UnknownLease`]. The retention alone keeps every lease of the last 30 minutes, so a
+    /// sustained lease rate would grow the book without end (half a million leases at 300
+    /// a second); each costs about 600 bytes. Default [`DEFAULT_MAX_RETAINED`].
+    pub max_retained: usize,
 }
+
+/// The default of [`LeaseConfig::max_retained`]: 10 000 ended leases, about 6 MiB, every
+/// lease of the retention window up to 5.5 leases a second.
+pub const DEFAULT_MAX_RETAINED: usize = 10_000;
 
 impl Default for LeaseConfig {
     fn default() -> Self {
@@ -196,6 +207,7 @@ impl Default for LeaseConfig {
             blocked_cooldown: Duration::from_secs(30 * 60),
             error_cooldown: Duration::ZERO,
             site_window: Duration::from_secs(60 * 60),
+            max_retained: DEFAULT_MAX_RETAINED,
         }
     }
 }

@@ -39,6 +39,14 @@ pub const CHECKPOINT_KEY: &str = "book.json";
 /// ([`Checkpoint::trim_retained`]).
 const BUDGET: usize = 900 * 1024;
 
+/// The retained leases a save takes from the book, those that ended last. A saved lease
+/// is about 256 bytes of JSON, so these fill about 768 KiB of the 900 KiB a save may take
+/// and leave the rest to active leases, cooldowns and site statistics (the encoding still
+/// makes the cut when they do not fit). However many the book keeps for late reports
+/// (`--max-retained-leases`), a save, once a second under the book's lock, copies and
+/// serializes no more than these.
+pub const SAVED_RETAINED: usize = 3_072;
+
 /// How often the loop looks at leadership.
 const TICK: Duration = Duration::from_millis(100);
 
@@ -243,7 +251,9 @@ async fn save(discovery: &Discovery, store: &Store) {
         if shared.standing != Standing::Owner || !shared.journal.needs_checkpoint() {
             return;
         }
-        let checkpoint = shared.book.checkpoint(jiff::Timestamp::now());
+        let checkpoint = shared
+            .book
+            .checkpoint(jiff::Timestamp::now(), SAVED_RETAINED);
         (checkpoint, shared.journal.started())
     };
     let leading = discovery
