@@ -1,4 +1,8 @@
-//! Benchmark (not a test): lease acquire + release over HTTP on loopback, as a ratio to a
+//! Benchmark (not a test): first the lease book after a sustained lease rate (300,000
+//! acquire + release pairs at 500 a second, in the core alone): the ended leases it keeps,
+//! their memory, and what the owner's once-a-second save of the book copies under its lock
+//! and serializes (`bench-discovery --sustained` runs only this). Then lease acquire +
+//! release over HTTP on loopback, as a ratio to a
 //! trivial warp handler measured in the same run, with 100, 1,000 and 10,000 proxies in the
 //! book; with two replicas (1,000 proxies), the owner of the book and a follower that
 //! forwards to it: every request to the owner, as the discovery Service sends them once it
@@ -243,6 +247,12 @@ async fn main() {
         instructions(server, pairs.parse().expect("a number of pairs"), body).await;
         return;
     }
+    if let [flag] = args.as_slice()
+        && flag == "--sustained"
+    {
+        sustained();
+        return;
+    }
     if let [flag, server, rounds] = args.as_slice()
         && flag == "--load"
     {
@@ -257,6 +267,8 @@ async fn main() {
         "bench-discovery: {CLIENTS} clients x {PAIRS_PER_CLIENT} acquire+release pairs over HTTP on loopback, \
          {ROUNDS} rounds taking turns (best round of each kept, so a burst of load elsewhere hurts none of them alone)"
     );
+    // First, on a fresh heap (its RSS difference is the book's).
+    sustained();
     let mut servers = vec![("trivial warp handler".to_owned(), vec![trivial().await])];
     for n in [100, 1_000, 10_000] {
         let state = Arc::new(Discovery::new(
@@ -476,4 +488,82 @@ async fn one_server(server: &str) -> String {
         }
         other => panic!("trivial|discovery, not {other}"),
     }
+}
+
+/// Lease pairs of the sustained-rate run: 500 a second for 10 minutes, all within the
+/// default retention (30 minutes).
+const SUSTAINED_PAIRS: usize = 300_000;
+/// Their spacing: 500 pairs a second.
+const SUSTAINED_GAP: Duration = Duration::from_millis(2);
+
+/// The lease book after a sustained lease rate, in the core alone, with the default
+/// configuration: how many ended leases it still knows, what they cost in memory (the
+/// process's RSS before and after), and what the owner's save of the book costs each second
+/// (`LeaseBook::checkpoint`, taken under the book's lock, and its JSON, which the save
+/// serializes before trimming it to its ConfigMap). Run first, on a fresh heap, so that the
+/// RSS difference is the book's.
+#[allow(clippy::disallowed_methods, reason = "a benchmark reads the clock")]
+fn sustained() {
+    let rss_before = rss_bytes();
+    let mut book = LeaseBook::new(LeaseConfig::default());
+    fleet(1_000).for_each(|view| book.upsert(view));
+    let selector: Selector = [("geo", "eu")].into_iter().collect();
+    let mut now = jiff::Timestamp::UNIX_EPOCH;
+    let id = |i: usize| format!("00000000-0000-4000-8000-{i:012x}");
+    for i in 0..SUSTAINED_PAIRS {
+        now += SUSTAINED_GAP;
+        let request = AcquireRequest {
+            id: id(i),
+            selector: selector.clone(),
+            target: Some("example.com".into()),
+            ttl: Duration::from_secs(60),
+            distinct_egress: false,
+        };
+        book.acquire(request, now).expect("a lease");
+        book.release(&id(i), now);
+    }
+    let rss_after = rss_bytes();
+    let known = (0..SUSTAINED_PAIRS)
+        .filter(|&i| book.knows(&id(i), now))
+        .count();
+    let mut taken = Vec::new();
+    let mut encoded = Vec::new();
+    let mut bytes = 0;
+    for _ in 0..5 {
+        let started = Instant::now();
+        let checkpoint = book.checkpoint(now, discovery::ownership::SAVED_RETAINED);
+        taken.push(started.elapsed());
+        let started = Instant::now();
+        bytes = serde_json::to_string(&checkpoint).expect("JSON").len();
+        encoded.push(started.elapsed());
+    }
+    taken.sort();
+    encoded.sort();
+    let mib = |bytes: usize| bytes as f64 / (1024.0 * 1024.0);
+    println!(
+        "lease book after {SUSTAINED_PAIRS} acquire+release pairs at {} a second (core alone, 1,000 proxies):",
+        Duration::from_secs(1).as_nanos() / SUSTAINED_GAP.as_nanos()
+    );
+    println!(
+        "  ended leases still known: {known}; RSS grew by {:.1} MiB ({:.0} bytes per pair)",
+        mib(rss_after.saturating_sub(rss_before)),
+        rss_after.saturating_sub(rss_before) as f64 / SUSTAINED_PAIRS as f64
+    );
+    println!(
+        "  each save: checkpoint under the lock p50 {:.2?}, its JSON {:.1} MiB in p50 {:.2?}",
+        taken[taken.len() / 2],
+        mib(bytes),
+        encoded[encoded.len() / 2]
+    );
+}
+
+/// The resident set of this process, from `/proc/self/statm`.
+fn rss_bytes() -> usize {
+    let statm = std::fs::read_to_string("/proc/self/statm").expect("/proc/self/statm");
+    let pages: usize = statm
+        .split_whitespace()
+        .nth(1)
+        .and_then(|field| field.parse().ok())
+        .expect("the resident pages");
+    pages * 4096
 }
