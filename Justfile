@@ -77,7 +77,7 @@ bench-health:
     tests/bed/provision.sh > /dev/null
     cargo run -q --release -p proxy-tests --bin bench-health
 
-# Benchmark: lease acquire + release over HTTP vs a trivial warp handler; p50/p99 (docs/benchmarks.md).
+# Benchmark: the lease book under a sustained lease rate; lease acquire + release over HTTP vs a trivial warp handler; p50/p99 (docs/benchmarks.md).
 bench-discovery:
     cargo run -q --release -p proxy-tests --bin bench-discovery
 
