@@ -652,6 +652,7 @@ fn past_max_retained_the_lease_that_ended_first_is_forgotten() {
     for id in ["l1", "l2", "l3", "l4"] {
         assert!(book.knows(id, at(20)), "two ended, two active: {id}");
     }
+    assert_eq!((book.active_total(), book.retained_total()), (2, 2));
     // l1 expires at 600 s: three ended, and l2 ended first.
     assert!(!book.knows("l2", at(600)));
     let forgotten = book.report("l2", ReportResult::Blocked, None, at(600));
@@ -666,4 +667,5 @@ fn past_max_retained_the_lease_that_ended_first_is_forgotten() {
     assert!(!book.knows("l3", at(603)));
     assert!(book.knows("l1", at(603)) && book.knows("l4", at(603)));
     assert_eq!(book.active_leases(&key("a")), 0);
+    assert_eq!((book.active_total(), book.retained_total()), (0, 2));
 }

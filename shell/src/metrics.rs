@@ -530,15 +530,23 @@ impl Collector for ScrapeTime {
             encode_pools(&store.state(), &mut encoder)?;
         }
         if let Some(discovery) = self.0.discovery.get() {
-            let gauge =
-                ConstGauge::new(i64::try_from(discovery.active_leases()).unwrap_or(i64::MAX));
-            let metric = encoder.encode_descriptor(
-                "leases_active",
-                "Crawler leases held on this replica's proxies",
-                None,
-                gauge.metric_type(),
-            )?;
-            gauge.encode(metric)?;
+            let counts = [
+                (
+                    "leases_active",
+                    "Crawler leases held on this replica's proxies",
+                    discovery.active_leases(),
+                ),
+                (
+                    "leases_retained",
+                    "Ended leases kept for late reports (at most --max-retained-leases: at the bound, late reports on the oldest answer unknown_lease)",
+                    discovery.retained_leases(),
+                ),
+            ];
+            for (name, help, count) in counts {
+                let gauge = ConstGauge::new(i64::try_from(count).unwrap_or(i64::MAX));
+                let metric = encoder.encode_descriptor(name, help, None, gauge.metric_type())?;
+                gauge.encode(metric)?;
+            }
         }
         if let Some(age) = self
             .0

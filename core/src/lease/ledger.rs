@@ -63,6 +63,11 @@ impl Ledger {
         self.expiries.len()
     }
 
+    /// How many ended leases are retained.
+    pub(super) fn retained(&self) -> usize {
+        self.forgets.len()
+    }
+
     /// Records a new active lease. Its ID must be new ([`contains`](Self::contains)).
     pub(super) fn grant(&mut self, lease: Lease) {
         let key = LeaseKey::of(&lease.id);

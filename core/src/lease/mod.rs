@@ -365,6 +365,13 @@ impl LeaseBook {
         self.ledger.active()
     }
 
+    /// How many ended leases are kept for late reports: at most
+    /// [`LeaseConfig::max_retained`]; a book at its bound forgets leases before their
+    /// retention is over.
+    pub fn retained_total(&self) -> usize {
+        self.ledger.retained()
+    }
+
     /// How many leases are active on the proxy with this key (0 for an unknown key).
     pub fn active_leases(&self, key: &ProxyKey) -> u32 {
         self.fleet.active(key)

@@ -210,9 +210,19 @@ impl Discovery {
     /// Active leases in the book of this replica while it owns the book (0 otherwise: a
     /// follower's book is not the fleet's), for metrics.
     pub fn active_leases(&self) -> usize {
+        self.owned_count(LeaseBook::active_total)
+    }
+
+    /// Ended leases kept for late reports, as [`active_leases`](Self::active_leases).
+    pub fn retained_leases(&self) -> usize {
+        self.owned_count(LeaseBook::retained_total)
+    }
+
+    /// `count` of the book while this replica owns it, else 0.
+    fn owned_count(&self, count: fn(&LeaseBook) -> usize) -> usize {
         let shared = self.shared();
         match shared.standing {
-            Standing::Owner => shared.book.active_total(),
+            Standing::Owner => count(&shared.book),
             _ => 0,
         }
     }

@@ -6,6 +6,8 @@ use kube::api::DeleteParams;
 use proxy_crd::Phase;
 use serde_json::json;
 
+use proxy_tests::operator::DISCOVERY_TOKEN;
+
 use crate::operated::Bed;
 
 /// One scrape of the metrics at `url`. An operator that was just started may not listen yet
@@ -36,6 +38,28 @@ async fn scrape_until(url: &str, what: &str, check: impl Fn(&str) -> bool) -> St
     panic!("metrics never showed {what}:\n{text}");
 }
 
+/// Leases any proxy (the discovery API follows the controller's cache within a moment);
+/// the lease's ID.
+async fn lease_any(bed: &Bed) -> String {
+    let mut last = String::new();
+    for _ in 0..100 {
+        let response = reqwest::Client::new()
+            .post(format!("{}/v1/leases", bed.operator.discovery))
+            .bearer_auth(DISCOVERY_TOKEN)
+            .json(&json!({"ttlSeconds": 60}))
+            .send()
+            .await
+            .unwrap();
+        if response.status().as_u16() == 201 {
+            let lease: serde_json::Value = response.json().await.unwrap();
+            return lease["leaseID"].as_str().unwrap().to_owned();
+        }
+        last = format!("{} {}", response.status(), response.text().await.unwrap());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("no lease granted; the last answer: {last}");
+}
+
 #[tokio::test]
 async fn the_metrics_name_what_happens_and_forget_deleted_proxies() {
     let mut bed = Bed::new("metrics").await;
@@ -60,6 +84,7 @@ async fn the_metrics_name_what_happens_and_forget_deleted_proxies() {
         r#"proxy_operator_proxies{phase="Ready"} 1"#,
         r#"proxy_operator_proxies{phase="Failed"} 0"#,
         "proxy_operator_leases_active 0",
+        "proxy_operator_leases_retained 0",
         r#"proxy_operator_provider_requests_total{provider="pods",op="create",result="ok"} 1"#,
         "# TYPE proxy_operator_reconcile_duration_seconds histogram",
         "# TYPE proxy_operator_probe_latency_seconds histogram",
@@ -83,6 +108,27 @@ async fn the_metrics_name_what_happens_and_forget_deleted_proxies() {
     let lines = value(r#"proxy_operator_recording_bytes{part="lines"}"#);
     let dictionaries = value(r#"proxy_operator_recording_bytes{part="dictionaries"}"#);
     assert!(lines > 0 && dictionaries > 0, "{lines} + {dictionaries}");
+
+    // A lease taken and released: active while held, then kept for late reports.
+    let id = lease_any(&bed).await;
+    scrape_until(&url, "one active lease", |t| {
+        t.contains("proxy_operator_leases_active 1\n")
+    })
+    .await;
+    let released = reqwest::Client::new()
+        .delete(format!("{}/v1/leases/{id}", bed.operator.discovery))
+        .bearer_auth(DISCOVERY_TOKEN)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(released.status().as_u16(), 204);
+    let text = scrape(&url).await;
+    for expected in [
+        "proxy_operator_leases_active 0\n",
+        "proxy_operator_leases_retained 1\n",
+    ] {
+        assert!(text.contains(expected), "missing {expected:?} in:\n{text}");
+    }
 
     bed.proxies
         .delete("m1", &DeleteParams::default())
