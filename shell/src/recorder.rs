@@ -1,7 +1,7 @@
 //! The recorder: every `decide` call with its full input and output, for replaying an
 //! incident through the core (`proxy-operator replay FILE`, `docs/replay.md`).
 //!
-//! Records are kept in memory as their serialized lines, compressed ([`packing`]: LZ4
+//! Records are kept in memory as their serialized lines, compressed (module `packing`: LZ4
 //! against a dictionary of recent lines, about a seventh of their size): a ring per object
 //! (the last `--record-per-object` calls of each Proxy) under one byte budget for the whole
 //! fleet (`--record-budget-bytes`, the compressed lines, what keeping each costs besides,

@@ -8,21 +8,7 @@
 //! labels, health and capacity are the cache's to say, not a saved copy's.
 //!
 //! [`LeaseBook::restore`] *merges* a checkpoint into a book, it does not replace the book:
-//!
-//! - a lease only the checkpoint knows is added as it was saved: active if it had not ended
-//!   and its expiry is still ahead, retained (from its end) otherwise, and left out when its
-//!   retention is already over;
-//! - a lease both know stays as the book has it, except that an end wins over no end: a lease
-//!   the checkpoint saw released or expired ends in the book too (released or expired is
-//!   final, so whichever side saw the end is right);
-//! - a cooldown runs until the later of the two ends;
-//! - site statistics of a (proxy, target) pair both know are the ones with the later last
-//!   report (whole: counts are not added, so restoring twice counts nothing twice).
-//!
-//! So a restore never frees a place that either side holds, never shortens a cooldown, and
-//! restoring the same checkpoint twice changes nothing the first restore did not. A merge can
-//! leave a proxy above its `max_leases` (two books granted its last place): as with a lowered
-//! `max_leases`, nothing is revoked and the proxy takes no new lease until it is below.
+//! its documentation has the rules.
 
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -241,10 +227,28 @@ impl LeaseBook {
         }
     }
 
-    /// Merges `checkpoint` into the book at `now` (the rules are in the
-    /// [module documentation](self)). A checkpoint of another version, a proxy that is not
-    /// `namespace/name`, an empty or repeated lease ID is refused as a whole, and the book
-    /// is left as it was. O((L + c) · log(L + c)).
+    /// Merges `checkpoint` into the book at `now`:
+    ///
+    /// - a lease only the checkpoint knows is added as it was saved: active if it had not
+    ///   ended and its expiry is still ahead, retained (from its end) otherwise, and left out
+    ///   when its retention is already over;
+    /// - a lease both know stays as the book has it, except that an end wins over no end: a
+    ///   lease the checkpoint saw released or expired ends in the book too (released or
+    ///   expired is final, so whichever side saw the end is right);
+    /// - a cooldown runs until the later of the two ends;
+    /// - site statistics of a (proxy, target) pair both know are the ones with the later
+    ///   last report (whole: counts are not added, so restoring twice counts nothing twice).
+    ///
+    /// So a restore never frees a place that either side holds, never shortens a cooldown,
+    /// and restoring the same checkpoint twice changes nothing the first restore did not. A
+    /// merge can leave a proxy above its `max_leases` (two books granted its last place): as
+    /// with a lowered `max_leases`, nothing is revoked and the proxy takes no new lease until
+    /// it is below. Retained leases past [`LeaseConfig::max_retained`](super::LeaseConfig::max_retained)
+    /// are forgotten, those that ended first first.
+    ///
+    /// A checkpoint of another version, a proxy that is not `namespace/name`, an empty or
+    /// repeated lease ID is refused as a whole, and the book is left as it was.
+    /// O((L + c) · log(L + c)).
     pub fn restore(
         &mut self,
         checkpoint: &Checkpoint,

@@ -8,7 +8,7 @@
 //! what was last written, and once at start whatever it is, so a replica that restarts in
 //! the Pod of a former owner (a kill -9, an OOM kill: the container restarts, the Pod and
 //! its labels stay) takes the stale label off before the Service can route to it for long.
-//! A failed patch is logged and retried after [`RETRY`]; nothing else waits for it: a
+//! A failed patch is logged and retried after `RETRY`; nothing else waits for it: a
 //! replica that is not selected by the Service still forwards what reaches it.
 
 use std::time::Duration;

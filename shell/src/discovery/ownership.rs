@@ -2,7 +2,7 @@
 //! that becomes the leader (after a failover, or a restart) merges the last saved book into
 //! its own before it serves a single request.
 //!
-//! The loop here follows leadership every [`TICK`]: a replica that starts leading stands
+//! The loop here follows leadership every `TICK`: a replica that starts leading stands
 //! `Restoring` (the API answers 503 `unavailable`) until it has read the ConfigMap and merged
 //! the checkpoint (`LeaseBook::restore`), then `Owner`; one that stops leading stands
 //! `Follower` and forwards to the replica the leadership Lease names. Every request checks

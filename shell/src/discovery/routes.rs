@@ -25,9 +25,9 @@ use crate::credentials::Credentials;
 
 /// Every route, with authentication, the body limit, panic recovery, JSON errors and the
 /// request log. A request this replica does not answer from its book is forwarded to the
-/// owner or refused for now ([`Discovery::serving`]).
+/// owner or refused for now (`Discovery::serving`).
 ///
-/// One filter reads what every route needs and [`dispatch`] routes by hand: a tree of warp
+/// One filter reads what every route needs and `dispatch` routes by hand: a tree of warp
 /// filters (one per route, joined by `or`) was two thirds of what a lease pair cost more
 /// than a trivial warp handler, on the path crawlers call most (docs/benchmarks.md).
 pub fn routes(

@@ -4,14 +4,14 @@
 //! and makes a new TLS handshake through it: a cached tunnel would hide exactly the failure a
 //! probe exists to catch (a proxy that accepts TCP but can no longer reach out). What is
 //! shared is only what does not make a probe less real: the TLS configuration (its roots, and
-//! the sessions it resumes, [`tickets`], as a browser does). The whole probe, from connecting to the proxy
+//! the sessions it resumes, module `tickets`, as a browser does). The whole probe, from connecting to the proxy
 //! to the response status, has one deadline: the health check's timeout. A proxy with
 //! credentials is probed with them (`Proxy-Authorization`, on the CONNECT for https URLs): a
 //! probe without them would only see squid's 407. A hung proxy costs its own probe that
 //! long, never anyone else's.
 //!
 //! A failed probe says why, as a [`ProbeFailure`] the core words in the `Healthy` condition:
-//! each step of the request ([`wire`]) names its own failure from typed errors. The tests
+//! each step of the request (module `wire`) names its own failure from typed errors. The tests
 //! below pin each cause with a real socket.
 
 mod tickets;
@@ -83,7 +83,7 @@ impl Prober {
     /// A prober that trusts the public web PKI (Mozilla's roots, compiled in, so the image
     /// needs no CA store) plus the certificates of `ca_bundle_pem`, for private probe origins,
     /// and keeps TLS sessions to resume for `in_flight` probes at once per host (the probe
-    /// concurrency: [`Tickets`]).
+    /// concurrency: the store of module `tickets`).
     pub fn new(ca_bundle_pem: Option<&[u8]>, in_flight: usize) -> Result<Self, ProberError> {
         let mut roots = rustls::RootCertStore::empty();
         roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
