@@ -2,8 +2,9 @@
 //! provider, the operation and the instance), the `proxy_operator_provider_requests_total`
 //! counter by provider, operation and result, and the calls in flight
 //! (`proxy_operator_provider_calls_in_flight` and its high-water mark `..._max`, which shows
-//! that `--max-concurrent-reconciles` bounds what a mass apply fires at a cloud API). A new
-//! provider gets all of it for free.
+//! that `--max-concurrent-reconciles` bounds what a mass apply fires at a cloud API: at most
+//! the bound, plus GC's `list` and the provider health `check`, one each). A new provider
+//! gets all of it for free.
 
 use std::sync::Arc;
 

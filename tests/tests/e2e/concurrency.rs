@@ -1,6 +1,10 @@
 //! `--max-concurrent-reconciles` bounds what a mass apply fires at a provider: with 40
 //! Proxies applied at once and a bound of 2, the operator never has more than 2 provider
-//! calls in flight (the metered decorator's high-water mark, read from its metrics).
+//! calls of reconciles in flight (the metered decorator's high-water mark, read from its
+//! metrics). The decorator also counts the calls of the two loops that call the provider
+//! besides the reconciles, one at a time each: GC's `list` and the provider health `check`
+//! (the leader checks at the start of its term, while the mass apply runs). Each that ran
+//! may add one to the mark.
 
 use std::time::Duration;
 
@@ -76,9 +80,16 @@ async fn a_mass_apply_never_has_more_provider_calls_in_flight_than_the_bound() {
         })
         .and_then(|v| v.trim().parse::<u32>().ok())
         .unwrap_or_else(|| panic!("no in-flight high-water mark in:\n{metrics}"));
+    let ran = |op: &str| {
+        let series =
+            format!(r#"proxy_operator_provider_requests_total{{provider="pods",op="{op}","#);
+        metrics.lines().any(|l| l.starts_with(&series))
+    };
+    let others = u32::from(ran("list")) + u32::from(ran("check"));
     let bound: u32 = BOUND.parse().unwrap();
     assert!(
-        (1..=bound).contains(&max),
-        "{max} provider calls were in flight at once, bound {bound}"
+        (1..=bound + others).contains(&max),
+        "{max} provider calls were in flight at once, bound {bound} for the reconciles \
+         plus {others} for GC's list and the provider check that ran"
     );
 }
