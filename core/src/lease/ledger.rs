@@ -149,11 +149,7 @@ impl Ledger {
 
     /// Forgets every retained lease whose retention ended at or before `now`.
     pub(super) fn forget_ended(&mut self, now: Timestamp) {
-        while self.forgets.first().is_some_and(|(at, _)| *at <= now) {
-            if let Some((_, id)) = self.forgets.pop_first() {
-                self.entries.remove(&id);
-            }
-        }
+        self.forget_first_while(|forgets| forgets.first().is_some_and(|(at, _)| *at <= now));
     }
 
     fn retain(
@@ -172,10 +168,16 @@ impl Ledger {
 
     /// Forgets the retained leases that ended first until at most `most` are left.
     fn forget_beyond(&mut self, most: usize) {
-        while self.forgets.len() > most {
-            if let Some((_, id)) = self.forgets.pop_first() {
-                self.entries.remove(&id);
-            }
+        self.forget_first_while(|forgets| forgets.len() > most);
+    }
+
+    /// Forgets the retained lease due to be forgotten first, for as long as `more` says so
+    /// of what is left.
+    fn forget_first_while(&mut self, more: impl Fn(&BTreeSet<(Timestamp, LeaseKey)>) -> bool) {
+        while more(&self.forgets)
+            && let Some((_, id)) = self.forgets.pop_first()
+        {
+            self.entries.remove(&id);
         }
     }
 }
