@@ -579,6 +579,27 @@ fn a_removed_proxy_leaves_selection_and_listing_but_its_leases_stay() {
 }
 
 #[test]
+fn active_leases_in_order_reads_every_key_as_one_lookup_would() {
+    let mut book = book([proxy("a", 10, 2), proxy("c", 20, 2), proxy("e", 30, 2)]);
+    for (id, now) in [("l1", 0), ("l2", 0), ("l3", 0), ("l4", 0)] {
+        assert!(leased(&mut book, id, None, now).is_some());
+    }
+    // a: 2, c: 1, e: 1; then c removed while it holds its lease.
+    assert!(book.remove(&key("c")));
+    let keys: Vec<ProxyKey> = ["a", "b", "c", "e", "f"].map(key).into();
+    let one_by_one: Vec<u32> = keys.iter().map(|k| book.active_leases(k)).collect();
+    assert_eq!(one_by_one, [2, 0, 1, 1, 0]);
+    assert_eq!(book.active_leases_in_order(&keys), one_by_one);
+    // Gaps, repeats and steps back answer the same.
+    let shuffled: Vec<ProxyKey> = ["e", "a", "a", "f", "c", "b"].map(key).into();
+    assert_eq!(book.active_leases_in_order(&shuffled), [1, 2, 2, 0, 1, 0]);
+    assert_eq!(
+        book.active_leases_in_order(&[] as &[ProxyKey]),
+        Vec::<u32>::new()
+    );
+}
+
+#[test]
 fn an_upsert_moves_the_proxy_in_the_order() {
     let mut book = book([proxy("a", 10, 5), proxy("b", 20, 5)]);
     book.upsert(proxy("a", 30, 5));

@@ -266,16 +266,17 @@ impl LeaseBook {
             if self.ledger.contains(&lease.id) {
                 if let Some(end) = end
                     && self.ledger.is_active(&lease.id)
-                    && let Some(proxy) = self.ledger.release(&lease.id, end, retention)
+                    && let Some(slot) = self.ledger.release(&lease.id, end, retention)
                 {
-                    self.lease_ended(&proxy);
+                    self.lease_ended(slot);
                     merged.ended += 1;
                 }
                 continue;
             }
             match end {
                 None => {
-                    self.admit(lease);
+                    let slot = self.fleet.slot_or_new(&lease.proxy);
+                    self.admit(lease, slot);
                     merged.active_added += 1;
                 }
                 Some(end) if later(end, retention.period) > now => {

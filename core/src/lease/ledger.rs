@@ -5,16 +5,16 @@ use std::time::Duration;
 
 use jiff::Timestamp;
 
+use super::fleet::Slot;
 use super::later;
 use super::lease_key::LeaseKey;
 use super::types::Lease;
-use crate::key::ProxyKey;
 
 /// Whether a lease still holds its proxy.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum State {
-    /// Counts against the proxy's capacity until it expires or is released.
-    Active,
+    /// Counts against the capacity of the proxy in `slot` until it expires or is released.
+    Active { slot: Slot },
     /// Expired or released at `ended_at`: no longer counts, kept until it is forgotten so
     /// that a late report lands.
     Retained { ended_at: Timestamp },
@@ -40,7 +40,10 @@ pub(super) struct Retention {
 /// (so also by the time they ended: the period is the same for all).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub(super) struct Ledger {
-    entries: BTreeMap<LeaseKey, Entry>,
+    /// Boxed: an entry is about 180 bytes, and lease IDs are random, so every grant and
+    /// every forgotten lease would shift half a tree node of entries (about 1 KiB) where
+    /// it now shifts pointers.
+    entries: BTreeMap<LeaseKey, Box<Entry>>,
     expiries: BTreeSet<(Timestamp, LeaseKey)>,
     forgets: BTreeSet<(Timestamp, LeaseKey)>,
 }
@@ -68,20 +71,21 @@ impl Ledger {
         self.forgets.len()
     }
 
-    /// Records a new active lease. Its ID must be new ([`contains`](Self::contains)).
-    pub(super) fn grant(&mut self, lease: Lease) {
+    /// Records a new active lease on the proxy in `slot`. Its ID must be new
+    /// ([`contains`](Self::contains)).
+    pub(super) fn grant(&mut self, lease: Lease, slot: Slot) {
         let key = LeaseKey::of(&lease.id);
         self.expiries.insert((lease.expires_at, key.clone()));
         let entry = Entry {
             lease,
-            state: State::Active,
+            state: State::Active { slot },
         };
-        self.entries.insert(key, entry);
+        self.entries.insert(key, Box::new(entry));
     }
 
-    /// Ends the first active lease that expired at or before `now` and returns its proxy;
-    /// `None` when no lease is due. It is retained for `retention` after its expiry.
-    pub(super) fn expire_next(&mut self, now: Timestamp, retention: Retention) -> Option<ProxyKey> {
+    /// Ends the first active lease that expired at or before `now` and returns its proxy's
+    /// slot; `None` when no lease is due. It is retained for `retention` after its expiry.
+    pub(super) fn expire_next(&mut self, now: Timestamp, retention: Retention) -> Option<Slot> {
         if self.expiries.first()?.0 > now {
             return None;
         }
@@ -89,19 +93,19 @@ impl Ledger {
         self.retain(id, expires_at, retention)
     }
 
-    /// Ends the lease if it is active and returns its proxy; `None` when it is unknown or
-    /// already ended. It is retained for `retention` after `now`.
+    /// Ends the lease if it is active and returns its proxy's slot; `None` when it is
+    /// unknown or already ended. It is retained for `retention` after `now`.
     pub(super) fn release(
         &mut self,
         id: &str,
         now: Timestamp,
         retention: Retention,
-    ) -> Option<ProxyKey> {
+    ) -> Option<Slot> {
         let id = LeaseKey::of(id);
         let entry = self.entries.get(&id)?;
         match entry.state {
             State::Retained { .. } => None,
-            State::Active => {
+            State::Active { .. } => {
                 let due = (entry.lease.expires_at, id);
                 self.expiries.remove(&due);
                 self.retain(due.1, now, retention)
@@ -117,7 +121,7 @@ impl Ledger {
         self.forgets
             .insert((later(ended_at, retention.period), id.clone()));
         let state = State::Retained { ended_at };
-        self.entries.insert(id, Entry { lease, state });
+        self.entries.insert(id, Box::new(Entry { lease, state }));
         self.forget_beyond(retention.most);
     }
 
@@ -125,7 +129,7 @@ impl Ledger {
     pub(super) fn is_active(&self, id: &str) -> bool {
         self.entries
             .get(&LeaseKey::of(id))
-            .is_some_and(|entry| entry.state == State::Active)
+            .is_some_and(|entry| matches!(entry.state, State::Active { .. }))
     }
 
     /// Every active lease, and the `retained` retained leases that ended last, each with
@@ -140,7 +144,7 @@ impl Ledger {
         active.chain(retained).filter_map(|(_, key)| {
             let entry = self.entries.get(key)?;
             let ended_at = match entry.state {
-                State::Active => None,
+                State::Active { .. } => None,
                 State::Retained { ended_at } => Some(ended_at),
             };
             Some((&entry.lease, ended_at))
@@ -152,18 +156,15 @@ impl Ledger {
         self.forget_first_while(|forgets| forgets.first().is_some_and(|(at, _)| *at <= now));
     }
 
-    fn retain(
-        &mut self,
-        id: LeaseKey,
-        ended_at: Timestamp,
-        retention: Retention,
-    ) -> Option<ProxyKey> {
+    fn retain(&mut self, id: LeaseKey, ended_at: Timestamp, retention: Retention) -> Option<Slot> {
         let entry = self.entries.get_mut(&id)?;
+        let State::Active { slot } = entry.state else {
+            return None;
+        };
         entry.state = State::Retained { ended_at };
-        let proxy = entry.lease.proxy.clone();
         self.forgets.insert((later(ended_at, retention.period), id));
         self.forget_beyond(retention.most);
-        Some(proxy)
+        Some(slot)
     }
 
     /// Forgets the retained leases that ended first until at most `most` are left.

@@ -78,10 +78,15 @@
 //!
 //! For n proxies, t labels per proxy, s selector terms, L leases known and c cooldowns:
 //!
+//! - the fleet (`fleet.rs`): every proxy the book tracks in a numbered slot with its view,
+//!   its active count and its numbered label terms, and the slot of each key. A call that
+//!   names a key finds the slot once; the index and the ledger carry slots, so a grant or
+//!   an end of a lease reaches its proxy by a vector index, not by searching trees of keys;
 //! - an eligible index (`index.rs`): ordered sets of `(active, latency, key)` holding only
 //!   the proxies that can take a lease now (healthy and below capacity), one for the fleet
 //!   and one per `label=value` term. At-capacity and unhealthy proxies are not in it, so
-//!   they cost nothing to skip. Granting or ending a lease moves one proxy in t + 1 sets;
+//!   they cost nothing to skip. Granting or ending a lease moves one proxy in t + 1 sets,
+//!   found by term number;
 //! - the ledger (`ledger.rs`): leases by ID, active ones ordered by expiry, retained ones by
 //!   the time they are forgotten, so expiry pops what is due instead of scanning; a UUID ID
 //!   is keyed by its 128 bits (`lease_key.rs`), so its maps copy and compare integers;
@@ -105,17 +110,18 @@
 mod checkpoint;
 mod cooldown;
 mod feedback;
+mod fleet;
 mod index;
 mod journal;
 mod lease_key;
 mod ledger;
 mod listing;
+mod numbered;
 mod routing;
 mod sites;
 mod types;
 mod view;
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
 use jiff::Timestamp;
@@ -126,7 +132,8 @@ pub use checkpoint::{
 };
 use cooldown::Cooldowns;
 pub use feedback::{InvalidStatus, StatusMeaning, meaning_of};
-use index::{EligibleIndex, Rank};
+use fleet::{Fleet, Slot};
+use index::EligibleIndex;
 pub use journal::{Journal, Ticket};
 use ledger::{Ledger, Retention};
 pub use listing::{
@@ -154,15 +161,6 @@ pub struct LeaseBook {
     ledger: Ledger,
     cooldowns: Cooldowns,
     sites: Sites,
-}
-
-/// The proxies and how many leases each holds: what decides whether a proxy is eligible
-/// and where it ranks.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-struct Fleet {
-    proxies: BTreeMap<ProxyKey, ProxyView>,
-    /// Active leases per proxy key, also for removed proxies; absent means 0.
-    active: BTreeMap<ProxyKey, u32>,
 }
 
 /// How one target treated one proxy, from [`LeaseBook::sites`].
@@ -194,19 +192,26 @@ impl LeaseBook {
 
     /// Adds the proxy, or replaces the one with the same key. Its active leases are kept.
     pub fn upsert(&mut self, proxy: ProxyView) {
-        let key = proxy.key.clone();
-        self.unindex(&key);
-        self.fleet.proxies.insert(key.clone(), proxy);
-        self.index(&key);
+        let slot = self.fleet.slot_or_new(&proxy.key);
+        self.unindex(slot);
+        let terms = self.eligible.carry(&proxy.labels);
+        let dropped = self.fleet.set_view(slot, proxy, terms);
+        self.eligible.let_go(&dropped);
+        self.index(slot);
     }
 
     /// Removes the proxy from selection and listing; returns whether it was in the book.
     /// Its leases and cooldowns stay until they end (see the module's rules); its site
     /// statistics go (a proxy that comes back under the same key is a new machine).
     pub fn remove(&mut self, key: &ProxyKey) -> bool {
-        self.unindex(key);
         self.sites.remove(key);
-        self.fleet.proxies.remove(key).is_some()
+        let Some(slot) = self.fleet.slot(key) else {
+            return false;
+        };
+        self.unindex(slot);
+        let (listed, dropped) = self.fleet.clear_view(slot);
+        self.eligible.let_go(&dropped);
+        listed
     }
 
     /// Grants a lease on the best eligible proxy the selector matches, after ending what is
@@ -227,19 +232,30 @@ impl LeaseBook {
         if self.ledger.contains(&id) {
             return Err(AcquireError::IdInUse);
         }
-        let target = target.map(|target| target.to_ascii_lowercase());
+        let target = target.map(|mut target| {
+            target.make_ascii_lowercase();
+            target
+        });
         let wanted = Wanted {
             selector: &selector,
             distinct_egress,
         };
-        match self.best(&wanted, target.as_deref(), now) {
-            Some(key) => Ok(self.grant(key, id, target, ttl, now)),
-            None => Err(AcquireError::NoMatch(self.no_match(
-                &wanted,
-                target.as_deref(),
-                now,
-            ))),
-        }
+        let Some((slot, proxy)) = self.best(&wanted, target.as_deref(), now) else {
+            let stats = self.no_match(&wanted, target.as_deref(), now);
+            return Err(AcquireError::NoMatch(stats));
+        };
+        let lease = Lease {
+            id,
+            proxy: proxy.key.clone(),
+            host: proxy.host.clone(),
+            port: proxy.port,
+            target,
+            granted_at: now,
+            expires_at: later(now, ttl),
+            ttl,
+        };
+        self.admit(lease.clone(), slot);
+        Ok(lease)
     }
 
     /// Ends the lease if it is active, freeing its place on the proxy, and returns whether
@@ -247,8 +263,8 @@ impl LeaseBook {
     pub fn release(&mut self, id: &str, now: Timestamp) -> bool {
         self.expire(now);
         match self.ledger.release(id, now, self.retention()) {
-            Some(proxy) => {
-                self.lease_ended(&proxy);
+            Some(slot) => {
+                self.lease_ended(slot);
                 true
             }
             None => false,
@@ -274,7 +290,7 @@ impl LeaseBook {
             .map(str::to_ascii_lowercase)
             .or_else(|| lease.target.clone());
         if let Some(site) = &target
-            && self.fleet.proxies.contains_key(&proxy)
+            && self.fleet.view(&proxy).is_some()
         {
             self.sites
                 .record(&proxy, site, result, now, self.config.site_window);
@@ -305,8 +321,8 @@ impl LeaseBook {
     /// before reading [`active_total`](Self::active_total) or
     /// [`active_leases`](Self::active_leases) for metrics.
     pub fn expire(&mut self, now: Timestamp) {
-        while let Some(proxy) = self.ledger.expire_next(now, self.retention()) {
-            self.lease_ended(&proxy);
+        while let Some(slot) = self.ledger.expire_next(now, self.retention()) {
+            self.lease_ended(slot);
         }
         self.ledger.forget_ended(now);
         self.cooldowns.forget_ended(now);
@@ -357,7 +373,7 @@ impl LeaseBook {
 
     /// How many proxies the book holds. O(1).
     pub fn proxies(&self) -> usize {
-        self.fleet.proxies.len()
+        self.fleet.len()
     }
 
     /// How many leases are active, on all proxies (removed ones included).
@@ -373,8 +389,21 @@ impl LeaseBook {
     }
 
     /// How many leases are active on the proxy with this key (0 for an unknown key).
+    /// O(log n).
     pub fn active_leases(&self, key: &ProxyKey) -> u32 {
         self.fleet.active(key)
+    }
+
+    /// [`active_leases`](Self::active_leases) of each of `keys`, in one walk of the book's
+    /// keys when they come in ascending order, as a page of the listing does: O(k + r) for
+    /// k keys spanning r proxies of the book, where k lookups cost O(k · log n) and keep
+    /// the book's lock longer. Keys in any other order get the same answers, each step back
+    /// costing a lookup.
+    pub fn active_leases_in_order<'a>(
+        &self,
+        keys: impl IntoIterator<Item = &'a ProxyKey>,
+    ) -> Vec<u32> {
+        self.fleet.active_in_order(keys)
     }
 
     /// The proxies the selector matches, only the healthy ones if `healthy_only`, ordered
@@ -396,138 +425,88 @@ impl LeaseBook {
             distinct_egress,
         };
         self.fleet
-            .proxies
-            .iter()
-            .filter(|(_, proxy)| wanted.accepts(proxy))
-            .filter(|(_, proxy)| proxy.healthy || !healthy_only)
-            .map(|(key, proxy)| Listed {
-                proxy,
-                active: self.active_leases(key),
-            })
+            .views()
+            .filter(|(proxy, _)| wanted.accepts(proxy))
+            .filter(|(proxy, _)| proxy.healthy || !healthy_only)
+            .map(|(proxy, active)| Listed { proxy, active })
             .collect()
     }
 
     /// The proxy with this key, if it is in the book. O(log n).
     pub fn get(&self, key: &ProxyKey) -> Option<Listed<'_>> {
-        self.fleet.proxies.get(key).map(|proxy| Listed {
+        let member = self.fleet.member(self.fleet.slot(key)?);
+        let proxy = member.view.as_ref()?;
+        Some(Listed {
             proxy,
-            active: self.active_leases(key),
+            active: member.active,
         })
     }
 
-    /// The key of the first proxy in rank order that the selector matches and that is not
-    /// cooling down for the target.
-    fn best(&self, wanted: &Wanted<'_>, target: Option<&str>, now: Timestamp) -> Option<ProxyKey> {
+    /// The first proxy in rank order that the selector matches and that is not cooling
+    /// down for the target, with its slot.
+    fn best(
+        &self,
+        wanted: &Wanted<'_>,
+        target: Option<&str>,
+        now: Timestamp,
+    ) -> Option<(Slot, &ProxyView)> {
         let cooling = self.cooldowns.for_target(target);
         self.eligible
             .narrowest(wanted.selector)?
             .iter()
-            .find(|rank| self.selects(wanted, &rank.key) && !cooling.holds(&rank.key, now))
-            .map(|rank| rank.key.clone())
+            .find_map(|rank| {
+                let proxy = self.fleet.member(rank.slot).view.as_ref()?;
+                let fits = wanted.accepts(proxy) && !cooling.holds(&rank.key, now);
+                fits.then_some((rank.slot, proxy))
+            })
     }
 
-    fn selects(&self, wanted: &Wanted<'_>, key: &ProxyKey) -> bool {
-        self.fleet
-            .proxies
-            .get(key)
-            .is_some_and(|proxy| wanted.accepts(proxy))
+    /// Records `lease` as active and counts it against the proxy in `slot` (which need not
+    /// be in the fleet). Its ID must be new.
+    fn admit(&mut self, lease: Lease, slot: Slot) {
+        self.ledger.grant(lease, slot);
+        self.unindex(slot);
+        self.fleet.count_lease(slot, true);
+        self.index(slot);
     }
 
-    fn grant(
-        &mut self,
-        key: ProxyKey,
-        id: String,
-        target: Option<String>,
-        ttl: Duration,
-        now: Timestamp,
-    ) -> Lease {
-        let proxy = &self.fleet.proxies[&key];
-        let lease = Lease {
-            id,
-            proxy: proxy.key.clone(),
-            host: proxy.host.clone(),
-            port: proxy.port,
-            target,
-            granted_at: now,
-            expires_at: later(now, ttl),
-            ttl,
-        };
-        self.admit(lease.clone());
-        lease
-    }
-
-    /// Records `lease` as active and counts it against its proxy (which need not be in the
-    /// fleet). Its ID must be new.
-    fn admit(&mut self, lease: Lease) {
-        let key = lease.proxy.clone();
-        self.ledger.grant(lease);
-        self.unindex(&key);
-        *self.fleet.active.entry(key.clone()).or_default() += 1;
-        self.index(&key);
-    }
-
-    fn lease_ended(&mut self, key: &ProxyKey) {
-        self.unindex(key);
-        if let Some(active) = self.fleet.active.get_mut(key) {
-            *active -= 1;
-            if *active == 0 {
-                self.fleet.active.remove(key);
-            }
-        }
-        self.index(key);
+    fn lease_ended(&mut self, slot: Slot) {
+        self.unindex(slot);
+        self.fleet.count_lease(slot, false);
+        self.index(slot);
     }
 
     /// Counts why each proxy the selector matches was passed over.
     fn no_match(&self, wanted: &Wanted<'_>, target: Option<&str>, now: Timestamp) -> NoMatch {
         let cooling = self.cooldowns.for_target(target);
         let mut stats = NoMatch::default();
-        for (key, proxy) in &self.fleet.proxies {
+        for (proxy, active) in self.fleet.views() {
             if !wanted.accepts(proxy) {
                 continue;
             }
             stats.considered += 1;
-            match unavailable(proxy, self.active_leases(key)) {
+            match unavailable(proxy, active) {
                 Some(Unavailable::Unhealthy) => stats.unhealthy += 1,
                 Some(Unavailable::AtCapacity) => stats.at_capacity += 1,
-                None => stats.in_cooldown += u32::from(cooling.holds(key, now)),
+                None => stats.in_cooldown += u32::from(cooling.holds(&proxy.key, now)),
             }
         }
         stats
     }
 
-    /// Takes the proxy out of the eligible index if it is in it. Call before changing
-    /// anything that [`Fleet::rank`] reads, and [`index`](Self::index) after.
-    fn unindex(&mut self, key: &ProxyKey) {
-        if let Some((rank, labels)) = self.fleet.rank(key) {
-            self.eligible.remove(&rank, labels);
+    /// Takes the proxy in `slot` out of the eligible index if it is in it. Call before
+    /// changing anything that [`Fleet::rank`] reads, and [`index`](Self::index) after.
+    fn unindex(&mut self, slot: Slot) {
+        if let Some((rank, terms)) = self.fleet.rank(slot) {
+            self.eligible.remove(&rank, terms);
         }
     }
 
-    /// Puts the proxy in the eligible index if it can take a lease.
-    fn index(&mut self, key: &ProxyKey) {
-        if let Some((rank, labels)) = self.fleet.rank(key) {
-            self.eligible.insert(rank, labels);
+    /// Puts the proxy in `slot` in the eligible index if it can take a lease.
+    fn index(&mut self, slot: Slot) {
+        if let Some((rank, terms)) = self.fleet.rank(slot) {
+            self.eligible.insert(rank, terms);
         }
-    }
-}
-
-impl Fleet {
-    fn active(&self, key: &ProxyKey) -> u32 {
-        self.active.get(key).copied().unwrap_or(0)
-    }
-
-    /// The proxy's rank and labels if it is in the book and can take a lease.
-    fn rank(&self, key: &ProxyKey) -> Option<(Rank, &Labels)> {
-        let (key, proxy) = self.proxies.get_key_value(key)?;
-        let active = self.active(key);
-        unavailable(proxy, active).is_none().then(|| {
-            let rank = Rank {
-                active,
-                latency_ms: proxy.latency_ms,
-                key: key.clone(),
-            };
-            (rank, &proxy.labels)
-        })
     }
 }
 

@@ -251,15 +251,15 @@ impl Discovery {
         })
     }
 
-    /// The active leases of each of `proxies`, read from the book a chunk at a time, so
-    /// that a long listing never holds its lock for long.
+    /// The active leases of each of `proxies` (a page, in key order), read from the book
+    /// a chunk at a time, so that a long listing never holds its lock for long.
     fn active_leases_of(&self, proxies: &[&ProxyView]) -> Vec<u32> {
-        /// Proxies looked up per hold of the lock: a few microseconds each time.
+        /// Proxies read per hold of the lock: a few microseconds each time.
         const CHUNK: usize = 256;
         let mut active = Vec::with_capacity(proxies.len());
         for chunk in proxies.chunks(CHUNK) {
-            let shared = self.shared();
-            active.extend(chunk.iter().map(|p| shared.book.active_leases(&p.key)));
+            let keys = chunk.iter().map(|p| &p.key);
+            active.extend(self.shared().book.active_leases_in_order(keys));
         }
         active
     }
