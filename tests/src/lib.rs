@@ -24,7 +24,7 @@ pub mod operator;
 pub mod pod_runner;
 pub mod ports;
 pub mod probe_origin;
-pub mod process_cpu;
+pub mod process_usage;
 pub mod proxy_status;
 pub mod run_dir;
 pub mod squid;

@@ -1,4 +1,5 @@
-//! The CPU time of another process (the operator a benchmark runs), from `/proc`.
+//! The CPU time and the resident memory of a process (the operator a benchmark runs, or the
+//! benchmark itself), from `/proc`.
 
 use std::sync::OnceLock;
 
@@ -17,6 +18,18 @@ pub fn cpu_seconds(pid: u32) -> anyhow::Result<f64> {
             .ok_or_else(|| anyhow::anyhow!("/proc/{pid}/stat has no field {}: {stat}", i + 3))
     };
     Ok((field(11)? + field(12)?) / ticks_per_second())
+}
+
+/// Resident memory of `pid`, in bytes: `VmRSS` of `/proc/PID/status`, which the kernel
+/// gives in KiB whatever the page size.
+pub fn resident_bytes(pid: u32) -> anyhow::Result<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
+    let kib: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .ok_or_else(|| anyhow::anyhow!("no VmRSS in /proc/{pid}/status"))?;
+    Ok(kib * 1024)
 }
 
 fn ticks_per_second() -> f64 {

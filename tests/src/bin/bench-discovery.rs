@@ -34,6 +34,7 @@ use proxy_core::leadership::{Candidate, Timing};
 use proxy_core::lease::{AcquireRequest, LeaseBook, LeaseConfig, ProxyView, Selector, Standing};
 use proxy_operator::discovery::{self, Discovery, Limits, Replica};
 use proxy_operator::leadership::Leadership;
+use proxy_tests::process_usage::resident_bytes;
 use warp::Filter;
 
 const CLIENTS: usize = 8;
@@ -557,13 +558,8 @@ fn sustained() {
     );
 }
 
-/// The resident set of this process, from `/proc/self/statm`.
+/// The resident set of this process.
 fn rss_bytes() -> usize {
-    let statm = std::fs::read_to_string("/proc/self/statm").expect("/proc/self/statm");
-    let pages: usize = statm
-        .split_whitespace()
-        .nth(1)
-        .and_then(|field| field.parse().ok())
-        .expect("the resident pages");
-    pages * 4096
+    let bytes = resident_bytes(std::process::id()).expect("this process's VmRSS");
+    usize::try_from(bytes).expect("a resident set that fits in memory")
 }

@@ -38,7 +38,7 @@ use proxy_crd::Proxy;
 use proxy_tests::control_plane::ControlPlane;
 use proxy_tests::operator::{Operator, Polls, release_binary};
 use proxy_tests::pod_runner::PodRunner;
-use proxy_tests::process_cpu::cpu_seconds;
+use proxy_tests::process_usage::cpu_seconds;
 use proxy_tests::write_counts::writes;
 use serde_json::json;
 use std::path::Path;

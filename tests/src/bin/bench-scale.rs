@@ -47,7 +47,7 @@ use proxy_tests::control_plane::ControlPlane;
 use proxy_tests::leadership_load::{self, Load, RenewAges, Sampler, percentile};
 use proxy_tests::operator::{DISCOVERY_TOKEN, Operator, Polls, release_binary};
 use proxy_tests::probe_origin::ProbeOrigin;
-use proxy_tests::process_cpu::cpu_seconds;
+use proxy_tests::process_usage::{cpu_seconds, resident_bytes};
 use proxy_tests::run_dir::subdir;
 use proxy_tests::squid::{Squid, next_loopback_addr};
 use proxy_tests::write_counts::{status_writes, writes};
@@ -68,15 +68,9 @@ fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
         .unwrap_or(default)
 }
 
-/// Resident memory of `pid`, in bytes (`VmRSS` of `/proc/PID/status`).
+/// Resident memory of `pid`, in bytes.
 fn rss(pid: u32) -> anyhow::Result<f64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
-    let kib: f64 = status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .ok_or_else(|| anyhow::anyhow!("no VmRSS for {pid}"))?;
-    Ok(kib * 1024.0)
+    Ok(resident_bytes(pid)? as f64)
 }
 
 const MIB: f64 = 1024.0 * 1024.0;
