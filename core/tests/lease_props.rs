@@ -591,6 +591,18 @@ fn check_counts(
         .collect();
     expected.sort();
     prop_assert_eq!(listed, expected);
+    // The listing's walk reads what one lookup per key reads, in key order and in the order
+    // of `PROXIES`, whose last key sorts first (a step back).
+    let keys: Vec<ProxyKey> = PROXIES.iter().map(|text| text.parse().unwrap()).collect();
+    let one_by_one = PROXIES.iter().map(|key| after[*key]).collect::<Vec<_>>();
+    prop_assert_eq!(book.active_leases_in_order(&keys), one_by_one);
+    let mut sorted = keys;
+    sorted.sort();
+    let one_by_one = sorted.iter().map(|key| book.active_leases(key));
+    prop_assert_eq!(
+        book.active_leases_in_order(&sorted),
+        one_by_one.collect::<Vec<_>>()
+    );
     let grew = PROXIES
         .iter()
         .filter(|key| after[**key] > before[**key])
