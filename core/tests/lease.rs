@@ -600,6 +600,23 @@ fn active_leases_in_order_reads_every_key_as_one_lookup_would() {
 }
 
 #[test]
+fn active_leases_in_order_jumps_the_gaps_of_a_sparse_page() {
+    let names: Vec<String> = (0..100).map(|i| format!("p{i:03}")).collect();
+    let mut book = book(names.iter().map(|name| proxy(name, 10, 100)));
+    for i in 0..150 {
+        assert!(leased(&mut book, &format!("l{i}"), None, 0).is_some());
+    }
+    // Every 37th proxy, then a tail of neighbours, then keys the book does not know.
+    let mut keys: Vec<ProxyKey> = (0..100).step_by(37).map(|i| key(&names[i])).collect();
+    keys.extend((95..100).map(|i| key(&names[i])));
+    keys.extend(["p100", "zz"].map(key));
+    let one_by_one: Vec<u32> = keys.iter().map(|k| book.active_leases(k)).collect();
+    // One lease each, then 50 more on the first 50 by key (the tie-break).
+    assert_eq!(one_by_one, [2, 2, 1, 1, 1, 1, 1, 1, 0, 0]);
+    assert_eq!(book.active_leases_in_order(&keys), one_by_one);
+}
+
+#[test]
 fn an_upsert_moves_the_proxy_in_the_order() {
     let mut book = book([proxy("a", 10, 5), proxy("b", 20, 5)]);
     book.upsert(proxy("a", 30, 5));

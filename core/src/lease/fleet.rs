@@ -18,6 +18,10 @@ use super::numbered::Numbered;
 use super::types::ProxyView;
 use crate::key::ProxyKey;
 
+/// The most keys [`Fleet::active_in_order`] steps over to reach the next key before it
+/// looks the key up instead: a lookup is about 14 comparisons at 10 000 proxies.
+const WALK: usize = 16;
+
 /// A proxy's number in the book, fixed while the book tracks the proxy: while it is in
 /// the fleet, or removed but still holding leases. A slot let go is given to the next new
 /// key, so nothing may keep one past that: the index holds slots of tracked proxies only,
@@ -29,7 +33,8 @@ pub(super) struct Slot(usize);
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(super) struct Member {
     pub(super) key: ProxyKey,
-    /// As last upserted; `None` once removed (it stays while it holds leases, so that they
+    /// As last upserted; `None` while not in the fleet: removed, or known only from a
+    /// restored lease (it stays while it holds leases, so that they
     /// count against its capacity if the same key comes back).
     pub(super) view: Option<ProxyView>,
     /// Active leases on it.
@@ -114,7 +119,9 @@ impl Fleet {
 
     fn let_go_if_unused(&mut self, slot: Slot) {
         let member = &self.members[slot.0];
-        // The key check keeps a slot from being let go twice (rare path: removals only).
+        // Only a slot its key still maps to is let go: no path lets one go twice, and should
+        // one ever try, two keys sharing a slot would be far worse than a lookup on this
+        // rare path (removals and a removed proxy's last lease).
         if member.view.is_none() && member.active == 0 && self.slots.get(&member.key) == Some(&slot)
         {
             self.slots.remove(&member.key);
@@ -134,7 +141,8 @@ impl Fleet {
     }
 
     /// Active leases on each of `keys`, walking the slots by key from one key to the next
-    /// while they ascend, and looking a key up when it does not.
+    /// while they ascend and are near ([`WALK`] steps at most), and looking a key up
+    /// otherwise (a step back, or a filtered page whose keys are far apart in the book).
     pub(super) fn active_in_order<'a>(
         &self,
         keys: impl IntoIterator<Item = &'a ProxyKey>,
@@ -143,11 +151,17 @@ impl Fleet {
         let mut previous: Option<&ProxyKey> = None;
         keys.into_iter()
             .map(|key| {
-                if previous.is_none_or(|previous| key < previous) {
+                let mut near = previous.is_some_and(|previous| previous <= key);
+                for _ in 0..WALK {
+                    if !near || tracked.next_if(|(tracked, _)| *tracked < key).is_none() {
+                        break;
+                    }
+                }
+                near &= tracked.peek().is_none_or(|(tracked, _)| *tracked >= key);
+                if !near {
                     tracked = self.slots.range(key..).peekable();
                 }
                 previous = Some(key);
-                while tracked.next_if(|(tracked, _)| *tracked < key).is_some() {}
                 match tracked.peek() {
                     Some((tracked, slot)) if *tracked == key => self.member(**slot).active,
                     _ => 0,

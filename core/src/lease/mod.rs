@@ -153,6 +153,11 @@ pub use view::{
 
 /// The fleet, the leases on it and the cooldowns: see the [module documentation](self) for
 /// the contract, the rules and the cost of each call.
+///
+/// Equality is structural: a book equals its clone, and a call that changes nothing (a
+/// refused restore) leaves it equal to itself before; two books that reached the same
+/// leases by different calls may differ (their proxies' slot numbers), so compare what
+/// they answer ([`checkpoint`](Self::checkpoint), [`list`](Self::list)) instead.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct LeaseBook {
     config: LeaseConfig,
@@ -394,11 +399,12 @@ impl LeaseBook {
         self.fleet.active(key)
     }
 
-    /// [`active_leases`](Self::active_leases) of each of `keys`, in one walk of the book's
-    /// keys when they come in ascending order, as a page of the listing does: O(k + r) for
-    /// k keys spanning r proxies of the book, where k lookups cost O(k · log n) and keep
-    /// the book's lock longer. Keys in any other order get the same answers, each step back
-    /// costing a lookup.
+    /// [`active_leases`](Self::active_leases) of each of `keys`, walking the book's keys
+    /// from one to the next when they ascend, as a page of the listing does: a key within
+    /// 16 of the previous one is reached by stepping, any other (a step back, or a filtered
+    /// page's gap) is looked up. So k keys cost at most k lookups, O(k · log n), and a dense
+    /// page O(k), where a lookup per key searched the whole book's keys each time and kept
+    /// its lock longer. Keys in any order get the same answers.
     pub fn active_leases_in_order<'a>(
         &self,
         keys: impl IntoIterator<Item = &'a ProxyKey>,
