@@ -105,15 +105,17 @@ impl Fleet {
         (listed, terms)
     }
 
-    /// Counts one more (`true`) or one fewer active lease on the proxy in `slot`. The slot
-    /// of a removed proxy is let go with its last lease.
-    pub(super) fn count_lease(&mut self, slot: Slot, more: bool) {
+    /// Counts one more active lease on the proxy in `slot`.
+    pub(super) fn lease_started(&mut self, slot: Slot) {
         let member = &mut self.members[slot.0];
-        member.active = if more {
-            member.active.saturating_add(1)
-        } else {
-            member.active.saturating_sub(1)
-        };
+        member.active = member.active.saturating_add(1);
+    }
+
+    /// Counts one fewer active lease on the proxy in `slot`; the slot of a removed proxy
+    /// is let go with its last lease.
+    pub(super) fn lease_ended(&mut self, slot: Slot) {
+        let member = &mut self.members[slot.0];
+        member.active = member.active.saturating_sub(1);
         self.let_go_if_unused(slot);
     }
 
@@ -151,14 +153,16 @@ impl Fleet {
         let mut previous: Option<&ProxyKey> = None;
         keys.into_iter()
             .map(|key| {
-                let mut near = previous.is_some_and(|previous| previous <= key);
-                for _ in 0..WALK {
-                    if !near || tracked.next_if(|(tracked, _)| *tracked < key).is_none() {
-                        break;
+                let ascending = previous.is_some_and(|previous| previous <= key);
+                if ascending {
+                    for _ in 0..WALK {
+                        if tracked.next_if(|(tracked, _)| *tracked < key).is_none() {
+                            break;
+                        }
                     }
                 }
-                near &= tracked.peek().is_none_or(|(tracked, _)| *tracked >= key);
-                if !near {
+                let reached = tracked.peek().is_none_or(|(tracked, _)| *tracked >= key);
+                if !(ascending && reached) {
                     tracked = self.slots.range(key..).peekable();
                 }
                 previous = Some(key);
@@ -223,7 +227,7 @@ mod tests {
         let a = view("a");
         let slot = fleet.slot_or_new(&a.key);
         fleet.set_view(slot, a.clone(), Box::default());
-        fleet.count_lease(slot, true);
+        fleet.lease_started(slot);
         assert_eq!((fleet.len(), fleet.active(&a.key)), (1, 1));
 
         // Removed while leased: out of the fleet, still counting its lease.
@@ -234,7 +238,7 @@ mod tests {
         assert_eq!(fleet.slot(&a.key), Some(slot), "and keeps the leased slot");
 
         // Its last lease ends: the slot is let go once, and the next new key gets it.
-        fleet.count_lease(slot, false);
+        fleet.lease_ended(slot);
         assert_eq!(fleet.slot(&a.key), None);
         assert_eq!(fleet.active(&a.key), 0);
         let b = view("b");

@@ -472,13 +472,13 @@ impl LeaseBook {
     fn admit(&mut self, lease: Lease, slot: Slot) {
         self.ledger.grant(lease, slot);
         self.unindex(slot);
-        self.fleet.count_lease(slot, true);
+        self.fleet.lease_started(slot);
         self.index(slot);
     }
 
     fn lease_ended(&mut self, slot: Slot) {
         self.unindex(slot);
-        self.fleet.count_lease(slot, false);
+        self.fleet.lease_ended(slot);
         self.index(slot);
     }
 

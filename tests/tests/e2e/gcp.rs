@@ -9,7 +9,6 @@ use kube::api::{DeleteParams, Patch, PatchParams};
 use kube::runtime::wait::{await_condition, conditions};
 use proxy_crd::{Phase, Proxy};
 use proxy_tests::gce::{AddInstance, Durations, InsertFault, Method, Observed};
-use proxy_tests::operator::DISCOVERY_TOKEN;
 use serde_json::{Value, json};
 
 use crate::operated::{Bed, GCP, provisioned};
@@ -58,32 +57,6 @@ fn through(bed: &Bed, proxy_url: &str) -> reqwest::Client {
         .timeout(Duration::from_secs(5))
         .build()
         .unwrap()
-}
-
-/// Takes a lease through the discovery API, retrying while the discovery cache catches up
-/// with the controller's; returns the answer.
-async fn lease(bed: &Bed, selector: Value) -> Value {
-    let http = reqwest::Client::new();
-    let mut last = Value::Null;
-    for _ in 0..100 {
-        let response = http
-            .post(format!("{}/v1/leases", bed.operator.discovery))
-            .bearer_auth(DISCOVERY_TOKEN)
-            .json(&json!({"selector": selector, "target": "probe.test", "ttlSeconds": 60}))
-            .send()
-            .await
-            .unwrap();
-        let status = response.status().as_u16();
-        last = response.json().await.unwrap();
-        if status == 201 {
-            return last;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    panic!(
-        "no lease within 10 s: {last}; operator log:\n{}",
-        bed.operator.log()
-    );
 }
 
 /// Waits until `check` holds for what the fake holds; fails with the operator's log.
@@ -170,7 +143,9 @@ async fn the_example_gcp_proxy_becomes_a_vm_whose_nat_ip_is_leased_and_carries_h
     );
 
     // A crawler leases it and sends HTTPS through the VM's squid.
-    let lease = lease(&bed, json!({"geo": "eu"})).await;
+    let lease = bed
+        .lease(json!({"selector": {"geo": "eu"}, "target": "probe.test", "ttlSeconds": 60}))
+        .await;
     assert_eq!(
         lease["proxy"]["url"],
         format!("http://{nat_ip}:3128"),

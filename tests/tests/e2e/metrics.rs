@@ -38,28 +38,6 @@ async fn scrape_until(url: &str, what: &str, check: impl Fn(&str) -> bool) -> St
     panic!("metrics never showed {what}:\n{text}");
 }
 
-/// Leases any proxy (the discovery API follows the controller's cache within a moment);
-/// the lease's ID.
-async fn lease_any(bed: &Bed) -> String {
-    let mut last = String::new();
-    for _ in 0..100 {
-        let response = reqwest::Client::new()
-            .post(format!("{}/v1/leases", bed.operator.discovery))
-            .bearer_auth(DISCOVERY_TOKEN)
-            .json(&json!({"ttlSeconds": 60}))
-            .send()
-            .await
-            .unwrap();
-        if response.status().as_u16() == 201 {
-            let lease: serde_json::Value = response.json().await.unwrap();
-            return lease["leaseID"].as_str().unwrap().to_owned();
-        }
-        last = format!("{} {}", response.status(), response.text().await.unwrap());
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    panic!("no lease granted; the last answer: {last}");
-}
-
 #[tokio::test]
 async fn the_metrics_name_what_happens_and_forget_deleted_proxies() {
     let mut bed = Bed::new("metrics").await;
@@ -110,7 +88,8 @@ async fn the_metrics_name_what_happens_and_forget_deleted_proxies() {
     assert!(lines > 0 && dictionaries > 0, "{lines} + {dictionaries}");
 
     // A lease taken and released: active while held, then kept for late reports.
-    let id = lease_any(&bed).await;
+    let lease = bed.lease(json!({"ttlSeconds": 60})).await;
+    let id = lease["leaseID"].as_str().unwrap();
     scrape_until(&url, "one active lease", |t| {
         t.contains("proxy_operator_leases_active 1\n")
     })

@@ -9,11 +9,11 @@ use kube::api::{Api, PostParams};
 use proxy_crd::Proxy;
 use proxy_tests::control_plane::ControlPlane;
 use proxy_tests::gce::{FakeGce, FakeOptions};
-use proxy_tests::operator::{Operator, Polls, binary};
+use proxy_tests::operator::{DISCOVERY_TOKEN, Operator, Polls, binary};
 use proxy_tests::pod_runner::PodRunner;
 use proxy_tests::probe_origin::ProbeOrigin;
 pub use proxy_tests::proxy_status::{condition, provisioned};
-use serde_json::json;
+use serde_json::{Value, json};
 
 /// Starts the debug operator for `ns`, trusting `origin`'s CA, with `extra_args`.
 pub fn start_operator(ns: &str, origin: &ProbeOrigin, extra_args: &[&str]) -> Operator {
@@ -209,6 +209,33 @@ impl Bed {
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
         notes
+    }
+
+    /// `POST /v1/leases` with `request`, tried again while the answer is not 201 (the
+    /// discovery API follows the controller's cache within a moment); the granted lease.
+    /// Fails after 10 s with the last answer and the operator's log.
+    pub async fn lease(&self, request: Value) -> Value {
+        let http = reqwest::Client::new();
+        let mut last = Value::Null;
+        for _ in 0..100 {
+            let response = http
+                .post(format!("{}/v1/leases", self.operator.discovery))
+                .bearer_auth(DISCOVERY_TOKEN)
+                .json(&request)
+                .send()
+                .await
+                .unwrap();
+            let status = response.status().as_u16();
+            last = response.json().await.unwrap_or(Value::Null);
+            if status == 201 {
+                return last;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        panic!(
+            "no lease within 10 s: {last}; operator log:\n{}",
+            self.operator.log()
+        );
     }
 
     /// Waits until `check` holds for the Proxy, and returns it; fails with the operator's log.
