@@ -56,6 +56,7 @@ pub struct ProbeOrigin {
     pub ca_pem: String,
     /// A hosts file mapping `probe.test` to 127.0.0.1, for squid's `hosts_file`.
     pub hosts_file: PathBuf,
+    tls: Arc<ServerConfig>,
     requests: Arc<Mutex<Vec<Request>>>,
     _task: tokio::task::JoinHandle<()>,
 }
@@ -80,7 +81,8 @@ impl ProbeOrigin {
         // last 256 sessions (rustls's default), which a fleet probing at hundreds a second
         // turns over in a fraction of a second.
         tls.ticketer = tokio_rustls::rustls::crypto::aws_lc_rs::Ticketer::new()?;
-        let acceptor = TlsAcceptor::from(Arc::new(tls));
+        let tls = Arc::new(tls);
+        let acceptor = TlsAcceptor::from(tls.clone());
         let listener = TcpListener::bind("127.0.0.1:0").await?;
         let port = listener.local_addr()?.port();
         let dir = subdir(&format!("probe-origin-{port}"));
@@ -103,6 +105,7 @@ impl ProbeOrigin {
             port,
             ca_pem: ca.cert_pem,
             hosts_file,
+            tls,
             requests,
             _task: task,
         })
@@ -111,6 +114,12 @@ impl ProbeOrigin {
     /// The URL of `path` on this origin, e.g. `url("/generate_204")`.
     pub fn url(&self, path: &str) -> String {
         format!("https://{HOST}:{}{path}", self.port)
+    }
+
+    /// Its TLS configuration (certificate, session tickets), for a benchmark that makes the
+    /// handshake with it in memory.
+    pub fn tls_config(&self) -> Arc<ServerConfig> {
+        self.tls.clone()
     }
 
     /// Every request answered so far.

@@ -120,6 +120,12 @@ impl Prober {
         Ok(Self { tls: Arc::new(tls) })
     }
 
+    /// The TLS configuration of every probe (its roots, its suites' order, its session
+    /// store), for a benchmark that measures the handshake alone.
+    pub fn tls_config(&self) -> Arc<rustls::ClientConfig> {
+        self.tls.clone()
+    }
+
     /// Runs one probe, authenticating with `credentials` when the proxy has them. Never
     /// fails: every failure is a result with `ok == false`.
     pub async fn probe(&self, spec: &ProbeSpec, credentials: Option<&Credentials>) -> ProbeResult {

@@ -15,7 +15,9 @@
 //!   prober's threads (the origin and the hung endpoints run on other threads; squid in
 //!   other processes). Then the probe alone, with no engine, side by side with a baseline:
 //!   the same probes made by a general-purpose client per probe (reqwest, as the prober
-//!   made them before issue 20).
+//!   made them before issue 20). Then the probe's parts alone ([`floor`]): the tunnel, the
+//!   tunnel with TLS's two exchanges in size but no cryptography, and TLS in memory; how
+//!   far the probe is above what its parts cost.
 //! - (c) scale: a fleet of `BENCH_FLEET` proxies at a 30 s interval spread over the same
 //!   squids; the prober's share of one core gives the proxies one core can probe at 30 s.
 //!   Then the same fleet at a 1 h interval, so that almost nothing is due: what the schedule
@@ -24,9 +26,11 @@
 //! Run: `just bench-health` (a release build; `cargo run -p proxy-tests --bin bench-health`
 //! builds debug, which the report flags). `BENCH_HEALTHY` (default 50) squids, `BENCH_HUNG`
 //! (default: as many) hung endpoints, `BENCH_FLEET` (default 3000) proxies, `BENCH_WINDOW`
-//! (default 30) seconds measured in each run of (a). About three and a quarter minutes; a
+//! (default 30) seconds measured in each run of (a). About four minutes; a
 //! watchdog ends the process after 15, and `tests/bed/reap.sh` stops every squid when it
 //! exits. All traffic stays on loopback addresses.
+
+mod floor;
 
 use std::collections::BTreeMap;
 use std::net::Ipv4Addr;
@@ -57,11 +61,13 @@ const PORT: u16 = 3128;
 /// The name of the engine's thread (the operator's own, [`proxy_operator::health::THREAD`]):
 /// the thread whose CPU is counted.
 const PROBER_THREADS: &str = proxy_operator::health::THREAD;
-/// The thread name of the runtime of the origin and the hung endpoints.
+/// The thread name of the runtime of the origin, the hung endpoints and the floor's endpoint.
 const BED_THREADS: &str = "bed";
 /// The engine's concurrency in the saturated run of (a).
 const SATURATED_CONCURRENCY: usize = 8;
-/// The whole benchmark's upper bound; it normally takes about three and a quarter minutes.
+/// The handshakes of (b)'s TLS alone, in memory.
+const TLS_ROUNDS: usize = 3000;
+/// The whole benchmark's upper bound; it normally takes about four minutes.
 const WATCHDOG: Duration = Duration::from_secs(15 * 60);
 
 fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
@@ -109,8 +115,9 @@ impl Hung {
 
 /// The real parts: an HTTPS probe origin, real squids in front of it, hung endpoints.
 struct Bed {
-    /// Runs the origin and the hung endpoints; dropping it stops them.
-    _runtime: Runtime,
+    /// Runs the origin, the hung endpoints and the floor's plain endpoint; dropping it stops
+    /// them.
+    runtime: Runtime,
     origin: ProbeOrigin,
     squids: Vec<Squid>,
     hung: Vec<Hung>,
@@ -162,7 +169,7 @@ impl Bed {
             .and_then(|o| String::from_utf8_lossy(&o.stdout).trim().parse().ok())
             .unwrap_or(100.0);
         Ok(Self {
-            _runtime: runtime,
+            runtime,
             origin,
             squids,
             hung,
@@ -710,6 +717,44 @@ fn main() -> anyhow::Result<()> {
     println!(
         "      -> {:.2}x the probes per CPU-second",
         per_probe(general_cpu, general) / per_probe(ours_cpu, ours).max(f64::EPSILON)
+    );
+
+    // The floor: the probe's parts alone, on the same squids and the same kind of thread.
+    let tls = floor::tls_alone(
+        Prober::new(Some(bed.origin.ca_pem.as_bytes()), DEFAULT_CONCURRENCY)?.tls_config(),
+        bed.origin.tls_config(),
+        TLS_ROUNDS,
+    )?;
+    let flights = tls.flights;
+    let answerer = bed.runtime.block_on(floor::answerer(flights))?;
+    let (tunnels, tunnels_cpu) = bed.bare("F0", window_b, move |proxy, _| {
+        floor::through_tunnel(proxy, answerer, None)
+    })?;
+    let (exchanges, exchanges_cpu) = bed.bare("F1", window_b, move |proxy, _| {
+        floor::through_tunnel(proxy, answerer, Some(flights))
+    })?;
+    let parts = per_probe(exchanges_cpu, exchanges) + tls.client_micros;
+    println!("    the probe's parts alone (no engine, the same squids, each once a second):");
+    println!(
+        "      the tunnel (connection, CONNECT, its answer, reset): {tunnels} tunnels, {:.0} us of CPU each",
+        per_probe(tunnels_cpu, tunnels)
+    );
+    println!(
+        "      the tunnel and TLS's two exchanges in size ({} and {} bytes out, {} and {} back), with a plain endpoint: {exchanges} probes, {:.0} us each",
+        flights.client[0],
+        flights.client[1],
+        flights.server[0],
+        flights.server[1],
+        per_probe(exchanges_cpu, exchanges)
+    );
+    println!(
+        "      TLS alone, in memory (the prober's configuration and the origin's, the client's calls, median of {TLS_ROUNDS} handshakes and requests, {:.0}% resumed): {:.0} us",
+        100.0 * tls.resumed,
+        tls.client_micros
+    );
+    println!(
+        "      -> the parts add up to {parts:.0} us; the operator's probe costs {:.2}x its parts",
+        per_probe(ours_cpu, ours) / parts.max(f64::EPSILON)
     );
 
     // (c) Scale: a fleet at the default-like 30 s interval, spread over the squids. The
