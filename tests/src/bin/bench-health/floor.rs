@@ -28,7 +28,7 @@ use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::net::{TcpListener, TcpStream};
 use tokio_rustls::rustls::pki_types::ServerName;
 use tokio_rustls::rustls::{
-    ClientConfig, ClientConnection, ConnectionCommon, ServerConfig, ServerConnection,
+    ClientConfig, ClientConnection, ConnectionCommon, HandshakeKind, ServerConfig, ServerConnection,
 };
 
 /// Handshakes made before the timed ones: the first fills the session store (it is a full
@@ -111,14 +111,15 @@ pub fn tls_alone(
         feed(&mut tls, &to_client)?;
         let mut answer = Vec::new();
         tls.reader().read_to_end(&mut answer)?;
+        let kind = tls.handshake_kind();
+        // The probe's session ends here too: its buffers freed, its secrets wiped.
+        drop(tls);
         client_time += started.elapsed();
         anyhow::ensure!(answer == ANSWER, "the client read no whole answer");
 
         if round >= WARM_UP {
             micros.push(1e6 * client_time.as_secs_f64());
-            resumed += usize::from(
-                tls.handshake_kind() == Some(tokio_rustls::rustls::HandshakeKind::Resumed),
-            );
+            resumed += usize::from(kind == Some(HandshakeKind::Resumed));
         }
     }
     micros.sort_by(f64::total_cmp);
