@@ -8,6 +8,7 @@
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::OnceLock;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::bins::repo_root;
@@ -57,6 +58,22 @@ fn build(release: bool) -> PathBuf {
     target
         .join(if release { "release" } else { "debug" })
         .join("proxy-operator")
+}
+
+/// The `RUST_LOG` of the operators tests start: with the operator's debug events (a failed
+/// probe, a failed reconcile, a proxy's state freed), which tests assert on and print when
+/// they fail.
+const TEST_LOG_FILTER: &str = "info,proxy_operator=debug,kube=warn";
+
+/// Set by [`log_as_deployed`].
+static LOG_AS_DEPLOYED: AtomicBool = AtomicBool::new(false);
+
+/// The operators this process starts from now on log as deployed: the operator's default
+/// filter (`proxy_operator::telemetry::DEFAULT_FILTER`, the chart's `logLevel`) instead of the
+/// tests' debug events. Benchmarks call it first: what they measure is the operator as it
+/// runs in a cluster.
+pub fn log_as_deployed() {
+    LOG_AS_DEPLOYED.store(true, Ordering::Relaxed);
 }
 
 /// The bearer token the test operators' discovery APIs require.
@@ -227,7 +244,14 @@ impl Operator {
             .args(["--deletion-poll-seconds", &seconds(polls.deletion)])
             .args(["--drift-poll-seconds", &seconds(polls.drift)])
             .env("KUBECONFIG", kubeconfig)
-            .env("RUST_LOG", "info,proxy_operator=debug,kube=warn")
+            .env(
+                "RUST_LOG",
+                if LOG_AS_DEPLOYED.load(Ordering::Relaxed) {
+                    proxy_operator::telemetry::DEFAULT_FILTER
+                } else {
+                    TEST_LOG_FILTER
+                },
+            )
             .stdin(Stdio::null())
             .stdout(out.try_clone().expect("log file"))
             .stderr(out)

@@ -60,6 +60,7 @@ fn per_proxy(calls: &BTreeMap<Method, u64>, n: usize) -> String {
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
+    proxy_tests::operator::log_as_deployed();
     let n: usize = env_or("BENCH_PROXIES", 200);
     let create_seconds: f64 = env_or("BENCH_CREATE_SECONDS", 5.0);
     let provisioning_poll: f64 = env_or("BENCH_PROVISIONING_POLL", 1.0);

@@ -52,6 +52,7 @@ fn median_and_worst(durations: &mut [Duration]) -> (f64, f64) {
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
+    proxy_tests::operator::log_as_deployed();
     let n: usize = env_or("BENCH_PROXIES", 50);
     let provisioning_poll: f64 = env_or("BENCH_PROVISIONING_POLL", 1.0);
     let plane = ControlPlane::shared();

@@ -258,6 +258,7 @@ async fn operator_run(
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
+    proxy_tests::operator::log_as_deployed();
     let n: usize = env_or("BENCH_PROXIES", 200);
     let provisioning_poll: f64 = env_or("BENCH_PROVISIONING_POLL", 1.0);
     let concurrencies: Vec<u16> = std::env::var("BENCH_MAX_CONCURRENT_RECONCILES")

@@ -520,6 +520,7 @@ fn report_leadership(l: &Leadership) {
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
+    proxy_tests::operator::log_as_deployed();
     let sizes: Vec<usize> = std::env::var("BENCH_SIZES")
         .unwrap_or_else(|_| "1000,10000".to_owned())
         .split(',')
