@@ -47,6 +47,7 @@ use proxy_operator::health::{DEFAULT_CONCURRENCY, HealthEngine};
 use proxy_operator::leadership::Leadership;
 use proxy_operator::metrics::Metrics;
 use proxy_tests::probe_origin::{ProbeOrigin, Request};
+use proxy_tests::process_usage::cpu_seconds;
 use proxy_tests::squid::{Squid, next_loopback_addr};
 use serde_json::json;
 use tokio::net::TcpListener;
@@ -121,7 +122,6 @@ struct Bed {
     origin: ProbeOrigin,
     squids: Vec<Squid>,
     hung: Vec<Hung>,
-    ticks_per_second: f64,
 }
 
 impl Bed {
@@ -162,18 +162,11 @@ impl Bed {
         .into_iter()
         .flatten()
         .collect();
-        let ticks_per_second = std::process::Command::new("getconf")
-            .arg("CLK_TCK")
-            .output()
-            .ok()
-            .and_then(|o| String::from_utf8_lossy(&o.stdout).trim().parse().ok())
-            .unwrap_or(100.0);
         Ok(Self {
             runtime,
             origin,
             squids,
             hung,
-            ticks_per_second,
         })
     }
 
@@ -340,17 +333,14 @@ impl Bed {
             };
             *by_thread.entry(name.trim().to_owned()).or_default() += seconds;
         }
-        let squids: u64 = self
-            .squids
-            .iter()
-            .filter_map(|s| std::fs::read_to_string(format!("/proc/{}/stat", s.pid())).ok())
-            .filter_map(|stat| cpu_ticks(&stat).map(|(_, ticks)| ticks))
-            .sum();
-        let seconds = |ticks: u64| ticks as f64 / self.ticks_per_second;
         Cpu {
             prober: by_thread.get(PROBER_THREADS).copied().unwrap_or(0.0),
             bed: by_thread.get(BED_THREADS).copied().unwrap_or(0.0),
-            squids: seconds(squids),
+            squids: self
+                .squids
+                .iter()
+                .filter_map(|squid| cpu_seconds(squid.pid()).ok())
+                .sum(),
         }
     }
 
@@ -420,17 +410,6 @@ fn probe_tls(ca_pem: &str) -> anyhow::Result<ClientConfig> {
 
 fn probe_path(run: &str, name: &str) -> String {
     format!("/generate_204?run={run}&p={name}")
-}
-
-/// The thread (or process) name and user + system CPU ticks of a `/proc/.../stat` line.
-fn cpu_ticks(stat: &str) -> Option<(&str, u64)> {
-    // "pid (name) state ppid ...": the name may hold spaces and parentheses, so split at the
-    // last ')'. After it, field 3 (state) comes first; utime and stime are fields 14 and 15.
-    let (open, close) = (stat.find('(')?, stat.rfind(')')?);
-    let fields: Vec<&str> = stat[close + 1..].split_whitespace().collect();
-    let utime: u64 = fields.get(11)?.parse().ok()?;
-    let stime: u64 = fields.get(12)?.parse().ok()?;
-    Some((&stat[open + 1..close], utime + stime))
 }
 
 /// The time on a CPU, in seconds, of a `/proc/.../schedstat` line (its first field, in
