@@ -1,12 +1,28 @@
-//! The API server's own count of the writes it served (`apiserver_request_total`), for
-//! benchmarks that count what the operator wrote.
+//! The API server's own count of the requests it served (`apiserver_request_total`), for
+//! benchmarks that count what the operator wrote and read.
 
 use std::collections::BTreeMap;
 
 use crate::control_plane::ControlPlane;
 
+/// The verbs that write.
+const WRITES: [&str; 5] = ["POST", "PUT", "PATCH", "APPLY", "DELETE"];
+
 /// The API server's write counters, by (resource, subresource, verb).
 pub fn writes(plane: &ControlPlane) -> BTreeMap<(String, String, String), f64> {
+    counters(plane, &WRITES)
+}
+
+/// The API server's counters of writes and of reads of one object (`GET`; lists and watches
+/// are not counted), by (resource, subresource, verb).
+pub fn writes_and_reads(plane: &ControlPlane) -> BTreeMap<(String, String, String), f64> {
+    let mut verbs = WRITES.to_vec();
+    verbs.push("GET");
+    counters(plane, &verbs)
+}
+
+/// The API server's request counters of `verbs`, by (resource, subresource, verb).
+fn counters(plane: &ControlPlane, verbs: &[&str]) -> BTreeMap<(String, String, String), f64> {
     let out = plane.kubectl(&["get", "--raw", "/metrics"]);
     let text = String::from_utf8_lossy(&out.stdout);
     let mut counts = BTreeMap::new();
@@ -24,7 +40,7 @@ pub fn writes(plane: &ControlPlane) -> BTreeMap<(String, String, String), f64> {
                 .to_owned()
         };
         let verb = label("verb");
-        if ["POST", "PUT", "PATCH", "APPLY", "DELETE"].contains(&verb.as_str()) {
+        if verbs.contains(&verb.as_str()) {
             *counts
                 .entry((label("resource"), label("subresource"), verb))
                 .or_insert(0.0) += value.parse::<f64>().unwrap_or(0.0);

@@ -16,7 +16,8 @@
 //! operator in a fresh namespace, so the rows compare side by side against one baseline.
 //! Each row also gives (d) the most provider calls the operator had in flight at once
 //! (`proxy_operator_provider_calls_in_flight_max`, from its metrics) and (e) its CPU per proxy
-//! until all are provisioned (user + system, all its threads, from `/proc`).
+//! until all are provisioned (user + system, all its threads, from `/proc`), and (f) its
+//! reads of one object (`GET`) per proxy until then.
 //!
 //! Run: `just bench-reconcile` (or `cargo run -p proxy-tests --bin bench-reconcile`).
 //! `BENCH_PROXIES` (default 200) and `BENCH_PROVISIONING_POLL` (seconds, default 1) change
@@ -39,7 +40,7 @@ use proxy_tests::control_plane::ControlPlane;
 use proxy_tests::operator::{Operator, Polls, release_binary};
 use proxy_tests::pod_runner::PodRunner;
 use proxy_tests::process_usage::cpu_seconds;
-use proxy_tests::write_counts::writes;
+use proxy_tests::write_counts::writes_and_reads;
 use serde_json::json;
 use std::path::Path;
 
@@ -110,10 +111,11 @@ where
         .map_err(|_| anyhow::anyhow!("timed out waiting for {what}"))?
 }
 
-/// The writes the operator made between two counter snapshots: everything on proxies except
-/// the benchmark's own creates, Pod creates and deletes, events, and credentials Secrets.
-/// (The pod runner writes only Pod bindings and Pod status.)
-fn operator_writes(
+/// The requests the operator made between two counter snapshots: everything on proxies
+/// except the benchmark's own creates, Pods (creates, deletes and reads), events, and
+/// credentials Secrets. (The pod runner writes only Pod bindings and Pod status, and reads
+/// no Pod.)
+fn operator_requests(
     before: &BTreeMap<(String, String, String), f64>,
     after: &BTreeMap<(String, String, String), f64>,
 ) -> BTreeMap<String, f64> {
@@ -151,6 +153,8 @@ struct Run {
     /// The operator's CPU seconds from the first create until all are provisioned.
     cpu: f64,
     writes: BTreeMap<String, f64>,
+    /// The operator's reads of one object (`GET`) until all are provisioned.
+    reads: BTreeMap<String, f64>,
     /// Health verdicts already written when the last proxy was provisioned: each is one
     /// status write and one event inside `writes` that provisioning did not make.
     early_verdicts: usize,
@@ -200,7 +204,7 @@ async fn operator_run(
     );
     tokio::time::sleep(Duration::from_secs(2)).await; // its watches are up
     let proxies: Api<Proxy> = Api::namespaced(client.clone(), &ns);
-    let before = writes(plane);
+    let before = writes_and_reads(plane);
     let cpu_before = cpu_seconds(operator.pid())?;
     let started = Instant::now();
     create_proxies(&proxies, n).await?;
@@ -213,7 +217,7 @@ async fn operator_run(
     }
     let to_provisioned = started.elapsed();
     let cpu = cpu_seconds(operator.pid())? - cpu_before;
-    let provisioned_writes = writes(plane);
+    let provisioned_requests = writes_and_reads(plane);
     // A proxy is probed as soon as it has an address: the first verdicts of the proxies
     // provisioned early land before the last one is (a status write and an event each).
     let events: Api<Event> = Api::namespaced(client.clone(), &ns);
@@ -241,17 +245,21 @@ async fn operator_run(
             == n
     })
     .await?;
-    let settled = writes(plane);
+    let settled = writes_and_reads(plane);
     tokio::time::sleep(STEADY_STATE).await;
-    let steady = writes(plane);
+    let steady = writes_and_reads(plane);
+    let (writes, reads) = operator_requests(&before, &provisioned_requests)
+        .into_iter()
+        .partition(|(kind, _)| !kind.starts_with("GET "));
     Ok(Run {
         concurrency,
         to_provisioned,
         cpu,
-        writes: operator_writes(&before, &provisioned_writes),
+        writes,
+        reads,
         early_verdicts,
-        first_verdicts: operator_writes(&provisioned_writes, &settled),
-        steady_state: operator_writes(&settled, &steady),
+        first_verdicts: operator_requests(&provisioned_requests, &settled),
+        steady_state: operator_requests(&settled, &steady),
         max_in_flight: max_in_flight(&operator).await?,
     })
 }
@@ -414,6 +422,13 @@ async fn main() -> anyhow::Result<()> {
             (total - 2.0 * early - secrets) / n as f64
         );
         println!(
+            "    (f) API reads per proxy to get there (GET of one object): {:.2}",
+            run.reads.values().sum::<f64>() / n as f64
+        );
+        for (kind, count) in &run.reads {
+            println!("          {kind:<28} {:.2} per proxy", count / n as f64);
+        }
+        println!(
             "        then, until every proxy had its first health verdict: {:?}",
             run.first_verdicts
         );
@@ -422,7 +437,7 @@ async fn main() -> anyhow::Result<()> {
             (status_writes / n as f64 / minutes).max(0.0)
         );
         println!(
-            "        all operator writes in the {:.0} s steady-state window: {:?}",
+            "        all operator writes and reads in the {:.0} s steady-state window: {:?}",
             STEADY_STATE.as_secs_f64(),
             run.steady_state
         );
