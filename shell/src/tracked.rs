@@ -1,8 +1,8 @@
 //! The per-Proxy state of one operator process, freed from one place when a Proxy goes.
 //!
-//! Five stores keep something per Proxy: the recorder's rings, the controller's counts of
-//! consecutive failures, the health engine's verdicts, the discovery API's lease book, and
-//! the metric series labelled with a proxy. A reconcile, a probe or a sync adds to them;
+//! Six stores keep something per Proxy: the recorder's rings, the controller's counts of
+//! consecutive failures and its last known versions, the health engine's verdicts, the
+//! discovery API's lease book, and the metric series labelled with a proxy. A reconcile, a probe or a sync adds to them;
 //! nothing in them knows when the Proxy is deleted. [`Tracked`] does, from the controller's
 //! watch, after the cache applied each event:
 //!
@@ -75,10 +75,11 @@ impl Tracked {
 
     /// How many Proxies each store holds state for, by the `store` label of
     /// `proxy_operator_tracked_proxies`.
-    pub fn sizes(&self) -> [(&'static str, usize); 5] {
+    pub fn sizes(&self) -> [(&'static str, usize); 6] {
         [
             ("recorder", self.ctx.recorder.tracked()),
             ("failures", self.ctx.tracked()),
+            ("versions", self.ctx.versions.tracked()),
             ("health", self.ctx.health.tracked()),
             ("leases", self.discovery.tracked()),
             ("metrics", self.ctx.metrics.tracked()),
@@ -130,8 +131,9 @@ mod tests {
         proxy
     }
 
-    /// What a reconcile, a probe and a sync leave in the stores (the failure counts are the
-    /// controller's own: `tests/tests/e2e/freed.rs` covers them).
+    /// What a reconcile, a probe and a sync leave in the stores: a version read or written
+    /// among them (the failure counts are the controller's own: `tests/tests/e2e/freed.rs`
+    /// covers them).
     fn served(ctx: &Context, discovery: &Discovery, proxies: &[Proxy]) {
         for proxy in proxies {
             let (spec, status) = (&proxy.spec, proxy.status.clone().unwrap_or_default());
@@ -144,6 +146,7 @@ mod tests {
                 .decide(DecideRecord::new(spec, &status, &observed, &decision));
             assert!(ctx.health.reported(proxy).is_some(), "{object} not seeded");
             ctx.metrics.probe(&object, true, 0.01);
+            ctx.versions.set(&object, Some("1"));
         }
         discovery.replace_fleet(proxies.iter().filter_map(|proxy| {
             view_of(
@@ -165,7 +168,7 @@ mod tests {
     }
 
     fn all(n: usize) -> Vec<(&'static str, usize)> {
-        ["recorder", "health", "leases", "metrics"]
+        ["recorder", "versions", "health", "leases", "metrics"]
             .into_iter()
             .map(|store| (store, n))
             .collect()

@@ -9,7 +9,7 @@
 
 use kube::api::{Api, Patch, PatchParams};
 use kube::{Resource, ResourceExt};
-use proxy_core::{Event, MetadataWrite, Outcome, ProviderError, ProviderRequest};
+use proxy_core::{Event, MetadataWrite, Outcome, ProviderError, ProviderRequest, ProxyKey};
 use proxy_crd::{FINALIZER, Proxy, ProxyStatus, SPEC_HASH_ANNOTATION};
 use serde_json::json;
 
@@ -83,6 +83,14 @@ impl<'a> Executor<'a> {
         }
     }
 
+    /// Keeps the version of the object a write answered with (`None`: before the write,
+    /// whose answer may never come), so that the next reconcile knows whether its cache
+    /// holds the write ([`super::versions`]).
+    fn versions(&self, written: Option<&Proxy>) {
+        let version = written.and_then(|proxy| proxy.meta().resource_version.as_deref());
+        self.ctx.versions.set(&ProxyKey::of(self.proxy), version);
+    }
+
     fn api(&self) -> Api<Proxy> {
         Api::namespaced(
             self.ctx.client.clone(),
@@ -139,6 +147,7 @@ impl<'a> Executor<'a> {
             return Ok(());
         };
         self.ctx.gate.pass(Write::Metadata)?;
+        self.versions(None);
         match self
             .api()
             .patch(
@@ -148,7 +157,10 @@ impl<'a> Executor<'a> {
             )
             .await
         {
-            Ok(_) => Ok(()),
+            Ok(written) => {
+                self.versions(Some(&written));
+                Ok(())
+            }
             // Removing the finalizer of an object that is already gone is done.
             Err(kube::Error::Api(status)) if status.code == 404 && patch.removes_finalizer => {
                 Ok(())
@@ -210,12 +222,16 @@ impl<'a> Executor<'a> {
         let body =
             json!({"apiVersion": "crawl.example.com/v1alpha1", "kind": "Proxy", "status": status});
         let params = PatchParams::apply(FIELD_MANAGER).force();
+        self.versions(None);
         match self
             .api()
             .patch_status(&self.proxy.name_any(), &params, &Patch::Apply(&body))
             .await
         {
-            Ok(_) => Ok(()),
+            Ok(written) => {
+                self.versions(Some(&written));
+                Ok(())
+            }
             Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
             Err(error) => Err(Error::Status(error)),
         }

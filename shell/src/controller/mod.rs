@@ -10,6 +10,7 @@
 pub mod execute;
 pub mod observe;
 pub mod slim;
+pub mod versions;
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -68,6 +69,9 @@ pub struct Context {
     /// observed, and `Banned` conditions stay as they are.
     bans: Option<(Arc<Discovery>, u32)>,
     pub(crate) events: crate::events::Events,
+    /// The version of each Proxy this replica last read or wrote: when the cache holds it,
+    /// a reconcile decides on the cache ([`versions`]).
+    pub(crate) versions: versions::Versions,
     // Consecutive failed reconciles per object, which the core's driver turns into a
     // backoff ([`Followup`]); an object without an entry has none.
     failures: Mutex<BTreeMap<ProxyKey, u32>>,
@@ -144,6 +148,7 @@ impl Context {
             provider_health: Board::default(),
             bans: None,
             events,
+            versions: versions::Versions::default(),
             failures: Mutex::default(),
         }
     }
@@ -170,10 +175,11 @@ impl Context {
             .unwrap_or(0)
     }
 
-    /// Forgets what reconciles keep about `object`, which is gone: its consecutive failures
-    /// and its recorder ring.
+    /// Forgets what reconciles keep about `object`, which is gone: its consecutive failures,
+    /// its last known version and its recorder ring.
     pub(crate) fn forget(&self, object: &ProxyKey) {
         supervise::lock(&self.failures).remove(object);
+        self.versions.set(object, None);
         self.recorder.forget(object);
     }
 
@@ -230,14 +236,16 @@ pub async fn run(
         .applied_objects();
     let controller = Controller::for_stream(proxy_events, store.clone())
         .with_config(controller::Config::default().concurrency(max_concurrent_reconciles));
-    // A replica that becomes the leader reconciles everything: followers skip reconciles.
+    // A replica that becomes the leader reconciles everything, reading each object first:
+    // the leader in between wrote too. Followers skip reconciles.
+    let term = ctx.clone();
     let elections = futures::stream::unfold(ctx.leadership.subscribe(), |mut elected| async move {
         elected.changed().await.ok()?;
         let leading = *elected.borrow_and_update();
         Some((leading, elected))
     })
     .filter(|leading| std::future::ready(*leading))
-    .map(|_| ());
+    .map(move |_| term.versions.clear());
     // Rotating a cloud-init Secret must replace the machines built from it; only labelled
     // Secrets are watched (and read), so the operator never caches unrelated secrets.
     let secret_watch =

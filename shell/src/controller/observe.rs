@@ -40,13 +40,33 @@ impl Error {
     }
 }
 
-/// The object as it is now, not as the cache last saw it: right after this operator's own
-/// writes the cache can lag, and a decision on a stale status repeats the step it just took
-/// (a second create, a second status write, a duplicate event). `None` when it is gone.
+/// The object with every write of this operator's own in it; `None` when it is gone.
+///
+/// Right after those writes the cache can lag, and a decision on a stale status repeats the
+/// step it just took (a second create, a second status write, a duplicate event). So the
+/// cached object is used only when it is the version this replica last read or wrote
+/// ([`super::versions`]); otherwise the object is read from the API server.
 pub async fn current(cached: &Proxy, ctx: &Context) -> Result<Option<Proxy>, Error> {
+    let key = ProxyKey::of(cached);
+    if ctx
+        .versions
+        .cache_is_current(&key, cached.meta().resource_version.as_deref())
+    {
+        tracing::debug!(read = "cache", "observed the Proxy");
+        return Ok(Some(cached.clone()));
+    }
     let api: Api<Proxy> =
         Api::namespaced(ctx.client.clone(), &cached.namespace().unwrap_or_default());
-    api.get_opt(&cached.name_any()).await.map_err(Error::Proxy)
+    let current = api
+        .get_opt(&cached.name_any())
+        .await
+        .map_err(Error::Proxy)?;
+    let version = current
+        .as_ref()
+        .and_then(|p| p.meta().resource_version.as_deref());
+    ctx.versions.set(&key, version);
+    tracing::debug!(read = "server", "observed the Proxy");
+    Ok(current)
 }
 
 /// Gathers everything `decide` needs about `proxy`, whose object has had `failures`

@@ -1,6 +1,6 @@
 //! Every piece of per-Proxy state the operator keeps is freed when the Proxy goes: the
-//! recorder's rings, the counts of consecutive failures, the health engine's verdicts, the
-//! lease book and the metric series labelled with a proxy. Read from the real process:
+//! recorder's rings, the counts of consecutive failures, the last known versions, the health
+//! engine's verdicts, the lease book and the metric series labelled with a proxy. Read from the real process:
 //! `proxy_operator_tracked_proxies{store}` on its metrics port, its series, and
 //! `/debug/recording`.
 
@@ -125,10 +125,12 @@ async fn deleted_proxies_leave_no_state_in_any_store() {
         })
         .await;
     }
-    // Every store holds them: 4 recorded, 3 probed, 3 in the lease book, 3 with series.
+    // Every store holds them: 4 recorded and read, 3 probed, 3 in the lease book, 3 with
+    // series.
     tracked_until(&bed, "every store filled", |counts, text| {
         let at_least = |store: &str, n: u64| counts.get(store).is_some_and(|c| *c >= n);
         at_least("recorder", 4)
+            && at_least("versions", 4)
             && at_least("health", 3)
             && at_least("leases", 3)
             && at_least("metrics", 3)
@@ -202,12 +204,14 @@ async fn deleted_proxies_leave_no_state_in_any_store() {
     // Every store is empty, and no series or recording names a Proxy that is gone.
     let ns = bed.ns.clone();
     let counts = tracked_until(&bed, "every store empty", |counts, text| {
-        counts.len() == 5 && counts.values().all(|c| *c == 0) && !text.contains(&ns)
+        counts.len() == 6 && counts.values().all(|c| *c == 0) && !text.contains(&ns)
     })
     .await;
     assert_eq!(
         counts.keys().map(String::as_str).collect::<Vec<_>>(),
-        ["failures", "health", "leases", "metrics", "recorder"]
+        [
+            "failures", "health", "leases", "metrics", "recorder", "versions"
+        ]
     );
     let recording = bed.operator.recording(None).await;
     assert!(

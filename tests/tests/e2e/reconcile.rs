@@ -142,6 +142,71 @@ async fn a_pod_that_starts_reconciles_its_proxy_without_waiting_for_a_poll() {
     assert!(proxy.status.and_then(|s| s.ip).is_some());
 }
 
+/// A reconcile decides on the operator's cache when the cache holds the operator's own last
+/// write to the Proxy, and reads the Proxy from the API server only when it does not
+/// (`controller/versions.rs`): the drift polls of a Ready proxy read nothing, and no step of
+/// its provisioning was taken twice.
+#[tokio::test]
+async fn drift_polls_decide_on_the_cache_and_no_step_is_taken_twice() {
+    use k8s_openapi::api::events::v1::Event;
+    let polls = Polls {
+        drift: 1.0,
+        ..Polls::FAST
+    };
+    let mut bed = Bed::new_polling("op-cache", polls, &[]).await;
+    let probed = json!({"mode": "Managed", "provider": "pods", "healthCheck": {
+        "probeURL": bed.origin.url("/generate_204"), "intervalSeconds": 2, "timeoutSeconds": 1}});
+    bed.create("c1", probed).await;
+    bed.wait_for("c1", "Ready", |p| {
+        p.status.as_ref().and_then(|s| s.phase) == Some(proxy_crd::Phase::Ready)
+    })
+    .await;
+    let observed = |log: &str, read: &str| {
+        log.lines()
+            .filter(|l| l.contains("observed the Proxy") && l.contains("/c1"))
+            .filter(|l| l.contains(&format!("\"read\":\"{read}\"")))
+            .count()
+    };
+    let before = bed.operator.log();
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let after = bed.operator.log();
+    let from_cache = observed(&after, "cache") - observed(&before, "cache");
+    let from_server = observed(&after, "server") - observed(&before, "server");
+    assert!(
+        from_cache >= 3 && from_server < from_cache,
+        "five drift polls at 1 s: {from_cache} decided on the cache, {from_server} read the \
+         Proxy; operator log:\n{after}"
+    );
+
+    let pods = bed.pods.list(&Default::default()).await.unwrap().items;
+    assert_eq!(pods.len(), 1, "exactly one Pod for the Proxy");
+    let events: Api<Event> = Api::namespaced(bed.proxies.clone().into_client(), &bed.ns);
+    let story: Vec<(String, i32)> = events
+        .list(&Default::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("c1"))
+        .map(|e| {
+            let count = e.series.map_or(1, |s| s.count);
+            (e.reason.unwrap_or_default(), count)
+        })
+        .collect();
+    let mut reasons: Vec<&str> = story.iter().map(|(r, _)| r.as_str()).collect();
+    reasons.sort_unstable();
+    let distinct = reasons.len();
+    reasons.dedup();
+    assert!(
+        reasons.contains(&"Provisioning") && reasons.contains(&"Created"),
+        "{story:?}"
+    );
+    assert!(
+        distinct == reasons.len() && story.iter().all(|(_, count)| *count == 1),
+        "each event once: {story:?}"
+    );
+}
+
 #[tokio::test]
 async fn an_external_proxy_gets_its_endpoint_as_ip_and_no_finalizer() {
     let mut bed = Bed::new("op-external").await;
