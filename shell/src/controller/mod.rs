@@ -136,6 +136,7 @@ impl Context {
             std::env::var("POD_NAME").ok(),
         );
         let gate = Gate::new(leadership.clone(), metrics.clone());
+        let versions = versions::Versions::new(leadership.subscribe());
         Self {
             client,
             providers,
@@ -148,7 +149,7 @@ impl Context {
             provider_health: Board::default(),
             bans: None,
             events,
-            versions: versions::Versions::default(),
+            versions,
             failures: Mutex::default(),
         }
     }
@@ -236,16 +237,14 @@ pub async fn run(
         .applied_objects();
     let controller = Controller::for_stream(proxy_events, store.clone())
         .with_config(controller::Config::default().concurrency(max_concurrent_reconciles));
-    // A replica that becomes the leader reconciles everything, reading each object first:
-    // the leader in between wrote too. Followers skip reconciles.
-    let term = ctx.clone();
+    // A replica that becomes the leader reconciles everything: followers skip reconciles.
     let elections = futures::stream::unfold(ctx.leadership.subscribe(), |mut elected| async move {
         elected.changed().await.ok()?;
         let leading = *elected.borrow_and_update();
         Some((leading, elected))
     })
     .filter(|leading| std::future::ready(*leading))
-    .map(move |_| term.versions.clear());
+    .map(|_| ());
     // Rotating a cloud-init Secret must replace the machines built from it; only labelled
     // Secrets are watched (and read), so the operator never caches unrelated secrets.
     let secret_watch =

@@ -14,52 +14,76 @@
 //! would return the same object. Any other version, older (the watch has not delivered the
 //! write yet) or newer (someone else wrote since), means a read. A write whose answer never
 //! came may still have been applied, so the version is forgotten before each write and
-//! known again only from its answer; and every version is forgotten when a term of
-//! leadership starts, since the leader in between wrote too. Versions are compared for
-//! equality only: the API's conventions make them opaque strings.
+//! known again only from its answer; and every version is forgotten when this replica's
+//! leadership changes, since another leader may write in between. Versions are compared
+//! for equality only: the API's conventions make them opaque strings.
 
 use std::collections::BTreeMap;
-use std::sync::Mutex;
+use std::sync::{Mutex, MutexGuard};
 
 use proxy_core::ProxyKey;
+use tokio::sync::watch;
 
 use crate::supervise::lock;
 
-/// The last version of each Proxy this replica read or wrote.
-#[derive(Debug, Default)]
-pub struct Versions(Mutex<BTreeMap<ProxyKey, String>>);
+/// The last version of each Proxy this replica read or wrote in its current term of
+/// leadership.
+#[derive(Debug)]
+pub struct Versions(Mutex<Known>);
+
+#[derive(Debug)]
+struct Known {
+    versions: BTreeMap<ProxyKey, String>,
+    /// This replica's leadership ([`crate::leadership::Leadership::subscribe`]): every
+    /// change of it starts with no version known.
+    leadership: watch::Receiver<bool>,
+}
 
 impl Versions {
+    /// No version known yet, for a replica whose leadership `leadership` reports.
+    pub fn new(leadership: watch::Receiver<bool>) -> Self {
+        Self(Mutex::new(Known {
+            versions: BTreeMap::new(),
+            leadership,
+        }))
+    }
+
     /// Whether the cached object of `key`, at `cached_version`, holds every write this
     /// replica made to it: it is the last version this replica read or wrote.
     pub fn cache_is_current(&self, key: &ProxyKey, cached_version: Option<&str>) -> bool {
-        let known = lock(&self.0);
-        matches!((known.get(key), cached_version), (Some(known), Some(cached)) if known == cached)
+        let known = self.known();
+        matches!((known.versions.get(key), cached_version), (Some(known), Some(cached)) if known == cached)
     }
 
     /// Keeps `version` as the last one of `key` this replica read or wrote; `None` forgets
     /// it (a write is on its way, and until its answer the version is not known).
     pub fn set(&self, key: &ProxyKey, version: Option<&str>) {
-        let mut known = lock(&self.0);
+        let mut known = self.known();
         match version {
             Some(version) => {
-                known.insert(key.clone(), version.to_owned());
+                known.versions.insert(key.clone(), version.to_owned());
             }
             None => {
-                known.remove(key);
+                known.versions.remove(key);
             }
         }
     }
 
-    /// Forgets every version: a replica that starts leading again may have missed the
-    /// writes of the leader in between, and its cache may still lag them.
-    pub fn clear(&self) {
-        lock(&self.0).clear();
-    }
-
     /// How many Proxies have a version kept.
     pub fn tracked(&self) -> usize {
-        lock(&self.0).len()
+        self.known().versions.len()
+    }
+
+    /// The versions of this term of leadership: when the leadership changed since the last
+    /// look, none. Checked at every use rather than on a notification, so that no reconcile
+    /// of a new term can come before the versions of the last one are gone.
+    fn known(&self) -> MutexGuard<'_, Known> {
+        let mut known = lock(&self.0);
+        if known.leadership.has_changed().unwrap_or(false) {
+            known.leadership.borrow_and_update();
+            known.versions.clear();
+        }
+        known
     }
 }
 
@@ -67,9 +91,15 @@ impl Versions {
 mod tests {
     use super::*;
 
+    /// Versions for a replica that leads, and the sender that changes its leadership.
+    fn leading() -> (Versions, watch::Sender<bool>) {
+        let (leadership, elected) = watch::channel(true);
+        (Versions::new(elected), leadership)
+    }
+
     #[test]
     fn only_the_version_last_read_or_written_means_the_cache_is_current() {
-        let (versions, key) = (Versions::default(), ProxyKey::new("crawl", "p1"));
+        let ((versions, _leadership), key) = (leading(), ProxyKey::new("crawl", "p1"));
         // Never read or written by this replica: read it.
         assert!(!versions.cache_is_current(&key, Some("7")));
         versions.set(&key, Some("7"));
@@ -84,7 +114,7 @@ mod tests {
 
     #[test]
     fn a_write_on_its_way_forgets_the_version_until_its_answer() {
-        let (versions, key) = (Versions::default(), ProxyKey::new("crawl", "p1"));
+        let ((versions, _leadership), key) = (leading(), ProxyKey::new("crawl", "p1"));
         versions.set(&key, Some("7"));
         versions.set(&key, None);
         // The write may have been applied though its answer never came: "7" may be stale.
@@ -96,14 +126,19 @@ mod tests {
     }
 
     #[test]
-    fn a_new_term_of_leadership_starts_with_no_version_known() {
-        let versions = Versions::default();
+    fn a_change_of_leadership_forgets_every_version() {
+        let (versions, leadership) = leading();
         let (p1, p2) = (ProxyKey::new("crawl", "p1"), ProxyKey::new("crawl", "p2"));
         versions.set(&p1, Some("7"));
         versions.set(&p2, Some("9"));
-        versions.clear();
+        // Lost, and won again: the leader in between may have written both.
+        leadership.send_replace(false);
+        leadership.send_replace(true);
         assert!(!versions.cache_is_current(&p1, Some("7")));
         assert!(!versions.cache_is_current(&p2, Some("9")));
         assert_eq!(versions.tracked(), 0);
+        // What this term reads or writes counts again.
+        versions.set(&p1, Some("12"));
+        assert!(versions.cache_is_current(&p1, Some("12")));
     }
 }
