@@ -4,12 +4,17 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 say() { printf '\n\033[1m==> %s\033[0m\n' "$*"; }
-say "Provisioning the local test bed (kube-apiserver, etcd, kubectl, squid; cached after the first run)"
-eval "$(tests/bed/provision.sh)"
+# Each phase says how long it took, so a slow first run shows where its time went.
+started=$SECONDS
+phase_started=$SECONDS
+took() { printf '    (%s: %ds)\n' "$1" $((SECONDS - phase_started)); phase_started=$SECONDS; }
+say "Provisioning what the demo needs (kube-apiserver, etcd, kubectl, squid; cached after the first run)"
+eval "$(tests/bed/provision.sh --demo)"
 export PROXY_OPERATOR_KBINS
-say "Building proxy-operator and the demo"
-cargo build -q -p proxy-operator --bin proxy-operator
-cargo build -q -p proxy-tests --bin demo
+took provisioning
+say "Building proxy-operator and the demo (no kvm provider: the demo needs no libvirt)"
+cargo build -q -p proxy-operator --bin proxy-operator -p proxy-tests --bin demo --no-default-features
+took building
 target/debug/demo &
 demo=$!
 wait "$demo"
@@ -21,4 +26,5 @@ if pgrep -f "proxy-operator-bed\.$demo/" >/dev/null; then
   pgrep -af "proxy-operator-bed\.$demo/" >&2
   exit 1
 fi
-say "Nothing left running."
+took "the demo"
+say "Nothing left running. The whole demo took $((SECONDS - started))s."

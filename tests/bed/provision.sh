@@ -22,6 +22,10 @@
 # `provision.sh --check-only` only runs those checks: exits 0 when the cache is good, 1 when a
 # run would rebuild (nothing is installed or built). CI runs it 50 times in a row (.ci/run).
 #
+# `provision.sh --demo` provisions only what the demo (tests/bed/demo.sh) uses: squid and the
+# control plane's binaries. The rest is the test suite's, and a newcomer's first run should
+# not wait for it (issue 40: the demo took 40 minutes cold when it provisioned everything).
+#
 # Environment:
 #   K8S_VERSION       kube-apiserver version to build (default 1.36.3)
 #   HELM_VERSION      helm to build (default 4.3.2; module helm.sh/helm/v4)
@@ -46,21 +50,25 @@ SCHEMATHESIS=${SCHEMATHESIS_VERSION:-4.32.5}
 SCHEMATHESIS_OUT=$CACHE/schemathesis/v$SCHEMATHESIS
 log() { printf 'provision: %s\n' "$*" >&2; }
 
+# install_debian_packages [--demo]: what is missing of the test bed's Debian packages, or with
+# --demo of the demo's only (squid, and procps for the demo's check that nothing is left).
 install_debian_packages() {
   local missing=()
   command -v squid >/dev/null 2>&1 || [ -x /usr/sbin/squid ] || missing+=(squid)
   command -v pkill >/dev/null 2>&1 || missing+=(procps)
-  # schemathesis goes into a virtualenv: Debian's python3 needs python3-venv for that (a
-  # python3 of its own, such as pyenv's, carries ensurepip already).
-  python3 -c 'import ensurepip, venv' >/dev/null 2>&1 || missing+=(python3-venv)
-  # The kvm provider: libvirt-dev to build it, the daemon and qemu for its real-VM e2e,
-  # debootstrap for the guest image. Shipping: podman and runc for tests/bed/image.sh (crun
-  # refuses this machine's hybrid cgroup hierarchy; runc runs on it).
-  local pkg
-  for pkg in libvirt-dev libvirt-clients libvirt-daemon libvirt-daemon-driver-qemu \
-      qemu-system-x86 qemu-utils debootstrap podman runc conmon; do
-    [[ $(dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null) == *"ok installed"* ]] || missing+=("$pkg")
-  done
+  if [ "${1:-}" != --demo ]; then
+    # schemathesis goes into a virtualenv: Debian's python3 needs python3-venv for that (a
+    # python3 of its own, such as pyenv's, carries ensurepip already).
+    python3 -c 'import ensurepip, venv' >/dev/null 2>&1 || missing+=(python3-venv)
+    # The kvm provider: libvirt-dev to build it, the daemon and qemu for its real-VM e2e,
+    # debootstrap for the guest image. Shipping: podman and runc for tests/bed/image.sh (crun
+    # refuses this machine's hybrid cgroup hierarchy; runc runs on it).
+    local pkg
+    for pkg in libvirt-dev libvirt-clients libvirt-daemon libvirt-daemon-driver-qemu \
+        qemu-system-x86 qemu-utils debootstrap podman runc conmon; do
+      [[ $(dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null) == *"ok installed"* ]] || missing+=("$pkg")
+    done
+  fi
   [ ${#missing[@]} -eq 0 ] && return 0
   if [ "${SKIP_APT:-}" = 1 ]; then log "missing ${missing[*]} and SKIP_APT=1"; exit 1; fi
   log "installing ${missing[*]} from Debian's packages"
@@ -183,7 +191,9 @@ if [ "${1:-}" = --check-only ]; then
   "$GUEST_IMAGE" --check-only || exit 1
   exit 0
 fi
-install_debian_packages
+demo=
+[ "${1:-}" = --demo ] && demo=--demo
+install_debian_packages $demo
 if binaries_ok; then
   log "kube-apiserver, kubectl v$K8S and etcd cached in $OUT"
 else
@@ -193,6 +203,7 @@ else
   log "built into $OUT"
 fi
 echo "export PROXY_OPERATOR_KBINS=$OUT"
+[ -n "$demo" ] && exit 0
 helm_ok || { build_helm; helm_ok || { log "the built helm does not say v$HELM"; exit 1; }; }
 promtool_ok || { build_promtool; promtool_ok || { log "the built promtool does not say $PROMTOOL"; exit 1; }; }
 log "helm v$HELM in $HELM_OUT, promtool $PROMTOOL in $PROMTOOL_OUT"

@@ -16,7 +16,8 @@ use crate::control_plane::ControlPlane;
 use crate::ports::Port;
 use crate::run_dir::subdir;
 
-/// The debug operator binary, built on first use (a no-op when it is current).
+/// The debug operator binary, built on first use (a no-op when it is current): with the kvm
+/// provider when this crate has its `kvm` feature (the tests), without it otherwise (the demo).
 pub fn binary() -> &'static Path {
     static BINARY: OnceLock<PathBuf> = OnceLock::new();
     BINARY.get_or_init(|| build(false))
@@ -44,8 +45,9 @@ fn build(release: bool) -> PathBuf {
     ]);
     if release {
         command.arg("--release");
-    } else {
-        // The kvm provider's e2e needs it; every e2e runs the same binary.
+    } else if cfg!(feature = "kvm") {
+        // The kvm provider's e2e needs it; every e2e runs the same binary. The demo, built
+        // without the feature, runs the default build and needs no libvirt.
         command.args(["--features", "kvm"]);
     }
     let status = command
