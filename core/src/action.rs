@@ -9,6 +9,8 @@ use std::time::Duration;
 use proxy_crd::{Placement, ProxyStatus};
 use serde::{Deserialize, Serialize};
 
+use crate::observed::Hold;
+
 /// A write the shell executes before the provider call, in order: the object's metadata, and
 /// the proxy's credentials Secret (which must exist before the instance that enforces it).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -179,6 +181,12 @@ pub struct CreateRequest {
     /// existed replay unchanged).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub credentials_secret: Option<String>,
+    /// Zones that had no capacity for this proxy's machine lately, oldest first: a provider
+    /// with zones places a Proxy without `placement.zone` in its first zone not among them
+    /// (in the one that ran out longest ago when all are). Empty, and left out of a
+    /// recording, when there was no stockout or the Proxy names its zone.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub avoid_zones: Vec<String>,
 }
 
 /// A Kubernetes Event to record on the object.
@@ -217,6 +225,13 @@ pub enum Requeue {
     Backoff,
     /// Nothing to do until the object, its Secret or its health changes.
     AwaitChange,
+    /// A wait a failed provider call earned still binds ([`Hold`](crate::Hold)): look again
+    /// after this long. Unlike [`Requeue::After`], the object's failure count is kept, so a
+    /// backoff that events interrupt still grows.
+    Held(
+        #[serde(with = "jiff::fmt::serde::unsigned_duration::friendly::compact::required")]
+        Duration,
+    ),
 }
 
 /// What [`decide`](fn@crate::decide) concluded, typed by the order of its effects:
@@ -236,6 +251,7 @@ pub struct Decision {
     status_changed: bool,
     events: Vec<Event>,
     requeue: Requeue,
+    hold: Option<Hold>,
 }
 
 impl Decision {
@@ -248,6 +264,7 @@ impl Decision {
         status: ProxyStatus,
         events: Vec<Event>,
         requeue: Requeue,
+        hold: Option<Hold>,
     ) -> Self {
         let status_changed = status != *input;
         Self {
@@ -257,6 +274,7 @@ impl Decision {
             status_changed,
             events,
             requeue,
+            hold,
         }
     }
 
@@ -293,6 +311,13 @@ impl Decision {
         self.requeue
     }
 
+    /// The provider call held back after this decision, for the shell to keep and give back
+    /// in the next observation ([`Observed::hold`](crate::Observed::hold)); `None` forgets
+    /// any hold.
+    pub fn hold(&self) -> Option<&Hold> {
+        self.hold.as_ref()
+    }
+
     /// Every effect in execution order, as one flat list (the recorded form): metadata
     /// writes, the provider call, the status write, then events.
     pub fn actions(&self) -> Vec<Action> {
@@ -326,6 +351,9 @@ struct Recorded {
     actions: Vec<Action>,
     status: ProxyStatus,
     requeue: Requeue,
+    /// Left out when `None`, so recordings made before holds existed read back.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    hold: Option<Hold>,
 }
 
 impl From<Decision> for Recorded {
@@ -337,6 +365,7 @@ impl From<Decision> for Recorded {
             status_changed,
             events,
             requeue,
+            hold,
         } = decision;
         let mut actions: Vec<Action> = metadata.into_iter().map(Action::from).collect();
         actions.extend(call.map(Action::from));
@@ -348,6 +377,7 @@ impl From<Decision> for Recorded {
             actions,
             status,
             requeue,
+            hold,
         }
     }
 }
@@ -418,6 +448,7 @@ impl TryFrom<Recorded> for Decision {
             status_changed: false,
             events: Vec::new(),
             requeue: recorded.requeue,
+            hold: recorded.hold,
         };
         let mut last: Option<Stage> = None;
         for (index, action) in recorded.actions.into_iter().enumerate() {
@@ -500,6 +531,7 @@ mod tests {
                 message: "m".into(),
             }],
             Requeue::After(Duration::from_secs(10)),
+            None,
         )
     }
 

@@ -58,6 +58,9 @@ pub enum ProvisionedReason {
     InstanceGone,
     /// The provider's quota is used up: retried later.
     QuotaExceeded,
+    /// The zone had no capacity for the machine (a stockout): retried later, in the
+    /// provider's next zone when the Proxy names none.
+    ZoneResourcesExhausted,
     /// The cloud-init Secret or key is missing: nothing is created or replaced until it exists.
     CloudInitUnavailable,
     /// The provider rejected the spec for good: nothing is tried again until the spec
@@ -78,7 +81,7 @@ pub enum ProvisionedReason {
 
 impl ProvisionedReason {
     /// Every reason. `parse` looks a string up here, so a new variant must be added here too.
-    pub const ALL: [Self; 15] = [
+    pub const ALL: [Self; 16] = [
         Self::Creating,
         Self::Provisioning,
         Self::Created,
@@ -87,6 +90,7 @@ impl ProvisionedReason {
         Self::InstanceTerminated,
         Self::InstanceGone,
         Self::QuotaExceeded,
+        Self::ZoneResourcesExhausted,
         Self::CloudInitUnavailable,
         Self::PermanentError,
         Self::ProviderNotConfigured,
@@ -107,6 +111,7 @@ impl ProvisionedReason {
             Self::InstanceTerminated => "InstanceTerminated",
             Self::InstanceGone => "InstanceGone",
             Self::QuotaExceeded => "QuotaExceeded",
+            Self::ZoneResourcesExhausted => "ZoneResourcesExhausted",
             Self::CloudInitUnavailable => "CloudInitUnavailable",
             Self::PermanentError => "PermanentError",
             Self::ProviderNotConfigured => "ProviderNotConfigured",
@@ -141,6 +146,7 @@ impl ProvisionedReason {
             | Self::InstanceTerminated
             | Self::InstanceGone
             | Self::QuotaExceeded
+            | Self::ZoneResourcesExhausted
             | Self::CloudInitUnavailable
             | Self::PermanentError
             | Self::ProviderNotConfigured
@@ -162,14 +168,17 @@ impl ProvisionedReason {
             | Self::InstanceTerminated
             | Self::InstanceGone
             | Self::Deleting => Progress::InProgress,
-            Self::QuotaExceeded | Self::CloudInitUnavailable if has_instance => {
+            Self::QuotaExceeded | Self::ZoneResourcesExhausted | Self::CloudInitUnavailable
+                if has_instance =>
+            {
                 Progress::InProgress
             }
             // Only a Proxy without an instance waits for its provider's health (a serving
             // one keeps its own reason).
-            Self::QuotaExceeded | Self::CloudInitUnavailable | Self::ProviderUnhealthy => {
-                Progress::NotStarted
-            }
+            Self::QuotaExceeded
+            | Self::ZoneResourcesExhausted
+            | Self::CloudInitUnavailable
+            | Self::ProviderUnhealthy => Progress::NotStarted,
             Self::PermanentError | Self::ProviderNotConfigured | Self::EndpointMissing => {
                 Progress::Failed
             }

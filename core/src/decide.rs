@@ -11,10 +11,14 @@ use proxy_crd::{FINALIZER, Mode, ProxySpec, ProxyStatus};
 use crate::action::{
     CreateRequest, Decision, Event, EventType, MetadataWrite, ProviderRequest, Requeue,
 };
+use crate::backoff::retry_delay;
 use crate::conditions::{self, PROVISIONED, ProvisionedReason};
 use crate::error::{ErrorClass, ProviderError};
 use crate::naming::{credentials_secret_name, instance_name};
-use crate::observed::{CloudInitView, InstanceView, Observed, Outcome, ProviderCall, instance_id};
+use crate::observed::{
+    CloudInitView, Hold, InstanceView, Observed, Outcome, ProviderCall, instance_id,
+};
+use crate::pool::spread::zone_of;
 use crate::provider_health::ProviderDown;
 use crate::spec_hash::{HashInput, spec_hash};
 use crate::status::{self, Provisioning};
@@ -97,12 +101,39 @@ use crate::status::{self, Provisioning};
 /// - A permanent provider error latches: while the `Provisioned` condition says
 ///   `PermanentError` for the current generation, no provider call is made. Deletion never
 ///   latches.
+/// - Waits are binding: a failed provider call holds that call back ([`Hold`]): after a
+///   quota or a stockout for [`Timing::quota_retry`](crate::Timing::quota_retry), after a
+///   transient failure for the backoff delay. Until then, whatever woke the object (its own
+///   status write, a probe, its Pod), the decision makes no call and changes nothing
+///   ([`Requeue::Held`]); only a spec edit or a deletion requested since lifts the hold.
+/// - A refusal of the operator itself ([`ErrorClass::Refused`]) never latches: the Proxy
+///   says `ProviderUnhealthy` and waits for the provider, as when its check fails.
+/// - After a stockout, the next create of a Proxy without `placement.zone` avoids the zones
+///   that were out ([`CreateRequest::avoid_zones`]).
 pub fn decide(spec: &ProxySpec, status: &ProxyStatus, observed: &Observed) -> Decision {
     let step = match &observed.outcome {
-        None => plan(spec, status, observed),
+        None => held(plan(spec, status, observed), observed),
         Some(outcome) => after_call(status, observed, outcome),
     };
     step.into_decision(spec, status, observed)
+}
+
+/// `step`, unless it makes the provider call that the observed hold still binds: then the
+/// decision does nothing until the hold runs out.
+fn held(step: Step, observed: &Observed) -> Step {
+    let Some(hold) = &observed.hold else {
+        return step;
+    };
+    let Some(left) = hold.binds(&observed.object, observed.now) else {
+        return step;
+    };
+    if step.call.as_ref().map(ProviderRequest::call) != Some(hold.call) {
+        return step;
+    }
+    Step {
+        hold: HoldChange::Keep,
+        ..Step::untouched(Requeue::Held(left))
+    }
 }
 
 /// What one branch of the table decided, before the status is completed.
@@ -113,6 +144,18 @@ struct Step {
     status: NextStatus,
     events: Vec<Event>,
     requeue: Requeue,
+    hold: HoldChange,
+}
+
+/// What becomes of the observed [`Hold`].
+#[derive(Debug)]
+enum HoldChange {
+    /// It stays as observed (with its stocked-out zones, even once it no longer binds).
+    Keep,
+    /// A failed call earned this one.
+    Set(Hold),
+    /// A call succeeded, or a permanent error latched: nothing is held.
+    Clear,
 }
 
 /// What happens to the status.
@@ -133,6 +176,7 @@ impl Step {
             status: NextStatus::Untouched,
             events: Vec::new(),
             requeue,
+            hold: HoldChange::Keep,
         }
     }
 
@@ -153,6 +197,11 @@ impl Step {
         self
     }
 
+    fn with_hold(mut self, hold: HoldChange) -> Self {
+        self.hold = hold;
+        self
+    }
+
     fn with_event(mut self, type_: EventType, reason: &str, message: String) -> Self {
         self.events.push(Event {
             type_,
@@ -169,7 +218,13 @@ impl Step {
             status,
             mut events,
             requeue,
+            hold,
         } = self;
+        let hold = match hold {
+            HoldChange::Keep => observed.hold.clone(),
+            HoldChange::Set(hold) => Some(hold),
+            HoldChange::Clear => None,
+        };
         let desired = match status {
             NextStatus::Untouched => input.clone(),
             NextStatus::Set(facts) => {
@@ -178,7 +233,7 @@ impl Step {
                 desired
             }
         };
-        Decision::new(metadata, call, input, desired, events, requeue)
+        Decision::new(metadata, call, input, desired, events, requeue, hold)
     }
 }
 
@@ -417,6 +472,10 @@ fn create(spec: &ProxySpec, observed: &Observed, provider: &str, machine: &Machi
         cloud_init: machine.cloud_init.map(str::to_owned),
         port: spec.effective_port(),
         credentials_secret: credentials_secret.clone(),
+        avoid_zones: match (zone_of(spec), &observed.hold) {
+            (None, Some(hold)) => hold.stocked_out.clone(),
+            (Some(_), _) | (None, None) => Vec::new(),
+        },
     };
     let step = Step::set(
         facts(
@@ -643,13 +702,15 @@ fn lookup_failed(
     let what = format!("looking up instance {provider_id}");
     match error.class {
         ErrorClass::Permanent => latch(Some(provider_id), &what, error),
-        ErrorClass::Transient | ErrorClass::Quota => {
+        // A refused lookup does not latch either: the provider is marked unhealthy, and the
+        // instance's last known state stands meanwhile.
+        ErrorClass::Transient | ErrorClass::Quota | ErrorClass::Stockout | ErrorClass::Refused => {
             let fallback = facts(
                 Some(provider_id),
                 ProvisionedReason::Provisioning,
                 format!("instance {provider_id} is starting"),
             );
-            retry_unchanged(status, observed, fallback, &what, error)
+            retry_unchanged(status, observed, fallback, &what, error, None)
         }
     }
 }
@@ -666,7 +727,8 @@ fn after_call(status: &ProxyStatus, observed: &Observed, outcome: &Outcome) -> S
                 format!("created instance {provider_id}: waiting for it to run"),
             ),
             Requeue::After(observed.timing.provisioning_poll),
-        ),
+        )
+        .with_hold(HoldChange::Clear),
         Outcome::Deleted => {
             // Nothing changes until `get` answers NotFound: the first decision already says
             // why the instance is being deleted.
@@ -675,6 +737,7 @@ fn after_call(status: &ProxyStatus, observed: &Observed, outcome: &Outcome) -> S
                 kept(status, fallback),
                 Requeue::After(observed.timing.deletion_poll),
             )
+            .with_hold(HoldChange::Clear)
         }
         Outcome::Failed { call, error } => call_failed(status, observed, *call, error),
     }
@@ -704,30 +767,110 @@ fn call_failed(
             deletion_fallback(status, observed),
         ),
     };
-    match (observed.object.deletion_requested, error.class) {
-        // Deletion never latches: a permanent error there would wedge the object in
-        // Terminating for good, so it keeps retrying, visibly.
-        (true, ErrorClass::Transient | ErrorClass::Quota | ErrorClass::Permanent)
-        | (false, ErrorClass::Transient) => {
-            retry_unchanged(status, observed, fallback, &what, error)
+    match error.class {
+        ErrorClass::Transient => {
+            retry_unchanged(status, observed, fallback, &what, error, Some(call))
         }
-        (false, ErrorClass::Quota) => {
-            let retry = observed.timing.quota_retry;
-            Step::set(
+        // Deletion never latches and never waits for the provider's health: a permanent
+        // error there would wedge the object in Terminating for good, so it keeps retrying,
+        // visibly.
+        _ if observed.object.deletion_requested => {
+            retry_unchanged(status, observed, fallback, &what, error, Some(call))
+        }
+        ErrorClass::Quota => waited(
+            observed,
+            call,
+            error,
+            facts(
+                provider_id,
+                ProvisionedReason::QuotaExceeded,
+                format!(
+                    "{what} failed, the provider's quota is used up; retrying {}: {}",
+                    retry_time(observed),
+                    error.message
+                ),
+            ),
+        ),
+        ErrorClass::Stockout => {
+            let zone = error.zone.as_deref().unwrap_or("the zone");
+            waited(
+                observed,
+                call,
+                error,
                 facts(
                     provider_id,
-                    ProvisionedReason::QuotaExceeded,
+                    ProvisionedReason::ZoneResourcesExhausted,
                     format!(
-                        "{what} failed, the provider's quota is used up; retrying in {}: {}",
-                        friendly(retry),
+                        "{what} failed, {zone} has no capacity for it; retrying {}: {}",
+                        retry_time(observed),
                         error.message
                     ),
                 ),
-                Requeue::After(retry),
             )
         }
-        (false, ErrorClass::Permanent) => latch(provider_id, &what, error),
+        ErrorClass::Refused => Step::set(
+            facts(
+                provider_id,
+                ProvisionedReason::ProviderUnhealthy,
+                format!(
+                    "{what} failed, the provider refused the operator: {}; nothing is \
+                     created until its check passes",
+                    error.message
+                ),
+            ),
+            Requeue::After(observed.timing.drift_poll),
+        ),
+        ErrorClass::Permanent => latch(provider_id, &what, error).with_hold(HoldChange::Clear),
     }
+}
+
+/// A quota or a stockout: say so in `facts`, and hold `call` back for the quota delay, with
+/// the zone that was out remembered.
+fn waited(
+    observed: &Observed,
+    call: ProviderCall,
+    error: &ProviderError,
+    facts: Provisioning,
+) -> Step {
+    let retry = observed.timing.quota_retry;
+    let mut stocked_out = observed
+        .hold
+        .as_ref()
+        .map(|hold| hold.stocked_out.clone())
+        .unwrap_or_default();
+    if let (ErrorClass::Stockout, Some(zone)) = (error.class, &error.zone) {
+        stocked_out.retain(|z| z != zone);
+        stocked_out.push(zone.clone());
+    }
+    Step::set(facts, Requeue::After(retry)).with_hold(HoldChange::Set(Hold {
+        stocked_out,
+        ..hold_of(observed, call, retry)
+    }))
+}
+
+/// A hold of `call` for `delay` from now, for the object as observed.
+fn hold_of(observed: &Observed, call: ProviderCall, delay: std::time::Duration) -> Hold {
+    let until = jiff::SignedDuration::try_from(delay)
+        .ok()
+        .and_then(|delay| observed.now.checked_add(delay).ok())
+        .unwrap_or(observed.now);
+    Hold {
+        call,
+        until,
+        generation: observed.object.generation,
+        deleting: observed.object.deletion_requested,
+        stocked_out: Vec::new(),
+    }
+}
+
+/// When the quota delay ends, for messages: `at 2026-01-01T00:05:00Z (in 5m)`.
+fn retry_time(observed: &Observed) -> String {
+    let hold = hold_of(observed, ProviderCall::Create, observed.timing.quota_retry);
+    format!(
+        "at {} (in {})",
+        conditions::format_time(hold.until),
+        friendly(observed.timing.quota_retry)
+    )
 }
 
 /// A permanent failure: `Failed` until the generation changes (see [`latched`]).
@@ -746,29 +889,43 @@ fn latch(provider_id: Option<&str>, what: &str, error: &ProviderError) -> Step {
 }
 
 /// A failure that changes nothing about the instance: keep what the status says, tell what
-/// failed in the message and in a Warning event, and retry.
+/// failed in the message and in a Warning event, and retry; a failed `call` is held back
+/// until then (a failed lookup holds nothing).
 fn retry_unchanged(
     status: &ProxyStatus,
     observed: &Observed,
     fallback: Provisioning,
     what: &str,
     error: &ProviderError,
+    call: Option<ProviderCall>,
 ) -> Step {
-    let (requeue, when) = match error.class {
-        ErrorClass::Quota => {
+    let (requeue, when, delay) = match error.class {
+        ErrorClass::Quota | ErrorClass::Stockout => {
             let retry = observed.timing.quota_retry;
-            (Requeue::After(retry), format!("in {}", friendly(retry)))
+            (
+                Requeue::After(retry),
+                format!("in {}", friendly(retry)),
+                retry,
+            )
         }
-        ErrorClass::Transient | ErrorClass::Permanent => {
-            (Requeue::Backoff, "with backoff".to_owned())
-        }
+        ErrorClass::Transient | ErrorClass::Refused | ErrorClass::Permanent => (
+            Requeue::Backoff,
+            "with backoff".to_owned(),
+            // What the driver makes of the backoff ([`Followup`](crate::Followup)).
+            retry_delay(observed.failures.saturating_add(1)),
+        ),
     };
     let message = format!("{what} failed, retrying {when}: {}", error.message);
     let facts = Provisioning {
         message: message.clone(),
         ..kept(status, fallback)
     };
-    Step::set(facts, requeue).with_event(EventType::Warning, error.class.reason(), message)
+    let step =
+        Step::set(facts, requeue).with_event(EventType::Warning, error.class.reason(), message);
+    match call {
+        Some(call) => step.with_hold(HoldChange::Set(hold_of(observed, call, delay))),
+        None => step,
+    }
 }
 
 /// The provisioning facts `status` already states, for a step that changes nothing about
@@ -806,6 +963,7 @@ fn describes_the_instance(reason: ProvisionedReason) -> bool {
         | ProvisionedReason::InstanceGone
         | ProvisionedReason::Deleting => true,
         ProvisionedReason::QuotaExceeded
+        | ProvisionedReason::ZoneResourcesExhausted
         | ProvisionedReason::CloudInitUnavailable
         | ProvisionedReason::PermanentError
         | ProvisionedReason::ProviderNotConfigured
@@ -826,6 +984,7 @@ fn awaits_deletion(reason: ProvisionedReason) -> bool {
         | ProvisionedReason::Created
         | ProvisionedReason::InstanceGone
         | ProvisionedReason::QuotaExceeded
+        | ProvisionedReason::ZoneResourcesExhausted
         | ProvisionedReason::CloudInitUnavailable
         | ProvisionedReason::PermanentError
         | ProvisionedReason::ProviderNotConfigured

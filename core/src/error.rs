@@ -9,8 +9,9 @@ use serde::{Deserialize, Serialize};
 
 /// How a provider failure is handled.
 ///
-/// Providers classify their own errors. The shell maps every error a provider did not
-/// classify to [`ErrorClass::Transient`]: retrying is always the safe default, while a wrong
+/// Providers classify their own errors, from the whole answer (see [`crate::classify`] for
+/// the tables of each provider). The shell maps every error a provider did not classify to
+/// [`ErrorClass::Transient`]: retrying is always the safe default, while a wrong
 /// [`ErrorClass::Permanent`] latches a healthy proxy in `Failed` until someone edits it.
 ///
 /// "Not found" is deliberately not a class: an instance that does not exist is an
@@ -18,16 +19,30 @@ use serde::{Deserialize, Serialize};
 /// missing instance succeeds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 pub enum ErrorClass {
-    /// May go away by itself (timeouts, 5xx answers, rate limits, anything unclassified):
-    /// retried with exponential backoff, and shown in the `Provisioned` condition's message.
+    /// May go away by itself (timeouts, 5xx answers, rate limits, an instance not ready for
+    /// the call yet, anything unclassified): retried with exponential backoff, and shown in
+    /// the `Provisioned` condition's message.
     Transient,
     /// The provider's quota is used up: shown as `Provisioned=False/QuotaExceeded` and
-    /// retried after [`Timing::quota_retry`](crate::Timing::quota_retry). Expected in a busy
-    /// project, so it is not treated as an error and never backs off.
+    /// retried after [`Timing::quota_retry`](crate::Timing::quota_retry), not before,
+    /// whatever wakes the proxy. Expected in a busy project, so it is not treated as an error
+    /// and never backs off.
     Quota,
-    /// Will fail the same way until the spec changes (unknown zone, invalid image, permission
-    /// denied): the proxy goes `Failed` and no provider call is made until its generation
-    /// changes. Never latched while the proxy is being deleted.
+    /// The zone has no capacity for the machine right now (a stockout: GCE's
+    /// `ZONE_RESOURCE_POOL_EXHAUSTED`): shown as `Provisioned=False/ZoneResourcesExhausted`
+    /// and retried after the quota delay, in the provider's next zone when the Proxy names
+    /// none ([`ProviderError::zone`] says which zone was out).
+    Stockout,
+    /// The provider refused the operator itself, not this Proxy: its credentials (401), its
+    /// permissions, a disabled API or billing account, a providers config that names what
+    /// does not exist. The provider is marked unhealthy, every Proxy of it waits
+    /// (`ProviderUnhealthy`) and nothing latches: fixing the credentials or the config is
+    /// enough.
+    Refused,
+    /// Will fail the same way until the spec changes (unknown zone, invalid image or machine
+    /// type): the proxy goes `Failed`, with the field to fix first in the message, and no
+    /// provider call is made until its generation changes. Never latched while the proxy is
+    /// being deleted.
     Permanent,
 }
 
@@ -37,6 +52,8 @@ impl ErrorClass {
         match self {
             Self::Transient => "TransientError",
             Self::Quota => "QuotaExceeded",
+            Self::Stockout => "ZoneResourcesExhausted",
+            Self::Refused => "ProviderRefused",
             Self::Permanent => "PermanentError",
         }
     }
@@ -46,6 +63,8 @@ impl ErrorClass {
         match self {
             Self::Transient => "transient",
             Self::Quota => "quota",
+            Self::Stockout => "stockout",
+            Self::Refused => "refused",
             Self::Permanent => "permanent",
         }
     }
@@ -59,30 +78,48 @@ pub struct ProviderError {
     /// What the provider said, for the `Provisioned` condition and the event. Providers name
     /// the offending spec field here when they reject a placement.
     pub message: String,
+    /// For a [`ErrorClass::Stockout`]: the zone that had no capacity, so that the next create
+    /// of a Proxy without `placement.zone` goes elsewhere. Left out of a recording when
+    /// `None`, so recordings made before it existed replay unchanged.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub zone: Option<String>,
 }
 
 impl ProviderError {
+    /// A failure of `class`.
+    pub fn new(class: ErrorClass, message: impl Into<String>) -> Self {
+        Self {
+            class,
+            message: message.into(),
+            zone: None,
+        }
+    }
+
     /// A failure that may go away by itself.
     pub fn transient(message: impl Into<String>) -> Self {
-        Self {
-            class: ErrorClass::Transient,
-            message: message.into(),
-        }
+        Self::new(ErrorClass::Transient, message)
     }
 
     /// The provider's quota is used up.
     pub fn quota(message: impl Into<String>) -> Self {
+        Self::new(ErrorClass::Quota, message)
+    }
+
+    /// `zone` (when known) has no capacity for the machine.
+    pub fn stockout(zone: Option<String>, message: impl Into<String>) -> Self {
         Self {
-            class: ErrorClass::Quota,
-            message: message.into(),
+            zone,
+            ..Self::new(ErrorClass::Stockout, message)
         }
+    }
+
+    /// The provider refused the operator itself (credentials, permissions, configuration).
+    pub fn refused(message: impl Into<String>) -> Self {
+        Self::new(ErrorClass::Refused, message)
     }
 
     /// A failure that repeats until the spec changes.
     pub fn permanent(message: impl Into<String>) -> Self {
-        Self {
-            class: ErrorClass::Permanent,
-            message: message.into(),
-        }
+        Self::new(ErrorClass::Permanent, message)
     }
 }

@@ -106,14 +106,19 @@ pub const LATENCY_REPORT_INTERVAL: Duration = Duration::from_secs(60);
 /// delivered) before a latency-only report goes out: one slow probe is jitter, not news.
 pub const LATENCY_RUN: u32 = 5;
 
-/// What is probed: one object, at one address. State about another target says nothing
-/// about this one.
+/// What is probed: one object, at one address, since one moment. State about another
+/// target says nothing about this one.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Target {
     /// `metadata.uid`: a proxy deleted and recreated under the same name is another proxy.
     pub uid: String,
     /// The address probed: a replaced machine is another proxy.
     pub host: String,
+    /// Since when the machine at that address serves: the `Provisioned` condition's
+    /// `lastTransitionTime` while it is `True` ([`provisioned_since`]). A replacement that
+    /// reuses its predecessor's address (a static IP, a recycled Pod IP) is another machine,
+    /// and starts with no verdict. `None` for targets recorded before it existed.
+    pub since: Option<String>,
 }
 
 impl Target {
@@ -123,13 +128,22 @@ impl Target {
         spec.effective_host(status).map(|host| Self {
             uid: uid.to_owned(),
             host: host.to_owned(),
+            since: status.and_then(provisioned_since).map(str::to_owned),
         })
     }
 
-    /// Whether this is the object `uid` at `host`.
-    pub fn is(&self, uid: &str, host: &str) -> bool {
-        self.uid == uid && self.host == host
+    /// Whether this is the object `uid` at `host`, serving there since `since`.
+    pub fn is(&self, uid: &str, host: &str, since: Option<&str>) -> bool {
+        self.uid == uid && self.host == host && self.since.as_deref() == since
     }
+}
+
+/// Since when the machine `status` publishes serves: the `Provisioned` condition's
+/// `lastTransitionTime` while it is `True`.
+pub fn provisioned_since(status: &ProxyStatus) -> Option<&str> {
+    crate::conditions::find(status, crate::conditions::PROVISIONED)
+        .filter(|condition| condition.status == crate::conditions::TRUE)
+        .map(|condition| condition.last_transition_time.as_str())
 }
 
 /// How many consecutive results flip a verdict. Both are at least 1.
@@ -408,13 +422,21 @@ impl HealthBook {
     /// The delivered verdict is what [`HealthBook::reported`] gives the reconciler, so the
     /// status keeps its `Healthy` condition instead of falling back to "awaiting probe", and
     /// the latency rule measures from the status's latency and time.
-    pub fn seed(&mut self, key: &ProxyKey, uid: &str, reported: HealthVerdict) -> bool {
+    /// `since` is when the machine it is about became provisioned ([`Target::since`]).
+    pub fn seed(
+        &mut self,
+        key: &ProxyKey,
+        uid: &str,
+        since: Option<String>,
+        reported: HealthVerdict,
+    ) -> bool {
         if self.proxies.contains_key(key) {
             return false;
         }
         let target = Target {
             uid: uid.to_owned(),
             host: reported.host.clone(),
+            since,
         };
         let state = ProxyHealth {
             verdict: Some(reported.healthy),
@@ -434,7 +456,14 @@ impl HealthBook {
     /// `Ready`, and the lease book, until its next probe.
     pub fn seed_from_status(&mut self, key: &ProxyKey, uid: &str, status: &ProxyStatus) -> bool {
         !self.proxies.contains_key(key)
-            && reported_in_status(status).is_some_and(|verdict| self.seed(key, uid, verdict))
+            && reported_in_status(status).is_some_and(|verdict| {
+                self.seed(
+                    key,
+                    uid,
+                    provisioned_since(status).map(str::to_owned),
+                    verdict,
+                )
+            })
     }
 
     /// When the first probe of `target` under `key` is due, counted from the moment the
@@ -534,8 +563,8 @@ mod tests {
         };
         let (a, b) = (ProxyKey::new("ns", "a"), ProxyKey::new("ns", "b"));
         let mut book = HealthBook::new();
-        assert!(book.seed(&a, "uid-a", verdict("10.0.0.1")));
-        assert!(book.seed(&b, "uid-b", verdict("10.0.0.2")));
+        assert!(book.seed(&a, "uid-a", None, verdict("10.0.0.1")));
+        assert!(book.seed(&b, "uid-b", None, verdict("10.0.0.2")));
         assert_eq!(book.tracked(), 2);
         assert!(book.forget(&a));
         assert!(!book.forget(&a), "a second forget finds nothing");

@@ -34,7 +34,8 @@
 //!
 //! # Modules
 //!
-//! - [`observed`], [`error`]: the input vocabulary; [`cloud_init`]: where the cloud-init
+//! - [`observed`], [`error`]: the input vocabulary; [`classify`]: every provider's failures
+//!   in the core's error classes, from the whole answer; [`cloud_init`]: where the cloud-init
 //!   comes from;
 //! - [`action`]: the output vocabulary;
 //! - [`decide()`]: the reconcile action table; [`reconcile`]: the driver that runs it;
@@ -58,6 +59,7 @@
 pub mod action;
 pub mod backoff;
 pub mod banned;
+pub mod classify;
 pub mod cloud_init;
 pub mod conditions;
 mod decide;
@@ -93,8 +95,8 @@ pub use error::{ErrorClass, ProviderError};
 pub use instance::InstanceState;
 pub use key::{InvalidProxyKey, KeyProblem, ProxyKey};
 pub use observed::{
-    CloudInitView, HealthVerdict, InstanceView, Metadata, Observed, Outcome, ProviderCall, Timing,
-    instance_id,
+    CloudInitView, HealthVerdict, Hold, InstanceView, Metadata, Observed, Outcome, ProviderCall,
+    Timing, instance_id,
 };
 pub use pool::decide_pool;
 pub use probe_failure::ProbeFailure;

@@ -73,6 +73,54 @@ pub struct Observed {
     /// existed replay unchanged.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub failures: u32,
+    /// The provider call held back by the last decision about this object, which the shell
+    /// keeps per object as it keeps [`Observed::failures`] (see [`Hold`]). Left out of a
+    /// recording when `None`, so recordings made before holds existed replay unchanged.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hold: Option<Hold>,
+}
+
+/// A provider call held back until a time: the wait a failed call earned (a quota, a
+/// stockout, a backoff) binds every reconcile before it, whatever woke the object (its own
+/// status write, a probe's report, its Pod, a leadership change). Only a change a user made
+/// lifts it early: a new generation (a spec edit), or a deletion requested since.
+///
+/// [`decide`](fn@crate::decide) returns the hold to keep ([`Decision::hold`](crate::Decision::hold)),
+/// the driver hands it to the shell ([`Followup::hold`](crate::Followup::hold)), and the
+/// shell gives it back in the next observation. It lives in memory only: after a restart or
+/// a leader handover, the first reconcile of each object may retry once early.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Hold {
+    /// The call held back.
+    pub call: ProviderCall,
+    /// Not before this time.
+    pub until: Timestamp,
+    /// The generation it was decided for: a spec edit lifts it.
+    pub generation: i64,
+    /// Whether the object was being deleted when it was decided: a deletion requested since
+    /// lifts it.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub deleting: bool,
+    /// Zones that had no capacity for this proxy's machine, oldest first: the next create of
+    /// a Proxy without `placement.zone` avoids them
+    /// ([`CreateRequest::avoid_zones`](crate::CreateRequest::avoid_zones)). Kept past
+    /// `until`, so that the create the hold let through still knows them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub stocked_out: Vec<String>,
+}
+
+impl Hold {
+    /// How long it still binds an observation of `object` made at `now`: `None` when it has
+    /// run out, or a user's change lifted it.
+    pub fn binds(&self, object: &Metadata, now: Timestamp) -> Option<Duration> {
+        if self.generation != object.generation || self.deleting != object.deletion_requested {
+            return None;
+        }
+        Duration::try_from(self.until.duration_since(now))
+            .ok()
+            .filter(|left| !left.is_zero())
+    }
 }
 
 fn is_zero(n: &u32) -> bool {

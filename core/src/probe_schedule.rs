@@ -61,7 +61,7 @@ use std::time::Duration;
 
 use proxy_crd::{HealthCheck, ProxySpec, ProxyStatus};
 
-use crate::health::{HealthBook, Target, Thresholds};
+use crate::health::{HealthBook, Target, Thresholds, provisioned_since};
 use crate::key::ProxyKey;
 
 /// A point on the schedule's monotonic clock: the time since an epoch the shell picks. Only
@@ -234,7 +234,8 @@ impl ProbeSchedule {
     /// Brings the schedule in line with `listed`, every proxy of the cache, at `now`:
     ///
     /// - a proxy with nothing to probe yet ([`Target::of`]) is not scheduled;
-    /// - one new to the schedule, or under a new UID or at a new address, gets a fresh grid:
+    /// - one new to the schedule, or under a new UID, at a new address or on a new machine at
+    ///   the same address ([`Target::since`]), gets a fresh grid:
     ///   first the verdict its status shows is seeded into `book`
     ///   ([`HealthBook::seed_from_status`]; a restart or a new leader must not flap it), then
     ///   its first slot is `now` plus [`HealthBook::first_probe_in`];
@@ -258,8 +259,9 @@ impl ProbeSchedule {
             let Some(host) = proxy.spec.effective_host(proxy.status) else {
                 continue;
             };
+            let since = proxy.status.and_then(provisioned_since);
             match self.entries.get_mut(&proxy.key) {
-                Some(entry) if entry.target.is(proxy.uid, host) => {
+                Some(entry) if entry.target.is(proxy.uid, host, since) => {
                     entry.listed = refresh;
                     if proxy.generation.is_none() || entry.generation != proxy.generation {
                         let check = proxy.spec.health_check_or_default();
@@ -273,6 +275,7 @@ impl ProbeSchedule {
                     let target = Target {
                         uid: proxy.uid.to_owned(),
                         host: host.to_owned(),
+                        since: since.map(str::to_owned),
                     };
                     if let Some(status) = proxy.status {
                         book.seed_from_status(&proxy.key, proxy.uid, status);

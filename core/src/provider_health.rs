@@ -54,6 +54,66 @@ pub enum Check {
     },
     /// The provider has no check.
     Unsupported,
+    /// A call of a reconcile was refused ([`Refusal`]), and the check that passed since does
+    /// not clear it yet.
+    Refused {
+        /// What the refused call said.
+        message: String,
+    },
+}
+
+/// A provider call refused the operator itself ([`ErrorClass::Refused`]: credentials,
+/// permissions, a disabled API, a providers config naming what does not exist) at `at`.
+///
+/// The provider counts as down from that moment: the Proxies that use it wait instead of
+/// all making the same refused call. A check does not clear a refusal at once: a check lists
+/// instances, and the refused call may need more (an insert needs
+/// `compute.instances.create`), so a passing check would release every waiting Proxy into
+/// the same refusal, check after check. A refusal stands until a check passes at least the
+/// hold after it ([`Refusal::applied_to`]).
+///
+/// [`ErrorClass::Refused`]: crate::ErrorClass::Refused
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Refusal {
+    /// When the call was refused.
+    pub at: Timestamp,
+    /// What it said.
+    pub message: String,
+}
+
+impl Refusal {
+    /// A refusal by provider `provider` at `now`: what the Proxies of it are told at once.
+    pub fn of(provider: &str, error: &ProviderError, now: Timestamp) -> (Self, ProviderDown) {
+        let message = format!("provider {provider} refused a call: {}", error.message);
+        (
+            Self {
+                at: now,
+                message: message.clone(),
+            },
+            ProviderDown { message },
+        )
+    }
+
+    /// What `check`, made at `now`, means while this refusal may stand for `hold`: a passing
+    /// check within the hold is [`Check::Refused`]; any other result speaks for itself.
+    /// The second value says whether the refusal still stands (the monitor forgets it
+    /// otherwise).
+    pub fn applied_to(&self, check: Check, hold: Duration, now: Timestamp) -> (Check, bool) {
+        let within = Duration::try_from(now.duration_since(self.at)).map_or(true, |d| d < hold);
+        match check {
+            Check::Passed { .. } if within => (
+                Check::Refused {
+                    message: self.message.clone(),
+                },
+                true,
+            ),
+            Check::Passed { .. } | Check::Unsupported => (check, false),
+            Check::Failed { .. }
+            | Check::TimedOut { .. }
+            | Check::NotStarted { .. }
+            | Check::Refused { .. } => (check, true),
+        }
+    }
 }
 
 /// A provider whose last check failed: the Proxies that use it create nothing until a check
@@ -95,6 +155,8 @@ pub mod reasons {
     pub const NOT_STARTED: &str = "NotStarted";
     /// The provider has no check.
     pub const NO_CHECK: &str = "NoCheck";
+    /// A call was refused lately, whatever the check says.
+    pub const CALL_REFUSED: &str = "CallRefused";
     /// The Event of a flip to `Healthy=True`.
     pub const EVENT_HEALTHY: &str = "ProviderHealthy";
     /// The Event of a flip to `Healthy=False`.
@@ -148,6 +210,7 @@ pub fn assess(
             format!("provider {provider} has no health check"),
             None,
         ),
+        Check::Refused { message } => (FALSE, reasons::CALL_REFUSED, message.clone(), None),
     };
     let was = previous.conditions.iter().find(|c| c.type_ == HEALTHY);
     let flipped = was.is_none_or(|c| c.status != status);
@@ -225,10 +288,7 @@ mod tests {
     fn failed(message: &str) -> Check {
         Check::Failed {
             latency: Duration::from_millis(7),
-            error: ProviderError {
-                class: ErrorClass::Transient,
-                message: message.to_owned(),
-            },
+            error: ProviderError::new(ErrorClass::Transient, message),
         }
     }
 
@@ -379,6 +439,46 @@ mod tests {
         assert!(assess("p", &down.status, true, &Check::Unsupported, at(60)).recovered);
         // ...but another failure keeps them waiting.
         assert!(!assess("p", &down.status, true, &failed("y"), at(60)).recovered);
+    }
+
+    #[test]
+    fn a_refused_call_holds_the_provider_down_until_a_check_passes_after_the_hold() {
+        let hold = Duration::from_secs(300);
+        let error = ProviderError::new(
+            ErrorClass::Refused,
+            "Required 'compute.instances.create' permission",
+        );
+        let (refusal, down) = Refusal::of("gcp-eu", &error, at(0));
+        assert_eq!(
+            down.message,
+            "provider gcp-eu refused a call: Required 'compute.instances.create' permission"
+        );
+        // A check that passes within the hold does not clear it...
+        let (check, stands) = refusal.applied_to(passed(3), hold, at(60));
+        assert!(stands);
+        let a = assess(
+            "gcp-eu",
+            &ProviderHealthStatus::default(),
+            true,
+            &check,
+            at(60),
+        );
+        assert_eq!(healthy(&a.status).1, reasons::CALL_REFUSED);
+        assert!(a.down.is_some() && !a.recovered);
+        // ...a failed one speaks for itself, and the refusal stands...
+        let (check, stands) = refusal.applied_to(failed("timeout"), hold, at(400));
+        assert!(stands && matches!(check, Check::Failed { .. }));
+        // ...and one after the hold clears it and releases the Proxies.
+        let (check, stands) = refusal.applied_to(passed(3), hold, at(300));
+        assert!(!stands);
+        let a = assess(
+            "gcp-eu",
+            &ProviderHealthStatus::default(),
+            true,
+            &check,
+            at(300),
+        );
+        assert!(a.down.is_none() && a.recovered);
     }
 
     #[test]

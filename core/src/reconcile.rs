@@ -35,7 +35,7 @@ use proxy_crd::{ProxySpec, ProxyStatus};
 use crate::action::{Decision, Event, MetadataWrite, ProviderRequest, Requeue};
 use crate::backoff::retry_delay;
 use crate::decide::decide;
-use crate::observed::{Observed, Outcome};
+use crate::observed::{Hold, Observed, Outcome};
 use crate::status::transitions;
 
 /// One `decide` call of a reconcile, with its inputs: what the shell records.
@@ -250,7 +250,8 @@ impl Plan {
             status_changed: decision.status_write().is_some(),
             events: decision.events().to_vec(),
             requeue: decision.requeue(),
-            followup: Followup::after(decision.requeue(), failures),
+            followup: Followup::after(decision.requeue(), failures)
+                .holding(decision.hold().cloned()),
         }
     }
 
@@ -268,7 +269,7 @@ impl Plan {
         self.status = next.status().clone();
         self.status_changed = next.status() != started;
         self.requeue = next.requeue();
-        self.followup = Followup::after(next.requeue(), failures);
+        self.followup = Followup::after(next.requeue(), failures).holding(next.hold().cloned());
     }
 
     /// The status to write to the status subresource, whole, after every metadata write and
@@ -294,9 +295,9 @@ impl Plan {
         self.requeue
     }
 
-    /// When to reconcile again, and the failure count to observe next time.
+    /// When to reconcile again, and the failure count and the hold to observe next time.
     pub fn followup(&self) -> Followup {
-        self.followup
+        self.followup.clone()
     }
 }
 
@@ -313,14 +314,17 @@ fn own_events(events: &[Event], from: &ProxyStatus, to: &ProxyStatus) -> Vec<Eve
 /// When the controller reconciles an object again, and how many consecutive failures it
 /// has had by then.
 ///
-/// The shell keeps the count (it is state: one number per object) and hands it back in
-/// [`Observed::failures`]; every rule about it is here.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// The shell keeps the count and the hold (they are state: one of each per object) and hands
+/// them back in [`Observed::failures`] and [`Observed::hold`]; every rule about them is here
+/// and in [`decide`](fn@crate::decide).
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Followup {
     /// When.
     pub wake: Wake,
     /// Consecutive failed reconciles, this one included; 0 after a success.
     pub failures: u32,
+    /// The provider call held back, and until when ([`Hold`]).
+    pub hold: Option<Hold>,
 }
 
 /// When the controller reconciles an object again.
@@ -346,37 +350,42 @@ impl Followup {
     /// After a reconcile that ended with `requeue`, when the object had `failures`
     /// consecutive failures before it: [`Requeue::Backoff`] is one more failure and waits
     /// [`retry_delay`] of it; any other requeue is a success and resets the count.
+    /// [`Requeue::Held`] keeps the count: a wait that binds is not a new attempt. The
+    /// followup holds nothing; [`Followup::holding`] adds the decision's hold.
     pub fn after(requeue: Requeue, failures: u32) -> Self {
         match requeue {
-            Requeue::After(delay) => Self {
-                wake: Wake::After(delay),
-                failures: 0,
-            },
-            Requeue::AwaitChange => Self {
-                wake: Wake::OnChange,
-                failures: 0,
-            },
+            Requeue::After(delay) => Self::waking(Wake::After(delay), 0),
+            Requeue::AwaitChange => Self::waking(Wake::OnChange, 0),
+            Requeue::Held(delay) => Self::waking(Wake::After(delay), failures),
             Requeue::Backoff => Self::failed(failures),
         }
     }
 
     /// After a reconcile that was interrupted, when the object had `failures` consecutive
-    /// failures before it.
-    pub fn interrupted(interruption: Interruption, failures: u32) -> Self {
-        match interruption {
-            Interruption::NotLeader => Self {
-                wake: Wake::OnChange,
-                failures,
-            },
+    /// failures and `hold` before it: the hold stays, since nothing was decided.
+    pub fn interrupted(interruption: Interruption, failures: u32, hold: Option<Hold>) -> Self {
+        let followup = match interruption {
+            Interruption::NotLeader => Self::waking(Wake::OnChange, failures),
             Interruption::Failed => Self::failed(failures),
+        };
+        followup.holding(hold)
+    }
+
+    /// This followup, keeping `hold` for the next observation.
+    pub fn holding(self, hold: Option<Hold>) -> Self {
+        Self { hold, ..self }
+    }
+
+    fn waking(wake: Wake, failures: u32) -> Self {
+        Self {
+            wake,
+            failures,
+            hold: None,
         }
     }
 
     fn failed(failures: u32) -> Self {
         let failures = failures.saturating_add(1);
-        Self {
-            wake: Wake::After(retry_delay(failures)),
-            failures,
-        }
+        Self::waking(Wake::After(retry_delay(failures)), failures)
     }
 }

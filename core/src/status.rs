@@ -8,6 +8,7 @@
 //! `lastTransitionTime`, `observedGeneration`, the phase, and the events announcing what
 //! changed.
 
+use jiff::Timestamp;
 use proxy_crd::{Condition, ProxySpec, ProxyStatus};
 
 use crate::action::{Event, EventType};
@@ -50,12 +51,32 @@ pub(crate) fn complete(
     let generation = observed.object.generation;
     let now = observed.now;
 
-    // A verdict about another address (the machine this one replaced, an old endpoint) says
-    // nothing about this one.
-    let verdict = observed
-        .health
-        .as_ref()
-        .filter(|verdict| ip.as_deref() == Some(verdict.host.as_str()));
+    let provisioned_status = if reason.is_provisioned() {
+        conditions::TRUE
+    } else {
+        conditions::FALSE
+    };
+    let provisioned_condition = conditions::condition(
+        previous,
+        PROVISIONED,
+        provisioned_status,
+        reason.as_str(),
+        message,
+        generation,
+        now,
+    );
+    // A verdict about another address (an old endpoint), or about a machine that served
+    // there before this one (a replacement that reuses its predecessor's address: probed
+    // before this one was provisioned), says nothing about this one.
+    let serving_since = provisioned_condition
+        .last_transition_time
+        .parse::<Timestamp>()
+        .ok()
+        .filter(|_| reason.is_provisioned());
+    let verdict = observed.health.as_ref().filter(|verdict| {
+        ip.as_deref() == Some(verdict.host.as_str())
+            && serving_since.is_none_or(|since| verdict.probed_at >= since)
+    });
     let healthy = match (&ip, verdict) {
         (None, _) => HealthyReason::NoAddress,
         (Some(_), None) => HealthyReason::AwaitingProbe,
@@ -71,20 +92,6 @@ pub(crate) fn complete(
         }
     };
 
-    let provisioned_status = if reason.is_provisioned() {
-        conditions::TRUE
-    } else {
-        conditions::FALSE
-    };
-    let provisioned_condition = conditions::condition(
-        previous,
-        PROVISIONED,
-        provisioned_status,
-        reason.as_str(),
-        message,
-        generation,
-        now,
-    );
     let healthy_condition = conditions::condition(
         previous,
         HEALTHY,

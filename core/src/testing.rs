@@ -13,6 +13,8 @@
 //! assert!(observed.object.has_finalizer);
 //! ```
 
+pub mod gce;
+
 use std::collections::BTreeMap;
 
 use jiff::Timestamp;
@@ -145,7 +147,14 @@ impl Observed {
             blocked_sites: None,
             timing: Timing::default(),
             failures: 0,
+            hold: None,
         }
+    }
+
+    /// With `hold` kept from the last decision.
+    pub fn hold(mut self, hold: crate::Hold) -> Self {
+        self.hold = Some(hold);
+        self
     }
 
     /// Observed at `now` (RFC 3339).

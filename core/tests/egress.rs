@@ -296,6 +296,7 @@ fn a_good_probe_that_sees_a_new_egress_is_reported_and_a_failed_one_keeps_the_la
     let target = Target {
         uid: "uid-1".to_owned(),
         host: "10.0.0.7".to_owned(),
+        since: None,
     };
     let thresholds = Thresholds::new(3, 1);
     let probe = |secs: i64, ok: bool, egress: Option<&str>| Probe {

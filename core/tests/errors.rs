@@ -128,7 +128,8 @@ fn quota_on_create_is_a_condition_not_an_error() {
     )));
     let decision = decide(&managed_spec(), &creating_status(), &observed);
     let message = "creating instance proxy-kbqzhquppopaia3n failed, the provider's quota is \
-                   used up; retrying in 5m: CPUS quota exceeded in europe-west1";
+                   used up; retrying at 2026-01-01T00:05:00Z (in 5m): CPUS quota exceeded in \
+                   europe-west1";
     assert_waits_for_quota(&decision, message);
 }
 
@@ -469,8 +470,8 @@ fn quota_that_failed_an_accepted_create_waits_with_no_instance_and_creates_again
         "operation operation-1: Quota 'CPUS' exceeded. (QUOTA_EXCEEDED)",
     ));
     let message = "creating instance proxy-kbqzhquppopaia3n failed, the provider's quota is \
-                   used up; retrying in 5m: operation operation-1: Quota 'CPUS' exceeded. \
-                   (QUOTA_EXCEEDED)";
+                   used up; retrying at 2026-01-01T00:05:00Z (in 5m): operation operation-1: \
+                   Quota 'CPUS' exceeded. (QUOTA_EXCEEDED)";
     assert_waits_for_quota(&decision, message);
     // The next pass creates again: the providerID is gone.
     let retry = decide(&managed_spec(), decision.status(), &Observed::test().at(T1));

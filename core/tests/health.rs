@@ -31,6 +31,7 @@ fn target_of(uid: &str, host: &str) -> Target {
     Target {
         uid: uid.to_owned(),
         host: host.to_owned(),
+        since: None,
     }
 }
 
@@ -464,7 +465,7 @@ fn a_seeded_verdict_needs_a_full_threshold_run_to_flip() {
     for healthy in [true, false] {
         let mut book = HealthBook::new();
         let seeded = verdict(healthy, ok(-30, 40));
-        assert!(book.seed(&key(), UID, seeded.clone()));
+        assert!(book.seed(&key(), UID, None, seeded.clone()));
         // The reconciler sees the status's verdict before any probe.
         assert_eq!(book.reported(&key(), UID), Some(&seeded));
         let state = book.get(&key()).unwrap();
@@ -493,7 +494,7 @@ fn a_seeded_verdict_needs_a_full_threshold_run_to_flip() {
 fn a_seeded_proxy_reports_latency_against_the_status() {
     let thresholds = Thresholds::new(3, 1);
     let mut book = HealthBook::new();
-    assert!(book.seed(&key(), UID, verdict(true, ok(-30, 40))));
+    assert!(book.seed(&key(), UID, None, verdict(true, ok(-30, 40))));
     assert_eq!(deliver(&mut book, ok(0, 45), thresholds), None);
     for secs in 25..29 {
         assert_eq!(deliver(&mut book, ok(secs, 100), thresholds), None);
@@ -515,8 +516,8 @@ fn seeding_a_known_proxy_changes_nothing() {
     let mut book = HealthBook::new();
     assert_eq!(run(&mut book, &[ok(0, 40), fail(1)], thresholds).len(), 1);
     let before = book.clone();
-    assert!(!book.seed(&key(), UID, verdict(false, ok(2, 40))));
-    assert!(!book.seed(&key(), OTHER_UID, verdict(false, ok(2, 40))));
+    assert!(!book.seed(&key(), UID, None, verdict(false, ok(2, 40))));
+    assert!(!book.seed(&key(), OTHER_UID, None, verdict(false, ok(2, 40))));
     assert_eq!(book, before);
 }
 
@@ -693,18 +694,33 @@ fn only_a_proxy_with_a_verdict_waits_for_its_place_in_the_interval() {
     assert!(probed.delivered(&report));
     let secs = std::time::Duration::from_secs;
     let millis = std::time::Duration::from_millis;
+    // The machine the status shows has served since T0.
+    let shown = Target {
+        since: Some(T0.to_owned()),
+        ..target()
+    };
     // (book, target, spread, first probe in)
     let rows = [
         (HealthBook::new(), target(), 5_000, secs(0)),
         (HealthBook::new(), target(), 9_999, secs(0)),
-        (seeded.clone(), target(), 0, secs(0)),
-        (seeded.clone(), target(), 5_000, secs(15)),
-        (seeded.clone(), target(), 19_999, millis(29_997)),
-        (seeded.clone(), target(), u64::MAX, millis(4_845)),
+        (seeded.clone(), shown.clone(), 0, secs(0)),
+        (seeded.clone(), shown.clone(), 5_000, secs(15)),
+        (seeded.clone(), shown.clone(), 19_999, millis(29_997)),
+        (seeded.clone(), shown.clone(), u64::MAX, millis(4_845)),
         (probed.clone(), target(), 2_500, millis(7_500)),
-        // A verdict about another machine or object says nothing about this one.
+        // A verdict about another machine or object says nothing about this one: another
+        // address, another UID, or a machine that replaced it at the same address.
         (seeded.clone(), target_of(UID, OTHER_IP), 5_000, secs(0)),
-        (seeded, target_of(OTHER_UID, IP), 5_000, secs(0)),
+        (seeded.clone(), target_of(OTHER_UID, IP), 5_000, secs(0)),
+        (
+            seeded,
+            Target {
+                since: Some("2026-01-01T00:10:00Z".to_owned()),
+                ..target()
+            },
+            5_000,
+            secs(0),
+        ),
     ];
     for (book, target, spread, expected) in rows {
         assert_eq!(

@@ -63,6 +63,7 @@ fn writes_per_second(interval_secs: i64) -> (f64, Vec<(ReportReason, usize)>) {
         .map(|i| Target {
             uid: format!("uid-{i}"),
             host: format!("10.{}.{}.{}", i / 65_536, (i / 256) % 256, i % 256),
+            since: None,
         })
         .collect();
     let thresholds = Thresholds::new(3, 1);

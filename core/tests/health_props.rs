@@ -85,6 +85,7 @@ impl World {
         Target {
             uid: format!("uid-{}", self.uid),
             host: format!("10.0.{}.7", self.host),
+            since: None,
         }
     }
 

@@ -10,6 +10,12 @@
 //! faults stop and the model settles: the proxy must converge (or be latched by a permanent
 //! error, which is by design).
 //!
+//! The model keeps what the shell keeps between reconciles (the failure count and the
+//! [`Hold`]) and reconciles at any moment, whatever the requeue said: that is every event
+//! the real controller gets (its own status writes, probes, Pods). One invariant is the
+//! issue-38 property: between a quota or stockout failure and its retry time, no `Create` is
+//! ever emitted unless the spec changed or a deletion was requested since.
+//!
 //! Failing cases are saved under `core/proptest-regressions/props.txt`: commit that file.
 //! `PROPTEST_CASES` raises the number of cases (256 by default).
 
@@ -24,9 +30,9 @@ use proxy_core::conditions::{self, HEALTHY, PROVISIONED, READY};
 use proxy_core::naming::instance_name;
 use proxy_core::testing::{self, UID, external_spec, managed_spec};
 use proxy_core::{
-    CloudInitView, Decided, Decision, Effects, ErrorClass, HealthVerdict, InstanceView,
+    CloudInitView, Decided, Decision, Effects, ErrorClass, HealthVerdict, Hold, InstanceView,
     MetadataWrite, Observed, Outcome, ProviderCall, ProviderDown, ProviderError, ProviderRequest,
-    Reconcile, Requeue, decide,
+    Reconcile, Requeue, Timing, decide,
 };
 use proxy_crd::{CloudInit, Mode, Phase, ProxySpec, ProxyStatus, SecretKeyRef};
 
@@ -70,6 +76,8 @@ fn transition() -> impl Strategy<Value = Transition> {
     let class = prop_oneof![
         Just(ErrorClass::Transient),
         Just(ErrorClass::Quota),
+        Just(ErrorClass::Stockout),
+        Just(ErrorClass::Refused),
         Just(ErrorClass::Permanent),
     ];
     prop_oneof![
@@ -95,6 +103,8 @@ const ZONES: [&str; 3] = ["europe-west1-b", "europe-west1-c", "us-east1-b"];
 const SECRET_MISSING: &str = "Secret crawl/squid-init not found";
 /// Ticks a deleted instance keeps reporting `Terminated` before it is gone.
 const DELETION_TICKS: u8 = 2;
+/// The model's quota delay: six ticks, so that a hold runs out within a settle.
+const QUOTA_RETRY: Duration = Duration::from_secs(30);
 
 #[derive(Clone, Debug)]
 struct SimInstance {
@@ -152,6 +162,12 @@ struct World {
     awaiting_not_found: bool,
     last_requeue: Requeue,
     dirty: bool,
+    // What the shell keeps between reconciles.
+    failures: u32,
+    hold: Option<Hold>,
+    /// The reference's own record of the last quota or stockout failure of a create: not
+    /// before this time, for this generation, unless a deletion was requested since.
+    no_create_before: Option<(Timestamp, i64, bool)>,
 }
 
 impl World {
@@ -193,6 +209,9 @@ impl World {
             awaiting_not_found: false,
             last_requeue: Requeue::AwaitChange,
             dirty: true,
+            failures: 0,
+            hold: None,
+            no_create_before: None,
         }
     }
 
@@ -290,10 +309,23 @@ impl World {
         if class == ErrorClass::Permanent {
             self.permanent_error_generation = Some(self.generation);
         }
-        Some(ProviderError {
-            class,
-            message: format!("injected {class:?} fault"),
-        })
+        Some(injected(class, "fault"))
+    }
+
+    /// A create failed with `error`: a quota or a stockout forbids the next one for the
+    /// quota delay; a refusal marks the provider down (the shell tells its monitor).
+    fn create_failed(&mut self, error: &ProviderError) {
+        match error.class {
+            ErrorClass::Quota | ErrorClass::Stockout => {
+                self.no_create_before = Some((
+                    self.now + QUOTA_RETRY,
+                    self.generation,
+                    self.deletion_requested,
+                ));
+            }
+            ErrorClass::Refused => self.provider_down = true,
+            ErrorClass::Transient | ErrorClass::Permanent => {}
+        }
     }
 
     fn tick(&mut self) {
@@ -347,16 +379,16 @@ impl World {
                 },
                 SimState::Stopped => InstanceView::Stopped,
                 SimState::Terminated | SimState::Deleting(_) => InstanceView::Terminated,
-                SimState::CreateFailed(class) => InstanceView::CreateFailed(ProviderError {
-                    class,
-                    message: format!("injected {class:?} failure of an accepted create"),
-                }),
+                SimState::CreateFailed(class) => {
+                    InstanceView::CreateFailed(injected(class, "failure of an accepted create"))
+                }
             },
         };
         if let InstanceView::CreateFailed(error) = &view {
             if error.class == ErrorClass::Permanent {
                 self.permanent_error_generation = Some(self.generation);
             }
+            self.create_failed(&error.clone());
             self.instances
                 .retain(|_, i| !matches!(i.state, SimState::CreateFailed(_)));
         }
@@ -395,6 +427,12 @@ impl World {
         observed.provider_down = self.provider_down.then(|| ProviderDown {
             message: "provider pods failed its check: injected".to_owned(),
         });
+        observed.timing = Timing {
+            quota_retry: QUOTA_RETRY,
+            ..Timing::default()
+        };
+        observed.failures = self.failures;
+        observed.hold = self.hold.clone();
         observed
     }
 
@@ -422,6 +460,9 @@ impl World {
             );
         }
         self.last_requeue = plan.requeue();
+        let followup = plan.followup();
+        self.failures = followup.failures;
+        self.hold = followup.hold;
         self.check_status()
     }
 
@@ -501,12 +542,23 @@ impl World {
                 );
                 prop_assert!(!self.deletion_requested, "create during deletion");
                 prop_assert!(!self.provider_down, "create while the provider is down");
+                if let Some((until, generation, deleting)) = self.no_create_before {
+                    prop_assert!(
+                        self.now >= until
+                            || generation != self.generation
+                            || deleting != self.deletion_requested,
+                        "create at {} before the quota or stockout retry time {}",
+                        self.now,
+                        until
+                    );
+                }
                 prop_assert!(
                     self.credentials,
                     "create before its credentials were issued"
                 );
                 prop_assert_eq!(request.cloud_init.clone(), self.secret_content());
                 if let Some(error) = self.take_fault() {
+                    self.create_failed(&error);
                     return Ok(Outcome::Failed {
                         call: ProviderCall::Create,
                         error,
@@ -671,9 +723,10 @@ impl World {
             self.secret_present = true;
             self.dirty = true;
         }
-        for _ in 0..40 {
+        // Long enough for the longest hold to run out (a backoff of five minutes).
+        for _ in 0..120 {
             let requeued = match self.last_requeue {
-                Requeue::After(_) | Requeue::Backoff => true,
+                Requeue::After(_) | Requeue::Backoff | Requeue::Held(_) => true,
                 Requeue::AwaitChange => false,
             };
             if self.dirty || requeued {
@@ -771,6 +824,15 @@ fn check_story(input: &ProxyStatus, decision: &Decision) -> Result<(), TestCaseE
         );
     }
     Ok(())
+}
+
+/// An injected error of `class`; a stockout names the zone it ran out in.
+fn injected(class: ErrorClass, what: &str) -> ProviderError {
+    let message = format!("injected {class:?} {what}");
+    match class {
+        ErrorClass::Stockout => ProviderError::stockout(Some(ZONES[0].to_owned()), message),
+        _ => ProviderError::new(class, message),
+    }
 }
 
 fn run(

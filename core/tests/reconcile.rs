@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use proxy_core::testing::{self, managed_spec};
 use proxy_core::{
-    Followup, InstanceView, Interruption, MetadataWrite, Next, Observed, Outcome, ProviderError,
-    ProviderRequest, Reconcile, Requeue, Wake, instance_id,
+    Followup, Hold, InstanceView, Interruption, MetadataWrite, Next, Observed, Outcome,
+    ProviderCall, ProviderError, ProviderRequest, Reconcile, Requeue, Wake, instance_id,
 };
 use proxy_crd::ProxyStatus;
 use support::{
@@ -93,7 +93,8 @@ fn a_create_feeds_its_outcome_to_the_second_decision_and_writes_its_status_once(
         plan.followup(),
         Followup {
             wake: Wake::After(Duration::from_secs(10)),
-            failures: 0
+            failures: 0,
+            hold: None,
         }
     );
 }
@@ -125,13 +126,21 @@ fn a_transient_failure_backs_off_from_the_failures_observed() {
         error: ProviderError::transient("connection reset"),
     });
     assert_eq!(plan.requeue(), Requeue::Backoff);
-    // The third failure in a row: 0.5 s doubled twice.
+    // The third failure in a row: 0.5 s doubled twice, and the create is held back as long.
+    let followup = plan.followup();
     assert_eq!(
-        plan.followup(),
-        Followup {
-            wake: Wake::After(Duration::from_secs(2)),
-            failures: 3
-        }
+        (followup.wake, followup.failures),
+        (Wake::After(Duration::from_secs(2)), 3)
+    );
+    assert_eq!(
+        followup.hold,
+        Some(Hold {
+            call: ProviderCall::Create,
+            until: "2026-01-01T00:00:02Z".parse().unwrap(),
+            generation: 1,
+            deleting: false,
+            stocked_out: Vec::new(),
+        })
     );
 }
 
@@ -157,6 +166,8 @@ fn the_followup_resets_on_success_backs_off_on_failure_and_waits_when_not_leader
         // (requeue, or the interruption, failures before, followup)
         (Ok(Requeue::After(Duration::from_secs(60))), 4, after(60), 0),
         (Ok(Requeue::AwaitChange), 4, Wake::OnChange, 0),
+        // A wait that binds is no new attempt: the count stays.
+        (Ok(Requeue::Held(Duration::from_secs(5))), 3, after(5), 3),
         (Ok(Requeue::Backoff), 0, half, 1),
         (Ok(Requeue::Backoff), 1, after(1), 2),
         (Ok(Requeue::Backoff), 30, after(300), 31),
@@ -171,11 +182,11 @@ fn the_followup_resets_on_success_backs_off_on_failure_and_waits_when_not_leader
     for (end, before, wake, failures) in cases {
         let followup = match end {
             Ok(requeue) => Followup::after(requeue, before),
-            Err(interruption) => Followup::interrupted(interruption, before),
+            Err(interruption) => Followup::interrupted(interruption, before, None),
         };
         assert_eq!(
-            followup,
-            Followup { wake, failures },
+            (followup.wake, followup.failures),
+            (wake, failures),
             "{end:?} after {before} failures"
         );
     }

@@ -100,6 +100,8 @@ fn scenes() -> Vec<Scene> {
         Scene::Instance(I::NotFound),
         Scene::CallFails(ErrorClass::Transient),
         Scene::CallFails(ErrorClass::Quota),
+        Scene::CallFails(ErrorClass::Stockout),
+        Scene::CallFails(ErrorClass::Refused),
         Scene::CallFails(ErrorClass::Permanent),
         Scene::Instance(I::NotLookedUp),
         Scene::NewGeneration,
@@ -275,11 +277,7 @@ impl Effects for Life {
 
 fn refusal(class: ErrorClass) -> ProviderError {
     let message = "the provider said no";
-    match class {
-        ErrorClass::Transient => ProviderError::transient(message),
-        ErrorClass::Quota => ProviderError::quota(message),
-        ErrorClass::Permanent => ProviderError::permanent(message),
-    }
+    ProviderError::new(class, message)
 }
 
 /// The records of an External proxy's life: no cloud-init, but strings of their own.

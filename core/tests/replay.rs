@@ -68,6 +68,7 @@ fn target(host: &str) -> Target {
     Target {
         uid: testing::UID.to_owned(),
         host: host.to_owned(),
+        since: None,
     }
 }
 
@@ -576,6 +577,7 @@ fn every_reachable_health_state_replays_alone_and_in_sequence() {
                     book.seed(
                         &key,
                         testing::UID,
+                        None,
                         proxy_core::HealthVerdict {
                             host: "10.0.0.7".to_owned(),
                             healthy,

@@ -27,8 +27,9 @@ use proxy_core::record::{
 };
 use proxy_core::testing::{self, at};
 use proxy_core::{
-    CloudInitView, Decided, Decision, Effects, InstanceView, Metadata, MetadataWrite, Observed,
-    Outcome, ProviderCall, ProviderError, ProviderRequest, Reconcile, Requeue, Timing, decide,
+    CloudInitView, Decided, Decision, Effects, Hold, InstanceView, Metadata, MetadataWrite,
+    Observed, Outcome, ProviderCall, ProviderError, ProviderRequest, Reconcile, Requeue, Timing,
+    decide,
 };
 use proxy_crd::{CloudInit, Phase, ProxySpec, ProxyStatus, SecretKeyRef};
 use serde_json::Value;
@@ -44,9 +45,10 @@ const MIN_RECORDS: usize = 5;
 type StoryFn = fn() -> Story;
 
 /// The incidents, by file stem.
-const STORIES: [(&str, StoryFn); 4] = [
+const STORIES: [(&str, StoryFn); 5] = [
     ("replacement", replacement),
     ("quota-retry", quota_retry),
+    ("quota-in-operation", quota_in_operation),
     ("finalizer-deletion", finalizer_deletion),
     ("health-flap", health_flap),
 ];
@@ -103,6 +105,51 @@ fn quota_retry() -> Story {
     assert_eq!(s.reconcile(), Requeue::After(secs(60)));
     s.wait(secs(3));
     assert_eq!(s.probe(true, 52, true), Some(ReportReason::First));
+    assert_eq!(s.phase(), Phase::Ready);
+    s
+}
+
+/// Issue 38's loop: GCE accepts the insert (HTTP 200), then its operation ends with
+/// `QUOTA_EXCEEDED`. The proxy's own status write, and then another event, wake it before the
+/// retry time: both reconciles are held (no insert). The retry comes at the quota delay.
+fn quota_in_operation() -> Story {
+    let mut s = Story::new("px-quota-op", "6a1f3c9e-4b2d-4e8a-9f07-3d5c1b2a8e64");
+    s.start_recording();
+    assert_eq!(s.reconcile(), Requeue::After(secs(10)), "creates");
+    let id = s.status.provider_id.clone().expect("created");
+    s.instances.insert(
+        id,
+        InstanceView::CreateFailed(ProviderError::quota(
+            "operation operation-1764936000-quota: Quota 'CPUS' exceeded.  Limit: 8.0 in \
+             region europe-west1. (HTTP 403, QUOTA_EXCEEDED)",
+        )),
+    );
+    s.wait(secs(10));
+    assert_eq!(
+        s.reconcile(),
+        Requeue::After(secs(5 * 60)),
+        "the insert failed"
+    );
+    assert_eq!(s.status.provider_id, None);
+    s.wait(secs(1));
+    assert_eq!(
+        s.reconcile(),
+        Requeue::Held(secs(5 * 60 - 1)),
+        "woken by its own status write: held"
+    );
+    s.wait(secs(120));
+    assert_eq!(
+        s.reconcile(),
+        Requeue::Held(secs(5 * 60 - 121)),
+        "woken again: still held"
+    );
+    s.wait(secs(5 * 60 - 121));
+    assert_eq!(s.reconcile(), Requeue::After(secs(10)), "creates again");
+    s.wait(secs(10));
+    s.boot("10.0.0.10");
+    assert_eq!(s.reconcile(), Requeue::After(secs(60)));
+    s.wait(secs(3));
+    assert_eq!(s.probe(true, 48, true), Some(ReportReason::First));
     assert_eq!(s.phase(), Phase::Ready);
     s
 }
@@ -398,6 +445,8 @@ struct Story {
     book: HealthBook,
     /// The finalizer was removed from an object being deleted: the API server removed it.
     gone: bool,
+    /// What the shell keeps between reconciles: the failure count and the hold.
+    kept: (u32, Option<Hold>),
 }
 
 impl Story {
@@ -438,6 +487,7 @@ impl Story {
             failures: VecDeque::new(),
             book: HealthBook::new(),
             gone: false,
+            kept: (0, None),
         }
     }
 
@@ -509,7 +559,8 @@ impl Story {
             health: self.book.reported(&self.key(), &self.meta.uid).cloned(),
             blocked_sites: None,
             timing: Timing::default(),
-            failures: 0,
+            failures: self.kept.0,
+            hold: self.kept.1.clone(),
         }
     }
 
@@ -521,6 +572,8 @@ impl Story {
         if !self.gone {
             self.status = plan.status().clone();
         }
+        let followup = plan.followup();
+        self.kept = (followup.failures, followup.hold);
         plan.requeue()
     }
 

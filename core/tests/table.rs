@@ -30,6 +30,7 @@ fn create_request() -> CreateRequest {
         cloud_init: Some(CLOUD_INIT.to_owned()),
         port: 3128,
         credentials_secret: None,
+        avoid_zones: Vec::new(),
     }
 }
 

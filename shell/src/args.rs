@@ -85,10 +85,18 @@ pub struct RunArgs {
     /// Seconds between checks of a machine that is being deleted.
     #[arg(long, default_value = "10", value_parser = duration::parse)]
     pub deletion_poll_seconds: Duration,
-    /// Seconds before a create that the provider refused for quota is tried again (quota is
-    /// expected in a busy project: no backoff, no error).
+    /// Seconds before a create that the provider refused for quota, or a zone out of
+    /// capacity, is tried again (not before, whatever wakes the proxy: quota is expected in a
+    /// busy project, so no backoff and no error); also how long a provider that refused the
+    /// operator's credentials stays unhealthy at least.
     #[arg(long, default_value = "300", value_parser = duration::parse)]
     pub quota_retry_seconds: Duration,
+    /// The deadline of one call on the reconcile path: a read or write of the Kubernetes
+    /// API, or one provider operation (which may make several API calls, each bounded by the
+    /// provider's own `requestTimeoutSeconds`). A call past it fails like any other: the
+    /// reconcile backs off and the object is retried; nothing hangs on a silent server.
+    #[arg(long, default_value = "60", value_parser = duration::parse)]
+    pub call_timeout_seconds: Duration,
     /// PEM file of extra CA certificates to trust for probe URLs (a private probe origin);
     /// the public web PKI is always trusted.
     #[arg(long, env = "PROBE_CA_BUNDLE")]
@@ -301,6 +309,8 @@ impl RunArgs {
                 .provider_check_interval_seconds
                 .max(Duration::from_secs(1)),
             timeout: at_least_10ms(self.provider_check_timeout_seconds),
+            // A refused call waits as a quota does: both are fixed outside the operator.
+            refusal_hold: at_least_10ms(self.quota_retry_seconds),
         }
     }
 

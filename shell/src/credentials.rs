@@ -72,6 +72,9 @@ pub enum IssueError {
         #[source]
         source: kube::Error,
     },
+    /// The API server did not answer in time.
+    #[error(transparent)]
+    TimedOut(#[from] crate::deadline::TimedOut),
     /// The Secret exists, but without a passwd line (someone made or edited it by hand).
     #[error(
         "the credentials Secret {0:?} exists but holds no {PASSWD_KEY:?} key: delete it, and \

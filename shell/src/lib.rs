@@ -8,6 +8,7 @@ pub mod commands;
 pub mod config;
 pub mod controller;
 pub mod credentials;
+pub mod deadline;
 pub mod dedicated;
 pub mod discovery;
 pub mod duration;

@@ -20,8 +20,8 @@ use futures::future::join_all;
 use kube::api::{Api, ListParams, Patch, PatchParams};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Resource, ResourceExt};
-use proxy_core::ProviderDown;
-use proxy_core::provider_health::{Check, assess};
+use proxy_core::provider_health::{Check, Refusal, assess};
+use proxy_core::{ProviderDown, ProviderError};
 use proxy_crd::{ProviderHealth, ProviderHealthSpec, ProviderHealthStatus, Proxy, ProxySpec};
 use tokio::sync::mpsc;
 
@@ -35,10 +35,13 @@ use crate::supervise;
 /// each prune only their own objects.
 pub const OPERATOR_LABEL: &str = "crawl.example.com/operator";
 
-/// Which providers failed their last check, by name: what each observation reads.
+/// Which providers failed their last check, or refused a call lately, by name: what each
+/// observation reads.
 #[derive(Debug, Default)]
 pub struct Board {
     down: Mutex<BTreeMap<String, ProviderDown>>,
+    /// The last refused call of each provider that still stands ([`Refusal`]).
+    refusals: Mutex<BTreeMap<String, Refusal>>,
 }
 
 impl Board {
@@ -61,10 +64,34 @@ impl Board {
         };
     }
 
+    /// `provider` refused a call of a reconcile with `error`: its Proxies wait from now on,
+    /// until a check passes after the refusal's hold ([`Refusal::applied_to`]).
+    pub fn refuse(&self, provider: &str, error: &ProviderError) {
+        let (refusal, down) = Refusal::of(provider, error, jiff::Timestamp::now());
+        tracing::warn!(provider, message = %error.message, "the provider refused a call: its proxies wait until a check passes");
+        self.set(provider, Some(down));
+        supervise::lock(&self.refusals).insert(provider.to_owned(), refusal);
+    }
+
+    /// What `check` of `provider` means with its last refusal, if one still stands for
+    /// `hold`; a refusal that no longer stands is forgotten.
+    fn with_refusal(&self, provider: &str, check: Check, hold: Duration) -> Check {
+        let mut refusals = supervise::lock(&self.refusals);
+        let Some(refusal) = refusals.get(provider) else {
+            return check;
+        };
+        let (check, stands) = refusal.applied_to(check, hold, jiff::Timestamp::now());
+        if !stands {
+            refusals.remove(provider);
+        }
+        check
+    }
+
     /// Forgets every verdict: a replica that no longer leads holds nothing when it leads
     /// again, until its first round.
     fn clear(&self) {
         supervise::lock(&self.down).clear();
+        supervise::lock(&self.refusals).clear();
     }
 }
 
@@ -84,6 +111,8 @@ pub struct Schedule {
     pub interval: Duration,
     /// How long one check may take before it counts as failed.
     pub timeout: Duration,
+    /// How long a refused call keeps its provider down at least (the quota delay).
+    pub refusal_hold: Duration,
 }
 
 /// The monitor of one operator process.
@@ -166,8 +195,9 @@ impl Monitor {
             Ok(Checked::NotStarted(message)) => Check::NotStarted { message },
             Ok(Checked::Unsupported) => Check::Unsupported,
         };
-        let api = self.api();
         let board = &self.ctx.provider_health;
+        let check = board.with_refusal(name, check, self.schedule.refusal_hold);
+        let api = self.api();
         let previous = match self.bounded(api.get_opt(name)).await {
             Ok(object) => Some(object.and_then(|o| o.status).unwrap_or_default()),
             Err(error) => {

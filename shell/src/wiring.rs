@@ -101,7 +101,7 @@ async fn serve(args: RunArgs, config: ProvidersConfig) -> anyhow::Result<()> {
         client: client.clone(),
         installation: installation.clone(),
     };
-    let providers = Registry::build(&config, &env, &metrics).await;
+    let providers = Registry::build(&config, &env, &metrics, args.call_timeout_seconds).await;
     let gc = args.gc(&installation);
     let timing = args.timing();
     tracing::info!(providers = %config.summary(), namespace = ?args.namespace, identity = leadership.identity(), installation, "proxy-operator starting");
@@ -166,7 +166,8 @@ async fn serve(args: RunArgs, config: ProvidersConfig) -> anyhow::Result<()> {
         Context::new(
             client, providers, timing, health, metrics, leadership, recorder,
         )
-        .with_bans(discovery.clone(), args.banned_sites),
+        .with_bans(discovery.clone(), args.banned_sites)
+        .with_call_timeout(args.call_timeout_seconds),
     );
     let servers = Servers {
         discovery: discovery_listener,

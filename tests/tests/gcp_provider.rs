@@ -50,6 +50,7 @@ fn request(uid: &str) -> CreateRequest {
         cloud_init: None,
         port: 3128,
         credentials_secret: None,
+        avoid_zones: Vec::new(),
     }
 }
 

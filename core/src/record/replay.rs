@@ -359,7 +359,7 @@ fn rebuild(key: &ProxyKey, state: &HealthState) -> Result<HealthBook, String> {
                 reported.host, target.host
             ));
         }
-        book.seed(key, &target.uid, reported.clone());
+        book.seed(key, &target.uid, target.since.clone(), reported.clone());
         current = Some(reported.healthy);
         at = reported.probed_at;
     }

@@ -309,6 +309,9 @@ pub struct ProbeTarget {
     pub uid: String,
     /// [`Target::host`].
     pub host: String,
+    /// [`Target::since`]; left out when `None`, so recordings made before it read back.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub since: Option<String>,
 }
 
 impl ProbeTarget {
@@ -317,6 +320,7 @@ impl ProbeTarget {
         Self {
             uid: target.uid.clone(),
             host: target.host.clone(),
+            since: target.since.clone(),
         }
     }
 
@@ -325,6 +329,7 @@ impl ProbeTarget {
         Target {
             uid: self.uid.clone(),
             host: self.host.clone(),
+            since: self.since.clone(),
         }
     }
 }

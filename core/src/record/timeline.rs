@@ -229,6 +229,7 @@ fn decided(record: &DecideRecord) -> String {
         Requeue::After(after) => format!("requeue {}", friendly(after)),
         Requeue::Backoff => "requeue with backoff".to_owned(),
         Requeue::AwaitChange => "await change".to_owned(),
+        Requeue::Held(left) => format!("held {}", friendly(left)),
     };
     format!("decided: {actions}  {requeue}")
 }

@@ -108,21 +108,32 @@ impl<'a> Executor<'a> {
                 MetadataWrite::IssueCredentials { secret } => {
                     self.patch_object(patch.take()).await?;
                     self.ctx.gate.pass(Write::Metadata)?;
-                    let passwd = credentials::issue(
-                        &self.ctx.client,
-                        &self.proxy.namespace().unwrap_or_default(),
-                        secret,
-                        &self.proxy.name_any(),
-                        &self.proxy.uid().unwrap_or_default(),
-                    )
-                    .await?;
+                    let (namespace, name, uid) = (
+                        self.proxy.namespace().unwrap_or_default(),
+                        self.proxy.name_any(),
+                        self.proxy.uid().unwrap_or_default(),
+                    );
+                    let issuing =
+                        credentials::issue(&self.ctx.client, &namespace, secret, &name, &uid);
+                    let passwd = self
+                        .ctx
+                        .bounded(
+                            || format!("issuing the credentials Secret {secret}"),
+                            issuing,
+                        )
+                        .await?;
                     *crate::supervise::lock(&self.passwd) = Some(passwd);
                 }
                 MetadataWrite::RevokeCredentials { secret } => {
                     self.patch_object(patch.take()).await?;
                     self.ctx.gate.pass(Write::Metadata)?;
                     let namespace = self.proxy.namespace().unwrap_or_default();
-                    credentials::revoke(&self.ctx.client, &namespace, secret)
+                    let revoking = credentials::revoke(&self.ctx.client, &namespace, secret);
+                    self.ctx
+                        .bounded(
+                            || format!("deleting the credentials Secret {secret}"),
+                            revoking,
+                        )
                         .await
                         .map_err(|source| Error::Revoke {
                             name: secret.clone(),
@@ -148,12 +159,14 @@ impl<'a> Executor<'a> {
         };
         self.ctx.gate.pass(Write::Metadata)?;
         self.versions(None);
+        let name = self.proxy.name_any();
+        let params = PatchParams::default();
+        let body = Patch::Merge(&patch.body);
         match self
-            .api()
-            .patch(
-                &self.proxy.name_any(),
-                &PatchParams::default(),
-                &Patch::Merge(&patch.body),
+            .ctx
+            .bounded(
+                || format!("patching Proxy {name}"),
+                self.api().patch(&name, &params, &body),
             )
             .await
         {
@@ -223,9 +236,14 @@ impl<'a> Executor<'a> {
             json!({"apiVersion": "crawl.example.com/v1alpha1", "kind": "Proxy", "status": status});
         let params = PatchParams::apply(FIELD_MANAGER).force();
         self.versions(None);
+        let name = self.proxy.name_any();
+        let patch = Patch::Apply(&body);
         match self
-            .api()
-            .patch_status(&self.proxy.name_any(), &params, &Patch::Apply(&body))
+            .ctx
+            .bounded(
+                || format!("writing the status of Proxy {name}"),
+                self.api().patch_status(&name, &params, &patch),
+            )
             .await
         {
             Ok(written) => {
@@ -253,7 +271,11 @@ pub async fn publish(
 ) -> Result<(), NotLeader> {
     for event in events {
         ctx.gate.pass(Write::Event)?;
-        if let Err(error) = ctx.events.publish(event, "Reconcile", reference).await {
+        let publishing = ctx.events.publish(event, "Reconcile", reference);
+        if let Err(error) = ctx
+            .bounded(|| format!("recording event {}", event.reason), publishing)
+            .await
+        {
             tracing::warn!(%error, reason = %event.reason, "could not record an event");
         }
     }

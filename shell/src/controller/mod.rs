@@ -7,6 +7,7 @@
 //! executes the effects in the order the driver gives them ([`execute`]), each through the
 //! leader gate ([`crate::gate`]), and maps the driver's follow-up onto kube-runtime's requeue.
 
+pub mod changes;
 pub mod execute;
 pub mod observe;
 pub mod slim;
@@ -25,7 +26,8 @@ use kube::runtime::reflector::{self, ObjectRef};
 use kube::runtime::{WatchStreamExt, watcher};
 use proxy_core::record::DecideRecord;
 use proxy_core::{
-    Followup, Interruption, Next, Outcome, ProxyKey, Reconcile, Requeue, Timing, Wake,
+    ErrorClass, Followup, Hold, Interruption, Next, Outcome, ProxyKey, Reconcile, Requeue, Timing,
+    Wake,
 };
 use proxy_crd::{CLOUD_INIT_SECRET_LABEL, Proxy};
 
@@ -43,6 +45,9 @@ use crate::supervise::{self, Loop, Panicked};
 
 /// The field manager of every write this operator makes.
 pub const FIELD_MANAGER: &str = "proxy-operator";
+
+/// `--call-timeout-seconds`' default.
+pub const DEFAULT_CALL_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// What every reconcile shares.
 pub struct Context {
@@ -72,9 +77,22 @@ pub struct Context {
     /// The version of each Proxy this replica last read or wrote: when the cache holds it,
     /// a reconcile decides on the cache ([`versions`]).
     pub(crate) versions: versions::Versions,
-    // Consecutive failed reconciles per object, which the core's driver turns into a
-    // backoff ([`Followup`]); an object without an entry has none.
-    failures: Mutex<BTreeMap<ProxyKey, u32>>,
+    /// The deadline of each call a reconcile makes to the API server
+    /// (`--call-timeout-seconds`, [`crate::deadline`]).
+    pub(crate) call_timeout: std::time::Duration,
+    // What the core's driver asks to keep per object between its reconciles ([`Followup`]):
+    // its consecutive failed reconciles and the provider call held back. An object without
+    // an entry has neither.
+    kept: Mutex<BTreeMap<ProxyKey, Kept>>,
+}
+
+/// What the controller keeps about one object between its reconciles, for the core.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Kept {
+    /// Consecutive failed reconciles ([`proxy_core::Observed::failures`]).
+    pub failures: u32,
+    /// The provider call held back, and until when ([`proxy_core::Observed::hold`]).
+    pub hold: Option<Hold>,
 }
 
 /// Why a reconcile did not finish.
@@ -150,8 +168,24 @@ impl Context {
             bans: None,
             events,
             versions,
-            failures: Mutex::default(),
+            call_timeout: DEFAULT_CALL_TIMEOUT,
+            kept: Mutex::default(),
         }
+    }
+
+    /// Bounds each call a reconcile makes to the API server by `timeout`.
+    pub fn with_call_timeout(mut self, timeout: std::time::Duration) -> Self {
+        self.call_timeout = timeout;
+        self
+    }
+
+    /// `call` to the API server about `what`, bounded by the call timeout.
+    pub(crate) async fn bounded<T, E: From<crate::deadline::TimedOut>>(
+        &self,
+        what: impl FnOnce() -> String,
+        call: impl std::future::Future<Output = Result<T, E>>,
+    ) -> Result<T, E> {
+        crate::deadline::within(self.call_timeout, what, call).await
     }
 
     /// Observes the blocked sites of each proxy in `discovery`'s lease book, judged against
@@ -168,36 +202,41 @@ impl Context {
         discovery.blocked_sites(key, *threshold)
     }
 
-    /// Consecutive failed reconciles of `object` so far.
-    fn failures(&self, object: &ProxyKey) -> u32 {
-        supervise::lock(&self.failures)
+    /// What the last reconcile of `object` left for the next one.
+    fn kept(&self, object: &ProxyKey) -> Kept {
+        supervise::lock(&self.kept)
             .get(object)
-            .copied()
-            .unwrap_or(0)
+            .cloned()
+            .unwrap_or_default()
     }
 
     /// Forgets what reconciles keep about `object`, which is gone: its consecutive failures,
-    /// its last known version and its recorder ring.
+    /// its hold, its last known version and its recorder ring.
     pub(crate) fn forget(&self, object: &ProxyKey) {
-        supervise::lock(&self.failures).remove(object);
+        supervise::lock(&self.kept).remove(object);
         self.versions.set(object, None);
         self.recorder.forget(object);
     }
 
-    /// How many Proxies have failures counted.
+    /// How many Proxies have failures counted or a call held.
     pub(crate) fn tracked(&self) -> usize {
-        supervise::lock(&self.failures).len()
+        supervise::lock(&self.kept).len()
     }
 
-    /// Keeps the failure count `followup` gives `object`, and turns its wake-up into
-    /// kube-runtime's requeue.
+    /// Keeps the failure count and the hold `followup` gives `object`, and turns its wake-up
+    /// into kube-runtime's requeue.
     fn follow(&self, object: &ProxyKey, followup: Followup) -> controller::Action {
-        let mut failures = supervise::lock(&self.failures);
-        if followup.failures == 0 {
-            failures.remove(object);
+        let kept = Kept {
+            failures: followup.failures,
+            hold: followup.hold,
+        };
+        let mut all = supervise::lock(&self.kept);
+        if kept == Kept::default() {
+            all.remove(object);
         } else {
-            failures.insert(object.clone(), followup.failures);
+            all.insert(object.clone(), kept);
         }
+        drop(all);
         match followup.wake {
             Wake::After(delay) => controller::Action::requeue(delay),
             Wake::OnChange => controller::Action::await_change(),
@@ -232,9 +271,12 @@ pub async fn run(
     // Proxy without what no reader uses ([`slim`]).
     let store = cache.as_reader();
     let watch = watcher(proxies, watcher::Config::default()).modify(slim::slim);
+    // Only a change a user made wakes a reconcile ([`changes`]): the operator's own status
+    // writes do not, and the requeue the core decided stands.
     let proxy_events = reflector::reflector(cache, watch)
         .inspect(move |item| observe(item))
-        .applied_objects();
+        .applied_objects()
+        .predicate_filter(changes::user_changes, Default::default());
     let controller = Controller::for_stream(proxy_events, store.clone())
         .with_config(controller::Config::default().concurrency(max_concurrent_reconciles));
     // A replica that becomes the leader reconciles everything: followers skip reconciles.
@@ -322,7 +364,8 @@ pub async fn run(
 
 fn error_policy(proxy: Arc<Proxy>, error: &Error, ctx: Arc<Context>) -> controller::Action {
     let object = ProxyKey::of(&proxy);
-    let followup = Followup::interrupted(error.interruption(), ctx.failures(&object));
+    let kept = ctx.kept(&object);
+    let followup = Followup::interrupted(error.interruption(), kept.failures, kept.hold);
     match followup.wake {
         Wake::OnChange => tracing::info!(proxy = %object, %error, "reconcile stopped"),
         Wake::After(delay) => tracing::warn!(
@@ -367,7 +410,7 @@ async fn reconcile_once(
         return Ok(controller::Action::await_change());
     };
     let object = ProxyKey::of(&proxy);
-    let observed = observe::observe(&proxy, ctx.failures(&object), ctx).await?;
+    let observed = observe::observe(&proxy, ctx.kept(&object), ctx).await?;
     let status = proxy.status.clone().unwrap_or_default();
     let execute = Executor::new(&proxy, ctx);
     let started = Reconcile::start(proxy.spec.clone(), status, observed);
@@ -379,6 +422,10 @@ async fn reconcile_once(
             let outcome = execute.provider_call(pending.request()).await?;
             if let Outcome::Failed { error, .. } = &outcome {
                 ctx.metrics.reconcile_error(error.class.label());
+                if error.class == ErrorClass::Refused {
+                    ctx.provider_health
+                        .refuse(pending.request().provider(), error);
+                }
             }
             let second = pending.after(outcome);
             ctx.recorder.decide(DecideRecord::of(second.decided()));

@@ -9,7 +9,7 @@ use proxy_core::cloud_init::{self, SecretRead};
 use proxy_core::{CloudInitView, InstanceView, Metadata, Observed, ProxyKey, instance_id};
 use proxy_crd::{FINALIZER, Mode, Proxy, SPEC_HASH_ANNOTATION};
 
-use super::Context;
+use super::{Context, Kept};
 
 /// Why an observation could not be made. Each message ends with its source's, as kube's
 /// own errors do, so one line in the log says it all.
@@ -57,8 +57,9 @@ pub async fn current(cached: &Proxy, ctx: &Context) -> Result<Option<Proxy>, Err
     }
     let api: Api<Proxy> =
         Api::namespaced(ctx.client.clone(), &cached.namespace().unwrap_or_default());
-    let current = api
-        .get_opt(&cached.name_any())
+    let name = cached.name_any();
+    let current = ctx
+        .bounded(|| format!("reading Proxy {key}"), api.get_opt(&name))
         .await
         .map_err(Error::Proxy)?;
     let version = current
@@ -69,9 +70,9 @@ pub async fn current(cached: &Proxy, ctx: &Context) -> Result<Option<Proxy>, Err
     Ok(current)
 }
 
-/// Gathers everything `decide` needs about `proxy`, whose object has had `failures`
-/// consecutive failed reconciles.
-pub async fn observe(proxy: &Proxy, failures: u32, ctx: &Context) -> Result<Observed, Error> {
+/// Gathers everything `decide` needs about `proxy`, with what its last reconcile `kept` (its
+/// consecutive failed reconciles, and the provider call held back).
+pub(crate) async fn observe(proxy: &Proxy, kept: Kept, ctx: &Context) -> Result<Observed, Error> {
     let status = proxy.status.clone().unwrap_or_default();
     let provider = proxy
         .spec
@@ -82,6 +83,13 @@ pub async fn observe(proxy: &Proxy, failures: u32, ctx: &Context) -> Result<Obse
         (Some(provider), Some(id)) => InstanceView::from(provider.get(id).await),
         _ => InstanceView::NotLookedUp,
     };
+    // A lookup that refused the operator (its credentials) holds the provider's Proxies as a
+    // refused create does.
+    if let (InstanceView::Error(error), Some(name)) = (&instance, proxy.spec.provider.as_deref())
+        && error.class == proxy_core::ErrorClass::Refused
+    {
+        ctx.provider_health.refuse(name, error);
+    }
     Ok(Observed {
         now: jiff::Timestamp::now(),
         object: Metadata {
@@ -93,7 +101,7 @@ pub async fn observe(proxy: &Proxy, failures: u32, ctx: &Context) -> Result<Obse
             has_finalizer: proxy.finalizers().iter().any(|f| f == FINALIZER),
             spec_hash_annotation: proxy.annotations().get(SPEC_HASH_ANNOTATION).cloned(),
         },
-        cloud_init: resolve_cloud_init(proxy, &ctx.client).await?,
+        cloud_init: resolve_cloud_init(proxy, ctx).await?,
         provider_configured: provider.is_some(),
         provider_down: ctx.provider_health.down(&proxy.spec),
         credentials: proxy.spec.mode == Mode::Managed
@@ -108,21 +116,25 @@ pub async fn observe(proxy: &Proxy, failures: u32, ctx: &Context) -> Result<Obse
         health: ctx.health.reported(proxy),
         blocked_sites: ctx.blocked_sites(&proxy_core::ProxyKey::of(proxy)),
         timing: ctx.timing,
-        failures,
+        failures: kept.failures,
+        hold: kept.hold,
     })
 }
 
 /// The cloud-init content: inline, or from a labelled Secret in the Proxy's namespace (what
 /// counts is the core's [`cloud_init`]).
-async fn resolve_cloud_init(proxy: &Proxy, client: &kube::Client) -> Result<CloudInitView, Error> {
+async fn resolve_cloud_init(proxy: &Proxy, ctx: &Context) -> Result<CloudInitView, Error> {
     let cloud_init = proxy.spec.cloud_init.as_ref();
     let cloud_init::Source::Secret(reference) = cloud_init::source(cloud_init) else {
         return Ok(cloud_init::known(cloud_init));
     };
     let secrets: Api<Secret> =
-        Api::namespaced(client.clone(), &proxy.namespace().unwrap_or_default());
-    let secret = secrets
-        .get_opt(&reference.name)
+        Api::namespaced(ctx.client.clone(), &proxy.namespace().unwrap_or_default());
+    let secret = ctx
+        .bounded(
+            || format!("reading Secret {}", reference.name),
+            secrets.get_opt(&reference.name),
+        )
         .await
         .map_err(|source| Error::Secret {
             name: reference.name.clone(),

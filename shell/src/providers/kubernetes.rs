@@ -11,6 +11,7 @@ use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::Resource;
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
+use proxy_core::classify::KubeAnswer;
 use proxy_core::gc::Listed;
 use proxy_core::{CreateRequest, InstanceState, ProviderError};
 use proxy_crd::Proxy;
@@ -136,20 +137,22 @@ pub fn state_of(pod: &Pod) -> InstanceState {
     }
 }
 
-/// Maps an API error to the core's classes: refusals that a retry cannot fix are
-/// permanent, quota refusals are quota, everything else is transient.
+/// Maps an API error to the core's classes: the whole answer goes to the core's table
+/// ([`KubeAnswer`]: quota, RBAC refusals, admission denials, a terminating namespace).
 pub fn classify(error: kube::Error) -> ProviderError {
-    match &error {
-        kube::Error::Api(status)
-            if status.code == 403 && status.message.contains("exceeded quota") =>
-        {
-            ProviderError::quota(status.message.clone())
-        }
-        kube::Error::Api(status) if matches!(status.code, 400 | 401 | 403 | 422) => {
-            ProviderError::permanent(format!("{} ({})", status.message, status.reason))
-        }
-        _ => ProviderError::transient(error.to_string()),
-    }
+    let answer = match &error {
+        kube::Error::Api(status) => KubeAnswer {
+            code: Some(status.code),
+            reason: status.reason.clone(),
+            message: status.message.clone(),
+        },
+        other => KubeAnswer {
+            code: None,
+            reason: String::new(),
+            message: other.to_string(),
+        },
+    };
+    answer.classify()
 }
 
 /// A listed Pod as the GC reads it: its provider ID, its labels, its creation time.
@@ -254,6 +257,7 @@ mod tests {
             cloud_init: None,
             port: 3130,
             credentials_secret: None,
+            avoid_zones: Vec::new(),
         }
     }
 
@@ -392,8 +396,16 @@ mod tests {
             )
         };
         assert_eq!(
-            classify(api(403, "forbidden: nope")).class,
+            classify(api(403, "admission webhook \"p\" denied the request: no")).class,
             ErrorClass::Permanent
+        );
+        assert_eq!(
+            classify(api(
+                403,
+                "pods is forbidden: User \"system:serviceaccount:p:p\" cannot create resource \"pods\""
+            ))
+            .class,
+            ErrorClass::Refused
         );
         assert_eq!(
             classify(api(403, "pods \"x\" is forbidden: exceeded quota: q")).class,

@@ -3,10 +3,15 @@
 //! counter by provider, operation and result, and the calls in flight
 //! (`proxy_operator_provider_calls_in_flight` and its high-water mark `..._max`, which shows
 //! that `--max-concurrent-reconciles` bounds what a mass apply fires at a cloud API: at most
-//! the bound, plus GC's `list` and the provider health `check`, one each). A new provider
-//! gets all of it for free.
+//! the bound, plus GC's `list` and the provider health `check`, one each), and the deadline
+//! of every operation (`--call-timeout-seconds`, [`crate::deadline`]: a provider whose API
+//! accepts a connection and says nothing fails the call transiently instead of holding a
+//! reconcile forever; `check` has the monitor's own timeout). A new provider gets all of it
+//! for free.
 
+use std::future::Future;
 use std::sync::Arc;
+use std::time::Duration;
 
 use async_trait::async_trait;
 use proxy_core::gc::Listed;
@@ -14,6 +19,7 @@ use proxy_core::{CreateRequest, InstanceState, ProviderError, ProxyKey};
 use tracing::Instrument;
 
 use super::{Checked, Provider};
+use crate::deadline::within;
 use crate::metrics::Metrics;
 
 /// A provider with metrics and tracing around every call.
@@ -22,16 +28,38 @@ pub struct Metered {
     name: String,
     inner: Arc<dyn Provider>,
     metrics: Arc<Metrics>,
+    deadline: Duration,
 }
 
 impl Metered {
-    /// Wraps `inner`, known in the providers config as `name`.
-    pub fn new(name: String, inner: Arc<dyn Provider>, metrics: Arc<Metrics>) -> Self {
+    /// Wraps `inner`, known in the providers config as `name`; each operation but `check`
+    /// fails transiently past `deadline`.
+    pub fn new(
+        name: String,
+        inner: Arc<dyn Provider>,
+        metrics: Arc<Metrics>,
+        deadline: Duration,
+    ) -> Self {
         Self {
             name,
             inner,
             metrics,
+            deadline,
         }
+    }
+
+    /// `call`, the operation `op`, under the deadline.
+    async fn bounded<T>(
+        &self,
+        op: &'static str,
+        call: impl Future<Output = Result<T, ProviderError>>,
+    ) -> Result<T, ProviderError> {
+        within(
+            self.deadline,
+            || format!("provider {}: {op}", self.name),
+            call,
+        )
+        .await
     }
 
     /// Counts a call in flight until the guard drops: when the call returns, or when its
@@ -71,7 +99,10 @@ impl Provider for Metered {
     ) -> Result<String, ProviderError> {
         let span = tracing::info_span!("provider", provider = %self.name, op = "create", instance = %request.instance_name, proxy = %ProxyKey::new(&request.namespace, &request.name));
         let in_flight = self.in_flight();
-        let result = self.inner.create(request, passwd).instrument(span).await;
+        let result = self
+            .bounded("create", self.inner.create(request, passwd))
+            .instrument(span)
+            .await;
         drop(in_flight);
         self.count("create", &result);
         result
@@ -80,9 +111,17 @@ impl Provider for Metered {
     async fn get(&self, provider_id: &str) -> Result<InstanceState, ProviderError> {
         let span = tracing::info_span!("provider", provider = %self.name, op = "get", provider_id);
         let in_flight = self.in_flight();
-        let result = self.inner.get(provider_id).instrument(span).await;
+        let result = self
+            .bounded("get", self.inner.get(provider_id))
+            .instrument(span)
+            .await;
         drop(in_flight);
         self.count("get", &result);
+        // A create the provider accepted and failed later (GCE's insert operation ended
+        // with an error) shows only here: said as loudly as a failed create call.
+        if let Ok(InstanceState::CreateFailed(error)) = &result {
+            tracing::warn!(provider = %self.name, provider_id, class = error.class.label(), message = %error.message, "an accepted create failed");
+        }
         result
     }
 
@@ -90,7 +129,10 @@ impl Provider for Metered {
         let span =
             tracing::info_span!("provider", provider = %self.name, op = "delete", provider_id);
         let in_flight = self.in_flight();
-        let result = self.inner.delete(provider_id).instrument(span).await;
+        let result = self
+            .bounded("delete", self.inner.delete(provider_id))
+            .instrument(span)
+            .await;
         drop(in_flight);
         self.count("delete", &result);
         result
@@ -99,7 +141,10 @@ impl Provider for Metered {
     async fn list_by_tag(&self) -> Result<Vec<Listed>, ProviderError> {
         let span = tracing::info_span!("provider", provider = %self.name, op = "list");
         let in_flight = self.in_flight();
-        let result = self.inner.list_by_tag().instrument(span).await;
+        let result = self
+            .bounded("list", self.inner.list_by_tag())
+            .instrument(span)
+            .await;
         drop(in_flight);
         self.count("list", &result);
         result

@@ -2,6 +2,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::time::Duration;
 
 use super::Provider;
 use super::metered::Metered;
@@ -22,8 +23,14 @@ impl Registry {
     /// Starts every provider of `config` ([`super::types::ProviderSettings::start`]). One
     /// that cannot start (no credentials, a type this build lacks) does not stop the
     /// operator: it is kept [`Unstarted`], its `ProviderHealth` says why, and each health
-    /// check tries again.
-    pub async fn build(config: &ProvidersConfig, env: &Env, metrics: &Arc<Metrics>) -> Self {
+    /// check tries again. Each provider operation fails transiently past `deadline`
+    /// ([`Metered`]).
+    pub async fn build(
+        config: &ProvidersConfig,
+        env: &Env,
+        metrics: &Arc<Metrics>,
+        deadline: Duration,
+    ) -> Self {
         let mut providers: BTreeMap<String, Arc<dyn Provider>> = BTreeMap::new();
         for entry in &config.providers {
             let provider = match entry.settings.start(env).await {
@@ -33,7 +40,7 @@ impl Registry {
                     Arc::new(Unstarted::new(entry.settings.clone(), env.clone(), why))
                 }
             };
-            let metered = Metered::new(entry.name.clone(), provider, metrics.clone());
+            let metered = Metered::new(entry.name.clone(), provider, metrics.clone(), deadline);
             providers.insert(entry.name.clone(), Arc::new(metered));
         }
         Self {

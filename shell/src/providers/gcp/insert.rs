@@ -18,6 +18,19 @@ use super::labels;
 use crate::config::GcpSettings;
 use crate::providers::squid;
 
+/// The zone of a Proxy without `placement.zone`: the first of `zones` that had no stockout
+/// lately (`avoid`, oldest first), or, when all had one, the one that ran out longest ago.
+/// Karpenter's offering fallback is the model: a zone out of capacity is skipped, not waited
+/// for.
+pub fn unpinned_zone(zones: &[String], avoid: &[String]) -> Option<String> {
+    zones
+        .iter()
+        .find(|zone| !avoid.contains(zone))
+        .or_else(|| avoid.iter().find(|zone| zones.contains(zone)))
+        .or_else(|| zones.first())
+        .cloned()
+}
+
 /// The `placement.parameters` a gcp Proxy may set.
 const PARAMETERS: [&str; 2] = ["diskSizeGb", "provisioningModel"];
 
@@ -39,7 +52,7 @@ pub fn body(
                 settings.zones.join(", ")
             )));
         }
-        None => settings.zones.first().cloned().ok_or_else(|| {
+        None => unpinned_zone(&settings.zones, &request.avoid_zones).ok_or_else(|| {
             ProviderError::permanent(format!("provider {:?} has no zones", request.provider))
         })?,
     };
@@ -179,6 +192,7 @@ mod tests {
             cloud_init: cloud_init.map(str::to_owned),
             port: 3128,
             credentials_secret: None,
+            avoid_zones: Vec::new(),
         }
     }
 
@@ -238,6 +252,42 @@ mod tests {
             squid::cloud_config(3128, &["203.0.113.0/24".into()], None)
         );
         assert_eq!(vm.scheduling, None);
+    }
+
+    #[test]
+    fn a_proxy_without_a_zone_skips_the_zones_that_ran_out() {
+        let zones = ["europe-west1-b", "europe-west1-c", "europe-west1-d"].map(String::from);
+        let out = |avoid: &[&str]| avoid.iter().map(|z| (*z).to_owned()).collect::<Vec<_>>();
+        assert_eq!(
+            unpinned_zone(&zones, &[]).as_deref(),
+            Some("europe-west1-b")
+        );
+        assert_eq!(
+            unpinned_zone(&zones, &out(&["europe-west1-b"])).as_deref(),
+            Some("europe-west1-c")
+        );
+        assert_eq!(
+            unpinned_zone(&zones, &out(&["europe-west1-c", "europe-west1-b"])).as_deref(),
+            Some("europe-west1-d")
+        );
+        // All out: the one that ran out longest ago.
+        assert_eq!(
+            unpinned_zone(
+                &zones,
+                &out(&["europe-west1-d", "europe-west1-b", "europe-west1-c"])
+            )
+            .as_deref(),
+            Some("europe-west1-d")
+        );
+        // A zone no longer configured is no answer.
+        assert_eq!(
+            unpinned_zone(&zones[..1], &out(&["us-east1-b", "europe-west1-b"])).as_deref(),
+            Some("europe-west1-b")
+        );
+        let mut stocked = request(None, None);
+        stocked.avoid_zones = out(&["europe-west1-b"]);
+        let (id, _) = body(&stocked, None, &settings(), "inst").unwrap();
+        assert_eq!(id.zone, "europe-west1-c");
     }
 
     #[test]

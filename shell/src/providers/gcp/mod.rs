@@ -47,7 +47,7 @@ use google_cloud_compute_v1::client::Instances;
 use google_cloud_compute_v1::model::operation::Status as OperationStatus;
 use google_cloud_compute_v1::model::{Instance, Operation};
 use proxy_core::gc::Listed;
-use proxy_core::{CreateRequest, InstanceState, ProviderError};
+use proxy_core::{CreateRequest, ErrorClass, InstanceState, ProviderError};
 use sha2::{Digest, Sha256};
 
 use self::id::InstanceId;
@@ -183,13 +183,15 @@ impl GcpProvider {
 /// How many spent request IDs one create skips before it gives up for this attempt.
 const REPLAYS: u32 = 3;
 
-/// The request ID of the insert of `request`'s VM number `incarnation`: a UUID built from a
-/// digest of everything the insert depends on, so a retried call is the same request.
-fn request_id(request: &CreateRequest, incarnation: u32) -> String {
+/// The request ID of the insert of `request`'s VM number `incarnation` in `zone`: a UUID
+/// built from a digest of everything the insert depends on, so a retried call is the same
+/// request (and a retry in another zone after a stockout another one).
+fn request_id(request: &CreateRequest, zone: &str, incarnation: u32) -> String {
     let mut digest = Sha256::new();
     for part in [
         request.uid.as_str(),
         &request.instance_name,
+        zone,
         &serde_json::to_string(&request.placement).unwrap_or_default(),
         request.cloud_init.as_deref().unwrap_or_default(),
         &request.port.to_string(),
@@ -203,6 +205,14 @@ fn request_id(request: &CreateRequest, incarnation: u32) -> String {
     uuid::Builder::from_sha1_bytes(bytes)
         .into_uuid()
         .to_string()
+}
+
+/// `error`, naming `zone` when it is a stockout that did not say where.
+fn in_zone(mut error: ProviderError, zone: &str) -> ProviderError {
+    if error.class == ErrorClass::Stockout && error.zone.is_none() {
+        error.zone = Some(zone.to_owned());
+    }
+    error
 }
 
 /// Whether an operation has finished, and how.
@@ -244,7 +254,7 @@ impl Provider for GcpProvider {
                 .insert()
                 .set_project(&self.settings.project)
                 .set_zone(&id.zone)
-                .set_request_id(request_id(request, self.incarnation(&key)))
+                .set_request_id(request_id(request, &id.zone, self.incarnation(&key)))
                 .set_body(body.clone())
                 .send();
             match self.call("instances.insert", insert).await? {
@@ -258,7 +268,7 @@ impl Provider for GcpProvider {
                 },
                 // The VM an earlier attempt made.
                 Err(e) if e.http_status_code() == Some(409) => return Ok(key),
-                Err(e) => return Err(errors::classify(&e)),
+                Err(e) => return Err(in_zone(errors::classify(&e), &id.zone)),
             }
         }
         Err(ProviderError::transient(format!(
@@ -299,7 +309,7 @@ impl Provider for GcpProvider {
                     Outcome::Failed(error) => {
                         lock(&self.inserting).remove(provider_id);
                         self.next_incarnation(provider_id);
-                        Ok(InstanceState::CreateFailed(error))
+                        Ok(InstanceState::CreateFailed(in_zone(error, &id.zone)))
                     }
                 }
             }
@@ -309,9 +319,25 @@ impl Provider for GcpProvider {
 
     async fn delete(&self, provider_id: &str) -> Result<(), ProviderError> {
         let id = InstanceId::parse(provider_id)?;
-        if lock(&self.inserting).remove(provider_id).is_some() {
-            // The VM being inserted goes: the next one is a new request.
-            self.next_incarnation(provider_id);
+        // An insert still running: its VM may not be visible yet (GCE shows it a moment after
+        // the insert is accepted), so a delete now could find nothing and the VM would boot
+        // after its Proxy is gone. The delete waits for the insert to settle: meanwhile `get`
+        // answers Provisioning, so the Proxy keeps its finalizer and the core asks again at
+        // its deletion poll.
+        let pending = lock(&self.inserting).get(provider_id).cloned();
+        if let Some(operation) = pending {
+            match outcome(&self.operation(&id.zone, &operation).await?) {
+                Outcome::Running => return Ok(()),
+                Outcome::Done => {
+                    lock(&self.inserting).remove(provider_id);
+                }
+                // No VM was made: nothing to delete.
+                Outcome::Failed(_) => {
+                    lock(&self.inserting).remove(provider_id);
+                    self.next_incarnation(provider_id);
+                    return Ok(());
+                }
+            }
         }
         let running = lock(&self.deleting).get(provider_id).cloned();
         if let Some(operation) = running {
@@ -494,28 +520,35 @@ mod tests {
             cloud_init: None,
             port: 3128,
             credentials_secret: None,
+            avoid_zones: Vec::new(),
         }
     }
 
     #[test]
     fn request_ids_follow_the_request_and_the_incarnation() {
-        let first = request_id(&request(), 0);
-        assert_eq!(first, request_id(&request(), 0), "deterministic");
+        let zone = "europe-west1-b";
+        let first = request_id(&request(), zone, 0);
+        assert_eq!(first, request_id(&request(), zone, 0), "deterministic");
         assert!(uuid::Uuid::parse_str(&first).is_ok(), "{first}");
         assert_ne!(
             first,
-            request_id(&request(), 1),
+            request_id(&request(), zone, 1),
             "a failed insert is not repeated"
+        );
+        assert_ne!(
+            first,
+            request_id(&request(), "europe-west1-c", 0),
+            "another zone is another request"
         );
         let mut edited = request();
         edited.port = 8080;
         assert_ne!(
             first,
-            request_id(&edited, 0),
+            request_id(&edited, zone, 0),
             "another spec is another request"
         );
         let mut other = request();
         other.uid = "uid-2".into();
-        assert_ne!(first, request_id(&other, 0));
+        assert_ne!(first, request_id(&other, zone, 0));
     }
 }

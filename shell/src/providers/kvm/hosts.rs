@@ -5,7 +5,9 @@
 use std::sync::{Arc, Mutex, PoisonError};
 
 use proxy_core::ProviderError;
+use proxy_core::classify::LibvirtAnswer;
 use virt::connect::Connect;
+use virt::enumutil::{Enum, RawEnum};
 
 use crate::config::KvmHost;
 
@@ -79,14 +81,21 @@ impl Host {
         Ok(connection)
     }
 
-    /// A libvirt failure of `what` on this host, as a transient provider error: libvirt's
-    /// refusals (a missing pool, network or base image) are fixed in the host or the
-    /// providers config, never in the Proxy's spec, so retrying is right.
+    /// A libvirt failure of `what` on this host, classified by the core from its error
+    /// number ([`LibvirtAnswer`]): a refusal of the operator or a host that lacks what the
+    /// providers config names makes the provider unhealthy, a full host is a stockout, a
+    /// domain mid-transition is transient.
     pub fn error(&self, what: &str, error: &virt::error::Error) -> ProviderError {
-        ProviderError::transient(format!(
-            "host {}: {what}: {}",
-            self.settings.name,
-            error.message()
-        ))
+        let code = match error.code() {
+            Enum::Known(number) => number.to_raw(),
+            Enum::Unknown(raw) => raw,
+        };
+        LibvirtAnswer {
+            code,
+            message: error.message().to_owned(),
+            host: self.settings.name.clone(),
+            what: what.to_owned(),
+        }
+        .classify()
     }
 }

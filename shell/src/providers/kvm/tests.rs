@@ -81,6 +81,7 @@ fn request(instance: &str) -> CreateRequest {
         cloud_init: None,
         port: 3128,
         credentials_secret: None,
+        avoid_zones: Vec::new(),
     }
 }
 

@@ -1,0 +1,230 @@
+//! The error classification of every provider, from the whole answer
+//! (`proxy_core::classify`): GCE's real bodies and operations
+//! (`proxy_core::testing::gce`), libvirt's error numbers, and the Kubernetes API's statuses.
+
+use proxy_core::ErrorClass;
+use proxy_core::classify::{GceAnswer, KubeAnswer, LibvirtAnswer};
+use proxy_core::testing::gce::{CALL_ANSWERS, OPERATION_ANSWERS};
+
+#[test]
+fn every_gce_call_answer_gets_its_class_and_names_what_to_fix() {
+    for answer in CALL_ANSWERS {
+        let got = GceAnswer::from_body(answer.http_status, answer.body.as_bytes()).classify();
+        assert_eq!(got.class, answer.class, "{}: {got:?}", answer.name);
+        if let Some(lead) = answer.leads_with {
+            assert!(
+                got.message.starts_with(lead),
+                "{}: {:?} does not start with {lead:?}",
+                answer.name,
+                got.message
+            );
+        }
+        assert!(
+            got.message
+                .contains(&format!("HTTP {}", answer.http_status))
+                || got.message.starts_with("spec.cloudInit"),
+            "{}: the status is said: {:?}",
+            answer.name,
+            got.message
+        );
+    }
+}
+
+#[test]
+fn every_gce_operation_error_gets_its_class() {
+    for answer in OPERATION_ANSWERS {
+        let operation: serde_json::Value = serde_json::from_str(answer.body).unwrap();
+        let got = GceAnswer::from_operation(&operation).classify();
+        assert_eq!(got.class, answer.class, "{}: {got:?}", answer.name);
+        assert_eq!(got.zone.as_deref(), answer.zone, "{}", answer.name);
+        if let Some(lead) = answer.leads_with {
+            assert!(
+                got.message.starts_with(lead),
+                "{}: {:?} does not start with {lead:?}",
+                answer.name,
+                got.message
+            );
+        }
+    }
+}
+
+#[test]
+fn a_rate_limit_is_transient_whichever_part_of_the_answer_says_it() {
+    // The same 403 said three ways: the old classification read only `errors[]`, and the
+    // client keeps only `details[]` when a body has both.
+    for reasons in [
+        vec!["rateLimitExceeded".to_owned()],
+        vec!["RATE_LIMIT_EXCEEDED".to_owned()],
+        vec![
+            "rateLimitExceeded".to_owned(),
+            "RATE_LIMIT_EXCEEDED".to_owned(),
+        ],
+    ] {
+        let answer = GceAnswer {
+            http_status: Some(403),
+            status: Some("PERMISSION_DENIED".to_owned()),
+            reasons: reasons.clone(),
+            message: "Quota exceeded for quota metric 'Queries'".to_owned(),
+        };
+        assert_eq!(
+            answer.classify().class,
+            ErrorClass::Transient,
+            "{reasons:?}"
+        );
+    }
+}
+
+#[test]
+fn user_data_is_never_quoted_back() {
+    let refused = CALL_ANSWERS
+        .iter()
+        .find(|a| a.body.contains("resource.metadata"))
+        .unwrap();
+    let got = GceAnswer::from_body(refused.http_status, refused.body.as_bytes()).classify();
+    assert!(!got.message.contains("hunter2"), "{got:?}");
+}
+
+#[test]
+fn no_answer_at_all_is_transient() {
+    let got = GceAnswer::none("instances.insert did not answer within 30s").classify();
+    assert_eq!(got.class, ErrorClass::Transient);
+    assert!(got.message.contains("did not answer"), "{got:?}");
+}
+
+#[test]
+fn an_unbounded_html_answer_is_cut_short() {
+    let page = format!("<html>{}</html>", "x".repeat(10_000));
+    let got = GceAnswer::from_body(502, page.as_bytes()).classify();
+    assert_eq!(got.class, ErrorClass::Transient);
+    assert!(got.message.len() < 400, "{} bytes", got.message.len());
+}
+
+#[test]
+fn libvirt_errors_are_classified_by_number() {
+    let cases = [
+        // (virErrorNumber, what it is, class)
+        (45, "VIR_ERR_AUTH_FAILED", ErrorClass::Refused),
+        (88, "VIR_ERR_ACCESS_DENIED", ErrorClass::Refused),
+        (49, "VIR_ERR_NO_STORAGE_POOL", ErrorClass::Refused),
+        (43, "VIR_ERR_NO_NETWORK", ErrorClass::Refused),
+        (2, "VIR_ERR_NO_MEMORY", ErrorClass::Stockout),
+        (27, "VIR_ERR_XML_ERROR", ErrorClass::Permanent),
+        (91, "VIR_ERR_CPU_INCOMPATIBLE", ErrorClass::Permanent),
+        (55, "VIR_ERR_OPERATION_INVALID", ErrorClass::Transient),
+        (87, "VIR_ERR_RESOURCE_BUSY", ErrorClass::Transient),
+        (38, "VIR_ERR_SYSTEM_ERROR", ErrorClass::Transient),
+        (39, "VIR_ERR_RPC", ErrorClass::Transient),
+        (1, "VIR_ERR_INTERNAL_ERROR", ErrorClass::Transient),
+        (
+            999,
+            "a number this build does not know",
+            ErrorClass::Transient,
+        ),
+    ];
+    for (code, name, class) in cases {
+        let got = LibvirtAnswer {
+            code,
+            message: format!("{name} happened"),
+            host: "lab-1".to_owned(),
+            what: "start domain".to_owned(),
+        }
+        .classify();
+        assert_eq!(got.class, class, "{name}: {got:?}");
+        assert!(
+            got.message.starts_with("host lab-1: start domain: ")
+                || got.message.starts_with("spec.placement: "),
+            "{got:?}"
+        );
+    }
+    let out = LibvirtAnswer {
+        code: 2,
+        message: "cannot allocate memory".to_owned(),
+        host: "lab-1".to_owned(),
+        what: "start domain".to_owned(),
+    }
+    .classify();
+    assert_eq!(
+        out.zone.as_deref(),
+        Some("lab-1"),
+        "a full host is a zone out of capacity"
+    );
+}
+
+#[test]
+fn kubernetes_statuses_are_classified_by_code_reason_and_message() {
+    let rbac = "pods is forbidden: User \"system:serviceaccount:proxy-operator:proxy-operator\" \
+                cannot create resource \"pods\" in API group \"\" in the namespace \"crawl\"";
+    let cases = [
+        (
+            Some(403),
+            "Forbidden",
+            "pods \"proxy-x\" is forbidden: exceeded quota: pods, requested: pods=1, used: pods=10, limited: pods=10",
+            ErrorClass::Quota,
+        ),
+        (Some(403), "Forbidden", rbac, ErrorClass::Refused),
+        (
+            Some(401),
+            "Unauthorized",
+            "Unauthorized",
+            ErrorClass::Refused,
+        ),
+        (
+            Some(403),
+            "Forbidden",
+            "pods \"proxy-x\" is forbidden: unable to create new content in namespace crawl because it is being terminated",
+            ErrorClass::Transient,
+        ),
+        (
+            Some(403),
+            "Forbidden",
+            "admission webhook \"policy.example.com\" denied the request: hostNetwork is not allowed",
+            ErrorClass::Permanent,
+        ),
+        (
+            Some(422),
+            "Invalid",
+            "Pod \"proxy-x\" is invalid: spec.containers[0].ports[0].containerPort: Invalid value: 70000",
+            ErrorClass::Permanent,
+        ),
+        (
+            Some(400),
+            "BadRequest",
+            "bad request",
+            ErrorClass::Permanent,
+        ),
+        (
+            Some(429),
+            "TooManyRequests",
+            "too many requests, please try again later",
+            ErrorClass::Transient,
+        ),
+        (
+            Some(409),
+            "Conflict",
+            "the object has been modified",
+            ErrorClass::Transient,
+        ),
+        (
+            Some(504),
+            "Timeout",
+            "Timeout: request did not complete within the allotted timeout",
+            ErrorClass::Transient,
+        ),
+        (
+            Some(500),
+            "InternalError",
+            "etcdserver: leader changed",
+            ErrorClass::Transient,
+        ),
+        (None, "", "connection refused", ErrorClass::Transient),
+    ];
+    for (code, reason, message, class) in cases {
+        let got = KubeAnswer {
+            code,
+            reason: reason.to_owned(),
+            message: message.to_owned(),
+        }
+        .classify();
+        assert_eq!(got.class, class, "{code:?} {reason}: {got:?}");
+    }
+}
