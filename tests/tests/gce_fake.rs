@@ -18,7 +18,7 @@ use google_cloud_gax::paginator::ItemPaginator as _;
 use google_cloud_gax::retry_policy::{Aip194Strict, RetryPolicyExt as _};
 use google_cloud_lro::Poller as _;
 use proxy_operator::providers::squid::cloud_config;
-use proxy_tests::gce::{AddInstance, Durations, FakeGce, FakeOptions, InsertFault, Method};
+use proxy_tests::gce::{AddInstance, Durations, FakeGce, FakeOptions, Fault, InsertFault, Method};
 use proxy_tests::probe_origin::ProbeOrigin;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -117,14 +117,21 @@ async fn until(what: &str, mut done: impl FnMut() -> bool) {
 }
 
 /// Gets the instance through the client until it is RUNNING with a natIP, as the provider
-/// polls, and returns it with that natIP.
+/// polls, and returns it with that natIP. A 404 right after the insert is GCE's: the VM is
+/// not visible yet.
 async fn running_with_nat_ip(gce: &Instances, name: &str) -> (Instance, Ipv4Addr) {
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
-        let got = get(gce, name).await.unwrap();
-        if let (Some(instance::Status::Running), Some(ip)) = (&got.status, shown_nat_ip(&got)) {
+        let got = match get(gce, name).await {
+            Ok(got) => Some(got),
+            Err(e) if e.http_status_code() == Some(404) => None,
+            Err(e) => panic!("get {name}: {e}"),
+        };
+        if let Some((Some(instance::Status::Running), Some(ip))) =
+            got.as_ref().map(|got| (&got.status, shown_nat_ip(got)))
+        {
             let ip = ip.parse().unwrap();
-            return (got, ip);
+            return (got.unwrap(), ip);
         }
         assert!(
             Instant::now() < deadline,
@@ -670,4 +677,78 @@ async fn added_instances_run_with_or_without_a_squid() {
         ..AddInstance::default()
     };
     assert!(fake.add_instance(bad).await.is_err());
+}
+
+/// The unkind parts of GCE the operator must survive (issue 38): a VM invisible for a moment
+/// after its insert, a delete of a stopping VM refused with `resourceNotReady`, a rate limit
+/// said in `details`, refused credentials and permissions, a missing image.
+#[tokio::test]
+async fn the_fake_is_as_unkind_as_gce() {
+    let fake = address_only_fake().await;
+    fake.set_durations(Durations {
+        invisible_after_insert: Duration::from_millis(500),
+        stopping: Duration::from_secs(30),
+        ..Durations::default()
+    });
+    let gce = client(&fake).await;
+    let inserted = Instant::now();
+    insert(&gce, "vm-a", "#cloud-config\n")
+        .send()
+        .await
+        .unwrap();
+    let early = get(&gce, "vm-a").await.unwrap_err();
+    assert_eq!(early.http_status_code(), Some(404), "{early}");
+    assert!(
+        inserted.elapsed() < Duration::from_millis(500),
+        "checked too late to mean anything"
+    );
+    let early_delete = delete(&gce, "vm-a").send().await.unwrap_err();
+    assert_eq!(early_delete.http_status_code(), Some(404), "{early_delete}");
+    running_with_nat_ip(&gce, "vm-a").await;
+
+    // Stopped out of band: a delete is refused while it stops.
+    fake.stop_out_of_band(ZONE, "vm-a").await.unwrap();
+    let refused = delete(&gce, "vm-a").send().await.unwrap_err();
+    assert_eq!(
+        (refused.http_status_code(), reason(&refused).as_str()),
+        (Some(400), "resourceNotReady"),
+        "{refused}"
+    );
+
+    // A rate limit with details: the client keeps the details' reason.
+    fake.fail_next_requests_with(1, Fault::RateLimitWithDetails, Some(Method::Get));
+    let limited = get(&gce, "vm-a").await.unwrap_err();
+    assert_eq!(limited.http_status_code(), Some(403));
+    assert_eq!(reason(&limited), "RATE_LIMIT_EXCEEDED");
+    assert_eq!(
+        limited.status().map(|s| s.code),
+        Some(Code::PermissionDenied)
+    );
+
+    // Refused credentials and permissions.
+    fake.set_outage_with(Method::Get, Some(Fault::Unauthenticated));
+    let unauthenticated = get(&gce, "vm-a").await.unwrap_err();
+    assert_eq!(unauthenticated.http_status_code(), Some(401));
+    fake.set_outage_with(Method::Get, Some(Fault::PermissionDenied));
+    let denied = get(&gce, "vm-a").await.unwrap_err();
+    assert_eq!(
+        (denied.http_status_code(), reason(&denied).as_str()),
+        (Some(403), "forbidden")
+    );
+    fake.set_outage_with(Method::Get, None);
+    get(&gce, "vm-a").await.unwrap();
+
+    // A missing image is 404 naming it.
+    fake.set_image_missing("projects/debian-cloud/global/images/family/debian-12");
+    let missing = insert(&gce, "vm-b", "#cloud-config\n")
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(missing.http_status_code(), Some(404));
+    assert!(
+        missing
+            .to_string()
+            .contains("projects/debian-cloud/global/images/family/debian-12"),
+        "{missing}"
+    );
 }

@@ -8,12 +8,19 @@
 
 use serde_json::{Value, json};
 
-/// One error answer: HTTP status, GCE reason and message.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// One error answer: HTTP status, GCE reason and message, and for the answers the newer API
+/// front end adds them to, a `status` code name and `details`.
+#[derive(Debug, Clone, PartialEq)]
 pub(super) struct GceError {
     pub code: u16,
     pub reason: &'static str,
     pub message: String,
+    /// `error.status`, when the answer has one.
+    pub status: Option<&'static str>,
+    /// `error.details`, when the answer has them.
+    pub details: Vec<Value>,
+    /// Whether `error.errors` is left out (an answer said in `details` only).
+    pub details_only: bool,
 }
 
 impl GceError {
@@ -22,7 +29,71 @@ impl GceError {
             code,
             reason,
             message,
+            status: None,
+            details: Vec::new(),
+            details_only: false,
         }
+    }
+
+    /// 403 for a per-minute rate limit, as Google's front end answers it: `rateLimitExceeded`
+    /// in `errors`, `status: PERMISSION_DENIED`, and an `ErrorInfo` with
+    /// `RATE_LIMIT_EXCEEDED` in `details` (only the details with `details_only`).
+    pub fn rate_limited_with_details(details_only: bool) -> Self {
+        Self {
+            status: Some("PERMISSION_DENIED"),
+            details: vec![
+                json!({"@type": "type.googleapis.com/google.rpc.ErrorInfo",
+                       "reason": "RATE_LIMIT_EXCEEDED", "domain": "googleapis.com",
+                       "metadata": {"service": "compute.googleapis.com",
+                                    "quota_metric": "compute.googleapis.com/default",
+                                    "quota_limit": "defaultPerMinutePerProject",
+                                    "consumer": "projects/1", "quota_limit_value": "1500"}}),
+                json!({"@type": "type.googleapis.com/google.rpc.Help",
+                       "links": [{"description": "Request a higher quota limit.",
+                                  "url": "https://cloud.google.com/docs/quotas/help/request_increase"}]}),
+            ],
+            details_only,
+            ..Self::new(
+                403,
+                "rateLimitExceeded",
+                "Quota exceeded for quota metric 'Queries' and limit 'Queries per minute' of \
+                 service 'compute.googleapis.com' for consumer 'project_number:1'."
+                    .to_owned(),
+            )
+        }
+    }
+
+    /// 400 for a call on an instance in the middle of a transition (stopping, being
+    /// deleted).
+    pub fn not_ready(resource: &str) -> Self {
+        Self::new(
+            400,
+            "resourceNotReady",
+            format!("The resource '{resource}' is not ready"),
+        )
+    }
+
+    /// 401 for credentials GCE does not accept.
+    pub fn unauthenticated() -> Self {
+        Self {
+            status: Some("UNAUTHENTICATED"),
+            ..Self::new(
+                401,
+                "authError",
+                "Request had invalid authentication credentials. Expected OAuth 2 access \
+                 token, login cookie or other valid authentication credential."
+                    .to_owned(),
+            )
+        }
+    }
+
+    /// 403 for a permission the caller does not have on `resource`.
+    pub fn permission_denied(permission: &str, resource: &str) -> Self {
+        Self::new(
+            403,
+            "forbidden",
+            format!("Required '{permission}' permission for '{resource}'"),
+        )
     }
 
     /// 404 for a resource (`projects/p/zones/z/instances/n`) that does not exist.
@@ -99,11 +170,18 @@ impl GceError {
 
     /// The response body.
     pub fn body(&self) -> Value {
-        json!({"error": {
-            "code": self.code,
-            "message": self.message,
-            "errors": [{"domain": "global", "reason": self.reason, "message": self.message}],
-        }})
+        let mut error = json!({"code": self.code, "message": self.message});
+        if !self.details_only {
+            error["errors"] =
+                json!([{"domain": "global", "reason": self.reason, "message": self.message}]);
+        }
+        if let Some(status) = self.status {
+            error["status"] = json!(status);
+        }
+        if !self.details.is_empty() {
+            error["details"] = json!(self.details);
+        }
+        json!({ "error": error })
     }
 }
 

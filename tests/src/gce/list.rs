@@ -60,7 +60,7 @@ impl Store {
             .iter()
             .filter(|((zone, _), _)| zones.contains(&zone.as_str()))
             .filter(|(key, _)| after.as_ref().is_none_or(|after| *key > after))
-            .filter(|(_, i)| filter.matches(&i.labels));
+            .filter(|(_, i)| filter.matches(&i.labels) && self.visible(i, state));
         let items: Vec<_> = matching
             .by_ref()
             .take(page.size())

@@ -110,6 +110,10 @@ pub struct Durations {
     pub stopping: Duration,
     /// A deleted instance: STOPPING → gone (then the delete's operation is DONE).
     pub deleting: Duration,
+    /// How long an inserted instance stays invisible to `get`, `list` and `delete` (404)
+    /// while its insert's operation runs, as GCE's eventually consistent reads do: a client
+    /// that concludes "gone" from a 404 right after its insert is wrong.
+    pub invisible_after_insert: Duration,
 }
 
 impl Default for Durations {
@@ -120,6 +124,7 @@ impl Default for Durations {
             staging: Duration::from_millis(150),
             stopping: Duration::from_millis(150),
             deleting: Duration::from_millis(150),
+            invisible_after_insert: Duration::from_millis(200),
         }
     }
 }
@@ -136,6 +141,23 @@ pub enum InsertFault {
     /// An operation that ends DONE with error `ZONE_RESOURCE_POOL_EXHAUSTED`,
     /// `httpErrorStatusCode` 503.
     ZoneExhausted,
+}
+
+/// How an injected request fault answers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fault {
+    /// This status (500, 503, ...) with GCE's `backendError` body.
+    Backend(u16),
+    /// 403 per-minute rate limit, with `rateLimitExceeded` in `errors` and
+    /// `RATE_LIMIT_EXCEEDED` in an `ErrorInfo` of `details`, `status: PERMISSION_DENIED`: the
+    /// shape Google's front end sends.
+    RateLimitWithDetails,
+    /// The same rate limit said in `details` only.
+    RateLimitDetailsOnly,
+    /// 401: the credentials are not accepted (a revoked key, an expired token).
+    Unauthenticated,
+    /// 403 `forbidden`: the caller lacks the method's IAM permission.
+    PermissionDenied,
 }
 
 /// The API methods, for call counts and faults.
@@ -259,16 +281,49 @@ impl FakeGce {
         self.store.fail_inserts(n, fault);
     }
 
+    /// Every insert that passes validation fails with `fault` while it is `Some` (a quota
+    /// used up for a while), after the ones [`FakeGce::fail_next_inserts`] queued.
+    pub fn fail_all_inserts(&self, fault: Option<InsertFault>) {
+        self.store.fail_all_inserts(fault);
+    }
+
     /// The next `n` requests (of `method` only, if given) answer `status` (500, 503, ...)
     /// with GCE's `backendError` body.
     pub fn fail_next_requests(&self, n: u32, status: u16, method: Option<Method>) {
-        self.store.fail_requests(n, status, method);
+        self.store.fail_requests(n, Fault::Backend(status), method);
+    }
+
+    /// The next `n` requests (of `method` only, if given) answer `fault`.
+    pub fn fail_next_requests_with(&self, n: u32, fault: Fault, method: Option<Method>) {
+        self.store.fail_requests(n, fault, method);
     }
 
     /// Every request of `method` answers `code` with GCE's `backendError` body while it is
     /// `Some`: an outage of that part of the API, until it is set back to `None`.
     pub fn set_outage(&self, method: Method, code: Option<u16>) {
-        self.store.set_outage(method, code);
+        self.store.set_outage(method, code.map(Fault::Backend));
+    }
+
+    /// Every request of `method` answers `fault` while it is `Some` (a revoked key, a
+    /// missing permission), until it is set back to `None`.
+    pub fn set_outage_with(&self, method: Method, fault: Option<Fault>) {
+        self.store.set_outage(method, fault);
+    }
+
+    /// Makes the image `image` (as an insert names it,
+    /// `projects/p/global/images/family/f`) missing: an insert with it answers 404.
+    pub fn set_image_missing(&self, image: &str) {
+        self.store.set_image_missing(image);
+    }
+
+    /// Deletes an instance behind the operator's back, as `gcloud compute instances delete`
+    /// does: STOPPING at once (a delete of it answers 400 `resourceNotReady` meanwhile),
+    /// gone after [`Durations::deleting`].
+    pub fn delete_out_of_band(&self, zone: &str, name: &str) -> anyhow::Result<()> {
+        self.store
+            .delete(zone, name, None)
+            .map(|_| ())
+            .map_err(|e| anyhow::anyhow!(e.message))
     }
 
     /// Changes the lifecycle durations; steps already waiting keep theirs.
@@ -324,6 +379,13 @@ impl FakeGce {
     /// How many calls of `method` arrived (failed ones included).
     pub fn calls(&self, method: Method) -> u64 {
         self.store.calls(method)
+    }
+
+    /// Every insert of a valid body, in order (a repeated request ID answered with its old
+    /// operation is not one): the instance name, when, and the zone. Refused ones (quota,
+    /// a missing image) are included, injected request faults are not.
+    pub fn inserts(&self) -> Vec<(String, Instant, String)> {
+        self.store.inserts()
     }
 }
 

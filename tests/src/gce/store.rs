@@ -21,7 +21,7 @@ use serde_json::{Value, json};
 use super::errors::{GceError, quota_message, region_of};
 use super::validate::admit_instance;
 use super::vm::Vm;
-use super::{AddInstance, Durations, FakeOptions, InsertFault, Method, Observed};
+use super::{AddInstance, Durations, FakeOptions, Fault, InsertFault, Method, Observed};
 
 /// An instance or operation: (zone, name).
 pub(super) type Key = (String, String);
@@ -126,11 +126,16 @@ pub(super) struct State {
     request_ids: HashMap<String, Key>,
     durations: Durations,
     insert_faults: VecDeque<InsertFault>,
-    request_faults: VecDeque<(u16, Option<Method>)>,
-    outages: BTreeMap<Method, u16>,
+    insert_outage: Option<InsertFault>,
+    request_faults: VecDeque<(Fault, Option<Method>)>,
+    outages: BTreeMap<Method, Fault>,
+    missing_images: BTreeSet<String>,
     withhold_next: u32,
     pub unreachable: BTreeSet<String>,
     calls: BTreeMap<Method, u64>,
+    /// Every insert that reached the store (past the injected request faults), by instance
+    /// name: when, and in which zone.
+    inserts: Vec<(String, Instant, String)>,
     last_id: u64,
     closed: bool,
 }
@@ -187,17 +192,47 @@ impl Store {
     pub fn admit(&self, method: Method) -> Result<(), GceError> {
         let mut state = self.lock();
         *state.calls.entry(method).or_default() += 1;
-        if let Some(code) = state.outages.get(&method) {
-            return Err(GceError::backend(*code));
+        if let Some(fault) = state.outages.get(&method) {
+            return Err(self.fault(*fault, method));
         }
         let due = state
             .request_faults
             .iter()
             .position(|(_, only)| only.is_none_or(|m| m == method));
         match due.and_then(|i| state.request_faults.remove(i)) {
-            Some((code, _)) => Err(GceError::backend(code)),
+            Some((fault, _)) => Err(self.fault(fault, method)),
             None => Ok(()),
         }
+    }
+
+    /// The answer of an injected `fault` to a call of `method`.
+    fn fault(&self, fault: Fault, method: Method) -> GceError {
+        match fault {
+            Fault::Backend(code) => GceError::backend(code),
+            Fault::RateLimitWithDetails => GceError::rate_limited_with_details(false),
+            Fault::RateLimitDetailsOnly => GceError::rate_limited_with_details(true),
+            Fault::Unauthenticated => GceError::unauthenticated(),
+            Fault::PermissionDenied => {
+                let permission = match method {
+                    Method::Insert => "compute.instances.create",
+                    Method::Get => "compute.instances.get",
+                    Method::Delete => "compute.instances.delete",
+                    Method::List | Method::AggregatedList => "compute.instances.list",
+                    Method::OperationsGet | Method::OperationsWait => "compute.zoneOperations.get",
+                };
+                GceError::permission_denied(
+                    permission,
+                    &format!("projects/{}", self.options.project),
+                )
+            }
+        }
+    }
+
+    /// Whether `instance` is visible to reads yet ([`Durations::invisible_after_insert`]).
+    pub(super) fn visible(&self, instance: &Instance, state: &State) -> bool {
+        instance
+            .inserted_at
+            .is_none_or(|at| at.elapsed() >= state.durations.invisible_after_insert)
     }
 
     /// 404 unless `project` (and `zone`) exist.
@@ -331,6 +366,10 @@ impl Store {
             return Ok(op);
         }
         let (name, body, labels) = admit_instance(self, zone, body)?;
+        state
+            .inserts
+            .push((name.clone(), Instant::now(), zone.to_owned()));
+        self.check_image(&state, &body)?;
         let key = (zone.to_owned(), name.clone());
         if state.instances.contains_key(&key) {
             return Err(GceError::already_exists(&self.resource(
@@ -339,7 +378,8 @@ impl Store {
                 &name,
             )));
         }
-        let failure = match state.insert_faults.pop_front() {
+        let queued = state.insert_faults.pop_front();
+        let failure = match queued.or(state.insert_outage) {
             Some(InsertFault::Quota) => {
                 return Err(GceError::quota_exceeded(region_of(zone)));
             }
@@ -449,6 +489,7 @@ impl Store {
         state
             .instances
             .get(&key)
+            .filter(|i| self.visible(i, &state))
             .map(|i| self.render(i))
             .ok_or_else(|| GceError::not_found(&self.resource(zone, "instances", name)))
     }
@@ -465,10 +506,20 @@ impl Store {
             return Ok(op);
         }
         let key = (zone.to_owned(), name.to_owned());
+        let resource = self.resource(zone, "instances", name);
+        let visible = state
+            .instances
+            .get(&key)
+            .is_some_and(|i| self.visible(i, &state));
         let instance = state
             .instances
             .get_mut(&key)
-            .ok_or_else(|| GceError::not_found(&self.resource(zone, "instances", name)))?;
+            .filter(|_| visible)
+            .ok_or_else(|| GceError::not_found(&resource))?;
+        // Stopping (out of band, or deleted already): GCE refuses until it settled.
+        if instance.status == Status::Stopping {
+            return Err(GceError::not_ready(&resource));
+        }
         instance.status = Status::Stopping;
         instance.deleting = true;
         instance.nat_ip = None;
@@ -522,17 +573,40 @@ impl Store {
         state.insert_faults.extend((0..n).map(|_| fault));
     }
 
-    pub fn set_outage(&self, method: Method, code: Option<u16>) {
+    pub fn fail_all_inserts(&self, fault: Option<InsertFault>) {
+        self.lock().insert_outage = fault;
+    }
+
+    pub fn set_outage(&self, method: Method, fault: Option<Fault>) {
         let mut state = self.lock();
-        match code {
-            Some(code) => state.outages.insert(method, code),
+        match fault {
+            Some(fault) => state.outages.insert(method, fault),
             None => state.outages.remove(&method),
         };
     }
 
-    pub fn fail_requests(&self, n: u32, code: u16, method: Option<Method>) {
+    pub fn fail_requests(&self, n: u32, fault: Fault, method: Option<Method>) {
         let mut state = self.lock();
-        state.request_faults.extend((0..n).map(|_| (code, method)));
+        state.request_faults.extend((0..n).map(|_| (fault, method)));
+    }
+
+    pub fn set_image_missing(&self, image: &str) {
+        self.lock().missing_images.insert(image.to_owned());
+    }
+
+    /// 404 when the insert's boot image is one made missing.
+    fn check_image(&self, state: &State, body: &Value) -> Result<(), GceError> {
+        let image = body
+            .pointer("/disks/0/initializeParams/sourceImage")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        if state.missing_images.contains(image) {
+            let resource = image
+                .split_once("projects/")
+                .map_or(image, |(_, rest)| rest);
+            return Err(GceError::not_found(&format!("projects/{resource}")));
+        }
+        Ok(())
     }
 
     pub fn set_durations(&self, durations: Durations) {
@@ -652,6 +726,10 @@ impl Store {
 
     pub fn calls(&self, method: Method) -> u64 {
         self.lock().calls.get(&method).copied().unwrap_or(0)
+    }
+
+    pub fn inserts(&self) -> Vec<(String, Instant, String)> {
+        self.lock().inserts.clone()
     }
 
     /// Stops serving VMs: every VM is handed back (to be powered off), and none boots later.

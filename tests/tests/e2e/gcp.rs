@@ -16,24 +16,24 @@ use crate::operated::{Bed, GCP, provisioned};
 /// The zone a Proxy without `placement.zone` lands in: the provider's first.
 const ZONE: &str = "europe-west1-b";
 
-fn ready(proxy: &Proxy) -> bool {
+pub(crate) fn ready(proxy: &Proxy) -> bool {
     proxy.status.as_ref().and_then(|s| s.phase) == Some(Phase::Ready)
 }
 
-fn phase(proxy: &Proxy) -> Option<Phase> {
+pub(crate) fn phase(proxy: &Proxy) -> Option<Phase> {
     proxy.status.as_ref().and_then(|s| s.phase)
 }
 
-fn provider_id(proxy: &Proxy) -> Option<String> {
+pub(crate) fn provider_id(proxy: &Proxy) -> Option<String> {
     proxy.status.as_ref().and_then(|s| s.provider_id.clone())
 }
 
-fn ip(proxy: &Proxy) -> Option<String> {
+pub(crate) fn ip(proxy: &Proxy) -> Option<String> {
     proxy.status.as_ref().and_then(|s| s.ip.clone())
 }
 
 /// A Managed gcp spec probed through the bed's origin, every two seconds.
-fn gcp_spec(bed: &Bed, extra: Value) -> Value {
+pub(crate) fn gcp_spec(bed: &Bed, extra: Value) -> Value {
     let mut spec = json!({"mode": "Managed", "provider": GCP, "healthCheck": {
         "probeURL": bed.origin.url("/generate_204"), "intervalSeconds": 2, "timeoutSeconds": 1}});
     if let (Some(spec), Value::Object(extra)) = (spec.as_object_mut(), extra) {
@@ -43,7 +43,7 @@ fn gcp_spec(bed: &Bed, extra: Value) -> Value {
 }
 
 /// The VM the fake holds for `proxy`, by its provider ID.
-fn vm_of(bed: &Bed, proxy: &Proxy) -> Option<Observed> {
+pub(crate) fn vm_of(bed: &Bed, proxy: &Proxy) -> Option<Observed> {
     let id = provider_id(proxy)?;
     let (zone, name) = id.strip_prefix("zones/")?.split_once("/instances/")?;
     bed.gce().instance(zone, name)
@@ -60,7 +60,7 @@ fn through(bed: &Bed, proxy_url: &str) -> reqwest::Client {
 }
 
 /// Waits until `check` holds for what the fake holds; fails with the operator's log.
-async fn until_gce(bed: &Bed, what: &str, check: impl Fn(&[Observed]) -> bool) {
+pub(crate) async fn until_gce(bed: &Bed, what: &str, check: impl Fn(&[Observed]) -> bool) {
     for _ in 0..300 {
         if check(&bed.gce().instances()) {
             return;

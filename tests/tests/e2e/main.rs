@@ -14,6 +14,7 @@ mod freed;
 mod gate;
 mod gc;
 mod gcp;
+mod gcp_faults;
 mod health;
 mod hostile;
 mod image;

@@ -74,8 +74,8 @@ pub struct GcpProvider {
     settings: GcpSettings,
     installation: String,
     timeout: Duration,
-    /// Inserts GCE accepted and that have not shown a VM yet: provider ID → operation name.
-    inserting: Mutex<HashMap<String, String>>,
+    /// Inserts GCE accepted whose VM this process has not seen yet, by provider ID.
+    inserting: Mutex<HashMap<String, Pending>>,
     /// Deletes in progress: provider ID → operation name.
     deleting: Mutex<HashMap<String, String>>,
     /// Per provider ID, how many VMs of that ID this process has seen end (deleted, or an
@@ -163,6 +163,36 @@ impl GcpProvider {
             .map_err(|e| errors::classify(&e))
     }
 
+    /// Where the pending insert of `provider_id` stands, for a read or a delete that found
+    /// no VM (see [`Settled`]).
+    async fn settled(&self, id: &InstanceId, provider_id: &str) -> Result<Settled, ProviderError> {
+        let pending = lock(&self.inserting).get(provider_id).cloned();
+        let Some(pending) = pending else {
+            return Ok(Settled::Gone);
+        };
+        if let Some(done) = pending.done {
+            if done.elapsed() < VISIBLE_WITHIN {
+                return Ok(Settled::Unseen);
+            }
+            lock(&self.inserting).remove(provider_id);
+            return Ok(Settled::Gone);
+        }
+        match outcome(&self.operation(&id.zone, &pending.operation).await?) {
+            Outcome::Running => Ok(Settled::Running),
+            Outcome::Done => {
+                if let Some(pending) = lock(&self.inserting).get_mut(provider_id) {
+                    pending.done = Some(Instant::now());
+                }
+                Ok(Settled::Unseen)
+            }
+            Outcome::Failed(error) => {
+                lock(&self.inserting).remove(provider_id);
+                self.next_incarnation(provider_id);
+                Ok(Settled::Failed(error))
+            }
+        }
+    }
+
     /// How many VMs of `provider_id` this process has seen end.
     fn incarnation(&self, provider_id: &str) -> u32 {
         lock(&self.incarnations)
@@ -178,6 +208,32 @@ impl GcpProvider {
             .entry(provider_id.to_owned())
             .or_default() += 1;
     }
+}
+
+/// An insert GCE accepted whose VM this process has not seen yet.
+#[derive(Clone, Debug)]
+struct Pending {
+    /// The insert's operation.
+    operation: String,
+    /// When the operation was seen `DONE` without an error: the VM exists, even while GCE's
+    /// reads do not show it yet.
+    done: Option<Instant>,
+}
+
+/// How long the VM of a finished insert may stay invisible before a 404 means it is gone
+/// (deleted by someone else meanwhile) rather than not shown yet.
+const VISIBLE_WITHIN: Duration = Duration::from_secs(60);
+
+/// Where an insert stands, for a read or a delete that found no VM.
+enum Settled {
+    /// Its operation still runs: no VM yet, one may come.
+    Running,
+    /// It finished: the VM exists but is not shown yet.
+    Unseen,
+    /// It failed after GCE accepted it: no VM was made.
+    Failed(ProviderError),
+    /// No insert is pending, or its VM never showed within [`VISIBLE_WITHIN`].
+    Gone,
 }
 
 /// How many spent request IDs one create skips before it gives up for this attempt.
@@ -259,8 +315,12 @@ impl Provider for GcpProvider {
                 .send();
             match self.call("instances.insert", insert).await? {
                 Ok(operation) => match (outcome(&operation), operation.name) {
-                    (Outcome::Running, Some(name)) => {
-                        lock(&self.inserting).insert(key.clone(), name);
+                    (Outcome::Running, Some(operation)) => {
+                        let pending = Pending {
+                            operation,
+                            done: None,
+                        };
+                        lock(&self.inserting).insert(key.clone(), pending);
                         return Ok(key);
                     }
                     (Outcome::Running, None) => return Ok(key),
@@ -296,21 +356,12 @@ impl Provider for GcpProvider {
                 Ok(state::state_of(&instance))
             }
             Err(e) if e.http_status_code() == Some(404) => {
-                let pending = lock(&self.inserting).get(provider_id).cloned();
-                let Some(operation) = pending else {
-                    return Ok(InstanceState::NotFound);
-                };
-                match outcome(&self.operation(&id.zone, &operation).await?) {
-                    Outcome::Running => Ok(InstanceState::Provisioning),
-                    Outcome::Done => {
-                        lock(&self.inserting).remove(provider_id);
-                        Ok(InstanceState::NotFound)
-                    }
-                    Outcome::Failed(error) => {
-                        lock(&self.inserting).remove(provider_id);
-                        self.next_incarnation(provider_id);
+                match self.settled(&id, provider_id).await? {
+                    Settled::Running | Settled::Unseen => Ok(InstanceState::Provisioning),
+                    Settled::Failed(error) => {
                         Ok(InstanceState::CreateFailed(in_zone(error, &id.zone)))
                     }
+                    Settled::Gone => Ok(InstanceState::NotFound),
                 }
             }
             Err(e) => Err(errors::classify(&e)),
@@ -319,25 +370,16 @@ impl Provider for GcpProvider {
 
     async fn delete(&self, provider_id: &str) -> Result<(), ProviderError> {
         let id = InstanceId::parse(provider_id)?;
-        // An insert still running: its VM may not be visible yet (GCE shows it a moment after
-        // the insert is accepted), so a delete now could find nothing and the VM would boot
-        // after its Proxy is gone. The delete waits for the insert to settle: meanwhile `get`
-        // answers Provisioning, so the Proxy keeps its finalizer and the core asks again at
-        // its deletion poll.
-        let pending = lock(&self.inserting).get(provider_id).cloned();
-        if let Some(operation) = pending {
-            match outcome(&self.operation(&id.zone, &operation).await?) {
-                Outcome::Running => return Ok(()),
-                Outcome::Done => {
-                    lock(&self.inserting).remove(provider_id);
-                }
-                // No VM was made: nothing to delete.
-                Outcome::Failed(_) => {
-                    lock(&self.inserting).remove(provider_id);
-                    self.next_incarnation(provider_id);
-                    return Ok(());
-                }
-            }
+        // An insert this process submitted whose VM it has not seen: GCE shows a VM a moment
+        // after its insert, so a delete now could find nothing and the VM would boot after
+        // its Proxy is gone. While the insert runs, the delete waits; once it finished, the
+        // VM exists and is deleted, and a 404 (not shown yet) keeps it pending. Meanwhile
+        // `get` answers Provisioning, so the Proxy keeps its finalizer and the core asks
+        // again at its deletion poll.
+        match self.settled(&id, provider_id).await? {
+            // No VM yet; or none was made.
+            Settled::Running | Settled::Failed(_) => return Ok(()),
+            Settled::Unseen | Settled::Gone => {}
         }
         let running = lock(&self.deleting).get(provider_id).cloned();
         if let Some(operation) = running {
@@ -359,6 +401,8 @@ impl Provider for GcpProvider {
             .send();
         match self.call("instances.delete", delete).await? {
             Ok(operation) => {
+                // The VM was found: it is no longer an insert's.
+                lock(&self.inserting).remove(provider_id);
                 self.next_incarnation(provider_id);
                 match outcome(&operation) {
                     Outcome::Failed(error) => return Err(error),
@@ -371,6 +415,8 @@ impl Provider for GcpProvider {
                 }
                 Ok(())
             }
+            // Gone already; or, for an insert's VM not shown yet, deleted at a later poll
+            // (`get` answers Provisioning until it shows).
             Err(e) if e.http_status_code() == Some(404) => Ok(()),
             Err(e) => Err(errors::classify(&e)),
         }
