@@ -18,9 +18,13 @@ use crate::run_dir::subdir;
 
 /// The debug operator binary, built on first use (a no-op when it is current): with the kvm
 /// provider when this crate has its `kvm` feature (the tests), without it otherwise (the demo).
+/// `PROXY_OPERATOR_BINARY` names another binary to run instead (an older build, to show what
+/// a test catches: the before of a before-and-after).
 pub fn binary() -> &'static Path {
     static BINARY: OnceLock<PathBuf> = OnceLock::new();
-    BINARY.get_or_init(|| build(false))
+    BINARY.get_or_init(|| {
+        std::env::var_os("PROXY_OPERATOR_BINARY").map_or_else(|| build(false), PathBuf::from)
+    })
 }
 
 /// The release operator binary, for benchmarks, built on first use with the default
