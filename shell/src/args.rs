@@ -212,14 +212,19 @@ pub struct RunArgs {
     /// Do not run orphan GC.
     #[arg(long, conflicts_with_all = ["gc_allow_namespaced", "gc_dry_run"])]
     pub no_gc: bool,
-    /// How many reconciles run at once (0: unbounded). Each makes at most one provider call
-    /// at a time, so this bounds what a mass apply fires at a cloud API. The default 4 was
-    /// the fastest bound for 200 Proxies applied at once on the 2-core test bed (faster than
-    /// 1, 16 and unbounded, which put up to 86 provider calls in flight); see
-    /// docs/benchmarks.md (`just bench-reconcile`). More cores or a slow cloud API may favour
-    /// a larger bound.
-    #[arg(long, env = "MAX_CONCURRENT_RECONCILES", default_value_t = 4)]
+    /// How many reconciles run at once (0: unbounded): what a mass apply asks of the API
+    /// server at once. Reconciles that only write status (every External proxy's, a probe's
+    /// verdict) are not held back by the provider calls of others: those have their own
+    /// bound, `--max-concurrent-provider-calls`. See docs/benchmarks.md.
+    #[arg(long, env = "MAX_CONCURRENT_RECONCILES", default_value_t = 32)]
     pub max_concurrent_reconciles: u16,
+    /// How many calls of reconciles (create, get, delete) run at once per provider (0:
+    /// unbounded): what a mass apply fires at a cloud API. The default 4 was the fastest
+    /// bound for 200 Proxies applied at once on the 2-core test bed (faster than 1, 16 and
+    /// unbounded, which put up to 86 provider calls in flight); see docs/benchmarks.md
+    /// (`just bench-reconcile`). More cores or a slow cloud API may favour a larger bound.
+    #[arg(long, env = "MAX_CONCURRENT_PROVIDER_CALLS", default_value_t = 4)]
+    pub max_concurrent_provider_calls: u16,
     /// How long a proxy is not leased for a target after a `blocked` report, in seconds.
     #[arg(long, default_value = "1800", value_parser = duration::parse)]
     pub blocked_cooldown_seconds: Duration,

@@ -219,7 +219,7 @@ impl Default for Metrics {
         let provider_in_flight_max = Family::<ProviderName, Gauge>::default();
         registry.register(
             "provider_calls_in_flight_max",
-            "The most provider calls that ran at once since the start, by provider (bounded by --max-concurrent-reconciles, plus one for GC)",
+            "The most provider calls that ran at once since the start, by provider (bounded by --max-concurrent-provider-calls, plus one each for GC and the provider check)",
             provider_in_flight_max.clone(),
         );
         let provider_up = Family::<ProviderName, Gauge>::default();

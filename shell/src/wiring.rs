@@ -24,6 +24,7 @@ use crate::health::probe::Prober;
 use crate::leadership::Leadership;
 use crate::loops::{self, Parts, ProviderChecks, Servers};
 use crate::metrics::Metrics;
+use crate::providers::metered::Bounds;
 use crate::providers::registry::Registry;
 use crate::providers::types::Env;
 use crate::recorder::Recorder;
@@ -101,7 +102,11 @@ async fn serve(args: RunArgs, config: ProvidersConfig) -> anyhow::Result<()> {
         client: client.clone(),
         installation: installation.clone(),
     };
-    let providers = Registry::build(&config, &env, &metrics, args.call_timeout_seconds).await;
+    let bounds = Bounds {
+        deadline: args.call_timeout_seconds,
+        concurrent_calls: args.max_concurrent_provider_calls,
+    };
+    let providers = Registry::build(&config, &env, &metrics, bounds).await;
     let gc = args.gc(&installation);
     let timing = args.timing();
     tracing::info!(providers = %config.summary(), namespace = ?args.namespace, identity = leadership.identity(), installation, "proxy-operator starting");

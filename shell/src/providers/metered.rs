@@ -2,8 +2,10 @@
 //! provider, the operation and the instance), the `proxy_operator_provider_requests_total`
 //! counter by provider, operation and result, and the calls in flight
 //! (`proxy_operator_provider_calls_in_flight` and its high-water mark `..._max`, which shows
-//! that `--max-concurrent-reconciles` bounds what a mass apply fires at a cloud API: at most
-//! the bound, plus GC's `list` and the provider health `check`, one each), and the deadline
+//! that `--max-concurrent-provider-calls` bounds what a mass apply fires at a cloud API: at
+//! most the bound, plus GC's `list` and the provider health `check`, one each, which the
+//! bound does not hold back), the bound itself (a semaphore per provider: a reconcile that
+//! only writes status never waits for another's provider call), and the deadline
 //! of every operation (`--call-timeout-seconds`, [`crate::deadline`]: a provider whose API
 //! accepts a connection and says nothing fails the call transiently instead of holding a
 //! reconcile forever; `check` has the monitor's own timeout). A new provider gets all of it
@@ -16,6 +18,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use proxy_core::gc::Listed;
 use proxy_core::{CreateRequest, InstanceState, ProviderError, ProxyKey};
+use tokio::sync::Semaphore;
 use tracing::Instrument;
 
 use super::{Checked, Provider};
@@ -29,22 +32,35 @@ pub struct Metered {
     inner: Arc<dyn Provider>,
     metrics: Arc<Metrics>,
     deadline: Duration,
+    /// The calls of reconciles in flight at once (`--max-concurrent-provider-calls`);
+    /// `None`: unbounded.
+    permits: Option<Semaphore>,
+}
+
+/// How a [`Metered`] provider bounds its calls.
+#[derive(Clone, Copy, Debug)]
+pub struct Bounds {
+    /// Each operation but `check` fails transiently past this.
+    pub deadline: Duration,
+    /// At most this many creates, gets and deletes at once (0: unbounded).
+    pub concurrent_calls: u16,
 }
 
 impl Metered {
-    /// Wraps `inner`, known in the providers config as `name`; each operation but `check`
-    /// fails transiently past `deadline`.
+    /// Wraps `inner`, known in the providers config as `name`, within `bounds`.
     pub fn new(
         name: String,
         inner: Arc<dyn Provider>,
         metrics: Arc<Metrics>,
-        deadline: Duration,
+        bounds: Bounds,
     ) -> Self {
         Self {
             name,
             inner,
             metrics,
-            deadline,
+            deadline: bounds.deadline,
+            permits: (bounds.concurrent_calls > 0)
+                .then(|| Semaphore::new(usize::from(bounds.concurrent_calls))),
         }
     }
 
@@ -60,6 +76,24 @@ impl Metered {
             call,
         )
         .await
+    }
+
+    /// A call of a reconcile (`create`, `get`, `delete`): it waits for a permit, then runs
+    /// under the deadline. The wait counts neither against the deadline nor as in flight.
+    async fn permitted<T>(
+        &self,
+        op: &'static str,
+        call: impl Future<Output = Result<T, ProviderError>>,
+    ) -> Result<T, ProviderError> {
+        let _permit = match &self.permits {
+            // The semaphore is never closed, so acquiring fails never.
+            Some(permits) => permits.acquire().await.ok(),
+            None => None,
+        };
+        let in_flight = self.in_flight();
+        let result = self.bounded(op, call).await;
+        drop(in_flight);
+        result
     }
 
     /// Counts a call in flight until the guard drops: when the call returns, or when its
@@ -98,24 +132,20 @@ impl Provider for Metered {
         passwd: Option<&str>,
     ) -> Result<String, ProviderError> {
         let span = tracing::info_span!("provider", provider = %self.name, op = "create", instance = %request.instance_name, proxy = %ProxyKey::new(&request.namespace, &request.name));
-        let in_flight = self.in_flight();
         let result = self
-            .bounded("create", self.inner.create(request, passwd))
+            .permitted("create", self.inner.create(request, passwd))
             .instrument(span)
             .await;
-        drop(in_flight);
         self.count("create", &result);
         result
     }
 
     async fn get(&self, provider_id: &str) -> Result<InstanceState, ProviderError> {
         let span = tracing::info_span!("provider", provider = %self.name, op = "get", provider_id);
-        let in_flight = self.in_flight();
         let result = self
-            .bounded("get", self.inner.get(provider_id))
+            .permitted("get", self.inner.get(provider_id))
             .instrument(span)
             .await;
-        drop(in_flight);
         self.count("get", &result);
         // A create the provider accepted and failed later (GCE's insert operation ended
         // with an error) shows only here: said as loudly as a failed create call.
@@ -128,12 +158,10 @@ impl Provider for Metered {
     async fn delete(&self, provider_id: &str) -> Result<(), ProviderError> {
         let span =
             tracing::info_span!("provider", provider = %self.name, op = "delete", provider_id);
-        let in_flight = self.in_flight();
         let result = self
-            .bounded("delete", self.inner.delete(provider_id))
+            .permitted("delete", self.inner.delete(provider_id))
             .instrument(span)
             .await;
-        drop(in_flight);
         self.count("delete", &result);
         result
     }

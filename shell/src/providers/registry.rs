@@ -2,10 +2,9 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::Duration;
 
 use super::Provider;
-use super::metered::Metered;
+use super::metered::{Bounds, Metered};
 use super::types::{Env, ProviderSettings};
 use super::unstarted::Unstarted;
 use crate::config::ProvidersConfig;
@@ -23,13 +22,12 @@ impl Registry {
     /// Starts every provider of `config` ([`super::types::ProviderSettings::start`]). One
     /// that cannot start (no credentials, a type this build lacks) does not stop the
     /// operator: it is kept [`Unstarted`], its `ProviderHealth` says why, and each health
-    /// check tries again. Each provider operation fails transiently past `deadline`
-    /// ([`Metered`]).
+    /// check tries again. Each provider's calls are bounded by `bounds` ([`Metered`]).
     pub async fn build(
         config: &ProvidersConfig,
         env: &Env,
         metrics: &Arc<Metrics>,
-        deadline: Duration,
+        bounds: Bounds,
     ) -> Self {
         let mut providers: BTreeMap<String, Arc<dyn Provider>> = BTreeMap::new();
         for entry in &config.providers {
@@ -40,7 +38,7 @@ impl Registry {
                     Arc::new(Unstarted::new(entry.settings.clone(), env.clone(), why))
                 }
             };
-            let metered = Metered::new(entry.name.clone(), provider, metrics.clone(), deadline);
+            let metered = Metered::new(entry.name.clone(), provider, metrics.clone(), bounds);
             providers.insert(entry.name.clone(), Arc::new(metered));
         }
         Self {

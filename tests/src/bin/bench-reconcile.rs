@@ -11,7 +11,8 @@
 //! operator's API writes per proxy (from the API server's own `apiserver_request_total`), and
 //! (c) its status writes per proxy per minute in steady state (target 0).
 //!
-//! Step 2 runs once per value of `--max-concurrent-reconciles` in
+//! Step 2 runs once per value of `--max-concurrent-provider-calls` (until issue 40, the bound
+//! was `--max-concurrent-reconciles`, which held every reconcile back) in
 //! `BENCH_MAX_CONCURRENT_RECONCILES` (default `1,4,16,0`; 0 is unbounded), each with a fresh
 //! operator in a fresh namespace, so the rows compare side by side against one baseline.
 //! Each row also gives (d) the most provider calls the operator had in flight at once
@@ -175,7 +176,8 @@ async fn max_in_flight(operator: &Operator) -> anyhow::Result<f64> {
         .unwrap_or(0.0))
 }
 
-/// Step 2 for one `--max-concurrent-reconciles`: a fresh operator creates `n` Proxies' Pods.
+/// Step 2 for one `--max-concurrent-provider-calls`: a fresh operator creates `n` Proxies'
+/// Pods.
 async fn operator_run(
     plane: &ControlPlane,
     client: &kube::Client,
@@ -200,7 +202,7 @@ async fn operator_run(
         binary,
         polls,
         None,
-        &["--max-concurrent-reconciles", &concurrency_arg],
+        &["--max-concurrent-provider-calls", &concurrency_arg],
     );
     tokio::time::sleep(Duration::from_secs(2)).await; // its watches are up
     let proxies: Api<Proxy> = Api::namespaced(client.clone(), &ns);
@@ -385,7 +387,7 @@ async fn main() -> anyhow::Result<()> {
             .map(|(_, v)| v)
             .sum::<f64>()
             + 0.0;
-        println!("  --max-concurrent-reconciles {bound}, operator {label}:");
+        println!("  --max-concurrent-provider-calls {bound}, operator {label}:");
         println!(
             "    operator (create Proxies only):                        {:.2} s",
             run.to_provisioned.as_secs_f64()

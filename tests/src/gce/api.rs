@@ -78,6 +78,9 @@ async fn handle(
         }
         ("POST", ["zones", zone, "instances"]) => {
             store.admit(Method::Insert)?;
+            if let Some(latency) = store.insert_latency() {
+                tokio::time::sleep(latency).await;
+            }
             store.check_scope(project, Some(zone))?;
             let body =
                 serde_json::from_slice(body).map_err(|e| GceError::parse_error(&e.to_string()))?;

@@ -310,6 +310,12 @@ impl FakeGce {
         self.store.set_outage(method, fault);
     }
 
+    /// Every insert takes `latency` longer before it is answered while it is `Some` (a slow
+    /// region, a cloud API under load).
+    pub fn set_insert_latency(&self, latency: Option<Duration>) {
+        self.store.set_insert_latency(latency);
+    }
+
     /// Makes the image `image` (as an insert names it,
     /// `projects/p/global/images/family/f`) missing: an insert with it answers 404.
     pub fn set_image_missing(&self, image: &str) {

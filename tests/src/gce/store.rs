@@ -129,6 +129,7 @@ pub(super) struct State {
     insert_outage: Option<InsertFault>,
     request_faults: VecDeque<(Fault, Option<Method>)>,
     outages: BTreeMap<Method, Fault>,
+    insert_latency: Option<Duration>,
     missing_images: BTreeSet<String>,
     withhold_next: u32,
     pub unreachable: BTreeSet<String>,
@@ -588,6 +589,15 @@ impl Store {
     pub fn fail_requests(&self, n: u32, fault: Fault, method: Option<Method>) {
         let mut state = self.lock();
         state.request_faults.extend((0..n).map(|_| (fault, method)));
+    }
+
+    pub fn set_insert_latency(&self, latency: Option<Duration>) {
+        self.lock().insert_latency = latency;
+    }
+
+    /// How long an insert waits before it is answered.
+    pub fn insert_latency(&self) -> Option<Duration> {
+        self.lock().insert_latency
     }
 
     pub fn set_image_missing(&self, image: &str) {

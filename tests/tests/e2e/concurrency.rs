@@ -1,4 +1,4 @@
-//! `--max-concurrent-reconciles` bounds what a mass apply fires at a provider: with 40
+//! `--max-concurrent-provider-calls` bounds what a mass apply fires at a provider: with 40
 //! Proxies applied at once and a bound of 2, the operator never has more than 2 provider
 //! calls of reconciles in flight (the metered decorator's high-water mark, read from its
 //! metrics). The decorator also counts the calls of the two loops that call the provider
@@ -37,7 +37,7 @@ async fn a_mass_apply_never_has_more_provider_calls_in_flight_than_the_bound() {
         binary(),
         Polls::FAST,
         None,
-        &["--max-concurrent-reconciles", BOUND],
+        &["--max-concurrent-provider-calls", BOUND],
     );
     let proxies: Api<Proxy> = Api::namespaced(client, &ns);
     stream::iter(0..PROXIES)
@@ -92,4 +92,52 @@ async fn a_mass_apply_never_has_more_provider_calls_in_flight_than_the_bound() {
         "{max} provider calls were in flight at once, bound {bound} for the reconciles \
          plus {others} for GC's list and the provider check that ran"
     );
+}
+
+/// The bound is per provider, and holds back only provider calls (issue 40): while a slow
+/// cloud holds its one permit (each gcp insert takes 4 s, the bound is 1), Proxies of the
+/// kubernetes provider, and External ones, are reconciled and become Ready meanwhile. With
+/// one bound for every reconcile, the gcp reconciles waiting on their inserts held every
+/// slot, and the others waited behind them.
+#[tokio::test]
+async fn a_slow_provider_holds_back_only_its_own_proxies() {
+    let mut bed = crate::operated::Bed::with_gce(
+        "perprovider",
+        &[
+            "--max-concurrent-provider-calls",
+            "1",
+            "--max-concurrent-reconciles",
+            "8",
+        ],
+    )
+    .await;
+    bed.gce().set_insert_latency(Some(Duration::from_secs(4)));
+    for i in 0..4 {
+        bed.create(&format!("slow-{i}"), crate::gcp::gcp_spec(&bed, json!({})))
+            .await;
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let started = std::time::Instant::now();
+    for i in 0..3 {
+        bed.create(
+            &format!("pod-{i}"),
+            json!({"mode": "Managed", "provider": "pods"}),
+        )
+        .await;
+    }
+    for i in 0..3 {
+        bed.wait_for(&format!("pod-{i}"), "provisioned", provisioned)
+            .await;
+    }
+    let pods_took = started.elapsed();
+    let gcp_inserts = bed.gce().inserts().len();
+    assert!(
+        gcp_inserts < 4,
+        "the Pods waited for every gcp insert: {gcp_inserts} inserts in {pods_took:?}"
+    );
+    assert!(
+        pods_took < Duration::from_secs(8),
+        "3 Pods took {pods_took:?} behind the slow provider"
+    );
+    bed.gce().set_insert_latency(None);
 }
