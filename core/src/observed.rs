@@ -52,6 +52,12 @@ pub struct Observed {
     pub egress_shared_with: Vec<crate::key::ProxyKey>,
     /// What the provider's `get(status.providerID)` answered.
     pub instance: InstanceView,
+    /// The zone (or host) the instance of `status.providerID` runs in, as its provider reads
+    /// it from the ID: `status.zone`, where a Proxy without `placement.zone` landed. Left
+    /// out of a recording when `None`, so recordings made before it existed replay
+    /// unchanged.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub instance_zone: Option<String>,
     /// The outcome of the provider call the previous [`Decision`](crate::Decision) of this
     /// same reconcile asked for, or `None` on the first call. See the driving contract on
     /// [`decide`](fn@crate::decide).

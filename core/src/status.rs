@@ -142,9 +142,14 @@ pub(crate) fn complete(
         reason.progress(provider_id.is_some()),
         verdict.map(|verdict| verdict.healthy),
     );
+    // Where the instance runs, while the status names the instance the shell looked up.
+    let zone = observed.instance_zone.clone().filter(|_| {
+        provider_id.is_some() && provider_id.as_deref() == previous.provider_id.as_deref()
+    });
     let status = ProxyStatus {
         phase: Some(phase),
         provider_id,
+        zone,
         ip,
         observed_generation: Some(generation),
         last_probe_latency_ms: verdict.map(|verdict| i64::from(verdict.latency_ms)),

@@ -142,6 +142,7 @@ impl Observed {
             credentials: false,
             egress_shared_with: Vec::new(),
             instance: InstanceView::NotLookedUp,
+            instance_zone: None,
             outcome: None,
             health: None,
             blocked_sites: None,
@@ -283,6 +284,7 @@ pub fn status_of(
     ProxyStatus {
         phase: Some(phase),
         provider_id: provider_id.map(str::to_owned),
+        zone: None,
         ip: ip.map(str::to_owned),
         observed_generation: Some(generation),
         last_probe_latency_ms: None,

@@ -342,3 +342,23 @@ fn a_replacement_at_its_predecessors_address_starts_with_no_verdict() {
     let decision = decide(&managed_spec(), decision.status(), &probed);
     assert_eq!(decision.status().phase, Some(Phase::Ready));
 }
+
+#[test]
+fn the_status_says_where_the_machine_landed() {
+    let observed = Observed {
+        instance_zone: Some("europe-west1-c".to_owned()),
+        ..Observed::test()
+            .annotated(proxy_core::testing::hash())
+            .instance(InstanceView::Running { ip: IP.to_owned() })
+    };
+    let decision = decide(&unpinned(), &support::provisioning_status(), &observed);
+    assert_eq!(decision.status().zone.as_deref(), Some("europe-west1-c"));
+    // Once the instance is gone, so is its zone.
+    let gone = Observed {
+        instance: InstanceView::NotFound,
+        ..observed
+    };
+    let decision = decide(&unpinned(), decision.status(), &gone);
+    assert_eq!(decision.status().provider_id, None);
+    assert_eq!(decision.status().zone, None);
+}

@@ -624,3 +624,31 @@ fn refused_crawlers_grow_a_pool_even_from_zero_and_a_full_one_past_its_utilizati
     assert_eq!(decide(&mut world, 2, 1), 3);
     assert_eq!(decide(&mut world, 3, 9), 3, "within maxReplicas");
 }
+
+#[test]
+fn the_status_counts_proxies_where_they_landed() {
+    // No zone in the template: the provider places each Proxy, and a stockout may move one.
+    let spec = pool(3, "squid:6");
+    let mut world = World::new();
+    world.step(&spec);
+    world.member("web-0").landed = Some("europe-west1-b".to_owned());
+    world.member("web-1").landed = Some("europe-west1-c".to_owned());
+    world.member("web-2").landed = Some("europe-west1-c".to_owned());
+    world.step(&spec);
+    assert_eq!(
+        world.status.zones,
+        [
+            ("europe-west1-b".to_owned(), 1),
+            ("europe-west1-c".to_owned(), 2)
+        ]
+        .into()
+    );
+    // One being deleted, and one not placed yet, are not counted.
+    world.member("web-1").deleting = true;
+    world.member("web-2").landed = None;
+    world.step(&spec);
+    assert_eq!(
+        world.status.zones,
+        [("europe-west1-b".to_owned(), 1)].into()
+    );
+}

@@ -555,6 +555,7 @@ impl Story {
                     .unwrap_or(InstanceView::NotFound),
                 None => InstanceView::NotLookedUp,
             },
+            instance_zone: None,
             outcome: None,
             health: self.book.reported(&self.key(), &self.meta.uid).cloned(),
             blocked_sites: None,

@@ -376,6 +376,11 @@ pub struct ProxyStatus {
         skip_serializing_if = "Option::is_none"
     )]
     pub provider_id: Option<String>,
+    /// The zone the machine runs in (for kvm, its host), as its provider placed it: where a
+    /// Proxy without `placement.zone` landed, in the provider's first zone or, after a
+    /// stockout, another one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub zone: Option<String>,
     /// Address crawlers connect to. Set only while the machine is running (never an empty
     /// or stale address); for External proxies it is `endpoint.host`.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -389,6 +389,11 @@ pub struct ProxyPoolStatus {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
     pub conditions: Vec<Condition>,
+    /// The pool's Proxies (not those being deleted) by the zone their machines landed in
+    /// (their `status.zone`): a Proxy whose spread entry names no zone is counted where its
+    /// provider placed it, in the provider's first zone or, after a stockout, another.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub zones: std::collections::BTreeMap<String, i32>,
 }
 
 /// What autoscale saw and wants.

@@ -112,6 +112,10 @@ pub struct Member {
     pub provider: Option<String>,
     /// Its `spec.placement.zone`.
     pub zone: Option<String>,
+    /// Its `status.zone`: where its machine landed (without `placement.zone`, the provider
+    /// chose, and a stockout may have moved it). Left out of a recording when `None`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub landed: Option<String>,
     /// Its labels.
     pub labels: BTreeMap<String, String>,
     /// Its `spec.maxLeases`.
@@ -517,11 +521,27 @@ pub fn decide_pool(
             observed_generation: Some(observed.generation),
             autoscale,
             conditions,
+            zones: landed_zones(&seen),
         },
         events,
         proxy_events,
         wake: wake.delay(),
     }
+}
+
+/// The live Proxies by the zone their machines landed in (`status.zones`): a Proxy its
+/// spread entry does not pin to a zone is counted where the provider placed it, after a
+/// stockout too; one not placed yet is not counted.
+fn landed_zones(seen: &[Seen<'_>]) -> BTreeMap<String, i32> {
+    let mut zones = BTreeMap::new();
+    for landed in seen
+        .iter()
+        .filter(|s| s.live())
+        .filter_map(|s| s.member.landed.as_ref())
+    {
+        *zones.entry(landed.clone()).or_insert(0) += 1;
+    }
+    zones
 }
 
 /// The rollout limits of a pool of `desired` Proxies, resolved from its counts and

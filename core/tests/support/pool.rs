@@ -121,6 +121,7 @@ impl World {
                             .cloned(),
                         provider: spec.provider.clone(),
                         zone: spec.placement.as_ref().and_then(|p| p.zone.clone()),
+                        landed: spec.placement.as_ref().and_then(|p| p.zone.clone()),
                         labels: labels.clone(),
                         max_leases: spec.max_leases,
                         health_check: spec.health_check.clone(),

@@ -79,9 +79,12 @@ pub(crate) async fn observe(proxy: &Proxy, kept: Kept, ctx: &Context) -> Result<
         .provider
         .as_deref()
         .and_then(|name| ctx.providers.get(name));
-    let instance = match (provider, instance_id(&status)) {
-        (Some(provider), Some(id)) => InstanceView::from(provider.get(id).await),
-        _ => InstanceView::NotLookedUp,
+    let (instance, instance_zone) = match (provider, instance_id(&status)) {
+        (Some(provider), Some(id)) => (
+            InstanceView::from(provider.get(id).await),
+            provider.zone_of(id),
+        ),
+        _ => (InstanceView::NotLookedUp, None),
     };
     // A lookup that refused the operator (its credentials) holds the provider's Proxies as a
     // refused create does.
@@ -112,6 +115,7 @@ pub(crate) async fn observe(proxy: &Proxy, kept: Kept, ctx: &Context) -> Result<
                 .is_some_and(|name| ctx.providers.enforces_credentials(name, &proxy.spec)),
         egress_shared_with: ctx.health.egress_shared_with(&ProxyKey::of(proxy)),
         instance,
+        instance_zone,
         outcome: None,
         health: ctx.health.reported(proxy),
         blocked_sites: ctx.blocked_sites(&proxy_core::ProxyKey::of(proxy)),

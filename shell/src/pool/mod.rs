@@ -285,6 +285,7 @@ fn member_of(proxy: &Proxy, discovery: &Discovery) -> Member {
         template_hash: annotations.get(TEMPLATE_HASH_ANNOTATION).cloned(),
         provider: proxy.spec.provider.clone(),
         zone: proxy.spec.placement.as_ref().and_then(|p| p.zone.clone()),
+        landed: status.and_then(|s| s.zone.clone()),
         labels: proxy.labels().clone().into_iter().collect(),
         max_leases: proxy.spec.max_leases,
         health_check: proxy.spec.health_check.clone(),

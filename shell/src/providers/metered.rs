@@ -178,6 +178,10 @@ impl Provider for Metered {
         result
     }
 
+    fn zone_of(&self, provider_id: &str) -> Option<String> {
+        self.inner.zone_of(provider_id)
+    }
+
     async fn check(&self) -> Checked {
         let span = tracing::info_span!("provider", provider = %self.name, op = "check");
         let in_flight = self.in_flight();

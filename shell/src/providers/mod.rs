@@ -75,6 +75,12 @@ pub trait Provider: Send + Sync + std::fmt::Debug {
     async fn check(&self) -> Checked {
         Checked::Unsupported
     }
+    /// The zone (or host) the instance with this ID runs in, when its ID says it: where a
+    /// Proxy without `placement.zone` landed (`status.zone`). No call is made.
+    fn zone_of(&self, provider_id: &str) -> Option<String> {
+        let _ = provider_id;
+        None
+    }
 }
 
 /// What a provider's [`Provider::check`] found.

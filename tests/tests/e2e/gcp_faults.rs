@@ -133,6 +133,11 @@ async fn a_stockout_in_the_operation_waits_and_moves_to_the_next_zone() {
         "{:?}",
         proxy.status
     );
+    assert_eq!(
+        proxy.status.as_ref().and_then(|s| s.zone.as_deref()),
+        Some("europe-west1-c"),
+        "the status says where it landed"
+    );
     let notes = bed
         .event_notes("z", "ZoneResourcesExhausted", "europe-west1-b")
         .await;

@@ -422,6 +422,11 @@ impl Provider for GcpProvider {
         }
     }
 
+    /// The zone in the ID (`zones/<zone>/instances/<name>`).
+    fn zone_of(&self, provider_id: &str) -> Option<String> {
+        InstanceId::parse(provider_id).ok().map(|id| id.zone)
+    }
+
     async fn list_by_tag(&self) -> Result<Vec<Listed>, ProviderError> {
         match self.list_everywhere(&labels::managed_filter()).await {
             Ok(vms) => Ok(vms.into_iter().map(state::listed).collect()),

@@ -594,6 +594,11 @@ impl Provider for KvmProvider {
         .await
     }
 
+    /// The host in the ID (`<host>/<domain>`): a kvm provider's hosts are its zones.
+    fn zone_of(&self, provider_id: &str) -> Option<String> {
+        provider_id.split_once('/').map(|(host, _)| host.to_owned())
+    }
+
     async fn list_by_tag(&self) -> Result<Vec<Listed>, ProviderError> {
         let mut all = Vec::new();
         for host in &self.hosts {
