@@ -182,8 +182,12 @@ class LeaseKeeper:
             self._drop(each, result)
         task = asyncio.ensure_future(self._report(held, report) if report is not None else asyncio.sleep(0))
         site.pending.add(task)
+        # Shielded, and awaited by close() too: a crawler cancelled while it waits (an
+        # error, a stop) still lands the report.
+        self.background.add(task)
+        task.add_done_callback(self.background.discard)
         try:
-            await task
+            await asyncio.shield(task)
         finally:
             site.pending.discard(task)
         for each in same:
