@@ -54,6 +54,7 @@ fn fleet(n: usize) -> LeaseBook {
             target: None,
             ttl: Duration::from_secs(86_400),
             distinct_egress: false,
+            holder: None,
         };
         book.acquire(request, start()).expect("a free proxy");
     }
@@ -77,6 +78,7 @@ fn time_acquire_release(book: &mut LeaseBook, scenario: &Scenario, ids: Vec<Stri
             target: scenario.target.map(str::to_owned),
             ttl: Duration::from_secs(60),
             distinct_egress: false,
+            holder: None,
         };
         let lease = book.acquire(black_box(request), now).expect("a free proxy");
         black_box(book.release(&lease.id, now));

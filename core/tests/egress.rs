@@ -356,6 +356,7 @@ fn distinct_egress_leaves_the_shared_proxies_out_of_leases_and_listings() {
         target: None,
         ttl: Duration::from_secs(60),
         distinct_egress,
+        holder: None,
     };
     let now = testing::at(testing::T0);
     // Without it, the fastest (a shared one) wins; with it, only the one alone qualifies.

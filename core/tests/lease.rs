@@ -73,6 +73,7 @@ fn request(id: &str, selector: Selector, target: Option<&str>, ttl_secs: u64) ->
         target: target.map(str::to_owned),
         ttl: Duration::from_secs(ttl_secs),
         distinct_egress: false,
+        holder: None,
     }
 }
 
@@ -130,6 +131,7 @@ fn a_lease_carries_the_proxy_address_target_and_times() {
         granted_at: at(5),
         expires_at: at(95),
         ttl: Duration::from_secs(90),
+        holder: None,
     };
     assert_eq!(lease, expected);
 }
@@ -706,4 +708,52 @@ fn past_max_retained_the_lease_that_ended_first_is_forgotten() {
     assert!(book.knows("l1", at(603)) && book.knows("l4", at(603)));
     assert_eq!(book.active_leases(&key("a")), 0);
     assert_eq!((book.active_total(), book.retained_total()), (0, 2));
+}
+
+/// A lease names its holder: the book lists a holder's active leases (or every active lease)
+/// by ID, and ends them all at once, for a crawler that lost track of them.
+#[test]
+fn a_holders_active_leases_are_listed_and_released_together() {
+    let mut book = book([proxy("a", 10, 5), proxy("b", 20, 5)]);
+    let held = |id: &str, holder: Option<&str>, ttl: u64, now: i64, book: &mut LeaseBook| {
+        let mut request = request(id, Selector::all(), Some("shop.example"), ttl);
+        request.holder = holder.map(str::to_owned);
+        book.acquire(request, at(now)).unwrap()
+    };
+    let first = held("l2", Some("crawler/1"), 600, 0, &mut book);
+    assert_eq!(first.holder.as_deref(), Some("crawler/1"));
+    held("l1", Some("crawler/1"), 600, 0, &mut book);
+    held("l3", Some("crawler/1"), 10, 0, &mut book);
+    held("l4", Some("crawler/2"), 600, 0, &mut book);
+    held("l5", None, 600, 0, &mut book);
+    let ids = |leases: Vec<&Lease>| leases.iter().map(|l| l.id.clone()).collect::<Vec<_>>();
+    assert_eq!(
+        ids(book.leases(Some("crawler/1"), at(1))),
+        ["l1", "l2", "l3"]
+    );
+    // Read as of `now`: an expired lease is not listed, though nothing expired it yet.
+    assert_eq!(ids(book.leases(Some("crawler/1"), at(10))), ["l1", "l2"]);
+    assert_eq!(ids(book.leases(None, at(10))), ["l1", "l2", "l4", "l5"]);
+    assert_eq!(
+        ids(book.leases(Some("nobody"), at(10))),
+        Vec::<String>::new()
+    );
+    // Holders compare exactly.
+    assert!(book.leases(Some("Crawler/1"), at(1)).is_empty());
+
+    assert!(book.release("l1", at(11)));
+    assert_eq!(
+        book.release_held_by("crawler/1", at(12)),
+        1,
+        "l2 alone was left"
+    );
+    assert_eq!(book.release_held_by("crawler/1", at(12)), 0);
+    assert_eq!(book.active_total(), 2);
+    assert!(book.leases(Some("crawler/1"), at(12)).is_empty());
+    // Ended leases are retained as any release leaves them: a late report still lands.
+    assert!(
+        book.report("l2", ReportResult::Blocked, None, at(13))
+            .is_ok()
+    );
+    assert_eq!(ids(book.leases(None, at(13))), ["l4", "l5"]);
 }

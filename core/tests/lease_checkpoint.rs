@@ -51,6 +51,7 @@ fn acquire(book: &mut LeaseBook, id: &str, target: Option<&str>, now: i64) -> Op
         target: target.map(str::to_owned),
         ttl: Duration::from_secs(60),
         distinct_egress: false,
+        holder: None,
     };
     book.acquire(request, at(now))
         .ok()
@@ -109,6 +110,7 @@ fn a_restored_book_holds_the_leases_and_cooldowns_of_the_checkpoint() {
         target: Some("SHOP.example".into()),
         ttl: Duration::from_secs(60),
         distinct_egress: false,
+        holder: None,
     };
     match restored.acquire(cooled, at(8)) {
         Err(AcquireError::NoMatch(stats)) => {
@@ -120,6 +122,33 @@ fn a_restored_book_holds_the_leases_and_cooldowns_of_the_checkpoint() {
     assert!(restored.release("l1", at(9)));
     restored.expire(at(60));
     assert_eq!(restored.active_total(), 0);
+}
+
+/// A lease's holder outlives a restore: the restored book lists and releases it by holder.
+#[test]
+fn a_restored_book_knows_each_leases_holder() {
+    let mut original = fleet();
+    let request = AcquireRequest {
+        id: "held".into(),
+        selector: Selector::all(),
+        target: None,
+        ttl: Duration::from_secs(60),
+        distinct_egress: false,
+        holder: Some("scrapy/host-1/42".into()),
+    };
+    original.acquire(request, at(0)).unwrap();
+    acquire(&mut original, "anonymous", None, 0).unwrap();
+    let checkpoint = original.checkpoint(at(1), usize::MAX);
+    let json = serde_json::to_string(&checkpoint).unwrap();
+    assert_eq!(json.matches("\"holder\"").count(), 1, "{json}");
+    let checkpoint: Checkpoint = serde_json::from_str(&json).unwrap();
+    let mut restored = fleet();
+    restored.restore(&checkpoint, at(2)).unwrap();
+    let held: Vec<_> = restored.leases(Some("scrapy/host-1/42"), at(2));
+    assert_eq!(held.len(), 1);
+    assert_eq!(held[0].id, "held");
+    assert_eq!(restored.release_held_by("scrapy/host-1/42", at(3)), 1);
+    assert_eq!(restored.active_total(), 1);
 }
 
 #[test]
@@ -406,6 +435,7 @@ proptest! {
                         target: target.map(|t| format!("t{t}.example")),
                         ttl: Duration::from_secs(u64::from(ttl)),
                         distinct_egress: false,
+                        holder: None,
                     };
                     let a = stays.acquire(request.clone(), at(now));
                     let b = moves.acquire(request, at(now));

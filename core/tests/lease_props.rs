@@ -3,7 +3,7 @@
 //! The model keeps the fleet, the leases and the cooldowns in plain vectors and sorts every
 //! candidate on every acquire, the way the Go prototype did: easy to read, so it serves as
 //! the specification. Proptest generates interleavings of upserts, removals, acquires,
-//! releases, reports and time passing (TTLs, cooldowns and retention are short, and at most
+//! releases (one by one and by holder), reports, holder listings and time passing (TTLs, cooldowns and retention are short, and at most
 //! three ended leases are kept, so ticks and runs cross them); every call goes to both, and after each step the answers and the lease
 //! counts must agree and the invariants must hold:
 //!
@@ -41,6 +41,8 @@ const GEOS: [&str; 2] = ["eu", "us"];
 const TIERS: [&str; 2] = ["a", "b"];
 /// Mixed case on purpose: targets compare case-insensitively.
 const TARGETS: [&str; 3] = ["a.example", "B.example", "b.EXAMPLE"];
+/// The crawlers that name themselves; an acquire may name neither.
+const HOLDERS: [&str; 2] = ["crawler-1", "crawler/2"];
 const SELECTORS: [&[(&str, &str)]; 6] = [
     &[],
     &[("geo", "eu")],
@@ -86,9 +88,14 @@ enum Step {
         target: Option<usize>,
         ttl_secs: u64,
         reuse: Option<Index>,
+        holder: Option<usize>,
     },
     /// A crawler releases an earlier lease (or one that was never granted).
     Release(Index),
+    /// Someone releases every lease of a holder.
+    ReleaseHeldBy(usize),
+    /// Someone lists the active leases of a holder, or all of them.
+    Held(Option<usize>),
     /// A crawler reports on an earlier lease (or one that was never granted).
     Report {
         lease: Index,
@@ -123,13 +130,17 @@ fn step() -> impl Strategy<Value = Step> {
         prop::option::of(0..TARGETS.len()),
         0..60u64,
         prop::option::weighted(0.1, any::<Index>()),
+        prop::option::of(0..HOLDERS.len()),
     )
-        .prop_map(|(selector, target, ttl_secs, reuse)| Step::Acquire {
-            selector,
-            target,
-            ttl_secs,
-            reuse,
-        });
+        .prop_map(
+            |(selector, target, ttl_secs, reuse, holder)| Step::Acquire {
+                selector,
+                target,
+                ttl_secs,
+                reuse,
+                holder,
+            },
+        );
     let result = prop_oneof![
         Just(ReportResult::Ok),
         Just(ReportResult::RateLimited),
@@ -152,6 +163,8 @@ fn step() -> impl Strategy<Value = Step> {
         8 => acquire,
         3 => any::<Index>().prop_map(Step::Release),
         3 => report,
+        1 => (0..HOLDERS.len()).prop_map(Step::ReleaseHeldBy),
+        1 => prop::option::of(0..HOLDERS.len()).prop_map(Step::Held),
         3 => (0..=40u64).prop_map(Step::Tick),
     ]
 }
@@ -163,6 +176,8 @@ enum Call {
     Remove(ProxyKey),
     Acquire(AcquireRequest),
     Release(String),
+    ReleaseHeldBy(String),
+    Held(Option<String>),
     Report {
         id: String,
         result: ReportResult,
@@ -178,6 +193,9 @@ enum Answer {
     Removed(bool),
     Acquired(Result<Lease, AcquireError>),
     Released(bool),
+    ReleasedHeld(usize),
+    /// The IDs listed, in the order the book gave them.
+    Held(Vec<String>),
     Reported(Result<Option<Cooldown>, UnknownLease>),
     Expired,
 }
@@ -220,14 +238,18 @@ impl Driver {
                 target,
                 ttl_secs,
                 reuse,
+                holder,
             } => Call::Acquire(AcquireRequest {
                 id: self.request_id(reuse.as_ref()),
                 selector: SELECTORS[*selector].iter().copied().collect(),
                 target: target.map(|t| TARGETS[t].to_owned()),
                 ttl: Duration::from_secs(*ttl_secs),
                 distinct_egress: false,
+                holder: holder.map(|h| HOLDERS[h].to_owned()),
             }),
             Step::Release(lease) => Call::Release(self.known_id(lease)),
+            Step::ReleaseHeldBy(holder) => Call::ReleaseHeldBy(HOLDERS[*holder].to_owned()),
+            Step::Held(holder) => Call::Held(holder.map(|h| HOLDERS[h].to_owned())),
             Step::Report {
                 lease,
                 result,
@@ -303,6 +325,13 @@ fn call_book(book: &mut LeaseBook, call: &Call, now: Timestamp) -> Answer {
         Call::Remove(key) => Answer::Removed(book.remove(key)),
         Call::Acquire(request) => Answer::Acquired(book.acquire(request.clone(), now)),
         Call::Release(id) => Answer::Released(book.release(id, now)),
+        Call::ReleaseHeldBy(holder) => Answer::ReleasedHeld(book.release_held_by(holder, now)),
+        Call::Held(holder) => Answer::Held(
+            book.leases(holder.as_deref(), now)
+                .into_iter()
+                .map(|lease| lease.id.clone())
+                .collect(),
+        ),
         Call::Report { id, result, target } => {
             Answer::Reported(book.report(id, *result, target.as_deref(), now))
         }
@@ -353,6 +382,13 @@ impl Model {
             }
             Call::Acquire(request) => Answer::Acquired(self.acquire(request, now)),
             Call::Release(id) => Answer::Released(self.release(id, now)),
+            Call::ReleaseHeldBy(holder) => {
+                self.expire(now);
+                let held = self.held(Some(holder), now);
+                let released = held.iter().filter(|id| self.release(id, now)).count();
+                Answer::ReleasedHeld(released)
+            }
+            Call::Held(holder) => Answer::Held(self.held(holder.as_deref(), now)),
             Call::Report { id, result, target } => {
                 Answer::Reported(self.report(id, *result, target.as_deref(), now))
             }
@@ -443,6 +479,7 @@ impl Model {
             granted_at: now,
             expires_at: later(now, request.ttl),
             ttl: request.ttl,
+            holder: request.holder.clone(),
         };
         self.leases.push(ModelLease {
             lease: lease.clone(),
@@ -465,6 +502,19 @@ impl Model {
                 p.healthy && self.active(&key) < p.max_leases && self.cooling(&key, target, now)
             }),
         }
+    }
+
+    /// The IDs of the leases of `holder` (of all, when `None`) active at `now`, sorted.
+    fn held(&self, holder: Option<&str>, now: Timestamp) -> Vec<String> {
+        let mut ids: Vec<String> = self
+            .leases
+            .iter()
+            .filter(|entry| entry.forget_at.is_none() && entry.lease.expires_at > now)
+            .filter(|entry| holder.is_none() || entry.lease.holder.as_deref() == holder)
+            .map(|entry| entry.lease.id.clone())
+            .collect();
+        ids.sort();
+        ids
     }
 
     fn release(&mut self, id: &str, now: Timestamp) -> bool {
@@ -651,6 +701,18 @@ fn check_call(
                 let proxy = released.lease.proxy.to_string();
                 prop_assert!(freed(&proxy), "the release freed another proxy");
             }
+            prop_assert!(!PROXIES.iter().any(|key| grown(key)));
+        }
+        (Call::ReleaseHeldBy(holder), Answer::ReleasedHeld(released)) => {
+            let freed: u32 = PROXIES
+                .iter()
+                .map(|key| before[key] - after[key].min(before[key]))
+                .sum();
+            prop_assert!(freed as usize >= *released, "released more than it freed");
+            prop_assert!(
+                model.held(Some(holder), now).is_empty(),
+                "the holder keeps a lease"
+            );
             prop_assert!(!PROXIES.iter().any(|key| grown(key)));
         }
         (Call::Expire, Answer::Expired) => {

@@ -50,6 +50,7 @@ fn lease(book: &mut LeaseBook, id: &str, target: Option<&str>, now: i64) {
         target: target.map(str::to_owned),
         ttl: Duration::from_secs(24 * 3600),
         distinct_egress: false,
+        holder: None,
     };
     assert_eq!(book.acquire(request, at(now)).unwrap().proxy, key("a"));
 }

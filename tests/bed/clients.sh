@@ -1,10 +1,17 @@
 #!/usr/bin/env bash
 # Provisions the crawler libraries the client shims (clients/) are tested with, idempotently,
 # into the test bed's cache:
-#   - Scrapy 2.19.0 and pytest in a Python venv, $CACHE/clients/scrapy-2.19.0, pinned whole
-#     by clients/python/constraints.txt;
-#   - Crawlee (@crawlee/http and @crawlee/core 3.18.1), $CACHE/clients/crawlee-3.18.1/node_modules,
-#     installed with `npm ci` from the committed clients/js/package.json and package-lock.json.
+#   - Scrapy 2.19.0, Playwright 1.65.2 (the Python package, with its driver) and pytest in a
+#     Python venv, $CACHE/clients/scrapy-2.19.0-playwright-1.65.2, pinned whole by
+#     clients/python/constraints.txt;
+#   - Crawlee 3.18.1 (@crawlee/http, @crawlee/playwright, @crawlee/core) and Playwright
+#     1.65.2, $CACHE/clients/crawlee-3.18.1-playwright-1.65.2/node_modules, installed with
+#     `npm ci` from the committed clients/js/package.json and package-lock.json.
+# The directories are named by what they hold, so checkouts that pin other versions keep
+# their own.
+# Neither Playwright downloads a browser (no download works here): the tests drive Debian's
+# chromium, which provision.sh installs. Crawlee 4 is not installed: the npm registry
+# reachable here serves no 4.x of crawlee or @crawlee/* (3.18.1 is its newest).
 # Each is keyed by the SHA-256 of the file that pins it: a changed pin reinstalls, a warm run
 # only compares two hashes and returns at once.
 # Prints `export` lines for both directories, so callers can `eval` it (provision.sh does).
@@ -18,11 +25,12 @@
 set -euo pipefail
 
 SCRAPY=2.19.0
+PLAYWRIGHT=1.65.2
 CRAWLEE=3.18.1
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 CACHE=${PROXY_OPERATOR_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/proxy-operator}
-VENV=$CACHE/clients/scrapy-$SCRAPY
-MODULES=$CACHE/clients/crawlee-$CRAWLEE
+VENV=$CACHE/clients/scrapy-$SCRAPY-playwright-$PLAYWRIGHT
+MODULES=$CACHE/clients/crawlee-$CRAWLEE-playwright-$PLAYWRIGHT
 CONSTRAINTS=$ROOT/clients/python/constraints.txt
 LOCK=$ROOT/clients/js/package-lock.json
 log() { printf 'clients: %s\n' "$*" >&2; }
@@ -37,23 +45,24 @@ scrapy_ok() {
 
 # The modules are good when they were installed from this lock file.
 crawlee_ok() {
-  [ -f "$MODULES/node_modules/@crawlee/http/package.json" ] && [ -f "$MODULES/.lock.sha256" ] \
+  [ -f "$MODULES/node_modules/@crawlee/http/package.json" ] \
+    && [ -f "$MODULES/node_modules/@crawlee/playwright/package.json" ] && [ -f "$MODULES/.lock.sha256" ] \
     && [ "$(cat "$MODULES/.lock.sha256")" = "$(hash_of "$LOCK")" ]
 }
 
 install_scrapy() {
-  log "installing Scrapy $SCRAPY and pytest into $VENV (from PyPI, pinned by clients/python/constraints.txt)"
+  log "installing Scrapy $SCRAPY, Playwright $PLAYWRIGHT and pytest into $VENV (from PyPI, pinned by clients/python/constraints.txt)"
   # A venv's scripts name its directory, so it is built in place; the hash, written last,
   # marks it complete (an interrupted run leaves none, and the next one starts over).
   rm -rf "$VENV"
   "${PYTHON:-python3}" -m venv "$VENV"
   "$VENV/bin/pip" install --quiet --disable-pip-version-check -c "$CONSTRAINTS" \
-    "scrapy==$SCRAPY" pytest >&2
+    "scrapy==$SCRAPY" "playwright==$PLAYWRIGHT" pytest >&2
   hash_of "$CONSTRAINTS" > "$VENV/.constraints.sha256"
 }
 
 install_crawlee() {
-  log "installing @crawlee/http $CRAWLEE into $MODULES (npm ci from clients/js/package-lock.json)"
+  log "installing Crawlee $CRAWLEE and Playwright $PLAYWRIGHT into $MODULES (npm ci from clients/js/package-lock.json)"
   rm -rf "$MODULES.tmp" && mkdir -p "$MODULES.tmp"
   cp "$ROOT/clients/js/package.json" "$LOCK" "$MODULES.tmp/"
   (cd "$MODULES.tmp" && npm ci --no-audit --no-fund --ignore-scripts --loglevel=error >&2)
@@ -63,7 +72,7 @@ install_crawlee() {
 
 if [ "${1:-}" = --check-only ]; then
   scrapy_ok || { log "no Scrapy $SCRAPY venv built from clients/python/constraints.txt in $VENV: a run would install it"; exit 1; }
-  crawlee_ok || { log "no Crawlee $CRAWLEE modules installed from clients/js/package-lock.json in $MODULES: a run would install them"; exit 1; }
+  crawlee_ok || { log "no Crawlee $CRAWLEE and Playwright modules installed from clients/js/package-lock.json in $MODULES: a run would install them"; exit 1; }
   exit 0
 fi
 mkdir -p "$CACHE/clients"

@@ -11,9 +11,9 @@
 #   - for shipping (issue 19): helm and promtool, built from the Go module proxy into the same
 #     cache keyed by version, and podman (it builds with buildah's library) with runc from Debian's packages
 #     (the image is built and run without a Docker engine or an image registry);
-#   - for the client shims (issue 17): Scrapy 2.19.0 (a venv) and Crawlee 3.18.1 (node
-#     modules from clients/js/package-lock.json), installed by tests/bed/clients.sh into the
-#     same cache.
+#   - for the client shims (issues 17, 39): Scrapy 2.19.0 and Playwright 1.65.2 (a venv), and
+#     Crawlee 3.18.1 with Playwright 1.65.2 (node modules from clients/js/package-lock.json),
+#     installed by tests/bed/clients.sh into the same cache; Debian's chromium for Playwright.
 # A warm run only checks that the cached binaries answer `--version` and the guest image is
 # complete, and returns in seconds.
 # Prints `export` lines for the binaries' and the guest image's directories, so callers can
@@ -64,8 +64,10 @@ install_debian_packages() {
     # debootstrap for the guest image. Shipping: podman and runc for tests/bed/image.sh (crun
     # refuses this machine's hybrid cgroup hierarchy; runc runs on it).
     local pkg
+    # chromium: the browser the client shims' Playwright tests drive (Playwright's own
+    # browser download does not work here).
     for pkg in libvirt-dev libvirt-clients libvirt-daemon libvirt-daemon-driver-qemu \
-        qemu-system-x86 qemu-utils debootstrap podman runc conmon; do
+        qemu-system-x86 qemu-utils debootstrap podman runc conmon chromium; do
       [[ $(dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null) == *"ok installed"* ]] || missing+=("$pkg")
     done
   fi

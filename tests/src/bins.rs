@@ -83,22 +83,32 @@ pub fn schemathesis() -> PathBuf {
 pub const SCRAPY_VERSION: &str = "2.19.0";
 /// Crawlee version of the client shims' node modules (`tests/bed/clients.sh`).
 pub const CRAWLEE_VERSION: &str = "3.18.1";
+/// Playwright version of both (the Python package and the npm one).
+pub const PLAYWRIGHT_VERSION: &str = "1.65.2";
 
-/// The Python of the venv with Scrapy and pytest: `$PROXY_OPERATOR_SCRAPY/bin/python`, else
+/// The Python of the venv with Scrapy, Playwright and pytest: `$PROXY_OPERATOR_SCRAPY/bin/python`, else
 /// the provision script's cache.
 pub fn scrapy_python() -> PathBuf {
     let venv = std::env::var_os("PROXY_OPERATOR_SCRAPY")
         .map(PathBuf::from)
-        .unwrap_or_else(|| cache_root().join(format!("clients/scrapy-{SCRAPY_VERSION}")));
+        .unwrap_or_else(|| {
+            cache_root().join(format!(
+                "clients/scrapy-{SCRAPY_VERSION}-playwright-{PLAYWRIGHT_VERSION}"
+            ))
+        });
     clients_file(venv.join("bin/python"), "Scrapy")
 }
 
-/// The directory whose `node_modules` holds Crawlee: `$PROXY_OPERATOR_CRAWLEE`, else the
+/// The directory whose `node_modules` holds Crawlee and Playwright: `$PROXY_OPERATOR_CRAWLEE`, else the
 /// provision script's cache.
 pub fn crawlee_modules() -> PathBuf {
     let dir = std::env::var_os("PROXY_OPERATOR_CRAWLEE")
         .map(PathBuf::from)
-        .unwrap_or_else(|| cache_root().join(format!("clients/crawlee-{CRAWLEE_VERSION}")));
+        .unwrap_or_else(|| {
+            cache_root().join(format!(
+                "clients/crawlee-{CRAWLEE_VERSION}-playwright-{PLAYWRIGHT_VERSION}"
+            ))
+        });
     clients_file(
         dir.join("node_modules/@crawlee/http/package.json"),
         "Crawlee",
@@ -116,6 +126,17 @@ pub fn node() -> PathBuf {
         .unwrap_or_else(|| {
             panic!("node is missing: install Node.js 20 (the Crawlee shim's tests run it)")
         })
+}
+
+/// Debian's chromium, which Playwright drives (`tests/bed/provision.sh` installs it; no
+/// browser download works here).
+pub fn chromium() -> PathBuf {
+    let path = PathBuf::from("/usr/bin/chromium");
+    assert!(
+        path.is_file(),
+        "chromium is missing: run `tests/bed/provision.sh` (it installs Debian's chromium package)"
+    );
+    path
 }
 
 fn clients_file(path: PathBuf, what: &str) -> PathBuf {

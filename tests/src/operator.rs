@@ -102,6 +102,35 @@ pub struct Operator {
     pub identity: String,
     /// The ports of its discovery, metrics and probe servers, reserved while it runs.
     _ports: [Port; 3],
+    /// How it was started, for [`Operator::start_again`].
+    launch: Launch,
+}
+
+/// A command line to start the operator with, again if need be.
+#[derive(Debug, Clone)]
+struct Launch {
+    program: PathBuf,
+    args: Vec<std::ffi::OsString>,
+    envs: Vec<(std::ffi::OsString, std::ffi::OsString)>,
+}
+
+impl Launch {
+    /// Starts it, its output appended to `log`.
+    fn spawn(&self, log: &Path) -> Child {
+        let out = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(log)
+            .expect("open the operator log");
+        Command::new(&self.program)
+            .args(&self.args)
+            .envs(self.envs.iter().map(|(k, v)| (k, v)))
+            .stdin(Stdio::null())
+            .stdout(out.try_clone().expect("log file"))
+            .stderr(out)
+            .spawn()
+            .expect("start proxy-operator")
+    }
 }
 
 /// How often the operator polls, in seconds (its `--*-poll-seconds` flags).
@@ -193,13 +222,8 @@ impl Operator {
             format!("providers:\n  - name: pods\n    type: kubernetes\n    kubernetes:\n      allowedSourceCIDRs: [\"127.0.0.0/8\"]\n{more_providers}"),
         )
         .expect("write the providers config");
-        let log = dir.join("operator.log");
         // Appended to, so a restarted operator's log follows the one it replaces.
-        let out = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&log)
-            .expect("open the operator log");
+        let log = dir.join("operator.log");
         let seconds = |s: f64| s.to_string();
         let mut command = Command::new(binary);
         let ports = [Port::reserve(), Port::reserve(), Port::reserve()];
@@ -242,7 +266,7 @@ impl Operator {
             std::fs::write(&bundle, pem).expect("write the probe CA bundle");
             command.arg("--probe-ca-bundle").arg(bundle);
         }
-        let child = command
+        command
             .arg("--providers-config")
             .arg(&config)
             .args(["--namespace", namespace])
@@ -257,21 +281,33 @@ impl Operator {
                 } else {
                     TEST_LOG_FILTER
                 },
-            )
-            .stdin(Stdio::null())
-            .stdout(out.try_clone().expect("log file"))
-            .stderr(out)
-            .spawn()
-            .expect("start proxy-operator");
+            );
+        let launch = Launch {
+            program: binary.to_owned(),
+            args: command.get_args().map(ToOwned::to_owned).collect(),
+            envs: command
+                .get_envs()
+                .filter_map(|(k, v)| Some((k.to_owned(), v?.to_owned())))
+                .collect(),
+        };
         Self {
-            child,
+            child: launch.spawn(&log),
             log,
             discovery: format!("http://{discovery}"),
             metrics: format!("http://{metrics}/metrics"),
             probes: format!("http://{probes}"),
             identity,
             _ports: ports,
+            launch,
         }
+    }
+
+    /// Starts the operator again with the same command line: the same identity, ports and
+    /// log, as a container restarted in its Pod (killing it first if it still runs).
+    /// Clients reach it at the same URLs.
+    pub fn start_again(&mut self) {
+        self.kill();
+        self.child = self.launch.spawn(&self.log);
     }
 
     /// Its process ID (for its memory and CPU in `/proc`).

@@ -14,7 +14,15 @@
 //!
 //! A query string does not change the answer, so tests can tag requests (`?p=name`).
 //!
-//! Every request is logged with its time, for tests that assert on probe schedules.
+//! It also serves the sites crawlers crawl ([`SITE_HOSTS`], through the same hosts file and
+//! certificate): a host given a [`SitePolicy`] with [`ProbeOrigin::site`] answers
+//! `/page/<n>` with that page (its body names the host and the page) until a proxy has had
+//! its fill of pages, and then treats that proxy (its egress address) as a real site does:
+//! it rate-limits it (429) and, should it keep coming, bans it (403), or answers a captcha
+//! page with 200 and then bans it. A host with no policy answers as above.
+//!
+//! Every request is logged with its time, host, client address and answer, for tests that
+//! assert on probe schedules and on what crawlers did.
 
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
@@ -34,17 +42,85 @@ use crate::run_dir::subdir;
 /// The host name of the origin.
 pub const HOST: &str = "probe.test";
 
+/// How long a site takes to answer, as a real one does: a crawler's requests overlap, and
+/// the ones it queued behind a proxy's last answer go out over seconds, not at once.
+pub const SITE_LATENCY: std::time::Duration = std::time::Duration::from_millis(200);
+
+/// The other names the origin answers for (its certificate and hosts file carry them), for
+/// the sites of [`ProbeOrigin::site`].
+pub const SITE_HOSTS: [&str; 8] = [
+    "shop.test",
+    "news.test",
+    "docs.test",
+    "blog.test",
+    "wiki.test",
+    "forum.test",
+    "mail.test",
+    "maps.test",
+];
+
+/// How a site treats each proxy (by its egress address), by how many requests it sent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SitePolicy {
+    /// How many pages a proxy gets before the site turns on it.
+    pub pages: u32,
+    /// What it does then.
+    pub kind: SiteKind,
+}
+
+/// What a site does to a proxy that has had its fill.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SiteKind {
+    /// 429 (`Retry-After: 60`) to its next three requests, then 403 to every one after: a
+    /// proxy that ignores a rate limit gets banned.
+    RateLimits,
+    /// A captcha page with 200 to its next request, then 403 to every one after.
+    Bans,
+}
+
+impl SitePolicy {
+    /// The answer to a proxy's `n`-th request (from 1): status, and whether it is the
+    /// captcha page.
+    pub fn answer(&self, n: u32) -> (u16, bool) {
+        let over = n.saturating_sub(self.pages);
+        match (self.kind, over) {
+            (_, 0) => (200, false),
+            (SiteKind::RateLimits, 1..=3) => (429, false),
+            (SiteKind::Bans, 1) => (200, true),
+            _ => (403, false),
+        }
+    }
+}
+
+/// The body of page `n` of `host`: what a crawler must have got to count the page crawled.
+pub fn page_body(host: &str, n: u32) -> String {
+    format!(
+        "<html><head><title>{host} page {n}</title></head><body><p id=\"page\">page:{host}:{n}</p></body></html>"
+    )
+}
+
+/// The captcha page a [`SiteKind::Bans`] site answers with 200: what a ban policy spots.
+pub const CAPTCHA_BODY: &str = "<html><head><title>Just a moment...</title></head><body><form id=\"captcha\">Are you a robot? captcha</form></body></html>";
+
 /// One request the origin answered.
 #[derive(Debug, Clone)]
 pub struct Request {
     /// When it arrived (after the TLS handshake).
     pub at: Instant,
+    /// When its answer went out (a site's after [`SITE_LATENCY`]).
+    pub answered: Instant,
     /// The request path.
     pub path: String,
     /// The TCP peer: the proxy's egress address when the request came through a proxy.
     pub peer: IpAddr,
     /// Whether the client resumed an earlier TLS session (no certificate was sent).
     pub resumed: bool,
+    /// The `Host` header's name (no port, lowercased), empty without one.
+    pub host: String,
+    /// The status answered.
+    pub status: u16,
+    /// Whether the answer was a site's captcha page.
+    pub captcha: bool,
 }
 
 /// A running origin.
@@ -58,17 +134,33 @@ pub struct ProbeOrigin {
     pub hosts_file: PathBuf,
     tls: Arc<ServerConfig>,
     requests: Arc<Mutex<Vec<Request>>>,
+    sites: Sites,
     _task: tokio::task::JoinHandle<()>,
 }
 
 /// Requests seen per `/limited/<k>/<key>` key.
 type Limited = Arc<Mutex<HashMap<String, u32>>>;
 
+/// The sites' policies by host, and the requests each proxy sent each site.
+#[derive(Debug, Default, Clone)]
+struct Sites(Arc<Mutex<SiteState>>);
+
+#[derive(Debug, Default)]
+struct SiteState {
+    policies: HashMap<String, SitePolicy>,
+    seen: HashMap<(String, IpAddr), u32>,
+}
+
 impl ProbeOrigin {
     /// Starts an origin on a free port, on the current tokio runtime.
     pub async fn start() -> anyhow::Result<Self> {
         let ca = Ca::new("probe-origin-ca");
-        let leaf = ca.server(&[HOST, "127.0.0.1"]);
+        let names: Vec<&str> = [HOST]
+            .into_iter()
+            .chain(SITE_HOSTS)
+            .chain(["127.0.0.1"])
+            .collect();
+        let leaf = ca.server(&names);
         let certs = vec![CertificateDer::from_pem_slice(leaf.cert_pem.as_bytes())?];
         let key = PrivateKeyDer::from_pem_slice(leaf.key_pem.as_bytes())?;
         let provider = Arc::new(tokio_rustls::rustls::crypto::aws_lc_rs::default_provider());
@@ -87,16 +179,26 @@ impl ProbeOrigin {
         let port = listener.local_addr()?.port();
         let dir = subdir(&format!("probe-origin-{port}"));
         let hosts_file = dir.join("hosts");
-        std::fs::write(&hosts_file, format!("127.0.0.1 {HOST}\n"))?;
+        std::fs::write(
+            &hosts_file,
+            format!("127.0.0.1 {HOST} {}\n", SITE_HOSTS.join(" ")),
+        )?;
         let requests = Arc::new(Mutex::new(Vec::new()));
         let log = requests.clone();
         let limited = Limited::default();
+        let sites = Sites::default();
+        let served = sites.clone();
         let task = tokio::spawn(async move {
             while let Ok((stream, peer)) = listener.accept().await {
-                let (acceptor, log, limited) = (acceptor.clone(), log.clone(), limited.clone());
+                let (acceptor, log, limited, sites) = (
+                    acceptor.clone(),
+                    log.clone(),
+                    limited.clone(),
+                    served.clone(),
+                );
                 tokio::spawn(async move {
                     if let Ok(tls) = acceptor.accept(stream).await {
-                        let _ = serve(tls, peer, log, limited).await;
+                        let _ = serve(tls, peer, log, limited, sites).await;
                     }
                 });
             }
@@ -107,8 +209,24 @@ impl ProbeOrigin {
             hosts_file,
             tls,
             requests,
+            sites,
             _task: task,
         })
+    }
+
+    /// Makes `host` (one of [`SITE_HOSTS`]) a site with `policy`.
+    pub fn site(&self, host: &str, policy: SitePolicy) {
+        assert!(
+            SITE_HOSTS.contains(&host),
+            "{host} is not one of {SITE_HOSTS:?}"
+        );
+        let mut sites = self.sites.0.lock().expect("sites");
+        sites.policies.insert(host.to_owned(), policy);
+    }
+
+    /// The URL of page `n` of the site `host`.
+    pub fn page_url(&self, host: &str, n: u32) -> String {
+        format!("https://{host}:{}/page/{n}", self.port)
     }
 
     /// The URL of `path` on this origin, e.g. `url("/generate_204")`.
@@ -133,6 +251,7 @@ async fn serve(
     peer: SocketAddr,
     log: Arc<Mutex<Vec<Request>>>,
     limited: Limited,
+    sites: Sites,
 ) -> std::io::Result<()> {
     let mut head = Vec::new();
     let mut buf = [0u8; 1024];
@@ -145,27 +264,42 @@ async fn serve(
     }
     let head = String::from_utf8_lossy(&head);
     let path = head.split_whitespace().nth(1).unwrap_or("/").to_owned();
+    let host = host_of(&head);
     let resumed = stream.get_ref().1.handshake_kind() == Some(HandshakeKind::Resumed);
+    let at = Instant::now();
+    // Route on the path alone: tests tell probes apart by a query string (`?p=name`).
+    let route = path.split('?').next().unwrap_or_default();
+    let (status, body, captcha) = match sites.answer(&host, peer.ip(), route) {
+        Some(answer) => {
+            tokio::time::sleep(SITE_LATENCY).await;
+            answer
+        }
+        None => {
+            let (status, body) = match route {
+                "/generate_204" => (204, String::new()),
+                "/client-address" => (200, peer.ip().to_string()),
+                p if p.starts_with("/limited/") => rate_limited(p, &limited),
+                p => match p
+                    .strip_prefix("/status/")
+                    .and_then(|c| c.parse::<u16>().ok())
+                {
+                    Some(code) => (code, String::new()),
+                    None => (404, "not found".to_owned()),
+                },
+            };
+            (status, body, false)
+        }
+    };
     log.lock().expect("request log").push(Request {
-        at: Instant::now(),
+        at,
+        answered: Instant::now(),
         path: path.clone(),
         peer: peer.ip(),
         resumed,
+        host,
+        status,
+        captcha,
     });
-    // Route on the path alone: tests tell probes apart by a query string (`?p=name`).
-    let route = path.split('?').next().unwrap_or_default();
-    let (status, body) = match route {
-        "/generate_204" => (204, String::new()),
-        "/client-address" => (200, peer.ip().to_string()),
-        p if p.starts_with("/limited/") => rate_limited(p, &limited),
-        p => match p
-            .strip_prefix("/status/")
-            .and_then(|c| c.parse::<u16>().ok())
-        {
-            Some(code) => (code, String::new()),
-            None => (404, "not found".to_owned()),
-        },
-    };
     let retry_after = if status == 429 {
         "Retry-After: 60\r\n"
     } else {
@@ -177,11 +311,54 @@ async fn serve(
     } else {
         format!("Content-Length: {}\r\n", body.len())
     };
+    let kind = if body.starts_with("<html>") {
+        "text/html"
+    } else {
+        "text/plain"
+    };
     let response = format!(
-        "HTTP/1.1 {status} X\r\n{length}{retry_after}Content-Type: text/plain\r\nConnection: close\r\n\r\n{body}"
+        "HTTP/1.1 {status} X\r\n{length}{retry_after}Content-Type: {kind}\r\nConnection: close\r\n\r\n{body}"
     );
     stream.write_all(response.as_bytes()).await?;
     stream.shutdown().await
+}
+
+/// The `Host` header's name, without its port, lowercased; empty without one.
+fn host_of(head: &str) -> String {
+    head.lines()
+        .filter_map(|line| line.split_once(':'))
+        .find(|(name, _)| name.trim().eq_ignore_ascii_case("host"))
+        .map(|(_, value)| {
+            let value = value.trim();
+            value
+                .rsplit_once(':')
+                .filter(|(_, port)| port.bytes().all(|b| b.is_ascii_digit()))
+                .map_or(value, |(name, _)| name)
+                .to_ascii_lowercase()
+        })
+        .unwrap_or_default()
+}
+
+impl Sites {
+    /// The answer of the site `host` to `peer` for `route`, if `host` is a site: its page
+    /// or its treatment of `peer`; `/page/<n>` only (anything else is 404).
+    fn answer(&self, host: &str, peer: IpAddr, route: &str) -> Option<(u16, String, bool)> {
+        let mut sites = self.0.lock().expect("sites");
+        let policy = *sites.policies.get(host)?;
+        let Some(n) = route
+            .strip_prefix("/page/")
+            .and_then(|n| n.parse::<u32>().ok())
+        else {
+            return Some((404, "not found".to_owned(), false));
+        };
+        let seen = sites.seen.entry((host.to_owned(), peer)).or_default();
+        *seen += 1;
+        Some(match policy.answer(*seen) {
+            (200, false) => (200, page_body(host, n), false),
+            (status, true) => (status, CAPTCHA_BODY.to_owned(), true),
+            (status, false) => (status, format!("<html><body>{status}</body></html>"), false),
+        })
+    }
 }
 
 /// The answer of `/limited/<k>/<key>`: 429 to the first `k` requests for `key`, then 200.

@@ -1,55 +1,88 @@
-// A Crawlee HttpCrawler that crawls the URLs it is given through proxy-operator's proxies and
-// prints one JSON line per page and a summary: the e2e test tests/tests/e2e/crawlers.rs runs
-// it, and it is a working example of the helper.
+// A Crawlee 3 crawler on proxy-operator's proxies, as a real crawl runs: 8 requests at once
+// (CRAWL_CONCURRENCY), a session pool sized by the sizing rule (`px.poolSize`), captcha
+// pages told apart by `isBlocked`. An HttpCrawler, or with CRAWL_BROWSER=1 a
+// PlaywrightCrawler driving Debian's chromium (CHROMIUM). It prints one JSON line per page
+// and a summary; the e2e tests (tests/tests/e2e/crawlers.rs) run it, and it is a working
+// example of the helper.
 //
 //   PROXY_OPERATOR_URL=http://proxy-operator-discovery:8090 PROXY_OPERATOR_TOKEN=... \
-//     node crawl.js https://a.example/ https://b.example/
+//     CRAWL_URLS_FILE=urls.txt node crawl.js
 //
-// Crawlee comes from the node_modules next to this package, or from $PROXY_OPERATOR_CRAWLEE
-// (the directory holding the test bed's node_modules).
+// SIGINT and SIGTERM stop it (every lease released); CRAWL_FAIL_AFTER=N makes it fail after
+// N pages (the tests' crawler error). Crawlee comes from the node_modules next to this
+// package, or from $PROXY_OPERATOR_CRAWLEE (the directory holding the test bed's).
 
+import { readFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { join } from 'node:path';
 
-import { ProxyOperator } from '../src/index.js';
+import { CHROMIUM_ARGS, ProxyOperator } from '../src/index.js';
 
 const require = createRequire(
     process.env.PROXY_OPERATOR_CRAWLEE ? join(process.env.PROXY_OPERATOR_CRAWLEE, 'package.json') : import.meta.url,
 );
-const { Configuration, HttpCrawler, ProxyConfiguration } = require('@crawlee/http');
+const browser = process.env.CRAWL_BROWSER === '1';
+const crawlee = require(browser ? '@crawlee/playwright' : '@crawlee/http');
+const print = (line) => console.log(JSON.stringify(line));
+
+const urls = readFileSync(process.env.CRAWL_URLS_FILE, 'utf8').split('\n').filter(Boolean);
+const failAfter = Number(process.env.CRAWL_FAIL_AFTER ?? 0);
+const captcha = 'id="captcha"';
+const bodyOf = async (ctx) => (browser ? ctx.page.content() : String(ctx.body));
 
 const px = new ProxyOperator({
     url: process.env.PROXY_OPERATOR_URL,
     token: process.env.PROXY_OPERATOR_TOKEN,
+    apiWaitMs: Number(process.env.PROXY_OPERATOR_API_WAIT_MS ?? 60000),
     noMatchWaitMs: Number(process.env.PROXY_OPERATOR_NO_MATCH_WAIT_MS ?? 60000),
+    isBlocked: async (ctx) => (await bodyOf(ctx)).includes(captcha),
 });
-const print = (line) => console.log(JSON.stringify(line));
+const sites = new Set(urls.map((url) => new URL(url).hostname)).size;
+let pages = 0;
 let failed = 0;
 
-const crawler = new HttpCrawler(
-    {
-        proxyConfiguration: new ProxyConfiguration({ newUrlFunction: px.newUrlFunction }),
-        maxConcurrency: 1,
-        maxRequestRetries: 3,
-        // Each session holds a lease per host: keep the pool as small as the crawl needs.
-        sessionPoolOptions: { maxPoolSize: 1 },
-        additionalMimeTypes: ['text/plain'],
-        async requestHandler(ctx) {
-            const proxy = [...px.leases.values()].find((lease) => lease.url === ctx.proxyInfo?.url)?.proxy;
-            await px.report(ctx);
-            print({ event: 'page', url: ctx.request.url, status: ctx.response.statusCode, proxy, body: String(ctx.body).slice(0, 40) });
-        },
-        async errorHandler(ctx, error) {
-            await px.report(ctx, error);
-        },
-        async failedRequestHandler(ctx, error) {
-            await px.report(ctx, error);
-            failed += 1;
-            print({ event: 'failed', url: ctx.request.url, error: String(error.message ?? error).slice(0, 200) });
-        },
+const options = {
+    maxConcurrency: Number(process.env.CRAWL_CONCURRENCY ?? 8),
+    maxRequestRetries: 5,
+    maxSessionRotations: 20,
+    // The sizing rule: sessions x sites <= half of the fleet's places.
+    sessionPoolOptions: { maxPoolSize: await px.poolSize(sites) },
+    async requestHandler(ctx) {
+        const marker = (await bodyOf(ctx)).match(/page:[^<]+/)?.[0] ?? null;
+        pages += 1;
+        print({ event: 'page', url: ctx.request.url, status: ctx.response.statusCode ?? ctx.response.status(), proxy: ctx.proxyInfo?.hostname, marker });
+        if (failAfter && pages >= failAfter) throw new crawlee.CriticalError(`failing after ${failAfter} pages, as asked`);
     },
-    new Configuration({ persistStorage: false }),
-);
-px.releaseOnTeardown(crawler);
-await crawler.run(process.argv.slice(2));
-print({ event: 'summary', failed, proxy_operator: px.stats });
+    async failedRequestHandler(ctx, error) {
+        failed += 1;
+        print({ event: 'failed', url: ctx.request.url, error: String(error.message ?? error).slice(0, 200) });
+    },
+};
+const crawler = browser
+    ? new crawlee.PlaywrightCrawler(
+          px.browserCrawlerOptions(crawlee, {
+              ...options,
+              headless: true,
+              launchContext: {
+                  launcher: require('playwright').chromium,
+                  launchOptions: { executablePath: process.env.CHROMIUM ?? '/usr/bin/chromium', args: [...CHROMIUM_ARGS, '--ignore-certificate-errors'] },
+              },
+              browserPoolOptions: { useFingerprints: false },
+          }),
+          new crawlee.Configuration({ persistStorage: false }),
+      )
+    : new crawlee.HttpCrawler(
+          px.crawlerOptions(crawlee, { ...options, additionalMimeTypes: ['text/plain'] }),
+          new crawlee.Configuration({ persistStorage: false }),
+      );
+
+let code = 0;
+try {
+    await px.run(crawler, urls, { exitOnSignal: false });
+} catch (error) {
+    print({ event: 'error', error: String(error.message ?? error).slice(0, 300) });
+    code = 1;
+} finally {
+    print({ event: 'summary', pages, failed, no_match: px.stats.noMatch, proxy_operator: px.stats });
+}
+process.exit(px.signalled ? 128 + (px.signalled === 'SIGINT' ? 2 : 15) : code);

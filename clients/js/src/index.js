@@ -1,31 +1,33 @@
-// Crawlee helper for proxy-operator's discovery API (docs/api.md). No dependencies: it
-// speaks HTTP with the global fetch (Node.js 20).
+// Crawlee and Playwright on proxy-operator's proxies (docs/api.md). No dependencies: HTTP
+// with the global fetch (Node.js 20); Crawlee and Playwright are the caller's.
 //
-//   const px = new ProxyOperator({ url, token, selector, ttlSeconds });
-//   new ProxyConfiguration({ newUrlFunction: px.newUrlFunction });
-//   requestHandler: await px.report(ctx); errorHandler / failedRequestHandler: await px.report(ctx, error);
-//   px.releaseOnTeardown(crawler);
+//   import * as crawlee from 'crawlee';          // or '@crawlee/http', '@crawlee/playwright'
+//   const px = new ProxyOperator({ url, token, isBlocked });
+//   const crawler = new crawlee.HttpCrawler(px.crawlerOptions(crawlee, { requestHandler, ... }));
+//   await px.run(crawler, urls);                 // every lease released, however it ends
 //
-// One lease per (session, target host). Every report sends the response's status; the
-// server maps it and answers whether to lease again (after 429, 401, 403 and 407), and then
-// the lease is released and forgotten, so the next attempt leases another proxy. A failure
-// without a response is reported as `error`, except a 407 from the proxy on CONNECT, which
-// leases again. A 409 no_match backs off (0.5 s doubling to 10 s) for up to `noMatchWaitMs`,
-// then throws, so Crawlee retries the request later: the helper never answers null, which
-// would send the request without a proxy.
+// Plain Playwright: `px.browserContexts(browser)` (playwright.js).
 
-/** An error answer of the discovery API. */
-export class ApiError extends Error {
-    constructor(status, body) {
-        super(`${status} ${body?.error ?? ''}: ${body?.message ?? ''}`);
-        this.name = 'ApiError';
-        this.status = status;
-        this.code = body?.error;
-        this.body = body;
-    }
-}
+import { constants } from 'node:os';
 
-const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
+import { ApiError, Backoff, Discovery, Stopped, Unavailable, defaultHolder } from './api.js';
+import { CrawleeLeases, LeaseSessionPool, isCrawlee4, statusOf } from './crawlee.js';
+import { LEASE_AGAIN, LeaseKeeper, NoProxy } from './leases.js';
+import { LeasedContexts } from './playwright.js';
+
+export { ApiError, Backoff, Discovery, defaultHolder, LEASE_AGAIN, LeaseKeeper, LeaseSessionPool, LeasedContexts, NoProxy, Stopped, Unavailable, isCrawlee4, statusOf };
+
+/** Chromium's flags for a headless browser in a closed network (no background calls home). */
+export const CHROMIUM_ARGS = Object.freeze([
+    '--headless',
+    '--no-sandbox',
+    '--disable-gpu',
+    '--disable-quic',
+    '--no-first-run',
+    '--disable-background-networking',
+    '--disable-component-update',
+    '--disable-sync',
+]);
 
 export class ProxyOperator {
     /**
@@ -33,9 +35,17 @@ export class ProxyOperator {
      * @param {string} options.url the discovery API, `http://proxy-operator-discovery:8090`
      * @param {string} [options.token] its bearer token
      * @param {Record<string, string>} [options.selector] label terms the proxies must carry
-     * @param {number} [options.ttlSeconds] lease duration (default 300); a lease ending within
-     *   `renewMarginMs` (default 5000) is replaced before it is handed out
-     * @param {number} [options.noMatchWaitMs] how long to wait for a proxy on 409 (default 60000)
+     * @param {number} [options.ttlSeconds] lease duration (300); a lease ending within
+     *   `renewMarginMs` (5000) is replaced before it is handed out
+     * @param {number} [options.noMatchWaitMs] how long a request waits for a proxy on 409 (60000)
+     * @param {number} [options.apiWaitMs] how long one call is retried while the API is away (60000)
+     * @param {string} [options.holder] the name every lease carries (`crawlee/<host>/<pid>`)
+     * @param {(context) => boolean | Promise<boolean>} [options.isBlocked] whether a page
+     *   answered 2xx is a ban page (a captcha): reported blocked, once, and tried again
+     * @param {number} [options.maxSessions] the session pool's `maxPoolSize` when the crawler
+     *   sets none (10; see the sizing rule in the README and `poolSize`)
+     * @param {number} [options.sessionsPerSite] Crawlee 4: sessions per site that `pin` and
+     *   `requests` spread a site's requests over (2)
      * @param {typeof fetch} [options.fetch] for tests
      */
     constructor({
@@ -45,183 +55,136 @@ export class ProxyOperator {
         ttlSeconds = 300,
         renewMarginMs = 5000,
         noMatchWaitMs = 60000,
-        fetch = globalThis.fetch,
+        apiWaitMs = 60000,
+        holder,
+        isBlocked,
+        maxSessions = 10,
+        sessionsPerSite = 2,
+        fetch,
     }) {
-        if (!url) throw new Error('ProxyOperator: url (the discovery API) is required');
-        this.base = url.replace(/\/+$/, '');
-        this.token = token;
+        this.discovery = new Discovery({ url, token, apiWaitMs, holder: holder ?? undefined, fetch });
+        if (!holder) this.discovery.holder = this.discovery.holder.replace(/^node\//, 'crawlee/');
         this.selector = selector;
-        this.ttlSeconds = ttlSeconds;
-        this.renewMarginMs = renewMarginMs;
-        this.noMatchWaitMs = noMatchWaitMs;
-        this.fetch = fetch;
-        /** @type {Map<string, {id: string, url: string, proxy: string, host: string, expiresAt: number}>} */
-        this.leases = new Map();
-        /** Pending lease requests per key, so concurrent requests share one lease. */
-        this.pending = new Map();
-        this.stats = { leases: 0, releases: 0, noMatch: 0, leaseAgain: 0, reports: {} };
-        this.newUrlFunction = this.newUrlFunction.bind(this);
+        this.isBlocked = isBlocked;
+        this.maxSessions = maxSessions;
+        this.sessionsPerSite = Math.max(1, sessionsPerSite);
+        this.keeper = new LeaseKeeper(this.discovery, { selector, ttlSeconds, renewMarginMs, noMatchWaitMs });
+        this.crawlee = new CrawleeLeases(this);
+        this.newUrlFunction = (sessionId, options) => this.crawlee.newUrl(sessionId, options);
     }
 
-    /** Crawlee's `newUrlFunction(sessionId, { request })`: the proxy URL of the session's lease for the request's host. */
-    async newUrlFunction(sessionId, { request } = {}) {
-        const host = hostOf(request?.url);
-        const key = keyOf(sessionId, host);
-        const lease = this.leases.get(key);
-        if (lease && lease.expiresAt - this.renewMarginMs > Date.now()) return lease.url;
-        if (!this.pending.has(key)) {
-            const leasing = this.#replace(key, host).finally(() => this.pending.delete(key));
-            this.pending.set(key, leasing);
-        }
-        return (await this.pending.get(key)).url;
+    /** What the helper did: leases, releases, reports by result, waits on 409, API retries. */
+    get stats() {
+        return { ...this.keeper.stats, apiRetries: this.discovery.retries };
     }
 
     /**
-     * Reports what the request saw: the response's status, or `error` for a failure
-     * without one. Call it from `requestHandler` (`report(ctx)`), `errorHandler` and
-     * `failedRequestHandler` (`report(ctx, error)`). Returns the server's answer for a
-     * status (`{result, leaseAgain}`), or null.
+     * Options for an HTTP crawler (HttpCrawler, CheerioCrawler, JSDOMCrawler) of `crawlee`
+     * (the module it comes from): lease-backed sessions, and `requestHandler`,
+     * `errorHandler` and `failedRequestHandler` that report first. Crawlee 3 or 4, told
+     * apart by `crawlee`.
      */
+    crawlerOptions(crawlee, options = {}) {
+        const size = options.sessionPoolOptions?.maxPoolSize ?? this.maxSessions;
+        return isCrawlee4(crawlee) ? this.crawlee.options4(crawlee, options, size) : this.crawlee.options3(crawlee, options, size);
+    }
+
+    /**
+     * Options for a browser crawler (PlaywrightCrawler, PuppeteerCrawler): as
+     * `crawlerOptions`, with a browser context per page (`useIncognitoPages`), so that a
+     * page's proxy is its lease's and never the one the browser was launched with, and
+     * without Playwright's signal handlers (`run` ends the crawl on SIGINT and SIGTERM).
+     */
+    browserCrawlerOptions(crawlee, options = {}) {
+        if (options.launchContext?.useIncognitoPages === false) {
+            throw new Error('proxy-operator: a browser crawler needs useIncognitoPages (a context per page on its own lease)');
+        }
+        // The crawler ends on SIGINT and SIGTERM, not the browser: Playwright's own handlers
+        // would close it and exit the process before any lease is released.
+        const launchOptions = { handleSIGINT: false, handleSIGTERM: false, handleSIGHUP: false, ...options.launchContext?.launchOptions };
+        const launchContext = { ...options.launchContext, launchOptions, useIncognitoPages: true };
+        this.crawlee.browser = true;
+        return this.crawlerOptions(crawlee, { ...options, launchContext });
+    }
+
+    /** Crawlee 4: the session ID that pins a request for `url` to one of its site's sessions. */
+    pin(url) {
+        return this.crawlee.pin(url);
+    }
+
+    /** Crawlee 4: `urls` as requests pinned to their sites' sessions (Crawlee 3 takes them as they are). */
+    requests(urls) {
+        return urls.map((url) => ({ url, sessionId: this.pin(url) }));
+    }
+
+    /**
+     * The sizing rule: the most sessions a crawl of `sites` sites should keep, so that their
+     * leases (one per session and site) take at most half of the places (`maxLeases`) of the
+     * healthy proxies the selector takes, and the other half stays for the proxies a site
+     * sends into cooldown.
+     */
+    async poolSize(sites) {
+        const selector = Object.entries(this.selector).map(([k, v]) => `${k}=${v}`).join(',');
+        const query = new URLSearchParams({ healthy: 'true', selector, fields: 'maxLeases' });
+        const listed = await this.discovery.run({ method: 'GET', path: `/v1/proxies?${query}` });
+        const places = (listed.proxies ?? []).reduce((sum, p) => sum + (p.maxLeases ?? 0), 0);
+        return Math.max(1, Math.floor(places / (2 * Math.max(1, sites))));
+    }
+
+    /** Reports what a crawling context saw (see crawlee.js); for crawlers not built with `crawlerOptions`. */
     async report(context, error) {
-        const key = keyOf(context.session?.id, hostOf(context.request?.url));
-        const lease = this.leases.get(key);
-        if (!lease) return null;
-        const status = context.response?.statusCode ?? context.response?.status;
-        if (status === undefined && error && /\b407\b/.test(String(error.message ?? error))) {
-            // The proxy refused the lease's credentials on CONNECT: lease again.
-            this.stats.leaseAgain += 1;
-            await this.#drop(key, lease);
-            return { result: null, leaseAgain: true };
-        }
-        const body = status === undefined ? { result: 'error' } : { status };
-        body.target = lease.host || undefined;
-        let answer;
+        return this.crawlee.report(context, error);
+    }
+
+    /**
+     * Runs the crawler, and releases every lease when it ends, however it ends: finished,
+     * failed (the error is thrown on), or stopped by SIGINT or SIGTERM, which end every wait
+     * on the API at once and then exit the process with 128 + the signal's number.
+     */
+    async run(crawler, requests, { exitOnSignal = true } = {}) {
+        let signalled = null;
+        const stop = (signal) => {
+            if (signalled) return;
+            signalled = signal;
+            this.signalled = signal;
+            this.keeper.closing = true; // ends every wait on the API and on 409 at once
+            crawler.autoscaledPool?.abort?.();
+            crawler.stop?.(`proxy-operator: ${signal}`);
+        };
+        const signals = ['SIGINT', 'SIGTERM'];
+        for (const signal of signals) process.on(signal, stop);
         try {
-            answer = await this.#call('POST', `/v1/leases/${encodeURIComponent(lease.id)}/report`, body);
-        } catch (failure) {
-            // A lease forgotten (404) or an API failure: the crawl goes on.
-            return null;
+            return await crawler.run(requests);
+        } finally {
+            for (const signal of signals) process.off(signal, stop);
+            await this.close();
+            if (signalled && exitOnSignal) process.exit(128 + constants.signals[signalled]);
         }
-        const result = status === undefined ? 'error' : (answer.result ?? 'none');
-        this.stats.reports[result] = (this.stats.reports[result] ?? 0) + 1;
-        if (answer?.leaseAgain) {
-            this.stats.leaseAgain += 1;
-            await this.#drop(key, lease);
-        }
-        return answer ?? null;
     }
 
-    /** Reports a ban page only the crawler can recognise (a captcha with 200) and leases again. */
-    async reportBlocked(context) {
-        const key = keyOf(context.session?.id, hostOf(context.request?.url));
-        const lease = this.leases.get(key);
-        if (!lease) return;
-        await this.#call('POST', `/v1/leases/${encodeURIComponent(lease.id)}/report`, { result: 'blocked', target: lease.host || undefined });
-        this.stats.reports.blocked = (this.stats.reports.blocked ?? 0) + 1;
-        await this.#drop(key, lease);
+    /** Releases every lease held, then every lease of the holder. */
+    async close() {
+        this.crawlee.close();
+        return this.keeper.close();
     }
 
-    /** Releases every lease held. */
+    /** Releases every lease held (kept from 0.1: `close`). */
     async releaseAll() {
-        const leases = [...this.leases.entries()];
-        this.leases.clear();
-        await Promise.all(leases.map(([, lease]) => this.#release(lease)));
+        return this.close();
     }
 
-    /** Releases every lease when the crawler tears down (at the end of `crawler.run()`). */
+    /** Releases every lease when the crawler tears down (at the end of `crawler.run()`); `run` does this and more. */
     releaseOnTeardown(crawler) {
         const teardown = crawler.teardown.bind(crawler);
         crawler.teardown = async (...args) => {
-            await this.releaseAll();
+            await this.close();
             return teardown(...args);
         };
         return crawler;
     }
 
-    async #replace(key, host) {
-        const old = this.leases.get(key);
-        if (old) {
-            this.leases.delete(key);
-            await this.#release(old);
-        }
-        const lease = await this.#lease(host);
-        this.leases.set(key, lease);
-        return lease;
+    /** Browser contexts of a Playwright `browser` on leased proxies, one per lease (playwright.js). */
+    browserContexts(browser, options = {}) {
+        return new LeasedContexts(browser, this, options);
     }
-
-    async #lease(host) {
-        let waited = 0;
-        let backoff = 500;
-        for (;;) {
-            try {
-                const body = { selector: this.selector, ttlSeconds: this.ttlSeconds };
-                if (host) body.target = host;
-                const granted = await this.#call('POST', '/v1/leases', body);
-                this.stats.leases += 1;
-                return {
-                    id: granted.leaseID,
-                    url: granted.proxy.url,
-                    proxy: `${granted.proxy.namespace}/${granted.proxy.name}`,
-                    host,
-                    expiresAt: Date.now() + granted.ttlSeconds * 1000,
-                };
-            } catch (error) {
-                if (!(error instanceof ApiError) || error.status !== 409) throw error;
-                this.stats.noMatch += 1;
-                if (waited >= this.noMatchWaitMs) {
-                    throw new Error(`proxy-operator: no proxy for ${host} after ${waited} ms: ${JSON.stringify(error.body)}`);
-                }
-                await sleep(backoff);
-                waited += backoff;
-                backoff = Math.min(backoff * 2, 10000);
-            }
-        }
-    }
-
-    async #drop(key, lease) {
-        if (this.leases.get(key) === lease) this.leases.delete(key);
-        await this.#release(lease);
-    }
-
-    async #release(lease) {
-        try {
-            await this.#call('DELETE', `/v1/leases/${encodeURIComponent(lease.id)}`);
-            this.stats.releases += 1;
-        } catch {
-            // Released or not, the lease expires on its own.
-        }
-    }
-
-    /** One call, retried on 503 (the lease book is moving between replicas) after Retry-After. */
-    async #call(method, path, body) {
-        const headers = { 'content-type': 'application/json' };
-        if (this.token) headers.authorization = `Bearer ${this.token}`;
-        for (let attempt = 0; ; attempt += 1) {
-            const response = await this.fetch(`${this.base}${path}`, {
-                method,
-                headers,
-                body: body === undefined ? undefined : JSON.stringify(body),
-            });
-            const text = await response.text();
-            const answer = text ? JSON.parse(text) : null;
-            if (response.ok) return answer;
-            if (response.status === 503 && attempt < 10) {
-                await sleep(Number(response.headers.get('retry-after') ?? 1) * 1000);
-                continue;
-            }
-            throw new ApiError(response.status, answer);
-        }
-    }
-}
-
-function hostOf(url) {
-    try {
-        return new URL(url).hostname.toLowerCase();
-    } catch {
-        return '';
-    }
-}
-
-function keyOf(sessionId, host) {
-    return `${sessionId ?? ''}\u0000${host}`;
 }

@@ -1,133 +1,290 @@
-// The Crawlee helper against a stand-in of the discovery API (a fetch that answers like
-// the server and records every call); the run through real squid and the real operator is
-// the e2e test tests/tests/e2e/crawlers.rs.
+// The helper against a stand-in of the discovery API (test/fake-api.js) and stand-ins of
+// Crawlee's Session and Playwright's browser; the crawl through real squid, the real
+// operator, real Crawlee and real chromium is the e2e test tests/tests/e2e/crawlers.rs.
 
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 
-import { ProxyOperator } from '../src/index.js';
-
-/** A fetch answering like the discovery API: `noMatch` 409s first, then grants. */
-function fakeApi({ noMatch = 0, ttlSeconds = 300 } = {}) {
-    const api = { calls: [], noMatch, granted: 0 };
-    api.fetch = async (url, { method, headers, body }) => {
-        assert.equal(headers.authorization, 'Bearer t0ken');
-        const path = new URL(url).pathname;
-        const parsed = body ? JSON.parse(body) : undefined;
-        api.calls.push([method, path, parsed]);
-        const answer = (status, json) => new Response(json === undefined ? null : JSON.stringify(json), { status });
-        if (method === 'POST' && path === '/v1/leases') {
-            if (api.noMatch > 0) {
-                api.noMatch -= 1;
-                return answer(409, { error: 'no_match', message: 'none', considered: 1 });
-            }
-            api.granted += 1;
-            const n = api.granted;
-            return answer(201, {
-                leaseID: `lease-${n}`,
-                proxy: { namespace: 'crawl', name: `p${n}`, host: '127.0.0.1', port: 3128, url: `http://user${n}:pa%40ss@127.0.0.1:3128` },
-                target: parsed.target ?? null,
-                expiresAt: '2030-01-01T00:00:00Z',
-                ttlSeconds,
-            });
-        }
-        if (method === 'POST' && path.endsWith('/report')) {
-            if (parsed.result) return answer(204);
-            const result = { 429: 'rate_limited', 401: 'blocked', 403: 'blocked', 407: null }[parsed.status]
-                ?? (parsed.status >= 500 ? 'error' : 'ok');
-            return answer(200, { result, leaseAgain: [401, 403, 407, 429].includes(parsed.status) });
-        }
-        if (method === 'DELETE') return answer(204);
-        return answer(404, { error: 'not_found', message: path });
-    };
-    api.paths = (method) => api.calls.filter(([m]) => m === method).map(([, path]) => path);
-    return api;
-}
+import { Backoff, Discovery, ProxyOperator, Unavailable, isCrawlee4, statusOf } from '../src/index.js';
+import { FakeSession, crawlee3, crawlee4, fakeApi } from './fake-api.js';
 
 const helper = (api, options = {}) => new ProxyOperator({
-    url: 'http://discovery.test:8090/', token: 't0ken', selector: { geo: 'eu' }, fetch: api.fetch, ...options,
+    url: 'http://discovery.test:8090/', token: 't0ken', selector: { geo: 'eu' }, holder: 'test/holder', fetch: api.fetch, ...options,
 });
-const ctx = (session, url, statusCode) => ({
-    session: { id: session }, request: { url }, response: statusCode === undefined ? undefined : { statusCode },
+const request = (url) => ({ url });
+const context = (session, req, statusCode, body = 'page') => ({
+    session, request: req, response: statusCode === undefined ? undefined : { statusCode }, body,
+});
+const settle = async (px) => {
+    while (px.keeper.background.size) await Promise.all([...px.keeper.background]);
+};
+
+test('backoff doubles a jittered ceiling to a cap, takes Retry-After, and stops at the bound', () => {
+    let now = 0;
+    const backoff = new Backoff(10000, { firstMs: 250, capMs: 1000, now: () => now, random: () => 1 });
+    assert.deepEqual([backoff.delay(), backoff.delay(), backoff.delay(), backoff.delay()], [250, 500, 1000, 1000]);
+    assert.equal(new Backoff(10000, { now: () => now, random: () => 0 }).delay(), 0, 'full jitter');
+    assert.equal(backoff.delay(3000), 3000);
+    now = 9500;
+    assert.equal(backoff.delay(3000), 500, 'never past the bound');
+    now = 10000;
+    assert.equal(backoff.delay(), null);
 });
 
-test('one lease per session and host, its url handed to Crawlee as it is', async () => {
+test('a call is retried on refused connections and 503, not on 409, and gives up after its bound', async () => {
+    const api = fakeApi();
+    const discovery = new Discovery({ url: 'http://discovery.test:8090', token: 't0ken', fetch: api.fetch, apiWaitMs: 5000 });
+    api.down = 2;
+    api.unavailable = 1;
+    const granted = await discovery.run(discovery.leaseCall('a.example', {}, 300));
+    assert.equal(granted.leaseID, 'lease-1');
+    assert.equal(api.paths('POST').length, 4);
+    api.noMatch = 1;
+    await assert.rejects(discovery.run(discovery.leaseCall('a.example', {}, 300)), (e) => e.status === 409);
+    const short = new Discovery({ url: 'http://discovery.test:8090', token: 't0ken', fetch: api.fetch, apiWaitMs: 300 });
+    api.down = 1000;
+    await assert.rejects(short.run(short.releaseCall('lease-1')), Unavailable);
+});
+
+test('Crawlee 3: one lease per session and host, carrying its holder', async () => {
     const api = fakeApi();
     const px = helper(api);
-    const a = await px.newUrlFunction('s1', { request: { url: 'https://a.example/1' } });
-    const again = await px.newUrlFunction('s1', { request: { url: 'https://A.example/2' } });
-    const b = await px.newUrlFunction('s1', { request: { url: 'https://b.example/' } });
-    const other = await px.newUrlFunction('s2', { request: { url: 'https://a.example/' } });
-    assert.equal(a, 'http://user1:pa%40ss@127.0.0.1:3128');
+    const a = await px.newUrlFunction('s1', { request: request('https://a.example/1') });
+    const again = await px.newUrlFunction('s1', { request: request('https://A.example/2') });
+    const b = await px.newUrlFunction('s1', { request: request('https://b.example/') });
+    const other = await px.newUrlFunction('s2', { request: request('https://a.example/') });
+    assert.equal(a, 'http://p1:pa%40ss@127.0.0.1:3128');
     assert.equal(again, a);
-    assert.equal(b, 'http://user2:pa%40ss@127.0.0.1:3128');
-    assert.equal(other, 'http://user3:pa%40ss@127.0.0.1:3128');
-    assert.deepEqual(api.calls[0], ['POST', '/v1/leases', { selector: { geo: 'eu' }, ttlSeconds: 300, target: 'a.example' }]);
-    // Concurrent requests of one session to one host share one lease.
-    const [x, y] = await Promise.all([
-        px.newUrlFunction('s3', { request: { url: 'https://c.example/1' } }),
-        px.newUrlFunction('s3', { request: { url: 'https://c.example/2' } }),
-    ]);
-    assert.equal(x, y);
-    assert.equal(px.stats.leases, 4);
+    assert.equal(b, 'http://p2:pa%40ss@127.0.0.1:3128');
+    assert.equal(other, 'http://p3:pa%40ss@127.0.0.1:3128');
+    assert.deepEqual(api.calls[0], ['POST', '/v1/leases', { selector: { geo: 'eu' }, ttlSeconds: 300, holder: 'test/holder', target: 'a.example' }]);
+    await px.close();
 });
 
-test('every status is reported; a rate limit or a block drops the lease so the retry leases again', async () => {
-    const api = fakeApi();
+test('a rate limit drops every lease on the proxy for the site, and its report lands before the next lease', async () => {
+    const api = fakeApi({ proxies: ['p1', 'p1', 'p2'] });
     const px = helper(api);
-    await px.newUrlFunction('s1', { request: { url: 'https://a.example/' } });
-    assert.deepEqual(await px.report(ctx('s1', 'https://a.example/', 200)), { result: 'ok', leaseAgain: false });
-    assert.deepEqual(await px.report(ctx('s1', 'https://a.example/', 429)), { result: 'rate_limited', leaseAgain: true });
-    assert.deepEqual(api.paths('DELETE'), ['/v1/leases/lease-1']);
-    const next = await px.newUrlFunction('s1', { request: { url: 'https://a.example/' } });
-    assert.equal(next, 'http://user2:pa%40ss@127.0.0.1:3128');
-    assert.deepEqual(await px.report(ctx('s1', 'https://a.example/', 403)), { result: 'blocked', leaseAgain: true });
-    const reports = api.calls.filter(([, path]) => path.endsWith('/report')).map(([, path, body]) => [path, body]);
-    assert.deepEqual(reports, [
-        ['/v1/leases/lease-1/report', { status: 200, target: 'a.example' }],
-        ['/v1/leases/lease-1/report', { status: 429, target: 'a.example' }],
-        ['/v1/leases/lease-2/report', { status: 403, target: 'a.example' }],
+    const [s1, s2] = [new FakeSession({ id: 's1' }), new FakeSession({ id: 's2' })];
+    const r1 = request('https://a.example/1');
+    const r2 = request('https://a.example/2');
+    await px.newUrlFunction('s1', { request: r1 });
+    await px.newUrlFunction('s2', { request: r2 });
+    const verdict = await px.report(context(s1, r1, 429));
+    assert.deepEqual(verdict, { leaseAgain: true, why: 'status 429' });
+    // s2's lease is on the same proxy for the same site: dropped too.
+    const next = await px.newUrlFunction('s2', { request: request('https://a.example/3') });
+    assert.equal(next, 'http://p2:pa%40ss@127.0.0.1:3128');
+    assert.ok(api.index('POST', '/v1/leases/lease-1/report') < api.calls.findLastIndex(([m, p]) => m === 'POST' && p === '/v1/leases'));
+    await settle(px);
+    assert.deepEqual(api.paths('DELETE').sort(), ['/v1/leases/lease-1', '/v1/leases/lease-2']);
+    // Its own late answer (in flight when the lease went) is reported, and changes nothing more.
+    assert.deepEqual(await px.report(context(s2, r2, 200)), { leaseAgain: false, why: 'status 200' });
+    await px.close();
+});
+
+test('each attempt is reported once; a ban page counts as blocked only', async () => {
+    const api = fakeApi();
+    const px = helper(api, { isBlocked: (ctx) => ctx.body.includes('captcha') });
+    const session = new FakeSession({ id: 's1' });
+    const req = request('https://a.example/');
+    await px.newUrlFunction('s1', { request: req });
+    const ctx = context(session, req, 200, '<form id="captcha">');
+    assert.deepEqual(await px.report(ctx), { leaseAgain: true, why: 'a ban page' });
+    assert.equal(await px.report(ctx, new Error('SessionError')), null, 'the errorHandler of the same attempt reports nothing');
+    await px.newUrlFunction('s1', { request: req });
+    await px.report(context(session, req, 200, 'the page'));
+    await settle(px);
+    assert.deepEqual(api.reports(), [
+        ['/v1/leases/lease-1/report', { result: 'blocked', target: 'a.example' }],
+        ['/v1/leases/lease-2/report', { status: 200, target: 'a.example' }],
     ]);
-    assert.deepEqual(px.stats.reports, { ok: 1, rate_limited: 1, blocked: 1 });
-    // Nothing leased for it: nothing to report.
-    assert.equal(await px.report(ctx('s9', 'https://z.example/', 200)), null);
+    assert.deepEqual(px.stats.reports, { blocked: 1, ok: 1 });
+    await px.close();
 });
 
 test('a failure without a response is an error report; a 407 on CONNECT leases again', async () => {
     const api = fakeApi();
     const px = helper(api);
-    await px.newUrlFunction('s1', { request: { url: 'https://a.example/' } });
-    assert.equal(await px.report(ctx('s1', 'https://a.example/'), new Error('ETIMEDOUT')), null);
+    const session = new FakeSession({ id: 's1' });
+    const req = request('https://a.example/');
+    await px.newUrlFunction('s1', { request: req });
+    assert.deepEqual(await px.report(context(session, req), new Error('ETIMEDOUT')), { leaseAgain: false, why: 'error' });
+    await settle(px);
     assert.deepEqual(api.calls.at(-1), ['POST', '/v1/leases/lease-1/report', { result: 'error', target: 'a.example' }]);
     assert.deepEqual(api.paths('DELETE'), [], 'the lease is kept: the health engine judges the proxy');
-    const answer = await px.report(ctx('s1', 'https://a.example/'), new Error('Proxy responded with 407 Proxy Authentication Required'));
-    assert.deepEqual(answer, { result: null, leaseAgain: true });
-    assert.deepEqual(api.paths('DELETE'), ['/v1/leases/lease-1']);
-    assert.equal(await px.newUrlFunction('s1', { request: { url: 'https://a.example/' } }), 'http://user2:pa%40ss@127.0.0.1:3128');
+    await px.newUrlFunction('s1', { request: req });
+    const answer = await px.report(context(session, req), new Error('Proxy responded with 407 Proxy Authentication Required'));
+    assert.deepEqual(answer, { leaseAgain: true, why: '407 on CONNECT' });
+    assert.equal(await px.newUrlFunction('s1', { request: req }), 'http://p2:pa%40ss@127.0.0.1:3128');
+    await px.close();
 });
 
-test('no_match backs off and then leases, or throws without answering null', async () => {
-    const api = fakeApi({ noMatch: 1 });
-    const px = helper(api, { noMatchWaitMs: 400 });
-    assert.equal(await px.newUrlFunction('s1', { request: { url: 'https://a.example/' } }), 'http://user1:pa%40ss@127.0.0.1:3128');
-    assert.equal(px.stats.noMatch, 1);
-    api.noMatch = 10;
-    await assert.rejects(px.newUrlFunction('s2', { request: { url: 'https://b.example/' } }), /no proxy for b\.example/);
+test('Crawlee 3: a session the crawler retires, or that errors out, releases its leases', async () => {
+    const api = fakeApi();
+    const px = helper(api);
+    const options = px.crawlerOptions(crawlee3, { maxConcurrency: 8 });
+    assert.equal(options.sessionPoolOptions.maxPoolSize, 10);
+    assert.equal(options.useSessionPool, true);
+    const pool = { sessionOptions: { maxAgeSecs: 60 } };
+    const retired = await options.sessionPoolOptions.createSessionFunction(pool, {});
+    const erred = await options.sessionPoolOptions.createSessionFunction(pool, {});
+    assert.equal(retired.options.maxAgeSecs, 60);
+    for (const session of [retired, erred]) {
+        await options.proxyConfiguration.newUrlFunction(session.id, { request: request('https://a.example/') });
+        await options.proxyConfiguration.newUrlFunction(session.id, { request: request('https://b.example/') });
+    }
+    retired.retire();
+    for (let i = 0; i < 3; i += 1) erred.markBad();
+    await settle(px);
+    assert.deepEqual(api.paths('DELETE').sort(), ['/v1/leases/lease-1', '/v1/leases/lease-2', '/v1/leases/lease-3', '/v1/leases/lease-4']);
+    await px.close();
 });
 
-test('an expiring lease is replaced, and teardown releases every lease', async () => {
-    const api = fakeApi({ ttlSeconds: 3 });
-    const px = helper(api, { ttlSeconds: 3, renewMarginMs: 5000 });
-    const first = await px.newUrlFunction('s1', { request: { url: 'https://a.example/' } });
-    const second = await px.newUrlFunction('s1', { request: { url: 'https://a.example/' } });
-    assert.notEqual(first, second);
-    assert.deepEqual(api.paths('DELETE'), ['/v1/leases/lease-1']);
-    await px.newUrlFunction('s1', { request: { url: 'https://b.example/' } });
-    let tornDown = false;
-    const crawler = { async teardown() { tornDown = true; } };
-    px.releaseOnTeardown(crawler);
-    await crawler.teardown();
-    assert.ok(tornDown);
-    assert.deepEqual(api.paths('DELETE').sort(), ['/v1/leases/lease-1', '/v1/leases/lease-2', '/v1/leases/lease-3']);
-    assert.equal(px.leases.size, 0);
+test('the handlers report before the crawler\'s own, and a ban page throws a SessionError', async () => {
+    const api = fakeApi();
+    const px = helper(api, { isBlocked: (ctx) => ctx.body.includes('captcha') });
+    const seen = [];
+    const options = px.crawlerOptions(crawlee3, {
+        requestHandler: async (ctx) => seen.push(['page', ctx.request.url]),
+        failedRequestHandler: async (ctx, error) => seen.push(['failed', error.message]),
+    });
+    const session = new FakeSession({ id: 's1' });
+    const req = request('https://a.example/');
+    await options.proxyConfiguration.newUrlFunction('s1', { request: req });
+    await assert.rejects(options.requestHandler(context(session, req, 200, 'captcha')), crawlee3.SessionError);
+    await options.proxyConfiguration.newUrlFunction('s1', { request: req });
+    await options.requestHandler(context(session, req, 200, 'fine'));
+    assert.deepEqual(seen, [['page', 'https://a.example/']]);
+    await px.close();
+});
+
+test('Crawlee 4: sessions on leases, one site each through pinned requests; a retired one releases its lease', async () => {
+    assert.equal(isCrawlee4(crawlee4), true);
+    assert.equal(isCrawlee4(crawlee3), false);
+    const api = fakeApi();
+    const px = helper(api, { sessionsPerSite: 2 });
+    const options = px.crawlerOptions(crawlee4, { maxConcurrency: 8, sessionPoolOptions: { maxPoolSize: 4 } });
+    assert.equal(options.proxyConfiguration, undefined, 'Crawlee 4 refuses both');
+    assert.throws(() => px.crawlerOptions(crawlee4, { proxyConfiguration: {} }), /no proxyConfiguration/);
+    const requests = px.requests(['https://a.example/1', 'https://a.example/2', 'https://a.example/3', 'https://b.example/1']);
+    assert.deepEqual(requests.map((r) => r.sessionId), [
+        'proxy-operator:a.example:0', 'proxy-operator:a.example:1', 'proxy-operator:a.example:0', 'proxy-operator:b.example:0',
+    ]);
+    const pool = options.sessionPool;
+    const first = await pool.getSession(requests[0].sessionId);
+    assert.equal(first.proxyInfo.url, 'http://p1:pa%40ss@127.0.0.1:3128');
+    assert.deepEqual([first.proxyInfo.username, first.proxyInfo.password], ['p1', 'pa@ss']);
+    assert.equal(await pool.getSession(requests[2].sessionId), first, 'a pin keeps its session');
+    assert.notEqual((await pool.getSession(requests[1].sessionId)).proxyInfo.url, first.proxyInfo.url);
+    assert.equal(api.calls.find(([, p, b]) => p === '/v1/leases' && b.target === 'a.example')[2].target, 'a.example');
+    await px.report({ session: first, request: request('https://a.example/1'), response: { status: 403 } });
+    first.retire();
+    const again = await pool.getSession(requests[0].sessionId);
+    assert.notEqual(again, first);
+    await settle(px);
+    assert.ok(api.paths('DELETE').includes('/v1/leases/lease-1'));
+    await px.close();
+});
+
+test('the status of a response: got and fetch keep it in a field, Playwright in a method', () => {
+    assert.equal(statusOf({ statusCode: 429 }), 429);
+    assert.equal(statusOf({ status: 403 }), 403);
+    assert.equal(statusOf({ status: () => 200 }), 200);
+    assert.equal(statusOf(undefined), undefined);
+});
+
+test('a browser crawler gets a context per page, and its browser no lease', async () => {
+    const api = fakeApi();
+    const px = helper(api);
+    assert.throws(() => px.browserCrawlerOptions(crawlee3, { launchContext: { useIncognitoPages: false } }), /useIncognitoPages/);
+    const options = px.browserCrawlerOptions(crawlee3, { launchContext: { launchOptions: { headless: true } } });
+    assert.deepEqual(options.launchContext, {
+        launchOptions: { handleSIGINT: false, handleSIGTERM: false, handleSIGHUP: false, headless: true },
+        useIncognitoPages: true,
+    });
+    assert.equal(await options.proxyConfiguration.newUrlFunction('s1'), null);
+    assert.equal(api.paths('POST').length, 0);
+    await px.close();
+});
+
+test('the sizing rule: sessions times sites at most half the places', async () => {
+    const px = helper(fakeApi());
+    assert.equal(await px.poolSize(2), 5, '5 proxies x 4 places / (2 x 2 sites)');
+    assert.equal(await px.poolSize(40), 1);
+});
+
+test('plain Playwright: one context per lease, its proxy apart; a penalty closes it', async () => {
+    const api = fakeApi();
+    const px = helper(api);
+    const made = [];
+    const browser = {
+        async newContext(options) {
+            const context = { options, closed: false, async close() { this.closed = true; } };
+            made.push(context);
+            return context;
+        },
+    };
+    const contexts = px.browserContexts(browser, { contextOptions: { ignoreHTTPSErrors: true } });
+    const [one, two] = await Promise.all([contexts.forUrl('https://a.example/1'), contexts.forUrl('https://a.example/2')]);
+    assert.equal(one.context, two.context);
+    assert.equal(made.length, 1);
+    assert.deepEqual(made[0].options, { ignoreHTTPSErrors: true, proxy: { server: 'http://127.0.0.1:3128', username: 'p1', password: 'pa@ss' } });
+    assert.equal(await contexts.judge(one, { status: () => 200 }), true);
+    assert.equal(await contexts.judge(two, { status: () => 429 }), false);
+    assert.equal(made[0].closed, true);
+    const three = await contexts.forUrl('https://a.example/3');
+    assert.equal(three.context.options.proxy.username, 'p2');
+    await contexts.close();
+    assert.equal(made[1].closed, true);
+    assert.deepEqual(api.paths('DELETE').sort(), ['/v1/leases/lease-1', '/v1/leases/lease-2', '/v1/leases?holder=test%2Fholder']);
+});
+
+test('closing ends a wait on 409 at once and releases every lease, the holder\'s too', async () => {
+    const api = fakeApi();
+    const px = helper(api, { noMatchWaitMs: 60000 });
+    await px.newUrlFunction('s1', { request: request('https://a.example/') });
+    api.noMatch = 1000;
+    const waiting = px.newUrlFunction('s1', { request: request('https://b.example/') });
+    await new Promise((r) => setTimeout(r, 700));
+    const started = Date.now();
+    await px.close();
+    await assert.rejects(waiting, /stopped while waiting/);
+    assert.ok(Date.now() - started < 2000);
+    assert.ok(api.paths('DELETE').includes('/v1/leases/lease-1'));
+    assert.ok(api.paths('DELETE').includes('/v1/leases?holder=test%2Fholder'));
+    assert.equal(api.active.size, 0);
+});
+
+test('run releases every lease when the crawler fails, and stops at once on SIGTERM', async () => {
+    const api = fakeApi();
+    const px = helper(api);
+    const failing = { async run() {
+        await px.newUrlFunction('s1', { request: request('https://a.example/') });
+        throw new Error('a crawler error');
+    } };
+    await assert.rejects(px.run(failing, []), /a crawler error/);
+    assert.equal(api.active.size, 0);
+
+    const other = helper(api, { noMatchWaitMs: 60000 });
+    let aborted = false;
+    const waiting = {
+        autoscaledPool: { abort: () => { aborted = true; } },
+        async run() {
+            await other.newUrlFunction('s1', { request: request('https://a.example/') });
+            api.noMatch = 1000;
+            setTimeout(() => process.emit('SIGTERM', 'SIGTERM'), 300);
+            await assert.rejects(other.newUrlFunction('s1', { request: request('https://b.example/') }), /stopped/);
+        },
+    };
+    await other.run(waiting, [], { exitOnSignal: false });
+    assert.equal(aborted, true);
+    assert.equal(other.signalled, 'SIGTERM');
+    assert.equal(api.active.size, 0);
+});
+
+test('FakeSession keeps the semantics the helper relies on', () => {
+    const session = new FakeSession();
+    assert.equal(session.isUsable(), true);
+    session.retire();
+    assert.equal(session.isUsable(), false);
 });

@@ -93,6 +93,10 @@ pub struct SavedLease {
     /// When it was released or expired; absent while it is active.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ended_at: Option<Timestamp>,
+    /// Who holds it, when the request named a holder. Absent otherwise, and in checkpoints
+    /// of builds that kept none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub holder: Option<String>,
 }
 
 /// One running cooldown in a [`Checkpoint`].
@@ -190,6 +194,7 @@ impl LeaseBook {
                 expires_at: lease.expires_at,
                 ttl_millis: u64::try_from(lease.ttl.as_millis()).unwrap_or(u64::MAX),
                 ended_at,
+                holder: lease.holder.clone(),
             })
             .collect();
         leases.sort_unstable_by(|a, b| a.id.cmp(&b.id));
@@ -360,6 +365,7 @@ fn checked(checkpoint: &Checkpoint) -> Result<Parts, InvalidCheckpoint> {
             granted_at: saved.granted_at,
             expires_at: saved.expires_at,
             ttl: Duration::from_millis(saved.ttl_millis),
+            holder: saved.holder.clone(),
         };
         leases.push((lease, saved.ended_at));
     }

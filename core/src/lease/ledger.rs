@@ -36,8 +36,8 @@ pub(super) struct Retention {
     pub most: usize,
 }
 
-/// Leases by ID, active leases by expiry, retained leases by the time they are forgotten
-/// (so also by the time they ended: the period is the same for all).
+/// Leases by ID, active leases by expiry and by holder, retained leases by the time they are
+/// forgotten (so also by the time they ended: the period is the same for all).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub(super) struct Ledger {
     /// Boxed: an entry is about 180 bytes, and lease IDs are random, so every grant and
@@ -46,6 +46,8 @@ pub(super) struct Ledger {
     entries: BTreeMap<LeaseKey, Box<Entry>>,
     expiries: BTreeSet<(Timestamp, LeaseKey)>,
     forgets: BTreeSet<(Timestamp, LeaseKey)>,
+    /// The active leases of each holder that named itself; a holder with none is not a key.
+    holders: BTreeMap<String, BTreeSet<LeaseKey>>,
 }
 
 impl Ledger {
@@ -76,6 +78,12 @@ impl Ledger {
     pub(super) fn grant(&mut self, lease: Lease, slot: Slot) {
         let key = LeaseKey::of(&lease.id);
         self.expiries.insert((lease.expires_at, key.clone()));
+        if let Some(holder) = &lease.holder {
+            self.holders
+                .entry(holder.clone())
+                .or_default()
+                .insert(key.clone());
+        }
         let entry = Entry {
             lease,
             state: State::Active { slot },
@@ -132,6 +140,23 @@ impl Ledger {
             .is_some_and(|entry| matches!(entry.state, State::Active { .. }))
     }
 
+    /// The active leases of `holder`, by ID; of every holder (and none) when `None`.
+    /// O(k · log L) for k leases returned, or O(a · log a) for every active lease.
+    pub(super) fn active_of(&self, holder: Option<&str>) -> Vec<&Lease> {
+        let keys: Vec<&LeaseKey> = match holder {
+            Some(holder) => self.holders.get(holder).into_iter().flatten().collect(),
+            None => {
+                let mut keys: Vec<&LeaseKey> = self.expiries.iter().map(|(_, key)| key).collect();
+                keys.sort_unstable();
+                keys
+            }
+        };
+        keys.into_iter()
+            .filter_map(|key| self.entries.get(key))
+            .map(|entry| &entry.lease)
+            .collect()
+    }
+
     /// Every active lease, and the `retained` retained leases that ended last, each with
     /// the time it ended (`None`: active). O(a + r) for a active leases and r retained ones
     /// returned, however many the ledger retains.
@@ -162,6 +187,14 @@ impl Ledger {
             return None;
         };
         entry.state = State::Retained { ended_at };
+        if let Some(holder) = &entry.lease.holder
+            && let Some(held) = self.holders.get_mut(holder)
+        {
+            held.remove(&id);
+            if held.is_empty() {
+                self.holders.remove(holder);
+            }
+        }
         self.forgets.insert((later(ended_at, retention.period), id));
         self.forget_beyond(retention.most);
         Some(slot)

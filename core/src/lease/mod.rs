@@ -13,8 +13,9 @@
 //!   when the `Proxy` object goes away; requests then carry only a [`Selector`], not the
 //!   candidates (reading n candidates per request would already be linear);
 //! - answer the discovery API with [`acquire`](LeaseBook::acquire),
-//!   [`release`](LeaseBook::release), [`report`](LeaseBook::report) and
-//!   [`list`](LeaseBook::list); read metrics with [`active_total`](LeaseBook::active_total)
+//!   [`release`](LeaseBook::release), [`report`](LeaseBook::report),
+//!   [`list`](LeaseBook::list), and for a holder's leases [`leases`](LeaseBook::leases) and
+//!   [`release_held_by`](LeaseBook::release_held_by); read metrics with [`active_total`](LeaseBook::active_total)
 //!   and [`active_leases`](LeaseBook::active_leases) after [`expire`](LeaseBook::expire);
 //! - serve `GET /v1/proxies` from a [`FleetSnapshot`] of the last sync, not from the book,
 //!   so that a large answer is built without the book's lock: the snapshot says what
@@ -73,6 +74,9 @@
 //!   its cooldowns (its site statistics go): if the same key comes back (a relist, a re-created object) while
 //!   crawlers still hold leases on it, those still count against its capacity.
 //! - **Health.** An unhealthy proxy is not leased and keeps counting the leases it has.
+//! - **Holders.** A lease may name its holder, the crawler that asked for it:
+//!   [`leases`](LeaseBook::leases) lists a holder's active leases and
+//!   [`release_held_by`](LeaseBook::release_held_by) ends them all. Nothing else looks at it.
 //!
 //! # Data structures and cost
 //!
@@ -87,9 +91,10 @@
 //!   and one per `label=value` term. At-capacity and unhealthy proxies are not in it, so
 //!   they cost nothing to skip. Granting or ending a lease moves one proxy in t + 1 sets,
 //!   found by term number;
-//! - the ledger (`ledger.rs`): leases by ID, active ones ordered by expiry, retained ones by
-//!   the time they are forgotten, so expiry pops what is due instead of scanning; a UUID ID
-//!   is keyed by its 128 bits (`lease_key.rs`), so its maps copy and compare integers;
+//! - the ledger (`ledger.rs`): leases by ID, active ones ordered by expiry and grouped by
+//!   holder, retained ones by the time they are forgotten, so expiry pops what is due
+//!   instead of scanning; a UUID ID is keyed by its 128 bits (`lease_key.rs`), so its maps
+//!   copy and compare integers;
 //! - cooldowns (`cooldown.rs`) by target then proxy, ordered by end as well.
 //!
 //! [`acquire`](LeaseBook::acquire) walks the smallest index set among the selector's terms
@@ -148,7 +153,8 @@ pub use types::{
     Listed, NoMatch, ProxyView, ReportResult, Selector, UnknownLease,
 };
 pub use view::{
-    InvalidSelector, InvalidTarget, MAX_SELECTOR_TERMS, MAX_TARGET_LEN, checked_target, view_of,
+    InvalidHolder, InvalidSelector, InvalidTarget, MAX_HOLDER_LEN, MAX_SELECTOR_TERMS,
+    MAX_TARGET_LEN, checked_holder, checked_target, view_of,
 };
 
 /// The fleet, the leases on it and the cooldowns: see the [module documentation](self) for
@@ -232,6 +238,7 @@ impl LeaseBook {
             target,
             ttl,
             distinct_egress,
+            holder,
         } = request;
         self.expire(now);
         if self.ledger.contains(&id) {
@@ -258,6 +265,7 @@ impl LeaseBook {
             granted_at: now,
             expires_at: later(now, ttl),
             ttl,
+            holder,
         };
         self.admit(lease.clone(), slot);
         Ok(lease)
@@ -274,6 +282,30 @@ impl LeaseBook {
             }
             None => false,
         }
+    }
+
+    /// The leases of `holder` (of every holder, and of none, when `None`) that are active at
+    /// `now`, by ID. Reads the book as of `now` without changing it, as
+    /// [`sites`](Self::sites) does. O(k · log L) for a holder's k leases; O(a · log a) for
+    /// every one of the a active leases.
+    pub fn leases(&self, holder: Option<&str>, now: Timestamp) -> Vec<&Lease> {
+        let mut leases = self.ledger.active_of(holder);
+        leases.retain(|lease| lease.expires_at > now);
+        leases
+    }
+
+    /// Ends every active lease of `holder`, as [`release`](Self::release) would one by one,
+    /// and returns how many it ended. For a crawler that lost track of its leases (it
+    /// crashed, or a grant's answer never reached it). O(k · ((t + 1) · log n + log L)).
+    pub fn release_held_by(&mut self, holder: &str, now: Timestamp) -> usize {
+        self.expire(now);
+        let ids: Vec<String> = self
+            .ledger
+            .active_of(Some(holder))
+            .into_iter()
+            .map(|lease| lease.id.clone())
+            .collect();
+        ids.iter().filter(|id| self.release(id, now)).count()
     }
 
     /// Records what a crawler saw through the lease's proxy, for `target` or else the

@@ -129,6 +129,11 @@ pub struct AcquireRequest {
     /// ([`ProxyView::shared_egress`]): they are not candidates at all, so the 409 counts
     /// do not consider them either.
     pub distinct_egress: bool,
+    /// Who holds the lease, as the crawler names itself ([`checked_holder`](super::checked_holder)):
+    /// [`leases`](super::LeaseBook::leases) finds a holder's active leases and
+    /// [`release_held_by`](super::LeaseBook::release_held_by) ends them, so the leases of a
+    /// crawler that died, or whose grant answer was lost, need not wait for their TTL.
+    pub holder: Option<String>,
 }
 
 /// A lease granted by [`acquire`](super::LeaseBook::acquire).
@@ -150,6 +155,8 @@ pub struct Lease {
     pub expires_at: Timestamp,
     /// The requested duration.
     pub ttl: Duration,
+    /// Who holds it, as the request said.
+    pub holder: Option<String>,
 }
 
 /// What a crawler saw through a leased proxy (`POST /v1/leases/{id}/report`).

@@ -162,6 +162,35 @@ pub fn checked_target(text: &str) -> Result<String, InvalidTarget> {
     Ok(text.to_ascii_lowercase())
 }
 
+/// The longest holder name the API takes.
+pub const MAX_HOLDER_LEN: usize = 128;
+
+/// Why a holder name was refused.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct InvalidHolder(pub String);
+
+impl std::fmt::Display for InvalidHolder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for InvalidHolder {}
+
+/// A lease's holder as the API takes it: the name a crawler gives itself
+/// (`scrapy/host-1/4121`), 1 to [`MAX_HOLDER_LEN`] letters, digits and `._:/@-`, compared
+/// exactly. The characters are the ones a query string carries as they are (a `+` would be
+/// read back as a space), so a holder is found again by `?holder=` without escaping.
+pub fn checked_holder(text: &str) -> Result<&str, InvalidHolder> {
+    let allowed = |b: u8| b.is_ascii_alphanumeric() || b"._:/@-".contains(&b);
+    if text.is_empty() || text.len() > MAX_HOLDER_LEN || !text.bytes().all(allowed) {
+        return Err(InvalidHolder(format!(
+            "holder {text:?} is not a holder name: 1 to {MAX_HOLDER_LEN} letters, digits and ._:/@-"
+        )));
+    }
+    Ok(text)
+}
+
 /// `[prefix/]name`: a DNS-subdomain prefix of at most 253 characters, and a name of 1-63
 /// alphanumerics, `-`, `_` and `.`, starting and ending alphanumeric.
 fn is_label_name(text: &str) -> bool {
@@ -311,6 +340,31 @@ mod tests {
             .map(|i| (format!("l{i}"), "v".to_owned()))
             .collect();
         assert!(Selector::checked(labels).is_err());
+    }
+
+    #[test]
+    fn holders_are_names_a_query_carries_as_they_are() {
+        for good in [
+            "scrapy/host-1/4121",
+            "a",
+            "crawlee@pod-7:3_x.y",
+            &"h".repeat(128),
+        ] {
+            assert_eq!(checked_holder(good), Ok(good));
+        }
+        for bad in [
+            "",
+            "has space",
+            "a&b",
+            "a=b",
+            "a+b",
+            "a%20b",
+            "caf\u{e9}",
+            &"h".repeat(MAX_HOLDER_LEN + 1),
+        ] {
+            let error = checked_holder(bad).unwrap_err();
+            assert!(error.0.contains("is not a holder name"), "{bad:?}: {error}");
+        }
     }
 
     #[test]

@@ -64,6 +64,11 @@ impl ApiError {
         Self::new(StatusCode::BAD_REQUEST, "invalid_target", message)
     }
 
+    /// 400: a holder that is not a holder name.
+    pub fn invalid_holder(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::BAD_REQUEST, "invalid_holder", message)
+    }
+
     /// 400: a report result that is not one of the four.
     pub fn invalid_result(message: impl Into<String>) -> Self {
         Self::new(StatusCode::BAD_REQUEST, "invalid_result", message)

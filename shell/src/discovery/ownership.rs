@@ -364,6 +364,7 @@ mod tests {
             expires_at: t(60),
             ttl_millis: 60_000,
             ended_at: ended.then(|| t(i)),
+            holder: None,
         };
         let site = |i: i64| SavedSite {
             proxy: "crawl/a".into(),

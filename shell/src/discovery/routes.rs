@@ -11,7 +11,7 @@ use futures::StreamExt;
 use proxy_core::ProxyKey;
 use proxy_core::lease::{
     AcquireError, AcquireRequest, Call, Field, Fields, Labels, Lease, ListQuery, ProxyView,
-    ReportResult, Selector, Site, StatusMeaning, checked_target, meaning_of,
+    ReportResult, Selector, Site, StatusMeaning, checked_holder, checked_target, meaning_of,
 };
 use serde::{Deserialize, Serialize};
 use warp::http::{HeaderValue, StatusCode, header};
@@ -54,10 +54,18 @@ pub fn routes(
 enum Route<'a> {
     Healthz,
     List,
-    Detail { namespace: &'a str, name: &'a str },
-    Acquire,
-    Release { id: &'a str },
-    Report { id: &'a str },
+    Detail {
+        namespace: &'a str,
+        name: &'a str,
+    },
+    /// `/v1/leases`: a holder's leases (GET), a new lease (POST), a holder's release (DELETE).
+    Leases,
+    Release {
+        id: &'a str,
+    },
+    Report {
+        id: &'a str,
+    },
 }
 
 impl<'a> Route<'a> {
@@ -79,7 +87,7 @@ impl<'a> Route<'a> {
                 namespace: given(namespace)?,
                 name: given(name)?,
             },
-            [Some("v1"), Some("leases"), None, _] => Self::Acquire,
+            [Some("v1"), Some("leases"), None, _] => Self::Leases,
             [Some("v1"), Some("leases"), Some(id), None] => Self::Release { id: given(id)? },
             [Some("v1"), Some("leases"), Some(id), Some("report")] => {
                 Self::Report { id: given(id)? }
@@ -88,24 +96,34 @@ impl<'a> Route<'a> {
         })
     }
 
-    /// The one method the route takes.
-    fn method(self) -> &'static str {
+    /// The methods the route takes, as the `Allow` header of a 405 names them (RFC 9110).
+    fn allow_text(self) -> &'static str {
         match self {
             Self::Healthz | Self::List | Self::Detail { .. } => "GET",
-            Self::Acquire | Self::Report { .. } => "POST",
+            Self::Leases => "DELETE, GET, POST",
+            Self::Report { .. } => "POST",
             Self::Release { .. } => "DELETE",
         }
     }
 
-    /// Whether a query is refused: every route but the listing takes none (`/healthz`, for
-    /// probes, ignores one, as it always did).
-    fn refuses_query(self) -> bool {
-        !matches!(self, Self::Healthz | Self::List)
+    /// Whether the route takes `method`.
+    fn takes(self, method: &str) -> bool {
+        self.allow_text().split(", ").any(|m| m == method)
+    }
+
+    /// Whether a query is refused for `method`: only the listings and the release by holder
+    /// take one (`/healthz`, for probes, ignores one, as it always did).
+    fn refuses_query(self, method: &str) -> bool {
+        match self {
+            Self::Healthz | Self::List => false,
+            Self::Leases => method == "POST",
+            _ => true,
+        }
     }
 
     /// The `Allow` header of a 405 on this route (RFC 9110).
     fn allow(self) -> HeaderValue {
-        HeaderValue::from_static(self.method())
+        HeaderValue::from_static(self.allow_text())
     }
 }
 
@@ -120,7 +138,8 @@ async fn dispatch<B: Buf>(
     let Some(route) = Route::of(incoming.path.as_str()) else {
         return ApiError::not_found().into_response();
     };
-    if incoming.method.as_str() != route.method() {
+    let method = incoming.method.as_str();
+    if !route.takes(method) {
         let mut response = ApiError::method_not_allowed().into_response();
         response.headers_mut().insert(header::ALLOW, route.allow());
         return response;
@@ -128,7 +147,7 @@ async fn dispatch<B: Buf>(
     if route != Route::Healthz && !state.authorized(incoming.authorization.as_deref()) {
         return ApiError::unauthorized().into_response();
     }
-    let body = if route.method() == "POST" {
+    let body = if method == "POST" {
         match read_limited(body).await {
             Ok(body) => body,
             Err(error) => return error.into_response(),
@@ -138,7 +157,7 @@ async fn dispatch<B: Buf>(
     };
     let (forwarded, query) = (incoming.forwarded, incoming.query.as_str());
     // The routes that take no query refuse one, rather than ignore what the client meant.
-    let outcome = if route.refuses_query()
+    let outcome = if route.refuses_query(method)
         && let Err(refused) = no_query(query)
     {
         Err(refused)
@@ -159,7 +178,11 @@ async fn dispatch<B: Buf>(
             Route::Detail { namespace, name } => {
                 guarded(|| detail(&state, forwarded, &ProxyKey::new(namespace, name)))
             }
-            Route::Acquire => guarded(|| acquire(&state, forwarded, &body)),
+            Route::Leases => match method {
+                "POST" => guarded(|| acquire(&state, forwarded, &body)),
+                "GET" => guarded(|| held(&state, forwarded, query)),
+                _ => guarded(|| release_held(&state, forwarded, query)),
+            },
             Route::Release { id } => guarded(|| release(&state, forwarded, id)),
             Route::Report { id } => guarded(|| report(&state, forwarded, id, &body)),
         }
@@ -460,6 +483,9 @@ struct AcquireBody {
     /// Only proxies whose egress address no other proxy shares.
     #[serde(default)]
     distinct_egress: bool,
+    /// Who holds the lease, so that `GET`/`DELETE /v1/leases?holder=` find it.
+    #[serde(default)]
+    holder: Option<String>,
 }
 
 /// The lease's duration: the default without `ttlSeconds`, else `ttlSeconds` if it is a
@@ -487,6 +513,8 @@ struct LeaseGranted {
     target: Option<String>,
     expires_at: String,
     ttl_seconds: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    holder: Option<String>,
 }
 
 /// The leased proxy. `Debug` is not derived: the answer carries the password.
@@ -527,6 +555,7 @@ impl LeaseGranted {
             target: lease.target,
             expires_at: lease.expires_at.to_string(),
             ttl_seconds: lease.ttl.as_secs(),
+            holder: lease.holder,
         }
     }
 }
@@ -556,6 +585,7 @@ fn acquire(state: &Discovery, forwarded: bool, body: &[u8]) -> Result<Response, 
     let selector = Selector::checked(request.selector)
         .map_err(|e| ApiError::invalid_selector(e.to_string()))?;
     let target = target(request.target.as_deref())?;
+    let holder = request.holder.as_deref().map(holder).transpose()?;
     let distinct_egress = request.distinct_egress;
     let mut shared = state.serving(Call::Acquire, forwarded)?;
     let now = jiff::Timestamp::now();
@@ -567,6 +597,7 @@ fn acquire(state: &Discovery, forwarded: bool, body: &[u8]) -> Result<Response, 
             target: target.clone(),
             ttl,
             distinct_egress,
+            holder: holder.clone(),
         };
         match shared.book.acquire(request, now) {
             Ok(lease) => {
@@ -597,6 +628,105 @@ fn target(text: Option<&str>) -> Result<Option<String>, ApiError> {
     text.map(checked_target)
         .transpose()
         .map_err(|e| ApiError::invalid_target(e.to_string()))
+}
+
+/// A holder name, checked ([`checked_holder`]).
+fn holder(text: &str) -> Result<String, ApiError> {
+    checked_holder(text)
+        .map(str::to_owned)
+        .map_err(|e| ApiError::invalid_holder(e.to_string()))
+}
+
+/// The `holder` of a query on `/v1/leases`, the one parameter it takes.
+fn holder_query(query: &str) -> Result<Option<String>, ApiError> {
+    let mut found = None;
+    for (name, value) in form_urlencoded::parse(query.as_bytes()) {
+        if name != "holder" {
+            return Err(ApiError::invalid_request(format!(
+                "unknown query parameter {name:?}: /v1/leases takes only holder"
+            )));
+        }
+        if found.is_some() {
+            return Err(ApiError::invalid_request("holder is given twice"));
+        }
+        found = Some(holder(&value)?);
+    }
+    Ok(found)
+}
+
+/// One active lease in `GET /v1/leases`: no credentials, whoever asks.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+struct HeldLease<'a> {
+    #[serde(rename = "leaseID")]
+    lease_id: &'a str,
+    proxy: HeldProxy<'a>,
+    target: Option<&'a str>,
+    holder: Option<&'a str>,
+    granted_at: String,
+    expires_at: String,
+}
+
+#[derive(Debug, Serialize)]
+struct HeldProxy<'a> {
+    namespace: &'a str,
+    name: &'a str,
+    host: &'a str,
+    port: u16,
+}
+
+impl<'a> From<&'a Lease> for HeldLease<'a> {
+    fn from(lease: &'a Lease) -> Self {
+        Self {
+            lease_id: &lease.id,
+            proxy: HeldProxy {
+                namespace: lease.proxy.namespace(),
+                name: lease.proxy.name(),
+                host: &lease.host,
+                port: lease.port,
+            },
+            target: lease.target.as_deref(),
+            holder: lease.holder.as_deref(),
+            granted_at: lease.granted_at.to_string(),
+            expires_at: lease.expires_at.to_string(),
+        }
+    }
+}
+
+/// `GET /v1/leases[?holder=NAME]`: the active leases of the holder (of everyone without
+/// `holder`), by ID, so that a crawler's leases can be found after it crashed.
+fn held(state: &Discovery, forwarded: bool, query: &str) -> Result<Response, Elsewhere> {
+    let holder = holder_query(query)?;
+    let shared = state.serving(Call::Other, forwarded)?;
+    let leases = shared
+        .book
+        .leases(holder.as_deref(), jiff::Timestamp::now());
+    let leases: Vec<HeldLease<'_>> = leases.into_iter().map(HeldLease::from).collect();
+    Ok(json_response(
+        StatusCode::OK,
+        &serde_json::json!({"count": leases.len(), "leases": leases}),
+    ))
+}
+
+/// `DELETE /v1/leases?holder=NAME`: releases every active lease of the holder, those whose
+/// IDs the crawler never learned included; 200 with how many it released.
+fn release_held(state: &Discovery, forwarded: bool, query: &str) -> Result<Response, Elsewhere> {
+    let Some(holder) = holder_query(query)? else {
+        return Err(ApiError::invalid_request(
+            "DELETE /v1/leases releases the leases of one holder: it needs ?holder=",
+        )
+        .into());
+    };
+    let mut shared = state.serving(Call::Other, forwarded)?;
+    let now = jiff::Timestamp::now();
+    let released = shared.book.release_held_by(&holder, now);
+    if released > 0 {
+        shared.journal.changed(now);
+    }
+    Ok(json_response(
+        StatusCode::OK,
+        &serde_json::json!({"released": released}),
+    ))
 }
 
 /// Whether `id` has the form of the lease IDs this API grants: a UUID, lowercase and

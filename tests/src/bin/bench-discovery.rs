@@ -229,6 +229,7 @@ fn core_cost(n: usize) -> f64 {
                 target: Some("example.com".into()),
                 ttl: Duration::from_secs(60),
                 distinct_egress: false,
+                holder: None,
             };
             book.acquire(request, now).expect("a lease");
             book.release(&id, now);
@@ -519,6 +520,7 @@ fn sustained() {
             target: Some("example.com".into()),
             ttl: Duration::from_secs(60),
             distinct_egress: false,
+            holder: None,
         };
         book.acquire(request, now).expect("a lease");
         book.release(&id(i), now);

@@ -124,8 +124,8 @@ async fn schemathesis_finds_no_request_on_which_the_document_and_the_server_disa
     );
     // It really exercised every operation, and reached the report route's logic.
     assert!(
-        stdout.contains("Tested: 6"),
-        "schemathesis did not test the 6 operations:\n{stdout}"
+        stdout.contains("Tested: 8"),
+        "schemathesis did not test the 8 operations:\n{stdout}"
     );
     assert!(
         !stdout.contains("Missing test data"),

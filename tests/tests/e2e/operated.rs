@@ -174,6 +174,23 @@ impl Bed {
     /// Kills the operator and starts a new one, as a crash and a restart would.
     pub fn restart_operator(&mut self) {
         self.operator.kill();
+        self.start_operator();
+    }
+
+    /// Stops the operator as Kubernetes does (SIGTERM: it saves its lease book and exits);
+    /// fails with its log unless it exits within 15 s. Its discovery API refuses
+    /// connections until [`Operator::start_again`](proxy_tests::operator::Operator::start_again).
+    pub fn stop_operator(&mut self) {
+        let exit = self.operator.terminate(Duration::from_secs(15));
+        assert!(
+            exit.is_some(),
+            "the operator did not stop within 15 s of SIGTERM; its log:\n{}",
+            self.operator.log()
+        );
+    }
+
+    /// Starts a new operator (new ports, a new identity) in place of the one killed.
+    fn start_operator(&mut self) {
         let extra: Vec<&str> = self.extra_args.iter().map(String::as_str).collect();
         self.operator = start_operator_on(
             self.plane,

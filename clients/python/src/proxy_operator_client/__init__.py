@@ -1,6 +1,7 @@
-"""Clients of proxy-operator's discovery API: `Discovery` (standard library only) and, with
-Scrapy installed, `proxy_operator_client.scrapy.ProxyOperatorMiddleware`."""
+"""Clients of proxy-operator's discovery API: `Discovery` and `AsyncDiscovery` (standard
+library only); with Scrapy installed, `proxy_operator_client.scrapy.ProxyOperatorMiddleware`;
+with Playwright installed, `proxy_operator_client.playwright.LeasedContexts`."""
 
-from .api import ApiError, Discovery, Lease, NoMatch
+from .api import ApiError, AsyncDiscovery, Backoff, Discovery, Lease, NoMatch, Stopped, Unavailable
 
-__all__ = ["ApiError", "Discovery", "Lease", "NoMatch"]
+__all__ = ["ApiError", "AsyncDiscovery", "Backoff", "Discovery", "Lease", "NoMatch", "Stopped", "Unavailable"]

@@ -10,31 +10,51 @@ Settings:
 
 - ``PROXY_OPERATOR_URL`` (required, else the middleware is disabled): the discovery API;
 - ``PROXY_OPERATOR_TOKEN`` (default: the environment variable of that name): its bearer token;
-- ``PROXY_OPERATOR_SELECTOR`` (default ``{}``): label terms the proxies must carry, e.g.
-  ``{"geo": "eu"}``;
-- ``PROXY_OPERATOR_TTL`` (default 300): lease duration in seconds; a lease that ends within
+- ``PROXY_OPERATOR_SELECTOR`` (default ``{}``): label terms the proxies must carry;
+- ``PROXY_OPERATOR_TTL`` (default 300): lease seconds; a lease ending within
   ``PROXY_OPERATOR_RENEW_MARGIN`` (default 5) seconds is replaced before a request uses it;
-- ``PROXY_OPERATOR_RETRY_TIMES`` (default 3): how often one request is sent again through a
-  new lease after a rate limit, a block or a 407, before its response goes to the spider;
-- ``PROXY_OPERATOR_NO_MATCH_WAIT`` (default 60): how long, in seconds, a request waits for a
-  proxy while the API answers 409 no_match (backing off from 0.5 s to 10 s), before it is
-  dropped with ``IgnoreRequest``.
+- ``PROXY_OPERATOR_LEASES_PER_SITE`` (default 1): leases held at once per target host;
+  requests to the host go to the one with the fewest in flight;
+- ``PROXY_OPERATOR_RETRY_TIMES`` (default 5): how often one request is sent again through a
+  new lease after a rate limit, a block, a ban page or a 407, before its response goes to
+  the spider (``meta['proxy_operator_gave_up']`` is then true);
+- ``PROXY_OPERATOR_NO_MATCH_WAIT`` (default 60): how long a request waits for a proxy while
+  the API answers 409 no_match (backing off from 0.5 s to 10 s), then ``IgnoreRequest``;
+- ``PROXY_OPERATOR_API_WAIT`` (default 60): how long one call to the API is retried while
+  the API is away (connection errors, timeouts, 5xx, 503 ``Retry-After``), with backoff
+  and jitter. A request waits for its lease that long; a page is never dropped for a
+  report that could not land (it is counted as ``reports/lost``);
+- ``PROXY_OPERATOR_HOLDER`` (default ``scrapy/<host name>/<pid>``): the name leases carry;
+- ``PROXY_OPERATOR_BAN_POLICY`` (default none): an object, or the import path of a class
+  or object, with ``response_is_ban(request, response)`` and, optionally,
+  ``exception_is_ban(request, exception)`` (scrapy-rotating-proxies' ``BanDetectionPolicy``
+  protocol): a response it calls a ban (a captcha page answered 200) is reported
+  ``blocked`` (once, never also ``ok``) and sent again through another proxy.
 
-Behaviour: one lease per target host (``meta['proxy_operator_proxy']`` names the proxy,
-``namespace/name``) (per spider: a middleware instance serves one crawler).
-Every response's status is reported; the API answers whether to lease again (after 429,
-401, 403 and 407), and then the lease is released and the request sent again through a new
-one. A connection error or timeout is reported as ``error`` and left to Scrapy's retries. A
-request with ``meta['proxy_operator'] = False`` is left alone. Spider code can report a ban
-page itself: ``crawler.proxy_operator.report_blocked(response)``. Every lease is released
-when the spider closes.
+Behaviour: every request to a target host (``meta['proxy_operator_proxy']`` names the
+proxy) goes through a lease for that host, in a download slot of its own
+(``meta['download_slot']`` = ``proxy-operator:<lease id>``), so ``DOWNLOAD_DELAY`` and
+``CONCURRENT_REQUESTS_PER_DOMAIN`` apply per proxy and site. After a 429, 401, 403 or 407
+(the server's own table, applied here too so that it holds while the API is away) or a ban
+page, the lease is dropped at once with every other lease on that proxy for the host, the
+requests queued in its slot move to a new lease, the report lands before the next lease for
+the host is asked for, and the request is sent again. Any other status is reported in the
+background. A connection error or timeout is reported as ``error`` and left to Scrapy's
+retries. A request with ``meta['proxy_operator'] = False``, or with a ``meta['proxy']`` of
+its own, is left alone.
+
+Every lease is released when the spider closes, whatever closed it (finished, SIGINT or
+SIGTERM, ``CloseSpider``), waits on 409 and on the API end at once, and a
+``DELETE /v1/leases?holder=`` then ends any lease whose grant answer never arrived; at
+interpreter exit, whatever is still held is released (a second Ctrl-C).
 
 Needs the asyncio reactor, Scrapy's default since 2.13.
 """
 
 from __future__ import annotations
 
-import asyncio
+import atexit
+import importlib
 import logging
 import os
 import re
@@ -45,13 +65,20 @@ from scrapy.exceptions import IgnoreRequest, NotConfigured
 from scrapy.http import Response
 from scrapy.utils.httpobj import urlparse_cached
 
-from .api import ApiError, Discovery, Lease, NoMatch
+from .api import Discovery, default_holder
+from .leases import LEASE_AGAIN, Held, LeaseKeeper, NoProxy
 
 logger = logging.getLogger(__name__)
 
 LEASE_META = "proxy_operator_lease"
 PROXY_META = "proxy_operator_proxy"
 RETRIES_META = "proxy_operator_retries"
+GAVE_UP_META = "proxy_operator_gave_up"
+SLOT_PREFIX = "proxy-operator:"
+
+
+class LeaseDropped(Exception):
+    """A request queued in the slot of a lease that was dropped: sent again through another."""
 
 
 class ProxyOperatorMiddleware:
@@ -64,19 +91,28 @@ class ProxyOperatorMiddleware:
         renew_margin: float,
         retry_times: int,
         no_match_wait: float,
+        leases_per_site: int = 1,
+        ban_policy: Any = None,
         stats: Any = None,
+        crawler: Any = None,
     ):
         self.discovery = discovery
-        self.selector = selector
-        self.ttl = ttl
-        self.renew_margin = renew_margin
         self.retry_times = retry_times
-        self.no_match_wait = no_match_wait
+        self.ban_policy = ban_policy
         self.stats = stats
-        # The lease of each target host, and a lock per host so that concurrent requests
-        # to one host share one lease instead of each taking its own.
-        self.leases: dict[str, Lease] = {}
-        self._locks: dict[str, asyncio.Lock] = {}
+        self.crawler = crawler
+        self.leases = LeaseKeeper(
+            discovery,
+            selector=selector,
+            ttl=ttl,
+            renew_margin=renew_margin,
+            leases_per_site=leases_per_site,
+            no_match_wait=no_match_wait,
+            stopping=self._stopping,
+            count=self._count,
+            on_drop=self._moved,
+        )
+        atexit.register(self.leases.release_at_exit)
 
     @classmethod
     def from_crawler(cls, crawler: Any) -> "ProxyOperatorMiddleware":
@@ -85,14 +121,23 @@ class ProxyOperatorMiddleware:
         if not url:
             raise NotConfigured("PROXY_OPERATOR_URL is not set")
         token = settings.get("PROXY_OPERATOR_TOKEN") or os.environ.get("PROXY_OPERATOR_TOKEN")
+        discovery = Discovery(
+            url,
+            token,
+            api_wait=settings.getfloat("PROXY_OPERATOR_API_WAIT", 60.0),
+            holder=settings.get("PROXY_OPERATOR_HOLDER") or default_holder("scrapy"),
+        )
         middleware = cls(
-            Discovery(url, token),
+            discovery,
             selector=settings.getdict("PROXY_OPERATOR_SELECTOR"),
             ttl=settings.getint("PROXY_OPERATOR_TTL", 300),
             renew_margin=settings.getfloat("PROXY_OPERATOR_RENEW_MARGIN", 5.0),
-            retry_times=settings.getint("PROXY_OPERATOR_RETRY_TIMES", 3),
+            retry_times=settings.getint("PROXY_OPERATOR_RETRY_TIMES", 5),
             no_match_wait=settings.getfloat("PROXY_OPERATOR_NO_MATCH_WAIT", 60.0),
+            leases_per_site=settings.getint("PROXY_OPERATOR_LEASES_PER_SITE", 1),
+            ban_policy=_policy(settings.get("PROXY_OPERATOR_BAN_POLICY")),
             stats=crawler.stats,
+            crawler=crawler,
         )
         crawler.signals.connect(middleware.spider_closed, signal=signals.spider_closed)
         crawler.proxy_operator = middleware
@@ -103,136 +148,159 @@ class ProxyOperatorMiddleware:
     async def process_request(self, request: Request) -> None:
         if request.meta.get("proxy_operator") is False:
             return None
-        host = _host(request)
-        lease = await self._lease_for(host)
-        request.meta["proxy"] = lease.url
-        request.meta[LEASE_META] = lease.id
-        request.meta[PROXY_META] = lease.proxy
+        if request.meta.get("proxy") and LEASE_META not in request.meta:
+            return None  # a proxy of the spider's own: hands off
+        try:
+            held = await self.leases.acquire(_host(request))
+        except NoProxy as error:
+            raise IgnoreRequest(f"proxy-operator: {error}") from None
+        request.meta["proxy"] = held.lease.url
+        request.meta[LEASE_META] = held.lease.id
+        request.meta[PROXY_META] = held.lease.proxy
+        request.meta["download_slot"] = SLOT_PREFIX + held.lease.id
         return None
 
     async def process_response(self, request: Request, response: Response) -> Request | Response:
-        lease_id = request.meta.get(LEASE_META)
-        if lease_id is None:
+        held = self.leases.done(request.meta.get(LEASE_META))
+        if held is None:
             return response
-        try:
-            answer = await asyncio.to_thread(
-                self.discovery.report_status, lease_id, response.status, _host(request)
-            )
-        except ApiError as error:
-            # The lease was forgotten (404) or the API failed: the page is still good.
-            logger.warning("proxy-operator: report of %s failed: %s", request.url, error)
+        calls, lease_id, host = self.discovery, held.lease.id, held.host
+        ban = self._is_ban("response_is_ban", request, response)
+        if ban:
+            await self.leases.penalise(held, "blocked", calls.report_result_call(lease_id, "blocked", host))
+        elif response.status in LEASE_AGAIN:
+            report = calls.report_status_call(lease_id, response.status, host)
+            await self.leases.penalise(held, LEASE_AGAIN[response.status], report)
+        else:
+            self.leases.report_in_background(held, calls.report_status_call(lease_id, response.status, host))
             return response
-        self._count(f"reports/{answer.get('result') or 'none'}")
-        if answer.get("leaseAgain"):
-            await self._drop(_host(request), lease_id)
-            retry = self._retry(request, f"status {response.status}")
-            if retry is not None:
-                return retry
+        retry = self._retry(request, f"status {response.status}" + (" (a ban page)" if ban else ""))
+        if retry is not None:
+            return retry
+        request.meta[GAVE_UP_META] = True
         return response
 
     async def process_exception(self, request: Request, exception: Exception) -> Request | None:
-        lease_id = request.meta.get(LEASE_META)
-        if lease_id is None:
+        if isinstance(exception, LeaseDropped):
+            self._count("rerouted")
+            return _again(request, request.meta.get(RETRIES_META, 0))
+        if isinstance(exception, IgnoreRequest):
+            return None  # ours, from process_request: no lease was used
+        held = self.leases.done(request.meta.get(LEASE_META))
+        if held is None:
             return None
+        calls = self.discovery
         if _is_407(exception):
             # The proxy refused the lease's credentials on CONNECT: lease again.
-            await self._drop(_host(request), lease_id)
+            await self.leases.penalise(held, None, None)
             return self._retry(request, "407 on CONNECT")
-        try:
-            await asyncio.to_thread(
-                self.discovery.report_result, lease_id, "error", _host(request)
-            )
-            self._count("reports/error")
-        except ApiError as error:
-            logger.warning("proxy-operator: report of %s failed: %s", request.url, error)
+        if self._is_ban("exception_is_ban", request, exception):
+            await self.leases.penalise(held, "blocked", calls.report_result_call(held.lease.id, "blocked", held.host))
+            return self._retry(request, f"a ban ({type(exception).__name__})")
+        self.leases.report_in_background(held, calls.report_result_call(held.lease.id, "error", held.host))
         return None
 
-    def spider_closed(self, spider: Any = None) -> None:
-        """Releases every lease the spider held."""
-        for host, lease in list(self.leases.items()):
-            self._release(lease)
-            del self.leases[host]
+    async def spider_closed(self, spider: Any = None) -> None:
+        """Releases every lease the spider held, and then every lease of its holder."""
+        await self.leases.close()
+        self.leases.api.executor.shutdown(wait=False)
 
     # ---- for spider code --------------------------------------------------------------------
 
     def report_blocked(self, response: Response) -> None:
-        """Reports a ban page the status does not show (a captcha answered with 200) and drops
-        the lease, so the next request to the host gets another proxy."""
+        """Deprecated: set ``PROXY_OPERATOR_BAN_POLICY`` instead, whose verdict comes before
+        the status is reported (this reports ``blocked`` after the ``ok`` of the status,
+        so the page counts twice). Reports a ban page and drops the lease."""
         lease_id = response.request.meta.get(LEASE_META) if response.request else None
-        if lease_id is None:
+        held = self.leases.leases.get(lease_id or "")
+        if held is None:
             return
-        host = _host(response.request)
-        self.discovery.report_result(lease_id, "blocked", host)
+        self.discovery.report_result(held.lease.id, "blocked", held.host)
         self._count("reports/blocked")
-        lease = self.leases.get(host)
-        if lease is not None and lease.id == lease_id:
-            del self.leases[host]
-            self._release(lease)
+        self.leases.penalised[(held.lease.proxy, held.host)] = ("blocked", float("inf"))
+        self.leases.known.pop(held.lease.id, None)
+        self.leases.leases.pop(held.lease.id, None)
+        self.discovery.release(held.lease.id)
 
-    # ---- leases -----------------------------------------------------------------------------
+    # ---- helpers ----------------------------------------------------------------------------
 
-    async def _lease_for(self, host: str) -> Lease:
-        lock = self._locks.setdefault(host, asyncio.Lock())
-        async with lock:
-            lease = self.leases.get(host)
-            if lease is not None and not lease.expires_within(self.renew_margin):
-                return lease
-            if lease is not None:
-                del self.leases[host]
-                await asyncio.to_thread(self._release, lease)
-            lease = await self._new_lease(host)
-            self.leases[host] = lease
-            return lease
+    def _moved(self, held: Held) -> None:
+        """A dropped lease: the requests queued in its slot go again through another."""
+        moved = self._drain(SLOT_PREFIX + held.lease.id)
+        if moved:
+            self._count("rerouted_queued", moved)
 
-    async def _new_lease(self, host: str) -> Lease:
-        waited, backoff = 0.0, 0.5
-        while True:
-            try:
-                lease = await asyncio.to_thread(
-                    self.discovery.lease, host, self.selector, self.ttl
-                )
-                self._count("leases")
-                logger.debug("proxy-operator: leased %s for %s", lease.proxy, host)
-                return lease
-            except NoMatch as error:
-                self._count("no_match")
-                if waited >= self.no_match_wait:
-                    raise IgnoreRequest(
-                        f"proxy-operator: no proxy for {host} after {waited:.1f} s: {error.body}"
-                    ) from None
-                logger.info("proxy-operator: no proxy for %s yet (%s); waiting %.1f s", host, error.body, backoff)
-                await asyncio.sleep(backoff)
-                waited += backoff
-                backoff = min(backoff * 2, 10.0)
+    def _drain(self, slot_key: str) -> int:
+        """Fails the requests waiting in the downloader slot `slot_key` with `LeaseDropped`, so
+        that `process_exception` sends them again through another lease. Reads the
+        downloader's slots (``Downloader.slots``, ``Slot.queue``); with none, nothing moves
+        and those requests go through the dropped proxy."""
+        slot = getattr(getattr(self._engine(), "downloader", None), "slots", {}).get(slot_key)
+        queue = getattr(slot, "queue", None)
+        if not queue:
+            return 0
+        waiting = list(queue)
+        queue.clear()
+        for request, deferred in waiting:
+            deferred.errback(LeaseDropped(f"the lease of {request.url} was dropped"))
+        return len(waiting)
 
-    async def _drop(self, host: str, lease_id: str) -> None:
-        """Forgets and releases the lease of `host` if it is still `lease_id`."""
-        lease = self.leases.get(host)
-        if lease is not None and lease.id == lease_id:
-            del self.leases[host]
-            await asyncio.to_thread(self._release, lease)
-
-    def _release(self, lease: Lease) -> None:
+    def _is_ban(self, method: str, request: Request, seen: Any) -> bool:
+        check = getattr(self.ban_policy, method, None)
+        if check is None:
+            return False
         try:
-            self.discovery.release(lease.id)
-            self._count("releases")
-        except (ApiError, OSError) as error:
-            logger.warning("proxy-operator: release of %s failed: %s", lease.id, error)
+            return bool(check(request, seen))
+        except Exception:  # noqa: BLE001 - a broken policy must not drop the page
+            logger.exception("proxy-operator: the ban policy's %s failed", method)
+            return False
+
+    def _stopping(self) -> bool:
+        """Whether the crawl is ending: the engine is stopping, or closing the spider."""
+        engine = self._engine()
+        if engine is None:
+            return False
+        slot = getattr(engine, "_slot", None)
+        return getattr(engine, "running", True) is False or getattr(slot, "closing", None) is not None
+
+    def _engine(self) -> Any:
+        """The crawler's engine, or None before the crawl starts (or without a crawler)."""
+        try:
+            return self.crawler.engine
+        except (AttributeError, RuntimeError):
+            return None
 
     def _retry(self, request: Request, why: str) -> Request | None:
         retries = request.meta.get(RETRIES_META, 0) + 1
         if retries > self.retry_times:
             logger.info("proxy-operator: gave up on %s after %d new leases (%s)", request.url, retries - 1, why)
+            self._count("gave_up")
             return None
-        self._count("lease_again")
-        retry = request.replace(dont_filter=True)
-        retry.meta[RETRIES_META] = retries
-        retry.meta.pop(LEASE_META, None)
-        return retry
+        self._count("retries")
+        return _again(request, retries)
 
-    def _count(self, key: str) -> None:
+    def _count(self, key: str, n: int = 1) -> None:
         if self.stats is not None:
-            self.stats.inc_value(f"proxy_operator/{key}")
+            self.stats.inc_value(f"proxy_operator/{key}", n)
+
+
+def _again(request: Request, retries: int) -> Request:
+    """`request` once more, to be given a lease afresh."""
+    retry = request.replace(dont_filter=True)
+    retry.meta[RETRIES_META] = retries
+    for key in (LEASE_META, PROXY_META, "proxy", "download_slot"):
+        retry.meta.pop(key, None)
+    return retry
+
+
+def _policy(setting: Any) -> Any:
+    """The ban policy a setting names: an object, or the import path of a class (made
+    without arguments) or of an object."""
+    if not setting or not isinstance(setting, str):
+        return setting or None
+    module, _, name = setting.rpartition(".")
+    found = getattr(importlib.import_module(module), name)
+    return found() if isinstance(found, type) else found
 
 
 def _is_407(exception: Exception) -> bool:

@@ -511,6 +511,80 @@ async fn a_lease_picks_the_best_proxy_and_a_release_frees_it() {
     );
 }
 
+/// A lease names its holder; `GET /v1/leases?holder=` finds the holder's active leases
+/// (without credentials) and `DELETE /v1/leases?holder=` releases them all.
+#[tokio::test]
+async fn a_holders_leases_are_listed_and_released_by_holder() {
+    let state = state();
+    state.replace_credentials([(
+        proxy_core::ProxyKey::new("crawl", "b"),
+        Credentials::new("b", "s3cret-pass"),
+    )]);
+    let lease = |body: &'static str| {
+        let state = state.clone();
+        async move { authed(&state, "POST", "/v1/leases", Some(body)).await }
+    };
+    let held = lease(r#"{"holder": "scrapy/host-1/42", "target": "shop.example"}"#).await;
+    assert_eq!(held.status, StatusCode::CREATED, "{}", held.body);
+    assert_eq!(held.body["holder"], "scrapy/host-1/42");
+    let anonymous = lease(r#"{"holder": null}"#).await;
+    assert_eq!(anonymous.status, StatusCode::CREATED, "{}", anonymous.body);
+    assert!(anonymous.body.get("holder").is_none(), "{}", anonymous.body);
+
+    let listed = authed(&state, "GET", "/v1/leases?holder=scrapy/host-1/42", None).await;
+    assert_eq!(listed.status, StatusCode::OK, "{}", listed.body);
+    assert_eq!(listed.body["count"], 1);
+    let item = &listed.body["leases"][0];
+    assert_eq!(item["leaseID"], held.body["leaseID"]);
+    assert_eq!(item["holder"], "scrapy/host-1/42");
+    assert_eq!(item["target"], "shop.example");
+    assert_eq!(
+        item["proxy"],
+        json!({"namespace": "crawl", "name": "b", "host": "10.0.0.2", "port": 3128})
+    );
+    assert!(!listed.body.to_string().contains("s3cret-pass"));
+    // Percent-encoded, the same holder.
+    let encoded = authed(
+        &state,
+        "GET",
+        "/v1/leases?holder=scrapy%2Fhost-1%2F42",
+        None,
+    )
+    .await;
+    assert_eq!(encoded.body["count"], 1, "{}", encoded.body);
+    let everyone = authed(&state, "GET", "/v1/leases", None).await;
+    assert_eq!(everyone.body["count"], 2, "{}", everyone.body);
+
+    let released = authed(&state, "DELETE", "/v1/leases?holder=scrapy/host-1/42", None).await;
+    assert_eq!(released.status, StatusCode::OK, "{}", released.body);
+    assert_eq!(released.body, json!({"released": 1}));
+    let again = authed(&state, "DELETE", "/v1/leases?holder=scrapy/host-1/42", None).await;
+    assert_eq!(again.body, json!({"released": 0}), "idempotent");
+    assert_eq!(state.active_leases(), 1, "the other holder's lease stays");
+    let listed = authed(&state, "GET", "/v1/leases?holder=scrapy/host-1/42", None).await;
+    assert_eq!(listed.body, json!({"count": 0, "leases": []}));
+
+    for (method, path, code) in [
+        ("GET", "/v1/leases?holder=a+b", "invalid_holder"),
+        ("GET", "/v1/leases?holder=", "invalid_holder"),
+        ("GET", "/v1/leases?owner=x", "invalid_request"),
+        ("GET", "/v1/leases?holder=x&holder=y", "invalid_request"),
+        ("DELETE", "/v1/leases", "invalid_request"),
+        ("DELETE", "/v1/leases?holder=a%26b", "invalid_holder"),
+    ] {
+        assert_error(
+            &authed(&state, method, path, None).await,
+            StatusCode::BAD_REQUEST,
+            code,
+        );
+    }
+    let bad = lease(r#"{"holder": "has space"}"#).await;
+    assert_error(&bad, StatusCode::BAD_REQUEST, "invalid_holder");
+    let bad = lease(r#"{"holder": 7}"#).await;
+    assert_error(&bad, StatusCode::BAD_REQUEST, "invalid_request");
+    assert_eq!(state.active_leases(), 1);
+}
+
 #[tokio::test]
 async fn a_lease_of_a_proxy_with_credentials_carries_them_and_the_listing_never_does() {
     let state = state();
@@ -938,11 +1012,11 @@ async fn unknown_routes_and_methods_are_json_errors() {
         ("PUT", "/v1/proxies", "GET"),
         ("DELETE", "/v1/proxies/crawl/a", "GET"),
         ("POST", "/healthz", "GET"),
-        ("GET", "/v1/leases", "POST"),
+        ("PUT", "/v1/leases", "DELETE, GET, POST"),
         ("PATCH", &format!("/v1/leases/{UNGRANTED}"), "DELETE"),
         ("GET", &format!("/v1/leases/{UNGRANTED}/report"), "POST"),
         ("POST", "/v1/proxies/", "GET"),
-        ("GET", "/v1/leases/", "POST"),
+        ("PATCH", "/v1/leases/", "DELETE, GET, POST"),
     ] {
         let response = warp::test::request()
             .method(method)
@@ -1154,6 +1228,42 @@ async fn openapi_matches_the_server() {
             Some(TOKEN),
         ),
         (
+            "/v1/leases",
+            "GET",
+            "/v1/leases?holder=me".into(),
+            None,
+            Some(TOKEN),
+        ),
+        (
+            "/v1/leases",
+            "GET",
+            "/v1/leases?holder=a%20b".into(),
+            None,
+            Some(TOKEN),
+        ),
+        ("/v1/leases", "GET", "/v1/leases".into(), None, None),
+        (
+            "/v1/leases",
+            "DELETE",
+            "/v1/leases?holder=me".into(),
+            None,
+            Some(TOKEN),
+        ),
+        (
+            "/v1/leases",
+            "DELETE",
+            "/v1/leases".into(),
+            None,
+            Some(TOKEN),
+        ),
+        (
+            "/v1/leases",
+            "DELETE",
+            "/v1/leases?holder=me".into(),
+            None,
+            None,
+        ),
+        (
             "/v1/leases/{id}",
             "DELETE",
             format!("/v1/leases/{UNGRANTED}"),
@@ -1251,6 +1361,8 @@ async fn openapi_matches_the_server() {
             "",
         ),
         ("/v1/leases", "POST", "/v1/leases", "{}"),
+        ("/v1/leases", "GET", "/v1/leases?holder=me", ""),
+        ("/v1/leases", "DELETE", "/v1/leases?holder=me", ""),
         (
             "/v1/leases/{id}",
             "DELETE",
@@ -1361,7 +1473,7 @@ fn a_path_routes_by_warps_rules() {
                 name: "eu%2D1",
             }),
         ),
-        ("/v1/leases", Some(Route::Acquire)),
+        ("/v1/leases", Some(Route::Leases)),
         (&format!("/v1/leases/{id}"), Some(Route::Release { id })),
         (
             &format!("/v1/leases/{id}/report/"),

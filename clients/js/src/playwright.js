@@ -1,0 +1,150 @@
+// Playwright browser contexts on leased proxies, for a crawler written on Playwright alone:
+// one context per lease, its proxy given to the context as Playwright takes it (server,
+// username and password apart: Chromium takes no credentials in a proxy URL).
+//
+//   const contexts = px.browserContexts(browser, { contextOptions, leasesPerSite });
+//   const { leased, page } = await contexts.newPage(url);
+//   const response = await page.goto(url);
+//   if (await contexts.judge(leased, response, page)) { /* the page is good */ }
+//   else { /* its proxy is done for the site: forUrl again */ }
+//   await contexts.close();   // every context closed, every lease released
+//
+// `judge` reports the page's response status (a page `isBlocked` recognises as blocked,
+// once) and after a 429, 401, 403, 407 or a ban page drops the lease (see leases.js): no
+// page is opened on it again, and its context closes once the pages already on their way
+// through it are judged.
+
+import { LEASE_AGAIN } from './leases.js';
+import { hostOf } from './crawlee.js';
+
+export class LeasedContexts {
+    /**
+     * @param {import('playwright').Browser} browser
+     * @param {import('./index.js').ProxyOperator} px
+     * @param {object} [options]
+     * @param {object} [options.contextOptions] for `browser.newContext`, besides `proxy`
+     * @param {number} [options.leasesPerSite] leases at once per site (1)
+     * @param {(page, response) => boolean | Promise<boolean>} [options.isBlocked] whether a
+     *   page answered 2xx is a ban page
+     */
+    constructor(browser, px, { contextOptions = {}, leasesPerSite = 1, isBlocked } = {}) {
+        this.browser = browser;
+        this.px = px;
+        this.keeper = px.keeper;
+        this.contextOptions = contextOptions;
+        this.leasesPerSite = leasesPerSite;
+        this.isBlocked = isBlocked;
+        this.opening = new Map();
+        this.closing = new Set();
+        this.onDrop = (held) => this.#closeContext(held);
+        this.keeper.dropListeners.add(this.onDrop);
+    }
+
+    /**
+     * A new page for `url` in a context on a live lease for its host: should the lease be
+     * dropped while the page opens (another page's penalty), the page is closed and another
+     * lease taken, so that no navigation starts on a proxy known to be done for the site.
+     */
+    async newPage(url) {
+        for (;;) {
+            const leased = await this.forUrl(url);
+            let page;
+            try {
+                page = await leased.context.newPage();
+            } catch (error) {
+                this.#done(leased);
+                if (!leased.held.dropped) throw error;
+                continue; // its context closed under it: the lease is gone
+            }
+            if (!leased.held.dropped) return { leased, page };
+            await page.close().catch(() => {});
+            this.#done(leased);
+        }
+    }
+
+    /** A context on a lease for the URL's host (shared by the callers using that lease). */
+    async forUrl(url) {
+        const host = hostOf(url);
+        const held = await this.keeper.acquire(`page ${host}`, host, this.leasesPerSite);
+        if (!held.extra) {
+            // One context per lease: the first caller opens it, the others wait for it.
+            if (!this.opening.has(held.lease.id)) this.opening.set(held.lease.id, this.#open(held));
+            await this.opening.get(held.lease.id);
+        }
+        return { held, context: held.extra, proxy: held.lease.proxy };
+    }
+
+    async #open(held) {
+        const { server, username, password } = held.lease;
+        const proxy = { server, ...(username ? { username } : {}), ...(password ? { password } : {}) };
+        const context = await this.browser.newContext({ ...this.contextOptions, proxy });
+        if (held.dropped) await context.close().catch(() => {});
+        else held.extra = context;
+    }
+
+    /**
+     * Reports what the page got through its lease and says whether the page is good; false
+     * when its proxy is done for the site (the lease is gone: `forUrl` again). A navigation
+     * without a response counts as an error.
+     */
+    async judge(leased, response, page) {
+        try {
+            return await this.#judge(leased.held, response, page);
+        } finally {
+            this.#done(leased); // after the checks, which may read the page
+        }
+    }
+
+    async #judge(held, response, page) {
+        const { discovery } = this.keeper;
+        const { id } = held.lease;
+        if (!response) {
+            this.keeper.reportInBackground(held, discovery.reportResultCall(id, 'error', held.host));
+            return false;
+        }
+        const status = response.status();
+        const banned = status >= 200 && status < 300 && this.isBlocked && (await this.isBlocked(page, response));
+        if (banned) {
+            await this.keeper.penalise(held, 'blocked', discovery.reportResultCall(id, 'blocked', held.host));
+            return false;
+        }
+        if (status in LEASE_AGAIN) {
+            await this.keeper.penalise(held, LEASE_AGAIN[status], discovery.reportStatusCall(id, status, held.host));
+            return false;
+        }
+        this.keeper.reportInBackground(held, discovery.reportStatusCall(id, status, held.host));
+        return true;
+    }
+
+    /** A navigation through the lease failed without a response (a timeout, a reset). */
+    failed(leased) {
+        const held = this.#done(leased);
+        this.keeper.reportInBackground(held, this.keeper.discovery.reportResultCall(held.lease.id, 'error', held.host));
+    }
+
+    /** Closes every context, and releases every lease (the holder's too). */
+    async close() {
+        await this.px.close();
+        for (const held of this.keeper.known.values()) {
+            held.inFlight = 0; // whatever is still on its way ends with its context
+            this.#closeContext(held);
+        }
+        await Promise.allSettled([...this.closing]);
+        this.keeper.dropListeners.delete(this.onDrop);
+    }
+
+    /** The lease a page went through, no longer counting it; a dropped lease's context closes with its last page. */
+    #done(leased) {
+        const held = this.keeper.done(leased.held.lease.id) ?? leased.held;
+        if (held.dropped && held.inFlight === 0) this.#closeContext(held);
+        return held;
+    }
+
+    #closeContext(held) {
+        const context = held.extra;
+        if (!context || typeof context.close !== 'function' || held.inFlight > 0) return;
+        held.extra = undefined;
+        const closing = context.close().catch(() => {}).finally(() => this.closing.delete(closing));
+        this.closing.add(closing);
+    }
+}

@@ -1,0 +1,102 @@
+"""`LeasedContexts` against the stand-in of the discovery API and a stand-in browser; the
+crawl with real Playwright and chromium is the e2e test `tests/tests/e2e/crawlers.rs`."""
+
+from __future__ import annotations
+
+import asyncio
+from types import SimpleNamespace
+
+import pytest
+
+from fake_api import FakeApi
+from proxy_operator_client import Discovery
+from proxy_operator_client.playwright import LeasedContexts
+
+
+class Context:
+    def __init__(self, options):
+        self.options = options
+        self.closed = False
+        self.pages = 0
+
+    async def new_page(self):
+        if self.closed:
+            raise RuntimeError("Target page, context or browser has been closed")
+        self.pages += 1
+        return SimpleNamespace(close=self._nothing)
+
+    async def _nothing(self):
+        pass
+
+    async def close(self):
+        self.closed = True
+
+
+class Browser:
+    def __init__(self):
+        self.contexts = []
+
+    async def new_context(self, **options):
+        self.contexts.append(Context(options))
+        return self.contexts[-1]
+
+
+@pytest.fixture
+def api():
+    api = FakeApi()
+    yield api
+    api.close()
+
+
+def response(status):
+    return SimpleNamespace(status=status)
+
+
+def test_one_context_per_lease_its_proxy_apart_and_a_penalty_closes_it_after_its_pages(api):
+    browser = Browser()
+
+    async def crawl():
+        contexts = LeasedContexts(browser, Discovery(api.url, "t0ken", holder="test/holder"),
+                                  context_options={"ignore_https_errors": True})
+        (one, _), (two, _) = await asyncio.gather(contexts.new_page("https://a.example/1"),
+                                                  contexts.new_page("https://a.example/2"))
+        assert one.context is two.context and len(browser.contexts) == 1
+        assert browser.contexts[0].options == {"ignore_https_errors": True, "proxy": {
+            "server": "http://127.0.0.1:3128", "username": "p1", "password": "pa@ss"}}
+        assert await contexts.judge(two, response(429)) is False
+        await asyncio.sleep(0)
+        assert not browser.contexts[0].closed, "the other page is still on its way through it"
+        assert await contexts.judge(one, response(200)) is True
+        await asyncio.sleep(0)
+        assert browser.contexts[0].closed, "closed with its last page"
+        three, _ = await contexts.new_page("https://a.example/3")
+        assert three.context.options["proxy"]["username"] == "p2"
+        await contexts.close()
+        return contexts
+
+    contexts = run(crawl())
+    assert browser.contexts[1].closed
+    assert sorted(api.paths("DELETE")) == ["/v1/leases/lease-1", "/v1/leases/lease-2", "/v1/leases?holder=test%2Fholder"]
+    assert contexts.stats["reports/rate_limited"] == 1
+
+
+def test_a_ban_page_is_reported_blocked_once(api):
+    browser = Browser()
+
+    async def crawl():
+        contexts = LeasedContexts(browser, Discovery(api.url, "t0ken"), is_ban=lambda r, page: page == "captcha")
+        leased, _ = await contexts.new_page("https://a.example/")
+        assert await contexts.judge(leased, response(200), "captcha") is False
+        leased, _ = await contexts.new_page("https://a.example/")
+        assert await contexts.judge(leased, response(200), "the page") is True
+        await contexts.close()
+
+    run(crawl())
+    assert api.reports() == [
+        ("/v1/leases/lease-1/report", {"result": "blocked", "target": "a.example"}),
+        ("/v1/leases/lease-2/report", {"status": 200, "target": "a.example"}),
+    ]
+
+
+def run(coroutine):
+    return asyncio.run(coroutine)
