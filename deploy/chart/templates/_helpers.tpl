@@ -41,3 +41,8 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- define "proxy-operator.image" -}}
 {{- printf "%s:%s" .Values.image.repository (.Values.image.tag | default .Chart.AppVersion) -}}
 {{- end -}}
+
+{{/* Where the gcp key file of gcp.credentialsSecret is mounted. */}}
+{{- define "proxy-operator.gcpCredentialsDir" -}}
+/var/run/secrets/proxy-operator/gcp
+{{- end -}}

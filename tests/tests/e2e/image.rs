@@ -26,7 +26,7 @@ fn build_image() -> String {
 
 /// Makes the kubeconfig at `path` self-contained: the certificate files it names are put in
 /// as `*-data`, so that the container needs no mount of the control plane's PKI.
-fn embed_certificates(path: &std::path::Path) {
+pub(crate) fn embed_certificates(path: &std::path::Path) {
     let mut config: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(path).unwrap()).expect("a JSON kubeconfig");
     let embed = |entry: &mut serde_json::Value, field: &str| {
