@@ -584,6 +584,15 @@ impl Installed {
             .collect()
     }
 
+    /// podman `--volume` specs that mount the Secret volumes at their mountPath, read-only
+    /// (for the operator run in the image).
+    pub fn volumes(&self) -> Vec<String> {
+        self.mounts
+            .iter()
+            .map(|(at, dir)| format!("{}:{at}:ro", dir.display()))
+            .collect()
+    }
+
     /// The operator's args with the config where `config_dir` shows it (`mounted_at`) and
     /// the probe origin's CA at `ca_dir` (test-only: the bed's probe URL has a private CA).
     pub fn operator_args(&self, mounted_at: &str, ca: &str) -> Vec<String> {
@@ -787,11 +796,17 @@ fn the_chart_refuses_unknown_values_naming_them() {
             "gcp: {keyFile: /k.json}\n",
             "additional properties 'keyFile' not allowed",
         ),
+        ("image: {variant: arm}\n", "at '/image/variant'"),
         (
             "extraVolumeMounts: [{name: ssh}]\n",
             "at '/extraVolumeMounts/0'",
         ),
         ("extraEnv: [{value: x}]\n", "at '/extraEnv/0'"),
+        // The default image has no kvm provider: the render says which variant has.
+        (
+            "providers: [{name: lab, type: kvm}]\n",
+            "provider lab is of type kvm: set image.variant=kvm",
+        ),
     ] {
         std::fs::write(&file, values).unwrap();
         let chart = chart();
