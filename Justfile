@@ -45,6 +45,10 @@ check-generated:
 image:
     tests/bed/image.sh build
 
+# Build its kvm variant localhost/proxy-operator:<version>-kvm (the kvm provider, libvirt, ssh).
+image-kvm:
+    tests/bed/image.sh build --kvm
+
 # Lint the Helm chart and test the alert rules with the cached helm and promtool.
 check-deploy:
     eval "$(tests/bed/provision.sh)" && "$PROXY_OPERATOR_HELM" lint --strict deploy/chart && "$PROXY_OPERATOR_PROMTOOL" check rules deploy/chart/files/alerts.yaml && "$PROXY_OPERATOR_PROMTOOL" test rules deploy/alerts/alerts.test.yaml

@@ -62,12 +62,13 @@ install_debian_packages() {
     python3 -c 'import ensurepip, venv' >/dev/null 2>&1 || missing+=(python3-venv)
     # The kvm provider: libvirt-dev to build it, the daemon and qemu for its real-VM e2e,
     # debootstrap for the guest image. Shipping: podman and runc for tests/bed/image.sh (crun
-    # refuses this machine's hybrid cgroup hierarchy; runc runs on it).
+    # refuses this machine's hybrid cgroup hierarchy; runc runs on it), and openssh-client,
+    # whose ssh the kvm image carries (`image.sh build --kvm`).
     local pkg
     # chromium: the browser the client shims' Playwright tests drive (Playwright's own
     # browser download does not work here).
     for pkg in libvirt-dev libvirt-clients libvirt-daemon libvirt-daemon-driver-qemu \
-        qemu-system-x86 qemu-utils debootstrap podman runc conmon chromium; do
+        qemu-system-x86 qemu-utils debootstrap podman runc conmon chromium openssh-client; do
       [[ $(dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null) == *"ok installed"* ]] || missing+=("$pkg")
     done
   fi

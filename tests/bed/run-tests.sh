@@ -15,7 +15,9 @@ export PROXY_OPERATOR_KBINS PROXY_OPERATOR_GUEST PROXY_OPERATOR_HELM PROXY_OPERA
 # the kvm provider, as the tests build it (tests/src/operator.rs); the workspace's tests
 # enable the feature through the tests crate.
 cargo build --package proxy-operator --bin proxy-operator --features kvm
-# The image the e2e test `image::the_image_runs_the_operator_to_a_ready_proxy` runs: the
-# release binary with default features, as shipped (the test rebuilds it only if stale).
+# The images the e2e tests of `image` run: the release binary with default features, as
+# shipped, and the kvm variant (the tests rebuild them only if stale; the second build reuses
+# the first's dependencies and costs one more link).
 tests/bed/image.sh build >/dev/null
+tests/bed/image.sh build --kvm >/dev/null
 exec cargo test --workspace --no-fail-fast "$@"

@@ -3,7 +3,8 @@
 //! config and state in the run directory, and a directory storage pool holding the guest
 //! image `tests/bed/guest-image.sh` builds. Its VMs are real qemu processes (TCG: this
 //! machine's `/dev/kvm` offers no usable virtualisation), their disk paths inside the run
-//! directory, so `tests/bed/reap.sh` ends them with the test process.
+//! directory, so `tests/bed/reap.sh` ends them with the test process. The daemon knows the
+//! user of the operator's image (65532), which the kvm image's test connects as.
 //!
 //! A missing libvirtd, qemu or guest image fails the test with the command that provides it,
 //! never skips it.
@@ -100,12 +101,34 @@ impl Libvirt {
             .arg("nobody:nogroup")
             .arg(&dir))?;
         run(Command::new("chmod").arg("0755").arg(&dir))?;
+        // libvirtd names every client by its uid and gid (its identity, from the socket's
+        // peer credentials) and refuses one it cannot name: "Failed to find user record for
+        // uid '65532'". The operator's image runs as 65532 (the chart's Deployment), so this
+        // host knows that user, as a real libvirt host reached through a hostPath socket must
+        // (docs/kvm.md): in the daemon's own mount namespace, over copies of /etc/passwd and
+        // /etc/group with the user added, so that the machine's files are left alone.
+        let passwd = dir.join("passwd");
+        let group = dir.join("group");
+        std::fs::write(
+            &passwd,
+            std::fs::read_to_string("/etc/passwd")?
+                + "proxy-operator:x:65532:65532::/nonexistent:/usr/sbin/nologin\n",
+        )?;
+        std::fs::write(
+            &group,
+            std::fs::read_to_string("/etc/group")? + "proxy-operator:x:65532:\n",
+        )?;
         let config = dir.join("libvirtd.conf");
         std::fs::write(&config, "unix_sock_rw_perms = \"0777\"\n")?;
         let socket = dir.join("r/libvirt/libvirt-sock");
         let log = std::fs::File::create(dir.join("libvirtd.log"))?;
-        let daemon = Command::new("runuser")
-            .args(["-u", "nobody", "--", "env"])
+        let daemon = Command::new("unshare")
+            .args(["--mount", "--propagation", "private", "--", "sh", "-c"])
+            .arg(r#"mount --bind "$1" /etc/passwd && mount --bind "$2" /etc/group && shift 2 && exec "$@""#)
+            .arg("sh")
+            .arg(&passwd)
+            .arg(&group)
+            .args(["runuser", "-u", "nobody", "--", "env"])
             .arg(format!("HOME={}", home.display()))
             .arg(format!("XDG_RUNTIME_DIR={}", dir.join("r").display()))
             .arg(format!("XDG_CONFIG_HOME={}", dir.join("c").display()))

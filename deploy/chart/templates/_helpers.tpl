@@ -37,7 +37,20 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- $found -}}
 {{- end -}}
 
-{{/* The image reference: the tag defaults to the chart's appVersion. */}}
+{{/* The image reference: the tag defaults to the chart's appVersion, and the variant (kvm)
+is appended to it. A kvm provider fails the render unless the image is the kvm variant. */}}
 {{- define "proxy-operator.image" -}}
-{{- printf "%s:%s" .Values.image.repository (.Values.image.tag | default .Chart.AppVersion) -}}
+{{- range .Values.providers -}}
+{{- if and (eq .type "kvm") (ne $.Values.image.variant "kvm") -}}
+{{- fail (printf "provider %s is of type kvm: set image.variant=kvm (the default image has no kvm provider, no libvirt and no ssh)" .name) -}}
+{{- end -}}
+{{- end -}}
+{{- $tag := .Values.image.tag | default .Chart.AppVersion -}}
+{{- with .Values.image.variant -}}{{- $tag = printf "%s-%s" $tag . -}}{{- end -}}
+{{- printf "%s:%s" .Values.image.repository $tag -}}
+{{- end -}}
+
+{{/* Where the gcp key file of gcp.credentialsSecret is mounted. */}}
+{{- define "proxy-operator.gcpCredentialsDir" -}}
+/var/run/secrets/proxy-operator/gcp
 {{- end -}}

@@ -1,7 +1,8 @@
 //! The HTTP side: the REST paths of `google-cloud-compute-v1`'s `transport.rs` under
 //! `/compute/v1/projects/{project}`, routed by hand so that every request, even an unknown
 //! path, gets a GCE-shaped answer. Query parameters the fake does not know (`$alt`,
-//! `$apiVersion`, `orderBy`, ...) are ignored, as is the (absent) Authorization header.
+//! `$apiVersion`, `orderBy`, ...) are ignored, and so is the Authorization header unless a
+//! test requires a service account's JWT ([`super::auth`]).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -31,12 +32,20 @@ pub(super) fn routes(
                 .or(warp::any().map(Query::new))
                 .unify(),
         )
+        .and(warp::header::optional::<String>("authorization"))
         .and(warp::body::bytes())
         .then(
-            move |method: Http, path: warp::path::FullPath, query: Query, body: Bytes| {
+            move |method: Http,
+                  path: warp::path::FullPath,
+                  query: Query,
+                  authorization: Option<String>,
+                  body: Bytes| {
                 let store = store.clone();
                 async move {
-                    let answer = handle(&store, &method, path.as_str(), &query, &body).await;
+                    let answer = match store.authenticate(authorization.as_deref()) {
+                        Ok(()) => handle(&store, &method, path.as_str(), &query, &body).await,
+                        Err(refused) => Err(refused),
+                    };
                     let (status, body) = match answer {
                         Ok(body) => (200, body),
                         Err(e) => (e.code, e.body()),

@@ -28,7 +28,8 @@
 //! (other than `labels.k = v`, `labels.k:*` and such terms in parentheses, ANDed: 400). A repeated `requestId` answers the operation it started,
 //! whatever became of it, as GCE does for about an hour: a provider that recreates a VM must
 //! not reuse the first insert's ID. Unknown query parameters (`$alt`, `$apiVersion`) are
-//! ignored and no credentials are needed.
+//! ignored and no credentials are needed, unless a test requires a service account's
+//! self-signed JWT ([`FakeGce::require_service_account`], `auth.rs`).
 //!
 //! Lifecycles ([`Durations`], changeable while running) are in `store.rs`; the VM runner that
 //! turns a RUNNING instance into a squid configured from its cloud-config is `vm.rs`. Faults
@@ -39,6 +40,7 @@
 //! field), so through it an unreachable zone always fails an aggregated list with 503.
 
 mod api;
+mod auth;
 mod errors;
 mod filter;
 mod list;
@@ -51,6 +53,7 @@ use std::net::{Ipv4Addr, SocketAddr};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+pub use auth::ServiceAccountKey;
 pub use vm::VmMode;
 
 use store::Store;
@@ -368,6 +371,19 @@ impl FakeGce {
     /// Makes a zone unreachable for aggregated lists (or reachable again).
     pub fn set_zone_unreachable(&self, zone: &str, unreachable: bool) {
         self.store.set_zone_unreachable(zone, unreachable);
+    }
+
+    /// From now on every request must carry a JWT signed by `account`'s key for its service
+    /// account, as `google-cloud-auth` sends with a key file (else GCE's 401
+    /// `UNAUTHENTICATED`); `None`: no credentials needed again.
+    pub fn require_service_account(&self, account: Option<ServiceAccountKey>) {
+        self.store.require_service_account(account);
+    }
+
+    /// How many requests carried the required service account's JWT, and why the last
+    /// refused one was refused.
+    pub fn authentication(&self) -> (u64, Option<String>) {
+        self.store.authentication()
     }
 
     /// Every instance, by zone and name.

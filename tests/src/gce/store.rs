@@ -18,6 +18,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
+use super::auth::ServiceAccountKey;
 use super::errors::{GceError, quota_message, region_of};
 use super::validate::admit_instance;
 use super::vm::Vm;
@@ -139,6 +140,11 @@ pub(super) struct State {
     inserts: Vec<(String, Instant, String)>,
     last_id: u64,
     closed: bool,
+    /// The service account whose JWT every request must carry, when a test requires one.
+    account: Option<ServiceAccountKey>,
+    /// Requests that carried it, and why the last refused one was refused.
+    authenticated: u64,
+    last_refusal: Option<String>,
 }
 
 impl State {
@@ -187,6 +193,35 @@ impl Store {
 
     pub fn options(&self) -> &FakeOptions {
         &self.options
+    }
+
+    /// GCE's 401 unless the request carries the required service account's JWT (always `Ok`
+    /// when no test requires one).
+    pub fn authenticate(&self, authorization: Option<&str>) -> Result<(), GceError> {
+        let mut state = self.lock();
+        let Some(account) = state.account.clone() else {
+            return Ok(());
+        };
+        match account.check(authorization) {
+            Ok(()) => {
+                state.authenticated += 1;
+                Ok(())
+            }
+            Err((error, why)) => {
+                state.last_refusal = Some(why);
+                Err(error)
+            }
+        }
+    }
+
+    pub fn require_service_account(&self, account: Option<ServiceAccountKey>) {
+        self.lock().account = account;
+    }
+
+    /// Requests that carried the required JWT, and why the last refused one was refused.
+    pub fn authentication(&self) -> (u64, Option<String>) {
+        let state = self.lock();
+        (state.authenticated, state.last_refusal.clone())
     }
 
     /// Counts a call and answers it with an injected fault if one is due.

@@ -1,10 +1,11 @@
 //! The Helm chart (deploy/chart) against the real API server: `helm lint`, `helm template`
 //! applied with a server-side dry run, and the rendered objects installed for real, with
-//! the operator run as the Deployment says (its args, its environment, the ServiceAccount's
-//! rights, the generated token, the providers config of the ConfigMap) from the built
-//! binary; and `helm install` then `helm upgrade` for real (the generated token survives
-//! the upgrade). What is not run: kubelet (there is none), so the Deployment's Pods, its probes
-//! and its securityContext are not executed here; the image test (`image.rs`) runs the
+//! the operator run as the Deployment says (its args, its environment, its user, group and
+//! fsGroup, its Secret volumes laid out as kubelet would, the ServiceAccount's rights, the
+//! generated token, the providers config of the ConfigMap) from the built binary; and
+//! `helm install` then `helm upgrade` for real (the generated token survives the upgrade).
+//! What is not run: kubelet (there is none), so the Deployment's Pods, its probes and the
+//! rest of its securityContext are not executed here; the image test (`image.rs`) runs the
 //! same args in the container image.
 
 use std::path::{Path, PathBuf};
@@ -12,11 +13,12 @@ use std::process::{Child, Command, Output, Stdio};
 use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use k8s_openapi::api::core::v1::{ConfigMap, PodSpec, Secret};
 use kube::api::Api;
-use proxy_crd::Proxy;
+use proxy_crd::{ProviderHealth, Proxy};
 use proxy_tests::bins::{helm, kbin, repo_root};
 use proxy_tests::control_plane::ControlPlane;
+use proxy_tests::gce::{FakeGce, FakeOptions, Method, ServiceAccountKey};
 use proxy_tests::pod_runner::PodRunner;
 use proxy_tests::ports::Port;
 use proxy_tests::probe_origin::ProbeOrigin;
@@ -274,6 +276,8 @@ fn the_monitoring_objects_carry_the_tested_rules_and_the_dashboard() {
 /// The chart installed in a namespace of its own: what the operator's Pod would get.
 pub(crate) struct Installed {
     pub ns: String,
+    /// The Deployment's Pod template, as the API server stored it.
+    pub pod: PodSpec,
     /// The Deployment's container args, with the ConfigMap's providers config at `config`
     /// and the listen addresses on loopback ports reserved for this test.
     pub args: Vec<String>,
@@ -284,6 +288,9 @@ pub(crate) struct Installed {
     pub config_dir: PathBuf,
     /// The kubeconfig that acts as the chart's ServiceAccount.
     pub kubeconfig: PathBuf,
+    /// The Secret volumes the container mounts (beyond the providers config), laid out as
+    /// kubelet would: (mountPath, the directory holding the files).
+    pub mounts: Vec<(String, PathBuf)>,
     pub token: String,
     pub discovery: String,
     pub metrics: String,
@@ -296,6 +303,22 @@ pub(crate) struct Installed {
 /// Installs the chart for real in a new namespace (prefix `prefix`), watching only that
 /// namespace, with a kubernetes provider whose squids the pod runner starts.
 pub(crate) async fn install(prefix: &str) -> Installed {
+    install_with(prefix, &Extra::default()).await
+}
+
+/// What a test adds to [`install`]'s values, and the Secrets to create first.
+#[derive(Default)]
+pub(crate) struct Extra {
+    /// More entries of `providers:` (YAML list items, indented by two), after `pods`.
+    pub providers: String,
+    /// More top-level values (YAML).
+    pub values: String,
+    /// Secrets to create in the namespace before the install: (name, key, content).
+    pub secrets: Vec<(String, String, String)>,
+}
+
+/// [`install`] with `extra`'s providers, values and Secrets.
+pub(crate) async fn install_with(prefix: &str, extra: &Extra) -> Installed {
     let plane = ControlPlane::shared();
     let client = plane.client().await;
     let ns = plane.namespace(&client, prefix).await;
@@ -317,14 +340,26 @@ providers:
   - name: pods
     type: kubernetes
     kubernetes: {{allowedSourceCIDRs: ["127.0.0.0/8"]}}
-ports: {{discovery: {}, metrics: {}, probes: {}}}
+{}ports: {{discovery: {}, metrics: {}, probes: {}}}
 extraArgs: [--provisioning-poll-seconds=300ms, --deletion-poll-seconds=0.3, --drift-poll-seconds=2s,
   --leadership-duration-seconds=3s, --leadership-renew-deadline-seconds=2, --leadership-retry-period-seconds=500ms]
+{}
 "#,
+        extra.providers,
         ports[0].number(),
         ports[1].number(),
-        ports[2].number()
+        ports[2].number(),
+        extra.values,
     );
+    let secrets = Api::<Secret>::namespaced(client.clone(), &ns);
+    for (secret, key, content) in &extra.secrets {
+        let object: Secret = serde_json::from_value(json!({
+            "metadata": {"name": secret},
+            "stringData": {key: content},
+        }))
+        .unwrap();
+        secrets.create(&Default::default(), &object).await.unwrap();
+    }
     let objects = apply(plane, &render("e2e", &ns, &values, &[]), false);
     assert!(objects.iter().any(|o| o["kind"] == "Deployment"));
 
@@ -354,11 +389,12 @@ extraArgs: [--provisioning-poll-seconds=300ms, --deletion-poll-seconds=0.3, --dr
         &config.data.as_ref().unwrap()["providers.yaml"],
     )
     .unwrap();
-    let deployment = Api::<Deployment>::namespaced(client, &ns)
+    let deployment = Api::<Deployment>::namespaced(client.clone(), &ns)
         .get(&name)
         .await
         .unwrap();
     let pod = deployment.spec.unwrap().template.spec.unwrap();
+    let mounts = mount_secrets(&client, &ns, &pod, &config_dir).await;
     assert_eq!(pod.service_account_name.as_deref(), Some(name.as_str()));
     let container = &pod.containers[0];
     let security = container.security_context.clone().unwrap();
@@ -415,6 +451,8 @@ extraArgs: [--provisioning-poll-seconds=300ms, --deletion-poll-seconds=0.3, --dr
     )
     .unwrap();
     Installed {
+        pod: pod.clone(),
+        mounts,
         discovery: format!("http://127.0.0.1:{}", ports[0].number()),
         metrics: format!("http://127.0.0.1:{}/metrics", ports[1].number()),
         probes: format!("http://127.0.0.1:{}", ports[2].number()),
@@ -430,7 +468,131 @@ extraArgs: [--provisioning-poll-seconds=300ms, --deletion-poll-seconds=0.3, --dr
     }
 }
 
+/// The Secret volumes the operator's container mounts, laid out under `dir` as kubelet lays
+/// them out: each item (every key without items) a file of its `mode`, else the volume's
+/// `defaultMode`, else 0644, owned by root; with the Pod's `fsGroup`, of that group and
+/// readable by it (kubelet's SetVolumeOwnership on a read-only volume: mode | 0440). Panics
+/// when a Secret the Pod needs is missing (kubelet would not start it). (mountPath, directory).
+async fn mount_secrets(
+    client: &kube::Client,
+    ns: &str,
+    pod: &PodSpec,
+    dir: &Path,
+) -> Vec<(String, PathBuf)> {
+    use std::os::unix::fs::PermissionsExt;
+    let fs_group = pod
+        .security_context
+        .as_ref()
+        .and_then(|s| s.fs_group)
+        .map(|g| u32::try_from(g).unwrap());
+    let secrets = Api::<Secret>::namespaced(client.clone(), ns);
+    let mut mounts = Vec::new();
+    for mount in pod.containers[0].volume_mounts.iter().flatten() {
+        let volume = pod
+            .volumes
+            .iter()
+            .flatten()
+            .find(|v| v.name == mount.name)
+            .unwrap_or_else(|| panic!("volumeMount {} names no volume", mount.name));
+        let Some(source) = &volume.secret else {
+            continue;
+        };
+        let name = source.secret_name.clone().unwrap_or_default();
+        let data = secrets
+            .get_opt(&name)
+            .await
+            .unwrap()
+            .and_then(|s| s.data)
+            .unwrap_or_else(|| panic!("Secret {name} is missing: the Pod would not start"));
+        let items: Vec<(String, String, Option<i32>)> = match &source.items {
+            Some(items) => items
+                .iter()
+                .map(|i| (i.key.clone(), i.path.clone(), i.mode))
+                .collect(),
+            None => data.keys().map(|k| (k.clone(), k.clone(), None)).collect(),
+        };
+        let root = dir.join(format!("volume-{}", mount.name));
+        std::fs::create_dir_all(&root).unwrap();
+        for (key, path, mode) in items {
+            let content = &data
+                .get(&key)
+                .unwrap_or_else(|| {
+                    panic!("Secret {name} has no key {key}: the Pod would not start")
+                })
+                .0;
+            let file = root.join(path);
+            std::fs::create_dir_all(file.parent().unwrap()).unwrap();
+            std::fs::write(&file, content).unwrap();
+            let mut mode = mode.or(source.default_mode).unwrap_or(0o644);
+            if let Some(group) = fs_group {
+                std::os::unix::fs::chown(&file, Some(0), Some(group)).unwrap();
+                mode |= 0o440;
+            }
+            let mode = u32::try_from(mode).unwrap();
+            std::fs::set_permissions(&file, std::fs::Permissions::from_mode(mode)).unwrap();
+        }
+        mounts.push((mount.mount_path.clone(), root));
+    }
+    mounts
+}
+
 impl Installed {
+    /// Starts the built operator on the host as the Deployment runs it: its args, its
+    /// environment (Secret volumes at their directories here), its `runAsUser`, `runAsGroup`
+    /// and `fsGroup` (with `setpriv`, so that a file the user could not read in the Pod is
+    /// not read here either), as the chart's ServiceAccount; its output to `log`.
+    pub fn run_on_host(&self, log: &Path) -> Running {
+        crate::image::embed_certificates(&self.kubeconfig);
+        let ca = self.write_ca();
+        let dir = self.config_dir.display().to_string();
+        let out = std::fs::File::create(log).unwrap();
+        let (user, group, fs_group) = run_as(&self.pod);
+        let child = Command::new("setpriv")
+            .arg(format!("--reuid={user}"))
+            .arg(format!("--regid={group}"))
+            .arg(format!("--groups={fs_group}"))
+            .arg("--")
+            .arg(proxy_tests::operator::binary())
+            .args(self.operator_args(&dir, &format!("{dir}/{ca}")))
+            .env_clear()
+            .envs(self.env_on_host())
+            .env("KUBECONFIG", &self.kubeconfig)
+            .stdin(Stdio::null())
+            .stdout(out.try_clone().unwrap())
+            .stderr(out)
+            .spawn()
+            .expect("start proxy-operator with setpriv (util-linux)");
+        Running(child)
+    }
+
+    /// The container's environment with every path under a Secret volume's mountPath at
+    /// the directory that holds its files here (for the operator run on the host).
+    pub fn env_on_host(&self) -> Vec<(String, String)> {
+        self.env
+            .iter()
+            .map(|(name, value)| {
+                let value = self
+                    .mounts
+                    .iter()
+                    .find_map(|(at, dir)| {
+                        let rest = value.strip_prefix(at.as_str())?;
+                        Some(format!("{}{rest}", dir.display()))
+                    })
+                    .unwrap_or_else(|| value.clone());
+                (name.clone(), value)
+            })
+            .collect()
+    }
+
+    /// podman `--volume` specs that mount the Secret volumes at their mountPath, read-only
+    /// (for the operator run in the image).
+    pub fn volumes(&self) -> Vec<String> {
+        self.mounts
+            .iter()
+            .map(|(at, dir)| format!("{}:{at}:ro", dir.display()))
+            .collect()
+    }
+
     /// The operator's args with the config where `config_dir` shows it (`mounted_at`) and
     /// the probe origin's CA at `ca_dir` (test-only: the bed's probe URL has a private CA).
     pub fn operator_args(&self, mounted_at: &str, ca: &str) -> Vec<String> {
@@ -598,21 +760,8 @@ impl Drop for Running {
 #[tokio::test]
 async fn the_installed_chart_runs_the_operator_as_its_service_account_to_a_ready_proxy() {
     let installed = install("chart").await;
-    let ca = installed.write_ca();
-    let dir = installed.config_dir.display().to_string();
     let log = installed.config_dir.join("operator.log");
-    let out = std::fs::File::create(&log).unwrap();
-    let child = Command::new(proxy_tests::operator::binary())
-        .args(installed.operator_args(&dir, &format!("{dir}/{ca}")))
-        .env_clear()
-        .envs(installed.env.iter().map(|(k, v)| (k, v)))
-        .env("KUBECONFIG", &installed.kubeconfig)
-        .stdin(Stdio::null())
-        .stdout(out.try_clone().unwrap())
-        .stderr(out)
-        .spawn()
-        .expect("start proxy-operator");
-    let _operator = Running(child);
+    let _operator = installed.run_on_host(&log);
     let show = || std::fs::read_to_string(&log).unwrap_or_default();
 
     let proxies = installed.create_proxy("from-chart").await;
@@ -639,6 +788,25 @@ fn the_chart_refuses_unknown_values_naming_them() {
             "at '/providers/0/name'",
         ),
         ("replicas: 0\n", "at '/replicas'"),
+        (
+            "gcp: {credentialsSecret: {nmae: gcp-key}}\n",
+            "additional properties 'nmae' not allowed",
+        ),
+        (
+            "gcp: {keyFile: /k.json}\n",
+            "additional properties 'keyFile' not allowed",
+        ),
+        ("image: {variant: arm}\n", "at '/image/variant'"),
+        (
+            "extraVolumeMounts: [{name: ssh}]\n",
+            "at '/extraVolumeMounts/0'",
+        ),
+        ("extraEnv: [{value: x}]\n", "at '/extraEnv/0'"),
+        // The default image has no kvm provider: the render says which variant has.
+        (
+            "providers: [{name: lab, type: kvm}]\n",
+            "provider lab is of type kvm: set image.variant=kvm",
+        ),
     ] {
         std::fs::write(&file, values).unwrap();
         let chart = chart();
@@ -718,4 +886,153 @@ async fn helm_install_generates_a_token_once_and_an_upgrade_keeps_it() {
         ],
         "",
     );
+}
+
+/// Waits (60 s at most) until the ProviderHealth `name` in `ns` says `Healthy` is `status`;
+/// its reason and message. Fails with what it said last and `log`.
+pub(crate) async fn wait_provider_health(
+    ns: &str,
+    name: &str,
+    status: &str,
+    log: &dyn Fn() -> String,
+) -> (String, String) {
+    let client = ControlPlane::shared().client().await;
+    let api: Api<ProviderHealth> = Api::namespaced(client, ns);
+    let mut last = None;
+    for _ in 0..600 {
+        last = api
+            .get_opt(name)
+            .await
+            .unwrap()
+            .and_then(|h| h.status)
+            .and_then(|s| s.conditions.into_iter().find(|c| c.type_ == "Healthy"));
+        if let Some(condition) = &last
+            && condition.status == status
+        {
+            return (condition.reason.clone(), condition.message.clone());
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!(
+        "ProviderHealth {name} not Healthy={status} within 60 s (last: {last:?}); log:\n{}",
+        log()
+    );
+}
+
+/// The user, group and fsGroup the Deployment runs its container as.
+fn run_as(pod: &PodSpec) -> (i64, i64, i64) {
+    let security = pod.security_context.clone().unwrap_or_default();
+    (
+        security.run_as_user.expect("runAsUser"),
+        security.run_as_group.expect("runAsGroup"),
+        security.fs_group.expect("fsGroup"),
+    )
+}
+
+#[tokio::test]
+async fn the_chart_gives_the_gcp_provider_a_key_file_from_a_secret_outside_gke() {
+    // The local Compute Engine API accepts only requests that carry a JWT signed by this
+    // key for its service account (see proxy_tests::gce's auth.rs: google-cloud-auth signs
+    // one itself with a key file, and never calls the key's token_uri).
+    let fake = FakeGce::start(FakeOptions::address_only()).await.unwrap();
+    let key = ServiceAccountKey::generate(fake.project(), "proxy-operator").unwrap();
+    fake.require_service_account(Some(key.clone()));
+    // The provider as users configure it: Application Default Credentials.
+    let providers = fake
+        .provider_entry("gcp-key")
+        .replace("credentials: none", "credentials: adc");
+    assert!(providers.contains("credentials: adc"), "{providers}");
+    let installed = install_with(
+        "chart-gcp",
+        &Extra {
+            providers,
+            // And the generic extras, which the API server validates as it stores them.
+            values: "gcp: {credentialsSecret: {name: gcp-key, key: sa.json}}\n\
+                     extraEnv: [{name: EXTRA, value: seen}]\n\
+                     extraVolumes: [{name: more, secret: {secretName: more, defaultMode: 0400}}]\n\
+                     extraVolumeMounts: [{name: more, mountPath: /var/run/more, readOnly: true}]\n"
+                .to_owned(),
+            secrets: vec![
+                ("gcp-key".into(), "sa.json".into(), key.json.clone()),
+                ("more".into(), "note".into(), "more".into()),
+            ],
+        },
+    )
+    .await;
+    assert!(
+        installed
+            .env
+            .contains(&("EXTRA".to_owned(), "seen".to_owned())),
+        "{:?}",
+        installed.env
+    );
+    assert!(
+        installed
+            .mounts
+            .iter()
+            .any(|(at, dir)| at == "/var/run/more" && dir.join("note").exists()),
+        "{:?}",
+        installed.mounts
+    );
+
+    // What the Deployment says: the key file mounted read-only where
+    // GOOGLE_APPLICATION_CREDENTIALS points.
+    let container = &installed.pod.containers[0];
+    let credentials = installed
+        .env
+        .iter()
+        .find(|(name, _)| name == "GOOGLE_APPLICATION_CREDENTIALS")
+        .map(|(_, value)| value.clone())
+        .expect("GOOGLE_APPLICATION_CREDENTIALS");
+    assert_eq!(credentials, "/var/run/secrets/proxy-operator/gcp/sa.json");
+    let mount = container
+        .volume_mounts
+        .iter()
+        .flatten()
+        .find(|m| credentials.starts_with(&format!("{}/", m.mount_path)))
+        .expect("a volumeMount holding the key file");
+    assert_eq!(mount.read_only, Some(true));
+    let (_, _, fs_group) = run_as(&installed.pod);
+    // The file as kubelet lays it out, read by the Deployment's user (not root): its mode and
+    // group must let that user read it.
+    let on_host = installed
+        .env_on_host()
+        .into_iter()
+        .find(|(name, _)| name == "GOOGLE_APPLICATION_CREDENTIALS")
+        .map(|(_, value)| value)
+        .unwrap();
+    let metadata = std::fs::metadata(&on_host).unwrap();
+    {
+        use std::os::unix::fs::{MetadataExt, PermissionsExt};
+        assert_eq!(
+            (
+                metadata.uid(),
+                metadata.gid(),
+                metadata.permissions().mode() & 0o777
+            ),
+            (0, u32::try_from(fs_group).unwrap(), 0o440),
+            "kubelet's layout of the key file"
+        );
+    }
+
+    let log = installed.config_dir.join("operator.log");
+    let _operator = installed.run_on_host(&log);
+    let show = || {
+        format!(
+            "{}\nfake's authentication (accepted, last refusal): {:?}",
+            std::fs::read_to_string(&log).unwrap_or_default(),
+            fake.authentication()
+        )
+    };
+
+    wait_provider_health(&installed.ns, "gcp-key", "True", &show).await;
+    // The check that made it healthy was an authenticated list, and no request came without
+    // the key's JWT.
+    let (accepted, refused) = fake.authentication();
+    assert!(fake.calls(Method::AggregatedList) > 0, "{}", show());
+    assert!(
+        accepted > 0,
+        "no request carried the key's JWT: {refused:?}"
+    );
+    assert_eq!(refused, None, "{}", show());
 }

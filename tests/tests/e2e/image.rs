@@ -3,17 +3,28 @@
 //! and no capabilities, as the chart's Deployment asks; the chart's objects are installed
 //! and the containerised operator runs with the Deployment's args and environment, as the
 //! chart's ServiceAccount, until its Proxy is Ready. podman missing is a failure.
+//!
+//! The kvm variant (`tests/bed/image.sh build --kvm`, chosen in the chart with
+//! `image.variant: kvm`) runs the same way with two kvm providers: one on the test bed's real
+//! session libvirtd, whose socket is mounted into the container (as a hostPath would be),
+//! reports Healthy=True; one on a `qemu+ssh://` host whose port is closed reports the error of
+//! the image's own ssh, which libvirt ran (without ssh in the image it would say it found
+//! none).
 
 use std::process::{Command, Stdio};
 
-use crate::chart::{Running, install};
+use proxy_tests::libvirt::Libvirt;
+use proxy_tests::ports::Port;
 
-/// Builds the image (a no-op for cargo and podman's layer cache when nothing changed); its
-/// reference.
-fn build_image() -> String {
+use crate::chart::{Extra, Installed, Running, install, install_with, wait_provider_health};
+
+/// Builds the image (a no-op for cargo and podman's layer cache when nothing changed), with
+/// `flags` (`--kvm`); its reference.
+fn build_image(flags: &[&str]) -> String {
     let script = proxy_tests::bins::repo_root().join("tests/bed/image.sh");
     let out = Command::new(&script)
         .arg("build")
+        .args(flags)
         .stderr(Stdio::inherit())
         .output()
         .unwrap_or_else(|e| panic!("run {}: {e}", script.display()));
@@ -26,7 +37,7 @@ fn build_image() -> String {
 
 /// Makes the kubeconfig at `path` self-contained: the certificate files it names are put in
 /// as `*-data`, so that the container needs no mount of the control plane's PKI.
-fn embed_certificates(path: &std::path::Path) {
+pub(crate) fn embed_certificates(path: &std::path::Path) {
     let mut config: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(path).unwrap()).expect("a JSON kubeconfig");
     let embed = |entry: &mut serde_json::Value, field: &str| {
@@ -59,31 +70,56 @@ impl Drop for Container {
     }
 }
 
-#[tokio::test]
-async fn the_image_runs_the_operator_to_a_ready_proxy() {
-    let image = build_image();
-    let installed = install("image").await;
+/// The image the installed Deployment names.
+fn deployed_image(installed: &Installed) -> String {
+    installed.pod.containers[0]
+        .image
+        .clone()
+        .unwrap_or_default()
+}
+
+/// Runs `image` as the installed Deployment says (its args and env, its Secret volumes, and
+/// `volumes`: more podman `--volume` specs), its output to `log`. The container, and the
+/// process that removes it when dropped.
+fn run_image(
+    installed: &Installed,
+    image: &str,
+    volumes: &[String],
+    log: &std::path::Path,
+) -> (Running, Container) {
     embed_certificates(&installed.kubeconfig);
     let ca = installed.write_ca();
     let dir = installed.config_dir.display().to_string();
-    let log = installed.config_dir.join("container.log");
-    let out = std::fs::File::create(&log).unwrap();
+    let out = std::fs::File::create(log).unwrap();
     let name = format!("proxy-operator-{}", installed.ns);
     let container = Container(name.clone());
     let script = proxy_tests::bins::repo_root().join("tests/bed/image.sh");
+    let mut all = installed.volumes();
+    all.extend_from_slice(volumes);
     let child = Command::new(script)
         .arg("run")
         .args(installed.operator_args(&dir, &format!("{dir}/{ca}")))
         .envs(installed.env.iter().map(|(k, v)| (k, v)))
         .env("KUBECONFIG", &installed.kubeconfig)
-        .env("IMAGE", &image)
+        .env("IMAGE", image)
+        .env("VOLUMES", all.join(" "))
         .env("CONTAINER_NAME", &name)
         .stdin(Stdio::null())
         .stdout(out.try_clone().unwrap())
         .stderr(out)
         .spawn()
         .expect("start tests/bed/image.sh run");
-    let running = Running(child);
+    (Running(child), container)
+}
+
+#[tokio::test]
+async fn the_image_runs_the_operator_to_a_ready_proxy() {
+    let image = build_image(&[]);
+    let installed = install("image").await;
+    assert_eq!(deployed_image(&installed), image);
+    let log = installed.config_dir.join("container.log");
+    let name = format!("proxy-operator-{}", installed.ns);
+    let (running, container) = run_image(&installed, &image, &[], &log);
     let show = || std::fs::read_to_string(&log).unwrap_or_default();
 
     let proxies = installed.create_proxy("from-image").await;
@@ -104,6 +140,56 @@ async fn the_image_runs_the_operator_to_a_ready_proxy() {
     assert_eq!(
         String::from_utf8_lossy(&inspect.stdout).trim(),
         "65532:65532 true"
+    );
+    drop(running);
+    drop(container);
+}
+
+#[tokio::test]
+async fn the_kvm_image_runs_the_kvm_provider_on_a_real_libvirtd_and_has_ssh() {
+    let image = build_image(&["--kvm"]);
+    assert!(image.ends_with("-kvm"), "{image}");
+    let libvirt = tokio::task::spawn_blocking(Libvirt::shared).await.unwrap();
+    let socket = libvirt
+        .uri
+        .split_once("socket=")
+        .map(|(_, path)| path.to_owned())
+        .expect("the bed's URI names its socket");
+    // A qemu+ssh:// host on a closed port: libvirt runs the image's ssh, which says so.
+    let closed = Port::reserve();
+    let ssh_uri = format!(
+        "qemu+ssh://proxy@127.0.0.1:{}/system?no_tty=1",
+        closed.number()
+    );
+    let local = crate::kvm::kvm_provider(libvirt);
+    let remote = local
+        .replace("  - name: lab\n", "  - name: remote\n")
+        .replace(
+            &format!("uri: \"{}\"", libvirt.uri),
+            &format!("uri: \"{ssh_uri}\""),
+        );
+    assert!(remote.contains(&ssh_uri), "{remote}");
+    let installed = install_with(
+        "image-kvm",
+        &Extra {
+            providers: format!("{local}{remote}"),
+            values: "image: {variant: kvm}\n".to_owned(),
+            ..Extra::default()
+        },
+    )
+    .await;
+    // The chart picks the variant.
+    assert_eq!(deployed_image(&installed), image);
+    let log = installed.config_dir.join("container.log");
+    let (running, container) = run_image(&installed, &image, &[format!("{socket}:{socket}")], &log);
+    let show = || std::fs::read_to_string(&log).unwrap_or_default();
+
+    wait_provider_health(&installed.ns, "lab", "True", &show).await;
+    let (reason, message) = wait_provider_health(&installed.ns, "remote", "False", &show).await;
+    let said = format!("ssh: connect to host 127.0.0.1 port {}", closed.number());
+    assert!(
+        message.contains(&said),
+        "{reason}: {message}\n(wanted the image's ssh saying {said:?})"
     );
     drop(running);
     drop(container);

@@ -38,7 +38,7 @@ fn cloud_init(port: u16, marker: &str) -> String {
 }
 
 /// The kvm provider entry (after the bed's `pods`) of the bed's one libvirt host.
-fn kvm_provider(libvirt: &Libvirt) -> String {
+pub(crate) fn kvm_provider(libvirt: &Libvirt) -> String {
     format!(
         "  - name: lab\n    type: kvm\n    kvm:\n      hosts:\n        - name: bed\n          \
          uri: \"{uri}\"\n          storagePool: {pool}\n          baseImage: {base}\n          \
