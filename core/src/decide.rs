@@ -419,7 +419,7 @@ fn managed(spec: &ProxySpec, status: &ProxyStatus, observed: &Observed) -> Step 
             {
                 replacement_held(observe(status, observed, provider, provider_id), down)
             }
-            _ => replace(observed, provider, provider_id),
+            _ => replace(status, observed, provider, provider_id),
         },
         // Instances created before the annotation existed (or whose annotation was removed)
         // are adopted: otherwise the first release that adds a field to the hash input
@@ -506,8 +506,15 @@ fn create(spec: &ProxySpec, observed: &Observed, provider: &str, machine: &Machi
 /// The hash annotation names another spec: delete the instance, and once `get` answers
 /// NotFound, clear the providerID so that the next pass creates the replacement. The
 /// replacement reuses the name, so creating it earlier would collide with the old instance.
-fn replace(observed: &Observed, provider: &str, provider_id: &str) -> Step {
+fn replace(status: &ProxyStatus, observed: &Observed, provider: &str, provider_id: &str) -> Step {
     match &observed.instance {
+        // The old spec's create failed after it was accepted, on something that is no
+        // fault of the spec (quota, a stockout, a refusal, a transient error): its wait
+        // binds the replacement's create too. A permanent failure was the old spec's: the
+        // replacement is created from the new one.
+        InstanceView::CreateFailed(error) if error.class != ErrorClass::Permanent => {
+            creation_failed(status, observed, error)
+        }
         InstanceView::NotFound | InstanceView::CreateFailed(_) => revoked(
             Step::set(
                 facts(

@@ -128,13 +128,23 @@ impl Target {
         spec.effective_host(status).map(|host| Self {
             uid: uid.to_owned(),
             host: host.to_owned(),
-            since: status.and_then(provisioned_since).map(str::to_owned),
+            since: machine_since(spec, status).map(str::to_owned),
         })
     }
 
     /// Whether this is the object `uid` at `host`, serving there since `since`.
     pub fn is(&self, uid: &str, host: &str, since: Option<&str>) -> bool {
         self.uid == uid && self.host == host && self.since.as_deref() == since
+    }
+}
+
+/// Since when the machine of a Managed proxy serves ([`provisioned_since`]); `None` for an
+/// External proxy, whose endpoint is its identity (it is probed from its spec before any
+/// status, and its first verdict must count).
+pub fn machine_since<'a>(spec: &ProxySpec, status: Option<&'a ProxyStatus>) -> Option<&'a str> {
+    match spec.mode {
+        proxy_crd::Mode::Managed => status.and_then(provisioned_since),
+        proxy_crd::Mode::External => None,
     }
 }
 
@@ -454,15 +464,17 @@ impl HealthBook {
     /// leader handover, that is, before its reconcile can write: a reconcile that finds no
     /// verdict writes `Healthy=Unknown` ("awaiting probe"), and a Ready proxy would leave
     /// `Ready`, and the lease book, until its next probe.
-    pub fn seed_from_status(&mut self, key: &ProxyKey, uid: &str, status: &ProxyStatus) -> bool {
+    pub fn seed_from_status(
+        &mut self,
+        key: &ProxyKey,
+        uid: &str,
+        spec: &ProxySpec,
+        status: &ProxyStatus,
+    ) -> bool {
         !self.proxies.contains_key(key)
             && reported_in_status(status).is_some_and(|verdict| {
-                self.seed(
-                    key,
-                    uid,
-                    provisioned_since(status).map(str::to_owned),
-                    verdict,
-                )
+                let since = machine_since(spec, Some(status)).map(str::to_owned);
+                self.seed(key, uid, since, verdict)
             })
     }
 

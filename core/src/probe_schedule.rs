@@ -61,7 +61,7 @@ use std::time::Duration;
 
 use proxy_crd::{HealthCheck, ProxySpec, ProxyStatus};
 
-use crate::health::{HealthBook, Target, Thresholds, provisioned_since};
+use crate::health::{HealthBook, Target, Thresholds, machine_since};
 use crate::key::ProxyKey;
 
 /// A point on the schedule's monotonic clock: the time since an epoch the shell picks. Only
@@ -259,7 +259,7 @@ impl ProbeSchedule {
             let Some(host) = proxy.spec.effective_host(proxy.status) else {
                 continue;
             };
-            let since = proxy.status.and_then(provisioned_since);
+            let since = machine_since(proxy.spec, proxy.status);
             match self.entries.get_mut(&proxy.key) {
                 Some(entry) if entry.target.is(proxy.uid, host, since) => {
                     entry.listed = refresh;
@@ -278,7 +278,7 @@ impl ProbeSchedule {
                         since: since.map(str::to_owned),
                     };
                     if let Some(status) = proxy.status {
-                        book.seed_from_status(&proxy.key, proxy.uid, status);
+                        book.seed_from_status(&proxy.key, proxy.uid, proxy.spec, status);
                     }
                     let check = proxy.spec.health_check_or_default();
                     let interval = interval_of(&check);

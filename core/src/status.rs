@@ -72,7 +72,7 @@ pub(crate) fn complete(
         .last_transition_time
         .parse::<Timestamp>()
         .ok()
-        .filter(|_| reason.is_provisioned());
+        .filter(|_| reason.is_provisioned() && spec.mode == proxy_crd::Mode::Managed);
     let verdict = observed.health.as_ref().filter(|verdict| {
         ip.as_deref() == Some(verdict.host.as_str())
             && serving_since.is_none_or(|since| verdict.probed_at >= since)

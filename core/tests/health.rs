@@ -673,7 +673,7 @@ fn seeding_from_status_fills_only_what_the_book_does_not_hold() {
             assert!(book.delivered(&report));
         }
         assert_eq!(
-            book.seed_from_status(&key(), UID, &status),
+            book.seed_from_status(&key(), UID, &managed_spec(), &status),
             seeded,
             "{status:?}"
         );
@@ -686,7 +686,7 @@ fn only_a_proxy_with_a_verdict_waits_for_its_place_in_the_interval() {
     let interval = std::time::Duration::from_secs(30);
     let thresholds = Thresholds::new(3, 1);
     let mut seeded = HealthBook::new();
-    assert!(seeded.seed_from_status(&key(), UID, &status_showing(TRUE)));
+    assert!(seeded.seed_from_status(&key(), UID, &managed_spec(), &status_showing(TRUE)));
     let mut probed = HealthBook::new();
     let report = probed
         .record(&key(), &target(), ok(0, 40), thresholds)
@@ -778,4 +778,18 @@ fn the_verdict_carries_the_cause_of_the_probe_that_made_it() {
     };
     let report = fresh.record(&key(), &target(), odd, thresholds).unwrap();
     assert_eq!(report.verdict.failure, None);
+}
+
+#[test]
+fn an_external_proxys_target_is_its_endpoint_status_or_not() {
+    // Probed from its spec before any status: the status its first reconcile writes must
+    // not make it another target (its first verdict would be thrown away).
+    let spec = external_spec();
+    let before = Target::of(UID, &spec, None).unwrap();
+    let after = Target::of(UID, &spec, Some(&status_showing(TRUE))).unwrap();
+    assert_eq!(before, after);
+    assert_eq!(before.since, None);
+    // A Managed proxy's machine is its provisioned moment.
+    let managed = Target::of(UID, &managed_spec(), Some(&status_showing(TRUE))).unwrap();
+    assert_eq!(managed.since.as_deref(), Some(T0));
 }

@@ -362,3 +362,19 @@ fn the_status_says_where_the_machine_landed() {
     assert_eq!(decision.status().provider_id, None);
     assert_eq!(decision.status().zone, None);
 }
+
+#[test]
+fn an_external_proxys_first_status_carries_the_verdict_probed_before_it() {
+    // The health engine probes an External proxy from its spec: by its first reconcile the
+    // verdict is often in, and one status write says Ready.
+    let observed = Observed::test()
+        .at(support::T1)
+        .cloud_init(proxy_core::CloudInitView::NotSet)
+        .health(proxy_core::testing::EXTERNAL_HOST, true);
+    let decision = decide(
+        &proxy_core::testing::external_spec(),
+        &ProxyStatus::default(),
+        &observed,
+    );
+    assert_eq!(decision.status().phase, Some(Phase::Ready));
+}

@@ -174,7 +174,7 @@ impl HealthEngine {
         let uid = proxy.uid().unwrap_or_default();
         let mut book = lock(&self.book);
         if let Some(status) = &proxy.status {
-            book.seed_from_status(&key, &uid, status);
+            book.seed_from_status(&key, &uid, &proxy.spec, status);
         }
         book.reported(&key, &uid).cloned()
     }
