@@ -4,21 +4,13 @@
 
 use proxy_core::ErrorClass;
 use proxy_core::classify::{GceAnswer, KubeAnswer, LibvirtAnswer};
-use proxy_core::testing::gce::{CALL_ANSWERS, OPERATION_ANSWERS};
+use proxy_core::testing::gce::{CALL_ANSWERS, OPERATION_ANSWERS, assert_classified};
 
 #[test]
 fn every_gce_call_answer_gets_its_class_and_names_what_to_fix() {
     for answer in CALL_ANSWERS {
         let got = GceAnswer::from_body(answer.http_status, answer.body.as_bytes()).classify();
-        assert_eq!(got.class, answer.class, "{}: {got:?}", answer.name);
-        if let Some(lead) = answer.leads_with {
-            assert!(
-                got.message.starts_with(lead),
-                "{}: {:?} does not start with {lead:?}",
-                answer.name,
-                got.message
-            );
-        }
+        assert_classified(answer.name, answer.class, answer.leads_with, &got);
         assert!(
             got.message
                 .contains(&format!("HTTP {}", answer.http_status))
@@ -35,16 +27,8 @@ fn every_gce_operation_error_gets_its_class() {
     for answer in OPERATION_ANSWERS {
         let operation: serde_json::Value = serde_json::from_str(answer.body).unwrap();
         let got = GceAnswer::from_operation(&operation).classify();
-        assert_eq!(got.class, answer.class, "{}: {got:?}", answer.name);
+        assert_classified(answer.name, answer.class, answer.leads_with, &got);
         assert_eq!(got.zone.as_deref(), answer.zone, "{}", answer.name);
-        if let Some(lead) = answer.leads_with {
-            assert!(
-                got.message.starts_with(lead),
-                "{}: {:?} does not start with {lead:?}",
-                answer.name,
-                got.message
-            );
-        }
     }
 }
 

@@ -6,10 +6,11 @@
 //! Failing cases are saved under `core/proptest-regressions/gc_brake_props.txt`: commit
 //! that file. `PROPTEST_CASES` raises the number of cases (256 by default).
 
+mod regressions;
+
 use jiff::Timestamp;
 use proptest::collection::vec;
 use proptest::prelude::*;
-use proptest::test_runner::FileFailurePersistence;
 use proxy_core::gc::{
     CacheSync, DeleteFraction, Gate, KeepReason, Kept, Orphan, Selection, WatchSignal, gate, plan,
 };
@@ -57,17 +58,8 @@ fn signal() -> impl Strategy<Value = WatchSignal> {
     ]
 }
 
-fn config() -> ProptestConfig {
-    ProptestConfig {
-        failure_persistence: Some(Box::new(FileFailurePersistence::WithSource(
-            "proptest-regressions",
-        ))),
-        ..ProptestConfig::default()
-    }
-}
-
 proptest! {
-    #![proptest_config(config())]
+    #![proptest_config(regressions::config("gc_brake_props", None))]
 
     /// The share holds exactly (`deleted × 10⁶ ≤ ours × ppm`), and no more is held back
     /// than needed: the brake deletes `min(orphans, allowance)`.

@@ -5,13 +5,14 @@
 //! Failing cases are saved under `core/proptest-regressions/gc_props.txt`: commit that
 //! file. `PROPTEST_CASES` raises the number of cases (256 by default).
 
+mod regressions;
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use jiff::Timestamp;
 use proptest::collection::{btree_set, vec};
 use proptest::prelude::*;
-use proptest::test_runner::FileFailurePersistence;
 use proxy_core::gc::{Listed, Sweep, labels, select};
 
 const OURS: &str = "cluster-a";
@@ -123,18 +124,8 @@ fn label(instance: &Listed, key: &str) -> Option<String> {
     instance.labels.get(key).cloned()
 }
 
-fn proptest_config() -> ProptestConfig {
-    ProptestConfig {
-        failure_persistence: Some(Box::new(FileFailurePersistence::Direct(concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/proptest-regressions/gc_props.txt"
-        )))),
-        ..ProptestConfig::default()
-    }
-}
-
 proptest! {
-    #![proptest_config(proptest_config())]
+    #![proptest_config(regressions::config("gc_props", None))]
 
     /// Every listed instance comes out exactly once, and the orphans are exactly those the
     /// reference model names.

@@ -10,10 +10,11 @@
 //! Failing cases are saved under `core/proptest-regressions/health_props.txt`: commit that
 //! file. `PROPTEST_CASES` raises the number of cases (256 by default).
 
+mod regressions;
+
 use jiff::{SignedDuration, Timestamp};
 use proptest::collection::vec;
 use proptest::prelude::*;
-use proptest::test_runner::FileFailurePersistence;
 use proxy_core::HealthVerdict;
 use proxy_core::ProxyKey;
 use proxy_core::health::{
@@ -191,18 +192,8 @@ impl Model {
     }
 }
 
-fn config() -> ProptestConfig {
-    ProptestConfig {
-        failure_persistence: Some(Box::new(FileFailurePersistence::Direct(concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/proptest-regressions/health_props.txt"
-        )))),
-        ..ProptestConfig::default()
-    }
-}
-
 proptest! {
-    #![proptest_config(config())]
+    #![proptest_config(regressions::config("health_props", None))]
 
     /// After every step the book agrees with the model: the counters are the last run, a
     /// verdict flips exactly when a run reaches its threshold (never before, never later),

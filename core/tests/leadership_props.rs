@@ -11,12 +11,13 @@
 //! Failing cases are saved under `core/proptest-regressions/leadership_props.txt`: commit
 //! that file. `PROPTEST_CASES` raises the number of cases (256 by default).
 
+mod regressions;
+
 use std::time::Duration;
 
 use jiff::{SignedDuration, Timestamp};
 use proptest::collection::vec;
 use proptest::prelude::*;
-use proptest::test_runner::FileFailurePersistence;
 use proxy_core::leadership::{
     Candidate, Claim, DURATION, Plan, RETRY_PERIOD, Timing, is_leader_at, plan, release,
 };
@@ -56,16 +57,6 @@ fn claim() -> impl Strategy<Value = Claim> {
                 transitions,
             },
         )
-}
-
-fn proptest_config() -> ProptestConfig {
-    ProptestConfig {
-        failure_persistence: Some(Box::new(FileFailurePersistence::Direct(concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/proptest-regressions/leadership_props.txt"
-        )))),
-        ..ProptestConfig::default()
-    }
 }
 
 /// One replica of the simulation.
@@ -148,7 +139,7 @@ fn simulation() -> impl Strategy<Value = (Vec<i64>, Vec<Op>)> {
 }
 
 proptest! {
-    #![proptest_config(proptest_config())]
+    #![proptest_config(regressions::config("leadership_props", None))]
 
     /// While the observed claim is valid, only its holder gets Lead (nobody gets Acquire);
     /// everyone else follows it until it ends. Planning twice gives the same plan.

@@ -18,6 +18,8 @@
 //! Failing cases are saved under `core/proptest-regressions/lease_props.txt`: commit it.
 //! `PROPTEST_CASES` raises the number of cases (256 by default).
 
+mod regressions;
+
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -25,7 +27,6 @@ use jiff::Timestamp;
 use proptest::collection::vec;
 use proptest::prelude::*;
 use proptest::sample::Index;
-use proptest::test_runner::FileFailurePersistence;
 use proxy_core::ProxyKey;
 use proxy_core::lease::{
     AcquireError, AcquireRequest, Cooldown, Labels, Lease, LeaseBook, LeaseConfig, NoMatch,
@@ -727,18 +728,8 @@ fn check_call(
     Ok(())
 }
 
-fn proptest_config() -> ProptestConfig {
-    ProptestConfig {
-        failure_persistence: Some(Box::new(FileFailurePersistence::Direct(concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/proptest-regressions/lease_props.txt"
-        )))),
-        ..ProptestConfig::default()
-    }
-}
-
 proptest! {
-    #![proptest_config(proptest_config())]
+    #![proptest_config(regressions::config("lease_props", None))]
 
     #[test]
     fn the_book_agrees_with_the_reference_model_and_keeps_every_invariant(

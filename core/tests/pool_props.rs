@@ -19,8 +19,9 @@
 #[path = "support/pool.rs"]
 mod world;
 
+mod regressions;
+
 use proptest::prelude::*;
-use proptest::test_runner::FileFailurePersistence;
 use proxy_core::pool::{PoolAction, Why, limits};
 use proxy_crd::{Disruption, IntOrPercent, Phase, ProxyPoolSpec, Recycle};
 
@@ -197,13 +198,7 @@ fn checked_step(world: &mut World, spec: &ProxyPoolSpec) -> Result<usize, TestCa
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig {
-        failure_persistence: Some(Box::new(FileFailurePersistence::Direct(concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/proptest-regressions/pool_props.txt"
-        )))),
-        ..ProptestConfig::default()
-    })]
+    #![proptest_config(regressions::config("pool_props", None))]
 
     #[test]
     fn every_decision_keeps_the_limits_and_a_quiet_world_converges(

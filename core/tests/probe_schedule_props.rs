@@ -14,12 +14,13 @@
 //! Failing cases are saved under `core/proptest-regressions/probe_schedule_props.txt`:
 //! commit that file. `PROPTEST_CASES` raises the number of cases (256 by default).
 
+mod regressions;
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use proptest::collection::vec;
 use proptest::prelude::*;
-use proptest::test_runner::FileFailurePersistence;
 use proxy_core::ProxyKey;
 use proxy_core::health::{HealthBook, Target};
 use proxy_core::probe_schedule::{LAUNCH_WINDOW, Listed, Moment, ProbeId, ProbeSchedule};
@@ -287,18 +288,8 @@ impl Sim {
     }
 }
 
-fn config() -> ProptestConfig {
-    ProptestConfig {
-        failure_persistence: Some(Box::new(FileFailurePersistence::Direct(concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/proptest-regressions/probe_schedule_props.txt"
-        )))),
-        ..ProptestConfig::default()
-    }
-}
-
 proptest! {
-    #![proptest_config(config())]
+    #![proptest_config(regressions::config("probe_schedule_props", None))]
 
     /// Every call keeps the invariants (see the module docs), and the same inputs give the
     /// same probes at the same moments.

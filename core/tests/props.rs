@@ -19,13 +19,14 @@
 //! Failing cases are saved under `core/proptest-regressions/props.txt`: commit that file.
 //! `PROPTEST_CASES` raises the number of cases (256 by default).
 
+mod regressions;
+
 use std::collections::BTreeMap;
 use std::time::Duration;
 
 use jiff::Timestamp;
 use proptest::collection::vec;
 use proptest::prelude::*;
-use proptest::test_runner::FileFailurePersistence;
 use proxy_core::conditions::{self, HEALTHY, PROVISIONED, READY};
 use proxy_core::naming::instance_name;
 use proxy_core::testing::{self, UID, external_spec, managed_spec};
@@ -848,18 +849,8 @@ fn run(
     world.settle()
 }
 
-fn config() -> ProptestConfig {
-    ProptestConfig {
-        failure_persistence: Some(Box::new(FileFailurePersistence::Direct(concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/proptest-regressions/props.txt"
-        )))),
-        ..ProptestConfig::default()
-    }
-}
-
 proptest! {
-    #![proptest_config(config())]
+    #![proptest_config(regressions::config("props", None))]
 
     #[test]
     fn managed_proxy_keeps_every_invariant(

@@ -20,13 +20,14 @@
 //!
 //! Failing cases are saved under `core/proptest-regressions/record_props.txt`: commit it.
 
+mod regressions;
+
 use std::collections::BTreeSet;
 use std::convert::Infallible;
 use std::path::Path;
 use std::sync::OnceLock;
 
 use proptest::prelude::*;
-use proptest::test_runner::FileFailurePersistence;
 use proxy_core::conditions::{self, ProvisionedReason};
 use proxy_core::record::{DecideRecord, Header, Record, Recording, placeholder, replay};
 use proxy_core::testing::{self, external_spec, managed_spec};
@@ -582,26 +583,6 @@ fn every_string_the_record_schema_emits_is_harmless_as_cloud_init() {
     );
 }
 
-/// 64 cases by default: each runs two lives and replays them, and every string a record
-/// holds is checked by the table test above anyway. `PROPTEST_CASES` raises it.
-#[expect(
-    clippy::disallowed_methods,
-    reason = "the test's case count, as proptest reads it"
-)]
-fn config() -> ProptestConfig {
-    ProptestConfig {
-        cases: std::env::var("PROPTEST_CASES")
-            .ok()
-            .and_then(|n| n.parse().ok())
-            .unwrap_or(64),
-        failure_persistence: Some(Box::new(FileFailurePersistence::Direct(concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/proptest-regressions/record_props.txt"
-        )))),
-        ..ProptestConfig::default()
-    }
-}
-
 /// A content: a string a record holds, such a string with something around it, or anything.
 fn content() -> impl Strategy<Value = String> {
     let schema: Vec<String> = schema_strings().into_iter().collect();
@@ -614,7 +595,9 @@ fn content() -> impl Strategy<Value = String> {
 }
 
 proptest! {
-    #![proptest_config(config())]
+    // 64 cases by default: each runs two lives and replays them, and every string a record
+    // holds is checked by the table test above anyway. `PROPTEST_CASES` raises it.
+    #![proptest_config(regressions::config("record_props", Some(64)))]
 
     #[test]
     fn any_cloud_init_content_records_and_replays_without_reaching_the_record(

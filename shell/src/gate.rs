@@ -34,12 +34,15 @@ pub enum Write {
 }
 
 impl Write {
-    /// Every kind, for the metric's series.
-    pub const ALL: [Self; 4] = [
+    /// Every kind, for the metric's series (each exists from the start, at 0).
+    pub const ALL: [Self; 7] = [
         Self::Metadata,
         Self::ProviderCall,
         Self::Status,
         Self::Event,
+        Self::GcDelete,
+        Self::ProviderHealth,
+        Self::Pool,
     ];
 
     /// The `kind` label of `proxy_operator_writes_dropped_total`.

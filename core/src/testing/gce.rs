@@ -4,7 +4,25 @@
 //! tested with. The bodies follow Google's public REST reference and the answers seen from
 //! the real API (field order, `errors[]` next to `details[]`, `status` code names).
 
-use crate::error::ErrorClass;
+use crate::error::{ErrorClass, ProviderError};
+
+/// Asserts that `got`, what an answer called `name` was classified as, is of `class` and
+/// starts with `leads_with` (the Proxy field to fix), when that is given.
+pub fn assert_classified(
+    name: &str,
+    class: ErrorClass,
+    leads_with: Option<&str>,
+    got: &ProviderError,
+) {
+    assert_eq!(got.class, class, "{name}: {got:?}");
+    if let Some(lead) = leads_with {
+        assert!(
+            got.message.starts_with(lead),
+            "{name}: {:?} does not start with {lead:?}",
+            got.message
+        );
+    }
+}
 
 /// One answer of a call: its HTTP status, its body, the class it must get, and a text the
 /// classified message must start with (the Proxy field to fix), if any.

@@ -320,12 +320,12 @@ pub(crate) struct Extra {
 /// [`install`] with `extra`'s providers, values and Secrets.
 pub(crate) async fn install_with(prefix: &str, extra: &Extra) -> Installed {
     let plane = ControlPlane::shared();
-    let client = plane.client().await;
-    let ns = plane.namespace(&client, prefix).await;
-    let origin = ProbeOrigin::start().await.unwrap();
-    let runner = PodRunner::start(client.clone(), &ns, origin.hosts_file.clone())
-        .await
-        .unwrap();
+    let crate::operated::Ground {
+        client,
+        ns,
+        origin,
+        runner,
+    } = crate::operated::ground(plane, prefix).await;
     let ports = [Port::reserve(), Port::reserve(), Port::reserve()];
     let name = format!("chart-{ns}");
     // Cluster-scoped names are the namespace's (parallel tests share the API server); fast

@@ -47,6 +47,31 @@ fn start_operator_on(
     )
 }
 
+/// What every test bed starts from: a fresh namespace on the plane, a probe origin, and a
+/// pod runner whose squids reach the origin.
+pub struct Ground {
+    pub client: kube::Client,
+    pub ns: String,
+    pub origin: ProbeOrigin,
+    pub runner: PodRunner,
+}
+
+/// A [`Ground`] on `plane`, its namespace named after `prefix`.
+pub async fn ground(plane: &ControlPlane, prefix: &str) -> Ground {
+    let client = plane.client().await;
+    let ns = plane.namespace(&client, prefix).await;
+    let origin = ProbeOrigin::start().await.unwrap();
+    let runner = PodRunner::start(client.clone(), &ns, origin.hosts_file.clone())
+        .await
+        .unwrap();
+    Ground {
+        client,
+        ns,
+        origin,
+        runner,
+    }
+}
+
 /// The name of the gcp provider of a bed [`Bed::with_gce`] made: the one
 /// `examples/proxy-gcp.yaml` names.
 pub const GCP: &str = "gcp-eu";
@@ -121,12 +146,12 @@ impl Bed {
         polls: Polls,
         extra_args: &[&str],
     ) -> Self {
-        let client = plane.client().await;
-        let ns = plane.namespace(&client, prefix).await;
-        let origin = ProbeOrigin::start().await.unwrap();
-        let runner = PodRunner::start(client.clone(), &ns, origin.hosts_file.clone())
-            .await
-            .unwrap();
+        let Ground {
+            client,
+            ns,
+            origin,
+            runner,
+        } = ground(plane, prefix).await;
         let gce = match gce {
             true => Some(
                 FakeGce::start(FakeOptions::with_squid(origin.hosts_file.clone()))

@@ -63,13 +63,12 @@ struct Running {
 }
 
 async fn one_running_pod(prefix: &str, name: &str) -> Running {
-    let plane = ControlPlane::shared();
-    let client = plane.client().await;
-    let ns = plane.namespace(&client, prefix).await;
-    let origin = ProbeOrigin::start().await.unwrap();
-    let runner = PodRunner::start(client.clone(), &ns, origin.hosts_file.clone())
-        .await
-        .unwrap();
+    let crate::operated::Ground {
+        client,
+        ns,
+        origin,
+        runner,
+    } = crate::operated::ground(ControlPlane::shared(), prefix).await;
     let pods: Api<Pod> = Api::namespaced(client, &ns);
     pods.create(&PostParams::default(), &squid_pod(name))
         .await

@@ -67,7 +67,7 @@ mod tests {
     use super::*;
     use google_cloud_compute_v1::model::Operation;
     use proxy_core::ErrorClass;
-    use proxy_core::testing::gce::{CALL_ANSWERS, OPERATION_ANSWERS};
+    use proxy_core::testing::gce::{CALL_ANSWERS, OPERATION_ANSWERS, assert_classified};
 
     /// A GCE error answer as the client hands it over: the body parsed into a status when it
     /// parses (what `gaxi::http::to_http_error` does), the raw body when it does not.
@@ -85,15 +85,7 @@ mod tests {
     fn every_answer_of_the_table_gets_its_class_through_the_client() {
         for answer in CALL_ANSWERS {
             let got = classify(&client_error(answer.http_status, answer.body));
-            assert_eq!(got.class, answer.class, "{}: {got:?}", answer.name);
-            if let Some(lead) = answer.leads_with {
-                assert!(
-                    got.message.starts_with(lead),
-                    "{}: {:?} does not start with {lead:?}",
-                    answer.name,
-                    got.message
-                );
-            }
+            assert_classified(answer.name, answer.class, answer.leads_with, &got);
         }
     }
 
@@ -102,7 +94,7 @@ mod tests {
         for answer in OPERATION_ANSWERS {
             let operation: Operation = serde_json::from_str(answer.body).unwrap();
             let got = classify_operation(&operation);
-            assert_eq!(got.class, answer.class, "{}: {got:?}", answer.name);
+            assert_classified(answer.name, answer.class, answer.leads_with, &got);
             assert_eq!(got.zone.as_deref(), answer.zone, "{}", answer.name);
         }
     }
