@@ -391,6 +391,16 @@ fn managed(spec: &ProxySpec, status: &ProxyStatus, observed: &Observed) -> Step 
             Requeue::AwaitChange,
         );
     }
+    // An accepted create that failed later is reported once: whatever else this reconcile
+    // finds (a missing cloud-init Secret, a spec edit), a failure that is no fault of the
+    // spec (quota, a stockout, a refusal, a transient error) is handled now, so that its
+    // wait binds. A permanent one is the spec's: the rows below decide on it (latched when
+    // the spec is the one that failed, replaced when it was edited since).
+    if let (InstanceView::CreateFailed(error), Some(_)) = (&observed.instance, instance_id(status))
+        && error.class != ErrorClass::Permanent
+    {
+        return creation_failed(status, observed, error);
+    }
     let machine = match Machine::of(spec, &observed.cloud_init) {
         Ok(machine) => machine,
         Err(problem) => {
@@ -419,7 +429,7 @@ fn managed(spec: &ProxySpec, status: &ProxyStatus, observed: &Observed) -> Step 
             {
                 replacement_held(observe(status, observed, provider, provider_id), down)
             }
-            _ => replace(status, observed, provider, provider_id),
+            _ => replace(observed, provider, provider_id),
         },
         // Instances created before the annotation existed (or whose annotation was removed)
         // are adopted: otherwise the first release that adds a field to the hash input
@@ -506,15 +516,8 @@ fn create(spec: &ProxySpec, observed: &Observed, provider: &str, machine: &Machi
 /// The hash annotation names another spec: delete the instance, and once `get` answers
 /// NotFound, clear the providerID so that the next pass creates the replacement. The
 /// replacement reuses the name, so creating it earlier would collide with the old instance.
-fn replace(status: &ProxyStatus, observed: &Observed, provider: &str, provider_id: &str) -> Step {
+fn replace(observed: &Observed, provider: &str, provider_id: &str) -> Step {
     match &observed.instance {
-        // The old spec's create failed after it was accepted, on something that is no
-        // fault of the spec (quota, a stockout, a refusal, a transient error): its wait
-        // binds the replacement's create too. A permanent failure was the old spec's: the
-        // replacement is created from the new one.
-        InstanceView::CreateFailed(error) if error.class != ErrorClass::Permanent => {
-            creation_failed(status, observed, error)
-        }
         InstanceView::NotFound | InstanceView::CreateFailed(_) => revoked(
             Step::set(
                 facts(

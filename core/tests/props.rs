@@ -730,16 +730,27 @@ impl World {
                 Requeue::After(_) | Requeue::Backoff | Requeue::Held(_) => true,
                 Requeue::AwaitChange => false,
             };
+            // The provider's checks pass again: a refusal the shell marked it down for
+            // ends once a check passes after its hold.
+            if self.provider_down {
+                self.apply(&Transition::ProviderDown(false))?;
+            }
             if self.dirty || requeued {
                 self.dirty = false;
                 self.reconcile()?;
             }
             self.boot();
             self.tick();
+            // The health engine probes whatever status publishes without a verdict on it
+            // (a verdict about an earlier machine at the same address does not count).
+            let awaiting = conditions::find(&self.status, HEALTHY)
+                .is_none_or(|c| c.status != conditions::TRUE);
             let probed = self.status.ip.clone().filter(|ip| {
-                self.verdict
-                    .as_ref()
-                    .is_none_or(|v| &v.host != ip || !v.healthy)
+                awaiting
+                    || self
+                        .verdict
+                        .as_ref()
+                        .is_none_or(|v| &v.host != ip || !v.healthy)
             });
             if probed.is_some() {
                 self.apply(&Transition::Probe(true))?;
