@@ -85,6 +85,12 @@ bench-health:
 bench-discovery:
     cargo run -q --release -p proxy-tests --bin bench-discovery
 
+# Benchmark: requests/s and added p99 through the gateway vs straight through squid, and through glider (the Go peer), at 1, 64 and 512 connections (docs/benchmarks.md).
+bench-gateway:
+    tests/bed/provision.sh > /dev/null
+    tests/bed/peer.sh > /dev/null
+    cargo run -q --release -p proxy-tests --bin bench-gateway
+
 # Benchmark: what recording costs a decide call (docs/benchmarks.md).
 bench-record:
     cargo run -q --release -p proxy-tests --bin bench-record

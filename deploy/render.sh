@@ -12,8 +12,9 @@ if [ -z "$helm" ]; then
 fi
 render() {
   cat <<'HEADER'
-# proxy-operator: namespace, RBAC, providers config, Deployment, PodDisruptionBudget, Services,
-# and the FlowSchema that gives the leadership Lease requests the leader-election priority.
+# proxy-operator: namespace, RBAC, providers config, the operator's and the gateway's
+# Deployments, PodDisruptionBudgets, Services, and the FlowSchema that gives the leadership
+# Lease requests the leader-election priority.
 # GENERATED from the Helm chart deploy/chart by deploy/render.sh (values:
 # deploy/operator-values.yaml); edit the chart, then run deploy/render.sh.
 # Apply after the CRDs:
@@ -24,6 +25,10 @@ render() {
 #     --from-literal=token="$(openssl rand -hex 32)"
 # Crawlers send it as `Authorization: Bearer <token>`; `GET /debug/recording` on the metrics
 # port takes it too (metrics stay open to scrapers).
+# The gateway (docs/gateway.md) reads its tenants from the Secret gateway-tenants, one key
+# per tenant and its token the value (until it exists, every client gets 407):
+#   kubectl -n proxy-operator create secret generic gateway-tenants \
+#     --from-literal=default="$(openssl rand -hex 32)"
 # The image localhost/proxy-operator:<version> is built by tests/bed/image.sh; push it to
 # your registry and change `image:` below (or install the chart with image.repository).
 HEADER

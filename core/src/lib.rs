@@ -53,6 +53,8 @@
 //!   share one egress address;
 //! - [`pool`]: what a `ProxyPool` creates, drains and deletes ([`decide_pool`]);
 //! - [`event_series`]: which Kubernetes Events are repeats of one published minutes ago.
+//! - [`gateway`]: what a gateway client asked for in its proxy username, the lease that
+//!   makes, the retry on another upstream, what a site's answer reports, and the refusals.
 
 #![warn(missing_docs)]
 
@@ -66,6 +68,7 @@ mod decide;
 pub mod egress;
 pub mod error;
 pub mod event_series;
+pub mod gateway;
 pub mod gc;
 pub mod health;
 mod instance;

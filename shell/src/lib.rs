@@ -14,6 +14,7 @@ pub mod discovery;
 pub mod duration;
 pub mod events;
 pub mod gate;
+pub mod gateway;
 pub mod gc;
 pub mod health;
 pub mod leadership;

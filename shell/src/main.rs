@@ -6,11 +6,12 @@ use std::process::ExitCode;
 
 use clap::Parser;
 use proxy_operator::args::{Cli, Command};
-use proxy_operator::{commands, wiring};
+use proxy_operator::{commands, gateway, wiring};
 
 fn main() -> ExitCode {
     match Cli::parse().command {
         Command::Run(args) => wiring::run(*args),
+        Command::Gateway(args) => gateway::run::run(*args),
         Command::CheckConfig { file } => commands::check_config(&file),
         Command::Replay { file, quiet } => commands::replay(&file, quiet),
         Command::Crd { write } => commands::crd(write.as_deref()),

@@ -90,10 +90,22 @@ pub async fn guard<T>(
     metrics: &Metrics,
     work: impl Future<Output = T>,
 ) -> Result<T, Panicked> {
+    catch(task.label(), object, || metrics.panic(task), work).await
+}
+
+/// [`guard`] for a process without the operator's [`Metrics`] (the gateway): a panic inside
+/// `work` is logged with `label` and `object`, `counted` is called, and it is returned as
+/// [`Panicked`].
+pub async fn catch<T>(
+    label: &'static str,
+    object: &str,
+    counted: impl FnOnce(),
+    work: impl Future<Output = T>,
+) -> Result<T, Panicked> {
     AssertUnwindSafe(work).catch_unwind().await.map_err(|payload| {
         let panicked = Panicked(message(payload.as_ref()));
-        metrics.panic(task);
-        tracing::error!(r#loop = task.label(), object, panic = %panicked.0, "panicked; the operator goes on");
+        counted();
+        tracing::error!(r#loop = label, object, panic = %panicked.0, "panicked; the process goes on");
         panicked
     })
 }

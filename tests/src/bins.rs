@@ -66,6 +66,23 @@ fn cached_tool(variable: &str, in_cache: &str, name: &str) -> PathBuf {
     path
 }
 
+/// glider version `tests/bed/peer.sh` builds: bench-gateway's Go peer.
+pub const GLIDER_VERSION: &str = "0.16.4";
+
+/// The cached glider: `$PROXY_OPERATOR_GLIDER`, else `tests/bed/peer.sh`'s cache.
+pub fn glider() -> PathBuf {
+    let path = std::env::var_os("PROXY_OPERATOR_GLIDER")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| cache_root().join(format!("glider/v{GLIDER_VERSION}/glider")));
+    assert!(
+        path.is_file(),
+        "{} is missing: run `tests/bed/peer.sh` (it builds glider from the Go module proxy \
+         into the cache), or `just bench-gateway`, which runs it first",
+        path.display()
+    );
+    path
+}
+
 /// schemathesis version the provision script installs from PyPI.
 pub const SCHEMATHESIS_VERSION: &str = "4.32.5";
 

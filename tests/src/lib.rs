@@ -8,6 +8,7 @@
 //!   real `squid` per Pod on its own loopback address and reports the Pod Running.
 //! - [`libvirt`]: a session-mode `libvirtd` with a storage pool holding the guest image, for
 //!   the kvm provider's real VMs.
+//! - [`gateway`]: the gateway (`proxy-operator gateway`) as a real process, with a tenant.
 //! - [`probe_origin`]: a local HTTPS origin with its own CA, named `probe.test`, that squid
 //!   reaches through a hosts file.
 //!
@@ -17,6 +18,7 @@
 pub mod bins;
 pub mod certs;
 pub mod control_plane;
+pub mod gateway;
 pub mod gce;
 pub mod leadership_load;
 pub mod libvirt;

@@ -21,6 +21,10 @@
 //! it rate-limits it (429) and, should it keep coming, bans it (403), or answers a captcha
 //! page with 200 and then bans it. A host with no policy answers as above.
 //!
+//! The same answers come over plain HTTP on a second port ([`ProbeOrigin::http_url`]), for
+//! clients that send `http://` URIs through a proxy (the gateway forwards those itself and
+//! sees the status).
+//!
 //! Every request is logged with its time, host, client address and answer, for tests that
 //! assert on probe schedules and on what crawlers did.
 
@@ -128,6 +132,8 @@ pub struct Request {
 pub struct ProbeOrigin {
     /// The port it listens on (on 127.0.0.1).
     pub port: u16,
+    /// The port of its plain-HTTP listener (on 127.0.0.1).
+    pub http_port: u16,
     /// The CA that signed its certificate, PEM: clients must trust it.
     pub ca_pem: String,
     /// A hosts file mapping `probe.test` to 127.0.0.1, for squid's `hosts_file`.
@@ -136,6 +142,7 @@ pub struct ProbeOrigin {
     requests: Arc<Mutex<Vec<Request>>>,
     sites: Sites,
     _task: tokio::task::JoinHandle<()>,
+    _http_task: tokio::task::JoinHandle<()>,
 }
 
 /// Requests seen per `/limited/<k>/<key>` key.
@@ -198,13 +205,28 @@ impl ProbeOrigin {
                 );
                 tokio::spawn(async move {
                     if let Ok(tls) = acceptor.accept(stream).await {
-                        let _ = serve(tls, peer, log, limited, sites).await;
+                        let resumed =
+                            tls.get_ref().1.handshake_kind() == Some(HandshakeKind::Resumed);
+                        let _ = serve(tls, resumed, peer, log, limited, sites).await;
                     }
+                });
+            }
+        });
+        let http = TcpListener::bind("127.0.0.1:0").await?;
+        let http_port = http.local_addr()?.port();
+        let (log, limited, served) = (requests.clone(), Limited::default(), sites.clone());
+        let http_task = tokio::spawn(async move {
+            while let Ok((stream, peer)) = http.accept().await {
+                let (log, limited, sites) = (log.clone(), limited.clone(), served.clone());
+                tokio::spawn(async move {
+                    let _ = serve(stream, false, peer, log, limited, sites).await;
                 });
             }
         });
         Ok(Self {
             port,
+            http_port,
+            _http_task: http_task,
             ca_pem: ca.cert_pem,
             hosts_file,
             tls,
@@ -234,6 +256,11 @@ impl ProbeOrigin {
         format!("https://{HOST}:{}{path}", self.port)
     }
 
+    /// The plain-HTTP URL of `path` on this origin, e.g. `http_url("/status/429")`.
+    pub fn http_url(&self, path: &str) -> String {
+        format!("http://{HOST}:{}{path}", self.http_port)
+    }
+
     /// Its TLS configuration (certificate, session tickets), for a benchmark that makes the
     /// handshake with it in memory.
     pub fn tls_config(&self) -> Arc<ServerConfig> {
@@ -247,7 +274,8 @@ impl ProbeOrigin {
 }
 
 async fn serve(
-    mut stream: tokio_rustls::server::TlsStream<tokio::net::TcpStream>,
+    mut stream: impl tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+    resumed: bool,
     peer: SocketAddr,
     log: Arc<Mutex<Vec<Request>>>,
     limited: Limited,
@@ -265,7 +293,6 @@ async fn serve(
     let head = String::from_utf8_lossy(&head);
     let path = head.split_whitespace().nth(1).unwrap_or("/").to_owned();
     let host = host_of(&head);
-    let resumed = stream.get_ref().1.handshake_kind() == Some(HandshakeKind::Resumed);
     let at = Instant::now();
     // Route on the path alone: tests tell probes apart by a query string (`?p=name`).
     let route = path.split('?').next().unwrap_or_default();

@@ -16,6 +16,8 @@ use std::time::Duration;
 use jiff::Timestamp;
 use serde::{Deserialize, Serialize};
 
+use super::lease_key::LeaseKey;
+use super::sessions::SessionName;
 use super::sites::SiteStats;
 use super::types::{Lease, ReportResult};
 use super::{LeaseBook, later};
@@ -97,6 +99,10 @@ pub struct SavedLease {
     /// of builds that kept none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub holder: Option<String>,
+    /// The session the active lease stands for ([`SessionName`]); absent for a lease of no
+    /// session, for an ended one, and in checkpoints of builds without sessions.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session: Option<String>,
 }
 
 /// One running cooldown in a [`Checkpoint`].
@@ -195,6 +201,10 @@ impl LeaseBook {
                 ttl_millis: u64::try_from(lease.ttl.as_millis()).unwrap_or(u64::MAX),
                 ended_at,
                 holder: lease.holder.clone(),
+                session: self
+                    .sessions
+                    .session_of(&lease.id)
+                    .map(|name| name.as_str().to_owned()),
             })
             .collect();
         leases.sort_unstable_by(|a, b| a.id.cmp(&b.id));
@@ -242,7 +252,9 @@ impl LeaseBook {
     ///   expired is final, so whichever side saw the end is right);
     /// - a cooldown runs until the later of the two ends;
     /// - site statistics of a (proxy, target) pair both know are the ones with the later
-    ///   last report (whole: counts are not added, so restoring twice counts nothing twice).
+    ///   last report (whole: counts are not added, so restoring twice counts nothing twice);
+    /// - an active lease added from the checkpoint stands for its session again, unless the
+    ///   book's own active lease already does (the book's side wins: its crawlers use it).
     ///
     /// So a restore never frees a place that either side holds, never shortens a cooldown,
     /// and restoring the same checkpoint twice changes nothing the first restore did not. A
@@ -263,7 +275,7 @@ impl LeaseBook {
         self.expire(now);
         let retention = self.retention();
         let mut merged = Merged::default();
-        for (lease, saved_end) in leases {
+        for (lease, saved_end, session) in leases {
             // An active lease whose expiry has passed ended then.
             let end = saved_end
                 .or((lease.expires_at <= now).then_some(lease.expires_at))
@@ -273,7 +285,7 @@ impl LeaseBook {
                     && self.ledger.is_active(&lease.id)
                     && let Some(slot) = self.ledger.release(&lease.id, end, retention)
                 {
-                    self.lease_ended(slot);
+                    self.lease_ended(slot, &LeaseKey::of(&lease.id));
                     merged.ended += 1;
                 }
                 continue;
@@ -281,6 +293,11 @@ impl LeaseBook {
             match end {
                 None => {
                     let slot = self.fleet.slot_or_new(&lease.proxy);
+                    if let Some(name) = session
+                        && self.sessions.lease_of(&name).is_none()
+                    {
+                        self.sessions.bind(name, &lease.id);
+                    }
                     self.admit(lease, slot);
                     merged.active_added += 1;
                 }
@@ -318,8 +335,8 @@ impl LeaseBook {
     }
 }
 
-/// A lease as the book keeps it, and when it ended.
-type Parsed = (Lease, Option<Timestamp>);
+/// A lease as the book keeps it, when it ended, and its session.
+type Parsed = (Lease, Option<Timestamp>, Option<SessionName>);
 
 /// A cooldown as the book keeps it: proxy, target, end.
 type ParsedCooldown = (ProxyKey, Option<String>, Timestamp);
@@ -358,7 +375,7 @@ fn checked(checkpoint: &Checkpoint) -> Result<Parts, InvalidCheckpoint> {
         }
         let lease = Lease {
             id: saved.id.clone(),
-            proxy: key(&saved.proxy, at)?,
+            proxy: key(&saved.proxy, at.clone())?,
             host: saved.host.clone(),
             port: saved.port,
             target: saved.target.as_deref().map(str::to_ascii_lowercase),
@@ -367,7 +384,13 @@ fn checked(checkpoint: &Checkpoint) -> Result<Parts, InvalidCheckpoint> {
             ttl: Duration::from_millis(saved.ttl_millis),
             holder: saved.holder.clone(),
         };
-        leases.push((lease, saved.ended_at));
+        let session = saved
+            .session
+            .as_deref()
+            .map(SessionName::parse)
+            .transpose()
+            .map_err(|e| InvalidCheckpoint(format!("{at}.session: {e}")))?;
+        leases.push((lease, saved.ended_at, session));
     }
     let cooldowns = checkpoint
         .cooldowns

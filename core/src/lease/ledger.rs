@@ -92,13 +92,19 @@ impl Ledger {
     }
 
     /// Ends the first active lease that expired at or before `now` and returns its proxy's
-    /// slot; `None` when no lease is due. It is retained for `retention` after its expiry.
-    pub(super) fn expire_next(&mut self, now: Timestamp, retention: Retention) -> Option<Slot> {
+    /// slot and its key; `None` when no lease is due. It is retained for `retention` after
+    /// its expiry.
+    pub(super) fn expire_next(
+        &mut self,
+        now: Timestamp,
+        retention: Retention,
+    ) -> Option<(Slot, LeaseKey)> {
         if self.expiries.first()?.0 > now {
             return None;
         }
         let (expires_at, id) = self.expiries.pop_first()?;
-        self.retain(id, expires_at, retention)
+        let slot = self.retain(id.clone(), expires_at, retention)?;
+        Some((slot, id))
     }
 
     /// Ends the lease if it is active and returns its proxy's slot; `None` when it is

@@ -77,6 +77,14 @@
 //! - **Holders.** A lease may name its holder, the crawler that asked for it:
 //!   [`leases`](LeaseBook::leases) lists a holder's active leases and
 //!   [`release_held_by`](LeaseBook::release_held_by) ends them all. Nothing else looks at it.
+//! - **Sessions.** A request may name a session ([`Sticky`], [`acquire_with`](LeaseBook::acquire_with)):
+//!   the session stands for its one active lease, so every request of the session gets the
+//!   same proxy until the lease ends (its TTL, a release, [`end_session`](LeaseBook::end_session)),
+//!   or a `rate_limited` or `blocked` report on it ends it: sticky until the TTL or a ban. A
+//!   session whose proxy no longer fits (gone, unhealthy, not selected, avoided, cooling down
+//!   for the target) moves to a new lease. A session is a lease like any other: it counts
+//!   against `maxLeases` once, however many connections use it, and it is saved with the
+//!   book's checkpoint.
 //!
 //! # Data structures and cost
 //!
@@ -123,6 +131,7 @@ mod ledger;
 mod listing;
 mod numbered;
 mod routing;
+mod sessions;
 mod sites;
 mod types;
 mod view;
@@ -140,17 +149,21 @@ pub use feedback::{InvalidStatus, StatusMeaning, meaning_of};
 use fleet::{Fleet, Slot};
 use index::EligibleIndex;
 pub use journal::{Journal, Ticket};
+use lease_key::LeaseKey;
 use ledger::{Ledger, Retention};
 pub use listing::{
     Field, Fields, FleetChanges, FleetSnapshot, InvalidQuery, ListQuery, MAX_CONTINUE_BYTES,
     MAX_PAGE, Page, continue_after,
 };
 pub use routing::{Call, Refusal, Route, Standing, route};
+use sessions::Sessions;
+pub use sessions::{InvalidSession, MAX_SESSION_LEN, SessionName};
 use sites::Sites;
 pub use sites::{SITES_PER_PROXY, SiteStats};
 pub use types::{
-    AcquireError, AcquireRequest, Cooldown, DEFAULT_MAX_RETAINED, Labels, Lease, LeaseConfig,
-    Listed, NoMatch, ProxyView, ReportResult, Selector, UnknownLease,
+    AcquireError, AcquireRequest, Cooldown, DEFAULT_MAX_RETAINED, Grant, Labels, Lease,
+    LeaseConfig, Listed, MoveReason, NoMatch, ProxyView, ReportResult, Selector, Sticky,
+    UnknownLease, UnknownSession,
 };
 pub use view::{
     InvalidHolder, InvalidSelector, InvalidTarget, MAX_HOLDER_LEN, MAX_SELECTOR_TERMS,
@@ -172,6 +185,7 @@ pub struct LeaseBook {
     ledger: Ledger,
     cooldowns: Cooldowns,
     sites: Sites,
+    sessions: Sessions,
 }
 
 /// How one target treated one proxy, from [`LeaseBook::sites`].
@@ -232,6 +246,34 @@ impl LeaseBook {
         request: AcquireRequest,
         now: Timestamp,
     ) -> Result<Lease, AcquireError> {
+        self.acquire_with(request, &Sticky::default(), now)
+            .map(|grant| match grant {
+                Grant::New(lease) | Grant::Resumed(lease) | Grant::Moved { lease, .. } => lease,
+            })
+    }
+
+    /// [`acquire`](Self::acquire) for a gateway: the request may name a session and
+    /// proxies to avoid ([`Sticky`]).
+    ///
+    /// - A session whose lease is active keeps it ([`Grant::Resumed`]: no new lease, nothing
+    ///   changes) while its proxy still fits the request: in the fleet, healthy, matching
+    ///   the selector (and distinct egress when asked), not avoided, not cooling down for
+    ///   the target. Capacity is not asked again: the session holds its place.
+    /// - Otherwise its lease is released (retained, so reports on it land) and a new lease is
+    ///   granted by the usual rules and bound to the session ([`Grant::Moved`]); when none
+    ///   fits, the session is over and the answer is [`AcquireError::NoMatch`].
+    /// - A session without an active lease gets a new one, bound to it ([`Grant::New`]); so
+    ///   does a request without a session, bound to nothing.
+    ///
+    /// The request's `id` is used only for a new lease. Avoided proxies are not candidates:
+    /// the 409 statistics do not count them. O(log n) for a resumed session, plus a grant's
+    /// cost otherwise.
+    pub fn acquire_with(
+        &mut self,
+        request: AcquireRequest,
+        sticky: &Sticky,
+        now: Timestamp,
+    ) -> Result<Grant, AcquireError> {
         let AcquireRequest {
             id,
             selector,
@@ -241,9 +283,6 @@ impl LeaseBook {
             holder,
         } = request;
         self.expire(now);
-        if self.ledger.contains(&id) {
-            return Err(AcquireError::IdInUse);
-        }
         let target = target.map(|mut target| {
             target.make_ascii_lowercase();
             target
@@ -251,7 +290,25 @@ impl LeaseBook {
         let wanted = Wanted {
             selector: &selector,
             distinct_egress,
+            avoid: &sticky.avoid,
         };
+        let mut moved = None;
+        if let Some(name) = &sticky.session
+            && let Some(held) = self.sessions.lease_of(name)
+            && let Some(lease) = self.ledger.get(held)
+        {
+            match self.must_move(lease, &wanted, target.as_deref(), now) {
+                None => return Ok(Grant::Resumed(lease.clone())),
+                Some(why) => {
+                    let (held, from) = (lease.id.clone(), lease.proxy.clone());
+                    self.release(&held, now);
+                    moved = Some((from, why));
+                }
+            }
+        }
+        if self.ledger.contains(&id) {
+            return Err(AcquireError::IdInUse);
+        }
         let Some((slot, proxy)) = self.best(&wanted, target.as_deref(), now) else {
             let stats = self.no_match(&wanted, target.as_deref(), now);
             return Err(AcquireError::NoMatch(stats));
@@ -268,7 +325,39 @@ impl LeaseBook {
             holder,
         };
         self.admit(lease.clone(), slot);
-        Ok(lease)
+        if let Some(name) = &sticky.session {
+            self.sessions.bind(name.clone(), &lease.id);
+        }
+        Ok(match moved {
+            None => Grant::New(lease),
+            Some((from, why)) => Grant::Moved { lease, from, why },
+        })
+    }
+
+    /// Why the session lease `lease` cannot serve a request for `target` that wants
+    /// `wanted`, or `None` when it can.
+    fn must_move(
+        &self,
+        lease: &Lease,
+        wanted: &Wanted<'_>,
+        target: Option<&str>,
+        now: Timestamp,
+    ) -> Option<MoveReason> {
+        if wanted.avoid.contains(&lease.proxy) {
+            return Some(MoveReason::Avoided);
+        }
+        let Some(proxy) = self.fleet.view(&lease.proxy) else {
+            return Some(MoveReason::Gone);
+        };
+        if !proxy.healthy {
+            Some(MoveReason::Unhealthy)
+        } else if !wanted.accepts(proxy) {
+            Some(MoveReason::Unselected)
+        } else if self.cooldowns.for_target(target).holds(&proxy.key, now) {
+            Some(MoveReason::CoolingDown)
+        } else {
+            None
+        }
     }
 
     /// Ends the lease if it is active, freeing its place on the proxy, and returns whether
@@ -277,7 +366,7 @@ impl LeaseBook {
         self.expire(now);
         match self.ledger.release(id, now, self.retention()) {
             Some(slot) => {
-                self.lease_ended(slot);
+                self.lease_ended(slot, &LeaseKey::of(id));
                 true
             }
             None => false,
@@ -312,7 +401,9 @@ impl LeaseBook {
     /// lease's target, and returns the cooldown it started or extended, if any. The lease
     /// may be active or retained (expired or released less than
     /// [`LeaseConfig::retention`] ago). A report naming a target counts in the site
-    /// statistics of the proxy while it is in the book ([`sites`](Self::sites)).
+    /// statistics of the proxy while it is in the book ([`sites`](Self::sites)). A
+    /// `rate_limited` or `blocked` report on the active lease of a session ends that lease:
+    /// a session is sticky until its TTL or a ban, and its next request gets another proxy.
     pub fn report(
         &mut self,
         id: &str,
@@ -332,6 +423,11 @@ impl LeaseBook {
             self.sites
                 .record(&proxy, site, result, now, self.config.site_window);
         }
+        if matches!(result, ReportResult::RateLimited | ReportResult::Blocked)
+            && self.sessions.session_of(id).is_some()
+        {
+            self.release(id, now);
+        }
         let cooldown = self.config.cooldown(result);
         if cooldown.is_zero() {
             return Ok(None);
@@ -346,6 +442,46 @@ impl LeaseBook {
         }))
     }
 
+    /// [`report`](Self::report) on the active lease of the session `name`.
+    pub fn report_session(
+        &mut self,
+        name: &SessionName,
+        result: ReportResult,
+        target: Option<&str>,
+        now: Timestamp,
+    ) -> Result<Option<Cooldown>, UnknownSession> {
+        self.expire(now);
+        let id = self
+            .sessions
+            .lease_of(name)
+            .ok_or(UnknownSession)?
+            .to_owned();
+        self.report(&id, result, target, now)
+            .map_err(|UnknownLease| UnknownSession)
+    }
+
+    /// Ends the session `name`: releases its lease, so its next request gets a new choice.
+    /// Returns whether it had an active lease.
+    pub fn end_session(&mut self, name: &SessionName, now: Timestamp) -> bool {
+        self.expire(now);
+        match self.sessions.lease_of(name).map(str::to_owned) {
+            Some(id) => self.release(&id, now),
+            None => false,
+        }
+    }
+
+    /// The active lease of the session `name`, if it has one at `now`.
+    pub fn session_lease(&mut self, name: &SessionName, now: Timestamp) -> Option<&Lease> {
+        self.expire(now);
+        let id = self.sessions.lease_of(name)?;
+        self.ledger.get(id)
+    }
+
+    /// How many sessions have an active lease (after [`expire`](Self::expire)).
+    pub fn sessions_total(&self) -> usize {
+        self.sessions.len()
+    }
+
     /// Whether a lease with this ID is known at `now`, active or retained: whether a report
     /// on it would land.
     pub fn knows(&mut self, id: &str, now: Timestamp) -> bool {
@@ -358,8 +494,8 @@ impl LeaseBook {
     /// before reading [`active_total`](Self::active_total) or
     /// [`active_leases`](Self::active_leases) for metrics.
     pub fn expire(&mut self, now: Timestamp) {
-        while let Some(slot) = self.ledger.expire_next(now, self.retention()) {
-            self.lease_ended(slot);
+        while let Some((slot, key)) = self.ledger.expire_next(now, self.retention()) {
+            self.lease_ended(slot, &key);
         }
         self.ledger.forget_ended(now);
         self.cooldowns.forget_ended(now);
@@ -461,6 +597,7 @@ impl LeaseBook {
         let wanted = Wanted {
             selector,
             distinct_egress,
+            avoid: &[],
         };
         self.fleet
             .views()
@@ -508,7 +645,10 @@ impl LeaseBook {
         self.index(slot);
     }
 
-    fn lease_ended(&mut self, slot: Slot) {
+    /// The lease `key` on the proxy in `slot` ended: the proxy has a place more, and the
+    /// lease's session (if any) no longer names it.
+    fn lease_ended(&mut self, slot: Slot, key: &LeaseKey) {
+        self.sessions.lease_ended(key);
         self.unindex(slot);
         self.fleet.lease_ended(slot);
         self.index(slot);
@@ -549,15 +689,18 @@ impl LeaseBook {
 }
 
 /// Which proxies a request accepts at all: the selector's, without the ones sharing an
-/// egress address when it wants distinct ones.
+/// egress address when it wants distinct ones, and without the ones it avoids.
 struct Wanted<'a> {
     selector: &'a Selector,
     distinct_egress: bool,
+    avoid: &'a [ProxyKey],
 }
 
 impl Wanted<'_> {
     fn accepts(&self, proxy: &ProxyView) -> bool {
-        self.selector.matches(&proxy.labels) && !(self.distinct_egress && proxy.shared_egress)
+        self.selector.matches(&proxy.labels)
+            && !(self.distinct_egress && proxy.shared_egress)
+            && !self.avoid.contains(&proxy.key)
     }
 }
 

@@ -300,3 +300,82 @@ pub struct Listed<'a> {
     /// Its active leases.
     pub active: u32,
 }
+
+/// What a lease request adds when it comes from a gateway: the session it belongs to, and
+/// the proxies it must not get.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Sticky {
+    /// The session the lease is for: its active lease is resumed while it still fits the
+    /// request, and a new lease is bound to it otherwise ([`LeaseBook::acquire_with`](super::LeaseBook::acquire_with)).
+    pub session: Option<super::SessionName>,
+    /// Proxies the request does not take, as if the selector did not match them: the ones
+    /// a gateway failed to connect to a moment ago. A session on one of them moves.
+    pub avoid: Vec<ProxyKey>,
+}
+
+/// What [`acquire_with`](super::LeaseBook::acquire_with) granted.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Grant {
+    /// A new lease: the request named no session, or its session had no active lease.
+    New(Lease),
+    /// The session's active lease, unchanged (its proxy, its expiry, its ID).
+    Resumed(Lease),
+    /// The session's lease ended for `why` and this new lease, on another proxy, took its
+    /// place.
+    Moved {
+        /// The new lease.
+        lease: Lease,
+        /// The proxy the session left.
+        from: ProxyKey,
+        /// Why it left.
+        why: MoveReason,
+    },
+}
+
+impl Grant {
+    /// The lease the request gets.
+    pub fn lease(&self) -> &Lease {
+        match self {
+            Self::New(lease) | Self::Resumed(lease) | Self::Moved { lease, .. } => lease,
+        }
+    }
+
+    /// Whether the book changed (a lease was granted), so that it must be saved.
+    pub fn changed_book(&self) -> bool {
+        !matches!(self, Self::Resumed(_))
+    }
+}
+
+/// Why a session left its proxy.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MoveReason {
+    /// The request avoids the proxy (the gateway could not connect to it).
+    Avoided,
+    /// The proxy left the fleet (its `Proxy` was deleted, or it has no address).
+    Gone,
+    /// The proxy is not healthy.
+    Unhealthy,
+    /// The proxy cools down for the request's target (a site rate-limited or blocked it).
+    CoolingDown,
+    /// The proxy no longer matches the request's selector or its distinct-egress demand.
+    Unselected,
+}
+
+impl MoveReason {
+    /// The reason as a word, for answers, logs and metrics: `avoided`, `gone`, `unhealthy`,
+    /// `cooling_down`, `unselected`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Avoided => "avoided",
+            Self::Gone => "gone",
+            Self::Unhealthy => "unhealthy",
+            Self::CoolingDown => "cooling_down",
+            Self::Unselected => "unselected",
+        }
+    }
+}
+
+/// A report or an end naming a session that has no active lease (it never had one, its TTL
+/// ran out, or a ban or a release ended it): the API answers 404.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct UnknownSession;

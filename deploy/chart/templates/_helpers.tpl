@@ -54,3 +54,15 @@ is appended to it. A kvm provider fails the render unless the image is the kvm v
 {{- define "proxy-operator.gcpCredentialsDir" -}}
 /var/run/secrets/proxy-operator/gcp
 {{- end -}}
+
+{{/* What selects the gateway's Pods: a name of its own, so that no selector of the
+operator's (its Deployment, its Services, its PodDisruptionBudget) takes them. */}}
+{{- define "proxy-operator.gatewaySelectorLabels" -}}
+app.kubernetes.io/name: {{ .Chart.Name }}-gateway
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{/* The Secret that holds the gateway's tenants (one key per tenant, its token the value). */}}
+{{- define "proxy-operator.tenantsSecret" -}}
+{{- .Values.gateway.tenants.existingSecret | default (printf "%s-gateway-tenants" (include "proxy-operator.fullname" .)) -}}
+{{- end -}}

@@ -106,6 +106,21 @@ impl ApiError {
         )
     }
 
+    /// 400: a `session` that is not a session name.
+    pub fn invalid_session(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::BAD_REQUEST, "invalid_session", message)
+    }
+
+    /// 404: no session with this name has an active lease (never had one, its TTL ran out, a
+    /// ban or a release ended it), or the name cannot be one.
+    pub fn unknown_session(name: &str) -> Self {
+        Self::new(
+            StatusCode::NOT_FOUND,
+            "unknown_session",
+            format!("no session {name:?} has an active lease"),
+        )
+    }
+
     /// 404: no such route.
     pub fn not_found() -> Self {
         Self::new(

@@ -365,6 +365,7 @@ mod tests {
             ttl_millis: 60_000,
             ended_at: ended.then(|| t(i)),
             holder: None,
+            session: None,
         };
         let site = |i: i64| SavedSite {
             proxy: "crawl/a".into(),

@@ -10,8 +10,9 @@ use bytes::{Buf, BytesMut};
 use futures::StreamExt;
 use proxy_core::ProxyKey;
 use proxy_core::lease::{
-    AcquireError, AcquireRequest, Call, Field, Fields, Labels, Lease, ListQuery, ProxyView,
-    ReportResult, Selector, Site, StatusMeaning, checked_holder, checked_target, meaning_of,
+    AcquireError, AcquireRequest, Call, Field, Fields, Grant, Labels, Lease, ListQuery, ProxyView,
+    ReportResult, Selector, SessionName, Site, StatusMeaning, Sticky, checked_holder,
+    checked_target, meaning_of,
 };
 use serde::{Deserialize, Serialize};
 use warp::http::{HeaderValue, StatusCode, header};
@@ -66,6 +67,12 @@ enum Route<'a> {
     Report {
         id: &'a str,
     },
+    EndSession {
+        name: &'a str,
+    },
+    SessionReport {
+        name: &'a str,
+    },
 }
 
 impl<'a> Route<'a> {
@@ -92,6 +99,12 @@ impl<'a> Route<'a> {
             [Some("v1"), Some("leases"), Some(id), Some("report")] => {
                 Self::Report { id: given(id)? }
             }
+            [Some("v1"), Some("sessions"), Some(name), None] => {
+                Self::EndSession { name: given(name)? }
+            }
+            [Some("v1"), Some("sessions"), Some(name), Some("report")] => {
+                Self::SessionReport { name: given(name)? }
+            }
             _ => return None,
         })
     }
@@ -101,8 +114,8 @@ impl<'a> Route<'a> {
         match self {
             Self::Healthz | Self::List | Self::Detail { .. } => "GET",
             Self::Leases => "DELETE, GET, POST",
-            Self::Report { .. } => "POST",
-            Self::Release { .. } => "DELETE",
+            Self::Report { .. } | Self::SessionReport { .. } => "POST",
+            Self::Release { .. } | Self::EndSession { .. } => "DELETE",
         }
     }
 
@@ -184,7 +197,13 @@ async fn dispatch<B: Buf>(
                 _ => guarded(|| release_held(&state, forwarded, query)),
             },
             Route::Release { id } => guarded(|| release(&state, forwarded, id)),
-            Route::Report { id } => guarded(|| report(&state, forwarded, id, &body)),
+            Route::Report { id } => {
+                guarded(|| report(&state, forwarded, Reported::Lease(id), &body))
+            }
+            Route::EndSession { name } => guarded(|| end_session(&state, forwarded, name)),
+            Route::SessionReport { name } => {
+                guarded(|| report(&state, forwarded, Reported::Session(name), &body))
+            }
         }
     };
     answered(state, incoming, body, outcome).await
@@ -486,6 +505,42 @@ struct AcquireBody {
     /// Who holds the lease, so that `GET`/`DELETE /v1/leases?holder=` find it.
     #[serde(default)]
     holder: Option<String>,
+    /// The session the lease is for: its active lease is answered again (200) while its
+    /// proxy still fits the request, and a new lease is bound to it otherwise.
+    #[serde(default)]
+    session: Option<String>,
+    /// Proxies (`namespace/name`) not to grant, at most [`MAX_AVOID`]: the upstreams a
+    /// gateway just failed to reach.
+    #[serde(default)]
+    avoid: Vec<String>,
+}
+
+/// The most proxies a lease request may avoid.
+const MAX_AVOID: usize = 8;
+
+/// The session and the avoided proxies of a lease request, checked.
+fn sticky(request: &AcquireBody) -> Result<Sticky, ApiError> {
+    let session = request
+        .session
+        .as_deref()
+        .map(SessionName::parse)
+        .transpose()
+        .map_err(|e| ApiError::invalid_session(e.to_string()))?;
+    if request.avoid.len() > MAX_AVOID {
+        return Err(ApiError::invalid_request(format!(
+            "avoid names at most {MAX_AVOID} proxies, not {}",
+            request.avoid.len()
+        )));
+    }
+    let avoid = request
+        .avoid
+        .iter()
+        .map(|key| {
+            key.parse::<ProxyKey>()
+                .map_err(|e| ApiError::invalid_request(format!("avoid: {e}")))
+        })
+        .collect::<Result<_, _>>()?;
+    Ok(Sticky { session, avoid })
 }
 
 /// The lease's duration: the default without `ttlSeconds`, else `ttlSeconds` if it is a
@@ -515,6 +570,19 @@ struct LeaseGranted {
     ttl_seconds: u64,
     #[serde(skip_serializing_if = "Option::is_none")]
     holder: Option<String>,
+    /// The session the lease stands for, when the request named one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    session: Option<String>,
+    /// The proxy the session left, and why, when it moved.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    moved: Option<Moved>,
+}
+
+/// Where a session moved from, and why.
+#[derive(Serialize)]
+struct Moved {
+    from: String,
+    reason: &'static str,
 }
 
 /// The leased proxy. `Debug` is not derived: the answer carries the password.
@@ -556,6 +624,8 @@ impl LeaseGranted {
             expires_at: lease.expires_at.to_string(),
             ttl_seconds: lease.ttl.as_secs(),
             holder: lease.holder,
+            session: None,
+            moved: None,
         }
     }
 }
@@ -581,6 +651,7 @@ fn parse<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
 /// `POST /v1/leases`
 fn acquire(state: &Discovery, forwarded: bool, body: &[u8]) -> Result<Response, Elsewhere> {
     let request: AcquireBody = parse(body)?;
+    let sticky = sticky(&request)?;
     let ttl = ttl(request.ttl_seconds.as_ref(), &state.limits)?;
     let selector = Selector::checked(request.selector)
         .map_err(|e| ApiError::invalid_selector(e.to_string()))?;
@@ -599,10 +670,12 @@ fn acquire(state: &Discovery, forwarded: bool, body: &[u8]) -> Result<Response, 
             distinct_egress,
             holder: holder.clone(),
         };
-        match shared.book.acquire(request, now) {
-            Ok(lease) => {
-                shared.journal.changed(now);
-                break Ok(lease);
+        match shared.book.acquire_with(request, &sticky, now) {
+            Ok(grant) => {
+                if grant.changed_book() {
+                    shared.journal.changed(now);
+                }
+                break Ok(grant);
             }
             Err(AcquireError::NoMatch(stats)) => break Err(stats),
             // A random ID collided with a lease the book still knows: draw another.
@@ -612,9 +685,25 @@ fn acquire(state: &Discovery, forwarded: bool, body: &[u8]) -> Result<Response, 
     // The answer is built without the book's lock.
     drop(shared);
     Ok(match granted {
-        Ok(lease) => {
+        Ok(grant) => {
+            let (status, lease, moved) = match grant {
+                Grant::New(lease) => (StatusCode::CREATED, lease, None),
+                Grant::Resumed(lease) => (StatusCode::OK, lease, None),
+                Grant::Moved { lease, from, why } => {
+                    let moved = Moved {
+                        from: from.to_string(),
+                        reason: why.as_str(),
+                    };
+                    (StatusCode::CREATED, lease, Some(moved))
+                }
+            };
             let credentials = state.credentials_of(&lease.proxy);
-            json_response(StatusCode::CREATED, &LeaseGranted::of(lease, credentials))
+            let answer = LeaseGranted {
+                session: sticky.session.map(|name| name.to_string()),
+                moved,
+                ..LeaseGranted::of(lease, credentials)
+            };
+            json_response(status, &answer)
         }
         Err(stats) => {
             state.refusals.note(&selector);
@@ -820,12 +909,12 @@ fn whole(number: &serde_json::Number) -> Option<u64> {
 }
 
 /// What a report body says the crawler saw: a result, or a status code the core maps.
-enum Reported {
+enum Saw {
     Result(ReportResult),
     Status(StatusMeaning),
 }
 
-impl Reported {
+impl Saw {
     fn of(request: &ReportBody) -> Result<Self, ApiError> {
         match (&request.result, &request.status) {
             (Some(result), None) => {
@@ -873,40 +962,65 @@ struct StatusReported {
     lease_again: bool,
 }
 
-/// `POST /v1/leases/{id}/report`: 204 for a `result`; 200 with what it meant for a
-/// `status`.
+/// What a report is about: a lease by ID, or a session by name.
+#[derive(Clone, Copy, Debug)]
+enum Reported<'a> {
+    Lease(&'a str),
+    Session(&'a str),
+}
+
+impl Reported<'_> {
+    /// The 404 of a report on something the book does not know.
+    fn unknown(self) -> ApiError {
+        match self {
+            Self::Lease(id) => ApiError::unknown_lease(id),
+            Self::Session(name) => ApiError::unknown_session(name),
+        }
+    }
+}
+
+/// `POST /v1/leases/{id}/report` and `POST /v1/sessions/{name}/report`: 204 for a
+/// `result`; 200 with what it meant for a `status`. A report on a session lands on its
+/// active lease (and a ban ends it: the session moves at its next request).
 fn report(
     state: &Discovery,
     forwarded: bool,
-    id: &str,
+    on: Reported<'_>,
     body: &[u8],
 ) -> Result<Response, Elsewhere> {
     let request: ReportBody = parse(body)?;
-    let reported = Reported::of(&request)?;
+    let reported = Saw::of(&request)?;
     let target = target(request.target.as_deref())?;
-    if !is_lease_id(id) {
-        return Err(ApiError::unknown_lease(id).into());
-    }
+    let session = match on {
+        Reported::Lease(id) if !is_lease_id(id) => return Err(on.unknown().into()),
+        Reported::Lease(_) => None,
+        Reported::Session(name) => Some(SessionName::parse(name).map_err(|_| on.unknown())?),
+    };
     let mut shared = state.serving(Call::Other, forwarded)?;
     let now = jiff::Timestamp::now();
-    let known = match reported.result() {
-        Some(result) => shared
-            .book
-            .report(id, result, target.as_deref(), now)
-            .is_ok(),
+    let book = &mut shared.book;
+    let known = match (on, &session, reported.result()) {
+        (Reported::Lease(id), _, Some(result)) => {
+            book.report(id, result, target.as_deref(), now).is_ok()
+        }
         // A 407 records nothing, but an unknown lease is still an error.
-        None => shared.book.knows(id, now),
+        (Reported::Lease(id), _, None) => book.knows(id, now),
+        (_, Some(name), Some(result)) => book
+            .report_session(name, result, target.as_deref(), now)
+            .is_ok(),
+        (_, Some(name), None) => book.session_lease(name, now).is_some(),
+        (Reported::Session(_), None, _) => false,
     };
     if !known {
-        return Err(ApiError::unknown_lease(id).into());
+        return Err(on.unknown().into());
     }
     if reported.result().is_some() {
         // Every report changes the book: its site statistics, maybe a cooldown.
         shared.journal.changed(now);
     }
     Ok(match reported {
-        Reported::Result(_) => no_content(),
-        Reported::Status(meaning) => json_response(
+        Saw::Result(_) => no_content(),
+        Saw::Status(meaning) => json_response(
             StatusCode::OK,
             &StatusReported {
                 result: meaning.result(),
@@ -914,6 +1028,19 @@ fn report(
             },
         ),
     })
+}
+
+/// `DELETE /v1/sessions/{name}`: ends the session (releases its lease), so its next request
+/// gets a new choice. 204 for every session name, active or not, so a retry is harmless; 404
+/// for what cannot be a session name.
+fn end_session(state: &Discovery, forwarded: bool, name: &str) -> Result<Response, Elsewhere> {
+    let session = SessionName::parse(name).map_err(|_| ApiError::unknown_session(name))?;
+    let mut shared = state.serving(Call::Other, forwarded)?;
+    let now = jiff::Timestamp::now();
+    if shared.book.end_session(&session, now) {
+        shared.journal.changed(now);
+    }
+    Ok(no_content())
 }
 
 fn no_content() -> Response {

@@ -59,7 +59,8 @@ fn run(program: &Path, args: &[&str], stdin: &str) -> Output {
 
 /// `helm template` of the chart as release `release` in `namespace`, with `values` (YAML).
 pub(crate) fn render(release: &str, namespace: &str, values: &str, extra: &[&str]) -> String {
-    let file = subdir(&format!("chart-{release}")).join("values.yaml");
+    // One file per namespace: tests that render in parallel must not read each other's.
+    let file = subdir(&format!("chart-{release}-{namespace}")).join("values.yaml");
     std::fs::write(&file, values).expect("write values");
     let chart = chart();
     let mut args = vec![
@@ -188,7 +189,10 @@ async fn the_rendered_chart_passes_a_server_side_dry_run_with_least_privilege_pe
     let token = |objects: &[Value]| {
         objects
             .iter()
-            .find(|o| o["kind"] == "Secret")
+            .find(|o| {
+                o["kind"] == "Secret"
+                    && o["metadata"]["name"] == "dry-proxy-operator-discovery-token"
+            })
             .and_then(|s| s["data"]["token"].as_str().map(str::to_owned))
             .expect("a token Secret")
     };
@@ -199,6 +203,55 @@ async fn the_rendered_chart_passes_a_server_side_dry_run_with_least_privilege_pe
         "48 random characters, base64: {}",
         token(&objects)
     );
+    // The gateway: its own Deployment (the token from the same Secret, the tenants from a
+    // generated one), Services, PodDisruptionBudget; Pods no selector of the operator's takes.
+    let named = |kind: &str, name: &str| {
+        objects
+            .iter()
+            .find(|o| o["kind"] == kind && o["metadata"]["name"] == name)
+            .unwrap_or_else(|| panic!("no {kind} {name}"))
+            .clone()
+    };
+    let gateway = named("Deployment", "dry-proxy-operator-gateway");
+    let pod = &gateway["spec"]["template"];
+    assert_eq!(
+        pod["metadata"]["labels"]["app.kubernetes.io/name"],
+        "proxy-operator-gateway"
+    );
+    let operator = named("Deployment", "dry-proxy-operator");
+    assert_ne!(
+        operator["spec"]["selector"]["matchLabels"]["app.kubernetes.io/name"],
+        pod["metadata"]["labels"]["app.kubernetes.io/name"]
+    );
+    let container = &pod["spec"]["containers"][0];
+    let args: Vec<&str> = container["args"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    assert_eq!(args[0], "gateway");
+    assert!(
+        args.contains(
+            &format!("--discovery-url=http://dry-proxy-operator-discovery.{ns}.svc:8090").as_str()
+        ),
+        "{args:?}"
+    );
+    assert_eq!(pod["spec"]["automountServiceAccountToken"], false);
+    let tenants = named("Secret", "dry-proxy-operator-gateway-tenants");
+    assert!(
+        tenants["data"]["default"]
+            .as_str()
+            .is_some_and(|t| t.len() >= 64),
+        "{tenants}"
+    );
+    for (kind, name) in [
+        ("Service", "dry-proxy-operator-gateway"),
+        ("Service", "dry-proxy-operator-gateway-metrics"),
+        ("PodDisruptionBudget", "dry-proxy-operator-gateway"),
+    ] {
+        named(kind, name);
+    }
 
     // Only a gcp provider and an existing Secret: no Pod rights, no Secret rendered, no
     // kube-system read with an installation ID.
@@ -217,7 +270,10 @@ installationId: crawl-prod
         !resources.iter().any(|r| r == "namespaces"),
         "{resources:?}"
     );
-    assert!(!objects.iter().any(|o| o["kind"] == "Secret"));
+    assert!(
+        !objects.iter().any(|o| o["kind"] == "Secret"
+            && o["metadata"]["name"] == "dry-proxy-operator-discovery-token")
+    );
     let deployment = objects
         .iter()
         .find(|o| o["kind"] == "Deployment")
@@ -769,6 +825,132 @@ async fn the_installed_chart_runs_the_operator_as_its_service_account_to_a_ready
         .assert_ready(&proxies, "from-chart", "operator log", &show)
         .await;
     installed.check_serving("from-chart", &show).await;
+}
+
+/// The gateway as the chart's Deployment runs it (its args, its environment, the tenants of
+/// the generated Secret at its mountPath, its user and group), in front of the installed
+/// operator: a client with the generated tenant's token fetches through a Ready proxy.
+#[tokio::test]
+async fn the_installed_charts_gateway_serves_a_client_through_a_ready_proxy() {
+    let installed = install("chart-gw").await;
+    let log = installed.config_dir.join("operator.log");
+    let _operator = installed.run_on_host(&log);
+    let show = || std::fs::read_to_string(&log).unwrap_or_default();
+    let proxies = installed.create_proxy("via-gateway").await;
+    installed
+        .assert_ready(&proxies, "via-gateway", "operator log", &show)
+        .await;
+
+    let client = ControlPlane::shared().client().await;
+    let name = format!("chart-{}", installed.ns);
+    let deployment = Api::<Deployment>::namespaced(client.clone(), &installed.ns)
+        .get(&format!("{name}-gateway"))
+        .await
+        .unwrap();
+    let pod = deployment.spec.unwrap().template.spec.unwrap();
+    let dir = subdir(&format!("chart-{}-gateway", installed.ns));
+    let mounts = mount_secrets(&client, &installed.ns, &pod, &dir).await;
+    let tenants = mounts
+        .iter()
+        .find(|(at, _)| at == "/etc/proxy-operator/tenants")
+        .map(|(_, dir)| dir.clone())
+        .expect("the tenants volume");
+    let token = std::fs::read_to_string(tenants.join("default")).unwrap();
+    let ports = [Port::reserve(), Port::reserve()];
+    let listen = format!("127.0.0.1:{}", ports[0].number());
+    let container = &pod.containers[0];
+    let args: Vec<String> = container
+        .args
+        .clone()
+        .unwrap_or_default()
+        .into_iter()
+        .map(|arg| match arg.split_once('=') {
+            Some(("--listen", _)) => format!("--listen={listen}"),
+            Some(("--metrics-addr", _)) => {
+                format!("--metrics-addr=127.0.0.1:{}", ports[1].number())
+            }
+            // The Service's name resolves in a cluster only: the installed operator's address.
+            Some(("--discovery-url", url)) => {
+                assert_eq!(
+                    url,
+                    format!(
+                        "http://{name}-discovery.{}.svc:{}",
+                        installed.ns,
+                        installed.discovery.rsplit(':').next().unwrap()
+                    )
+                );
+                format!("--discovery-url={}", installed.discovery)
+            }
+            Some(("--tenants-dir", _)) => format!("--tenants-dir={}", tenants.display()),
+            _ => arg,
+        })
+        .collect();
+    let env: Vec<(String, String)> = container
+        .env
+        .clone()
+        .unwrap_or_default()
+        .into_iter()
+        .map(|var| {
+            let value = match (var.value, var.value_from) {
+                (Some(value), _) => value,
+                (None, Some(from)) if from.secret_key_ref.is_some() => installed.token.clone(),
+                other => panic!("unexpected env {other:?}"),
+            };
+            (var.name, value)
+        })
+        .collect();
+    let (user, group, fs_group) = run_as(&pod);
+    let gateway_log = dir.join("gateway.log");
+    let out = std::fs::File::create(&gateway_log).unwrap();
+    let _gateway = Running(
+        Command::new("setpriv")
+            .arg(format!("--reuid={user}"))
+            .arg(format!("--regid={group}"))
+            .arg(format!("--groups={fs_group}"))
+            .arg("--")
+            .arg(proxy_tests::operator::binary())
+            .args(&args)
+            .env_clear()
+            .envs(env)
+            .stdin(Stdio::null())
+            .stdout(out.try_clone().unwrap())
+            .stderr(out)
+            .spawn()
+            .expect("start the gateway with setpriv"),
+    );
+    let show_gateway = || std::fs::read_to_string(&gateway_log).unwrap_or_default();
+    let proxy = reqwest::Proxy::all(format!("http://{listen}"))
+        .unwrap()
+        .basic_auth("user-default-geo-eu", token.trim());
+    let http = reqwest::Client::builder().proxy(proxy).build().unwrap();
+    let url = installed.origin.http_url("/client-address");
+    let mut last = String::new();
+    for _ in 0..100 {
+        match http.get(&url).send().await {
+            Ok(answer) if answer.status() == 200 => {
+                let upstream = answer.headers().get("x-proxy-upstream").cloned();
+                assert_eq!(
+                    upstream.as_ref().and_then(|v| v.to_str().ok()),
+                    Some(format!("{}/via-gateway", installed.ns).as_str())
+                );
+                return;
+            }
+            Ok(answer) => {
+                last = format!(
+                    "{} {}",
+                    answer.status(),
+                    answer.text().await.unwrap_or_default()
+                )
+            }
+            Err(error) => last = error.to_string(),
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!(
+        "no page through the chart's gateway: {last}\ngateway log:\n{}\noperator log:\n{}",
+        show_gateway(),
+        show()
+    );
 }
 
 #[test]

@@ -681,6 +681,8 @@ async fn the_deploy_manifests_are_accepted_by_the_api_server() {
     for kind in [
         "clusterrole.rbac.authorization.k8s.io/proxy-operator",
         "deployment.apps/proxy-operator",
+        "deployment.apps/proxy-operator-gateway",
+        "service/proxy-operator-gateway",
         "configmap/proxy-operator-providers",
         "flowschema.flowcontrol.apiserver.k8s.io/proxy-operator-leadership",
     ] {

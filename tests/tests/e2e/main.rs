@@ -12,6 +12,7 @@ mod egress;
 mod events;
 mod freed;
 mod gate;
+mod gateway;
 mod gc;
 mod gcp;
 mod gcp_faults;

@@ -1147,8 +1147,87 @@ async fn openapi_matches_the_server() {
     let big = "x".repeat(BODY_LIMIT + 1);
     // (documented path, method, path, body, token)
     type Request<'a> = (&'a str, &'a str, String, Option<String>, Option<&'a str>);
+    let session = || Some(r#"{"session": "acme:s1", "target": "shop.example"}"#.to_owned());
     let requests: Vec<Request<'_>> = vec![
         ("/healthz", "GET", "/healthz".into(), None, None),
+        // A session: granted, then resumed, reported on and ended (which frees its place).
+        (
+            "/v1/leases",
+            "POST",
+            "/v1/leases".into(),
+            session(),
+            Some(TOKEN),
+        ),
+        (
+            "/v1/leases",
+            "POST",
+            "/v1/leases".into(),
+            session(),
+            Some(TOKEN),
+        ),
+        (
+            "/v1/sessions/{name}/report",
+            "POST",
+            "/v1/sessions/acme:s1/report".into(),
+            Some(r#"{"result": "ok"}"#.into()),
+            Some(TOKEN),
+        ),
+        (
+            "/v1/sessions/{name}/report",
+            "POST",
+            "/v1/sessions/acme:s1/report".into(),
+            Some(r#"{"status": 404}"#.into()),
+            Some(TOKEN),
+        ),
+        (
+            "/v1/sessions/{name}/report",
+            "POST",
+            "/v1/sessions/acme:s1/report".into(),
+            Some(r#"{"result": "?"}"#.into()),
+            Some(TOKEN),
+        ),
+        (
+            "/v1/sessions/{name}/report",
+            "POST",
+            "/v1/sessions/acme:none/report".into(),
+            Some(r#"{"result": "ok"}"#.into()),
+            Some(TOKEN),
+        ),
+        (
+            "/v1/sessions/{name}/report",
+            "POST",
+            "/v1/sessions/acme:s1/report".into(),
+            Some("{}".into()),
+            None,
+        ),
+        (
+            "/v1/sessions/{name}/report",
+            "POST",
+            "/v1/sessions/acme:s1/report".into(),
+            Some(big.clone()),
+            Some(TOKEN),
+        ),
+        (
+            "/v1/sessions/{name}",
+            "DELETE",
+            "/v1/sessions/acme:s1".into(),
+            None,
+            Some(TOKEN),
+        ),
+        (
+            "/v1/sessions/{name}",
+            "DELETE",
+            "/v1/sessions/a%20b".into(),
+            None,
+            Some(TOKEN),
+        ),
+        (
+            "/v1/sessions/{name}",
+            "DELETE",
+            "/v1/sessions/x".into(),
+            None,
+            None,
+        ),
         (
             "/v1/proxies",
             "GET",
@@ -1375,6 +1454,13 @@ async fn openapi_matches_the_server() {
             &format!("/v1/leases/{UNGRANTED}/report"),
             r#"{"result": "ok"}"#,
         ),
+        ("/v1/sessions/{name}", "DELETE", "/v1/sessions/acme:s1", ""),
+        (
+            "/v1/sessions/{name}/report",
+            "POST",
+            "/v1/sessions/acme:s1/report",
+            r#"{"result": "ok"}"#,
+        ),
     ] {
         let answer = call(&follower, method, path, Some(body.as_bytes()), Some(TOKEN)).await;
         let key = (
@@ -1508,4 +1594,81 @@ async fn a_header_that_is_not_text_is_a_bad_request() {
         assert_eq!(body["error"], "invalid_request", "{body}");
         assert!(body["message"].as_str().unwrap().contains(header), "{body}");
     }
+}
+
+/// A session through the API: granted (201), resumed (200, same lease), reported on by name
+/// (a ban ends it, so the next request moves, 201 with `moved`), avoided proxies, and the
+/// codes of bad session requests.
+#[tokio::test]
+async fn a_session_is_resumed_until_a_ban_and_then_moves() {
+    let state = state();
+    let body = r#"{"selector": {"geo": "eu"}, "target": "shop.example", "session": "acme:s1"}"#;
+    let first = authed(&state, "POST", "/v1/leases", Some(body)).await;
+    assert_eq!(first.status, StatusCode::CREATED, "{}", first.body);
+    assert_eq!(first.body["session"], "acme:s1");
+    assert_eq!(first.body["proxy"]["name"], "b", "the lowest latency");
+    let again = authed(&state, "POST", "/v1/leases", Some(body)).await;
+    assert_eq!(again.status, StatusCode::OK, "{}", again.body);
+    assert_eq!(again.body["leaseID"], first.body["leaseID"]);
+    assert!(again.body.get("moved").is_none());
+
+    let report = authed(
+        &state,
+        "POST",
+        "/v1/sessions/acme:s1/report",
+        Some(r#"{"status": 429}"#),
+    )
+    .await;
+    assert_eq!(report.status, StatusCode::OK, "{}", report.body);
+    assert_eq!(
+        report.body,
+        json!({"result": "rate_limited", "leaseAgain": true})
+    );
+    let gone = authed(
+        &state,
+        "POST",
+        "/v1/sessions/acme:s1/report",
+        Some(r#"{"result": "blocked"}"#),
+    )
+    .await;
+    assert_error(&gone, StatusCode::NOT_FOUND, "unknown_session");
+    let moved = authed(&state, "POST", "/v1/leases", Some(body)).await;
+    assert_eq!(moved.status, StatusCode::CREATED, "{}", moved.body);
+    assert_eq!(moved.body["proxy"]["name"], "a");
+
+    // The session now on a: avoiding a moves it, and nothing else is left in eu.
+    let avoid = r#"{"selector": {"geo": "eu"}, "target": "shop.example", "session": "acme:s1", "avoid": ["crawl/a"]}"#;
+    let refused = authed(&state, "POST", "/v1/leases", Some(avoid)).await;
+    assert_eq!(
+        refused.status,
+        StatusCode::CONFLICT,
+        "b cools down for the site: {}",
+        refused.body
+    );
+    assert_eq!(refused.body["inCooldown"], 1);
+    let other_site = r#"{"selector": {"geo": "eu"}, "target": "news.example", "session": "acme:s1", "avoid": ["crawl/a"]}"#;
+    let moved = authed(&state, "POST", "/v1/leases", Some(other_site)).await;
+    assert_eq!(moved.status, StatusCode::CREATED, "{}", moved.body);
+    assert_eq!(moved.body["proxy"]["name"], "b");
+    assert!(
+        moved.body.get("moved").is_none(),
+        "the avoid above ended the session"
+    );
+    let ended = authed(&state, "DELETE", "/v1/sessions/acme:s1", None).await;
+    assert_eq!(ended.status, StatusCode::NO_CONTENT);
+
+    for (body, code) in [
+        (r#"{"session": "a b"}"#, "invalid_session"),
+        (r#"{"session": ""}"#, "invalid_session"),
+        (r#"{"avoid": ["nope"]}"#, "invalid_request"),
+        (
+            r#"{"avoid": ["a/1","a/2","a/3","a/4","a/5","a/6","a/7","a/8","a/9"]}"#,
+            "invalid_request",
+        ),
+    ] {
+        let answer = authed(&state, "POST", "/v1/leases", Some(body)).await;
+        assert_error(&answer, StatusCode::BAD_REQUEST, code);
+    }
+    let bad = authed(&state, "DELETE", "/v1/sessions/a%20b", None).await;
+    assert_error(&bad, StatusCode::NOT_FOUND, "unknown_session");
 }

@@ -1,0 +1,82 @@
+//! One retry on another upstream when the first fails before any byte went to the client.
+//!
+//! A connection that could not be opened, a CONNECT or a request the upstream refused with
+//! 407 (its credentials were replaced since the lease was granted), or an upstream that
+//! closed before answering: nothing has reached the client yet, so the gateway asks the
+//! book again, avoiding the upstream that failed, and tries once more. A second failure is
+//! the client's 502. Once a byte went to the client, nothing is retried: the shell never asks.
+
+use super::Refusal;
+use crate::key::ProxyKey;
+
+/// How an upstream failed before any byte went to the client.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum UpstreamFailure {
+    /// The TCP connection was refused, reset or unreachable.
+    Connect,
+    /// No connection or no answer within the gateway's timeout.
+    Timeout,
+    /// The upstream answered 407: it refused the lease's credentials.
+    Credentials,
+    /// The upstream closed the connection before a whole answer.
+    Closed,
+}
+
+impl UpstreamFailure {
+    /// The failure as a word, for logs and metrics.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Connect => "connect",
+            Self::Timeout => "timeout",
+            Self::Credentials => "credentials",
+            Self::Closed => "closed",
+        }
+    }
+}
+
+/// The upstreams one request tried.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Attempts {
+    failed: Vec<ProxyKey>,
+}
+
+impl Attempts {
+    /// How many upstreams one request tries: the first, and one retry.
+    pub const MOST: usize = 2;
+
+    /// The upstreams that failed, which the next lease request avoids.
+    pub fn avoid(&self) -> &[ProxyKey] {
+        &self.failed
+    }
+
+    /// `proxy` failed with `failure`: `Ok(())` to try another upstream, or the refusal the
+    /// client gets once [`MOST`](Self::MOST) have failed.
+    pub fn failed(&mut self, proxy: ProxyKey, failure: UpstreamFailure) -> Result<(), Refusal> {
+        self.failed.push(proxy);
+        if self.failed.len() < Self::MOST {
+            Ok(())
+        } else {
+            Err(Refusal::UpstreamFailed(failure))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_retry_avoiding_the_failed_upstream_then_a_502() {
+        let mut attempts = Attempts::default();
+        assert!(attempts.avoid().is_empty());
+        let a = ProxyKey::new("crawl", "a");
+        assert_eq!(attempts.failed(a.clone(), UpstreamFailure::Connect), Ok(()));
+        assert_eq!(attempts.avoid(), [a]);
+        let refused = attempts
+            .failed(ProxyKey::new("crawl", "b"), UpstreamFailure::Timeout)
+            .unwrap_err();
+        assert_eq!(refused, Refusal::UpstreamFailed(UpstreamFailure::Timeout));
+        assert_eq!(refused.status(), 502);
+        assert_eq!(attempts.avoid().len(), 2);
+    }
+}

@@ -1,0 +1,71 @@
+//! What a plain-HTTP answer means to the gateway: whether it reports it to the lease book
+//! (by the API's one mapping, [`meaning_of`]), and whether the client's connection keeps
+//! its upstream.
+//!
+//! Only the answers that change what the book decides are reported: a `rate_limited` or
+//! `blocked` (the proxy cools down for the site, and a session's lease ends, so it moves), an
+//! `error` (site statistics). An `ok` is not: a report per request would double the
+//! gateway's work for a count in the statistics. Inside a CONNECT tunnel the gateway sees no
+//! status; the client reports by session (`docs/gateway.md`).
+
+use crate::lease::{ReportResult, StatusMeaning, meaning_of};
+
+/// What to do after an upstream's answer to a plain-HTTP request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Feedback {
+    /// The report to send, awaited before the answer goes to the client, so that the
+    /// client's next request already sees its effect.
+    pub report: Option<ReportResult>,
+    /// Whether the connection's next request asks the book again: after a ban, so that a
+    /// session moves within the connection too.
+    pub lease_again: bool,
+    /// The upstream refused the lease's credentials (407): not the client's answer; the
+    /// gateway retries on another upstream ([`super::UpstreamFailure::Credentials`]).
+    pub refused_credentials: bool,
+}
+
+/// The feedback of an answer with `status`.
+pub fn after_answer(status: u16) -> Feedback {
+    match meaning_of(status) {
+        Ok(StatusMeaning::WrongCredentials) => Feedback {
+            report: None,
+            lease_again: true,
+            refused_credentials: true,
+        },
+        Ok(StatusMeaning::Report(ReportResult::Ok)) | Err(_) => Feedback {
+            report: None,
+            lease_again: false,
+            refused_credentials: false,
+        },
+        Ok(meaning @ StatusMeaning::Report(result)) => Feedback {
+            report: Some(result),
+            lease_again: meaning.lease_again(),
+            refused_credentials: false,
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bans_are_reported_and_lease_again_errors_are_reported_oks_are_not() {
+        let feedback = |status| {
+            let f = after_answer(status);
+            (f.report, f.lease_again, f.refused_credentials)
+        };
+        assert_eq!(
+            feedback(429),
+            (Some(ReportResult::RateLimited), true, false)
+        );
+        assert_eq!(feedback(403), (Some(ReportResult::Blocked), true, false));
+        assert_eq!(feedback(401), (Some(ReportResult::Blocked), true, false));
+        assert_eq!(feedback(503), (Some(ReportResult::Error), false, false));
+        assert_eq!(feedback(407), (None, true, true));
+        for ok in [200, 204, 301, 404, 410] {
+            assert_eq!(feedback(ok), (None, false, false), "{ok}");
+        }
+        assert_eq!(feedback(99), (None, false, false));
+    }
+}

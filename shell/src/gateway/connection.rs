@@ -1,0 +1,479 @@
+//! One client connection: each request is a CONNECT (a tunnel), a plain-HTTP request in
+//! absolute form (forwarded), or a request to the gateway itself (`POST /v1/report`).
+//!
+//! Every decision is the core's (`proxy_core::gateway`): the credentials and the username's
+//! options, the site, the lease request, the retry on another upstream, what an answer
+//! reports, every refusal. This module carries them out.
+//!
+//! A plain-HTTP connection keeps its upstream (one upstream connection, kept alive) for its
+//! next requests, until a ban answer (429, 401, 403) or a new username makes it ask the book
+//! again; its lease, unless it is a session's, is released when the connection closes. A
+//! tunnel holds its lease until it closes.
+
+use std::convert::Infallible;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Either, Full};
+use hyper::body::Incoming;
+use hyper::client::conn::http1 as client;
+use hyper::header::{self, HeaderMap, HeaderName, HeaderValue};
+use hyper::{Method, Request, Response, StatusCode};
+use hyper_util::rt::TokioIo;
+use proxy_core::gateway::feedback::after_answer;
+use proxy_core::gateway::target::Target;
+use proxy_core::gateway::{Attempts, Options, Refusal, UpstreamFailure, credentials, username};
+
+use super::Gateway;
+use super::book::Leased;
+use super::counted::Counted;
+use super::tunnel;
+use super::upstream::{self, TunnelError};
+
+/// The body of every answer: an upstream's, counted as it streams, or one the gateway wrote.
+pub type Body = Either<Counted<Incoming>, Full<Bytes>>;
+
+/// The headers that tell a client which upstream served it.
+const UPSTREAM: HeaderName = HeaderName::from_static("x-proxy-upstream");
+const LEASE: HeaderName = HeaderName::from_static("x-proxy-lease");
+const SESSION: HeaderName = HeaderName::from_static("x-proxy-session");
+const ERROR: HeaderName = HeaderName::from_static("x-proxy-error");
+
+/// The upstream of a plain-HTTP connection.
+struct Forwarding {
+    leased: Leased,
+    /// The username it was leased for: a request with another one asks the book again.
+    username: String,
+    sender: client::SendRequest<Counted<Incoming>>,
+}
+
+/// One client connection's state.
+pub struct Connection {
+    gateway: Arc<Gateway>,
+    upstream: tokio::sync::Mutex<Option<Forwarding>>,
+}
+
+impl std::fmt::Debug for Connection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Connection").finish_non_exhaustive()
+    }
+}
+
+impl Drop for Connection {
+    fn drop(&mut self) {
+        if let Some(forwarding) = self.upstream.get_mut().take() {
+            self.gateway.book.release_later(&forwarding.leased);
+        }
+    }
+}
+
+impl Connection {
+    /// A new client connection of `gateway`.
+    pub fn new(gateway: Arc<Gateway>) -> Self {
+        Self {
+            gateway,
+            upstream: tokio::sync::Mutex::new(None),
+        }
+    }
+
+    /// The answer to `request`. A panic is a 500 (`X-Proxy-Error: internal`), counted, and
+    /// the gateway goes on serving (the panic boundary).
+    pub async fn serve(
+        self: Arc<Self>,
+        request: Request<Incoming>,
+    ) -> Result<Response<Body>, Infallible> {
+        let metrics = self.gateway.metrics.clone();
+        let what = format!("{} {}", request.method(), request.uri());
+        let answer = crate::supervise::catch(
+            "gateway",
+            &what,
+            || metrics.panicked(),
+            self.answer(request),
+        )
+        .await;
+        Ok(answer.unwrap_or_else(|_| {
+            plain(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "internal",
+                "the gateway failed on this request (a bug); it goes on serving\n",
+            )
+        }))
+    }
+
+    async fn answer(&self, request: Request<Incoming>) -> Response<Body> {
+        let outcome = if request.method() == Method::CONNECT {
+            self.connect(request).await
+        } else if request.uri().scheme().is_some() {
+            self.forward(request).await
+        } else {
+            self.own(request).await
+        };
+        outcome.unwrap_or_else(|refusal| {
+            self.gateway.metrics.refused(&refusal);
+            refused(&refusal)
+        })
+    }
+
+    /// The options of the credentials in `headers[name]`, with the username as it was sent,
+    /// once the tenant's token is checked.
+    fn authenticate(
+        &self,
+        headers: &HeaderMap,
+        name: HeaderName,
+    ) -> Result<(Options, String), Refusal> {
+        let presented = credentials::basic(headers.get(name).map(HeaderValue::as_bytes))
+            .map_err(Refusal::Credentials)?;
+        let options = username::parse(&presented.username, &self.gateway.grammar)
+            .map_err(|e| Refusal::Credentials(e.0))?;
+        if !self
+            .gateway
+            .tenants
+            .accepts(&options.tenant, &presented.password)
+        {
+            return Err(Refusal::Credentials(format!(
+                "unknown tenant {:?}, or not its token",
+                options.tenant
+            )));
+        }
+        Ok((options, presented.username))
+    }
+
+    /// `CONNECT host:port`: a lease for the site, a tunnel through its proxy (one retry on
+    /// another if it fails), `200` to the client, then the bytes both ways until either side
+    /// closes or the tunnel idles.
+    async fn connect(&self, mut request: Request<Incoming>) -> Result<Response<Body>, Refusal> {
+        let authority = request
+            .uri()
+            .authority()
+            .map(|a| a.as_str())
+            .unwrap_or_default();
+        let target = Target::connect(authority).map_err(Refusal::BadRequest)?;
+        let (options, _) = self.authenticate(request.headers(), header::PROXY_AUTHORIZATION)?;
+        let gateway = &self.gateway;
+        let mut attempts = Attempts::default();
+        let (leased, stream, rest) = loop {
+            let ask = options.ask(&target.host, attempts.avoid());
+            let leased = gateway.book.lease(&ask, &gateway.metrics).await?;
+            match upstream::tunnel(&leased, &target, gateway.settings.connect_timeout).await {
+                Ok((stream, rest)) => break (leased, stream, rest),
+                Err(TunnelError::Failed(failure)) => {
+                    gateway.book.release_later(&leased);
+                    tracing::debug!(proxy = %leased.proxy, failure = failure.as_str(), "upstream failed before the tunnel opened");
+                    attempts.failed(leased.proxy.clone(), failure)?;
+                    gateway.metrics.retried();
+                }
+                Err(TunnelError::Refused(status)) => {
+                    gateway.book.release_later(&leased);
+                    return Err(Refusal::TunnelRefused(status));
+                }
+            }
+        };
+        gateway.metrics.connection("connect");
+        gateway.metrics.request("connect");
+        let upgrade = hyper::upgrade::on(&mut request);
+        let mut response = Response::new(Either::Right(Full::new(Bytes::new())));
+        served_by(response.headers_mut(), &leased);
+        let carrier = gateway.clone();
+        gateway.spawn_tunnel(async move {
+            let gateway = carrier;
+            match upgrade.await {
+                Ok(upgraded) => tunnel::carry(upgraded, stream, rest, &gateway).await,
+                Err(error) => tracing::debug!(%error, "the client left before its tunnel opened"),
+            }
+            gateway.book.release_later(&leased);
+        });
+        Ok(response)
+    }
+
+    /// A plain-HTTP request: forwarded on the connection's upstream (opened, with one retry,
+    /// when it has none), its answer reported when it says a ban, relayed as it streams.
+    async fn forward(&self, request: Request<Incoming>) -> Result<Response<Body>, Refusal> {
+        let uri = request.uri();
+        let target = Target::absolute(uri.scheme_str(), uri.authority().map(|a| a.as_str()))
+            .map_err(Refusal::BadRequest)?;
+        let (options, username) =
+            self.authenticate(request.headers(), header::PROXY_AUTHORIZATION)?;
+        let gateway = &self.gateway;
+        let mut slot = self.upstream.lock().await;
+        let mut attempts = Attempts::default();
+        loop {
+            // A new lease that could not be connected to.
+            let mut unopened = None;
+            let failure = match slot.as_mut() {
+                Some(forwarding) if forwarding.username == username => {
+                    // The upstream may have closed the kept-alive connection (its idle
+                    // timeout): open it again, to the same lease.
+                    if forwarding.sender.ready().await.is_ok() {
+                        break;
+                    }
+                    match self.sender(&forwarding.leased).await {
+                        Ok(sender) => {
+                            forwarding.sender = sender;
+                            break;
+                        }
+                        Err(failure) => failure,
+                    }
+                }
+                _ => {
+                    if let Some(old) = slot.take() {
+                        gateway.book.release_later(&old.leased);
+                    }
+                    let ask = options.ask(&target.host, attempts.avoid());
+                    let leased = gateway.book.lease(&ask, &gateway.metrics).await?;
+                    match self.sender(&leased).await {
+                        Ok(sender) => {
+                            gateway.metrics.connection("http");
+                            *slot = Some(Forwarding {
+                                leased,
+                                username: username.clone(),
+                                sender,
+                            });
+                            break;
+                        }
+                        Err(failure) => {
+                            unopened = Some(leased);
+                            failure
+                        }
+                    }
+                }
+            };
+            // Only reached on a failure, before anything went to the client.
+            if let Some(failed) = slot.take().map(|old| old.leased).or(unopened) {
+                gateway.book.release_later(&failed);
+                tracing::debug!(proxy = %failed.proxy, failure = failure.as_str(), "upstream failed before the request was sent");
+                attempts.failed(failed.proxy.clone(), failure)?;
+                gateway.metrics.retried();
+            }
+        }
+        let Some(forwarding) = slot.as_mut() else {
+            return Err(Refusal::UpstreamFailed(UpstreamFailure::Closed));
+        };
+        let (mut parts, body) = request.into_parts();
+        strip_hop_by_hop(&mut parts.headers);
+        if let Some(authorization) = &forwarding.leased.authorization
+            && let Ok(value) = HeaderValue::from_str(authorization)
+        {
+            parts.headers.insert(header::PROXY_AUTHORIZATION, value);
+        }
+        let body = Counted::new(body, gateway.metrics.bytes("upstream"));
+        let sent = tokio::time::timeout(
+            gateway.settings.request_timeout,
+            forwarding
+                .sender
+                .send_request(Request::from_parts(parts, body)),
+        )
+        .await;
+        let answer = match sent {
+            Ok(Ok(answer)) => answer,
+            failed => {
+                if let Some(old) = slot.take() {
+                    gateway.book.release_later(&old.leased);
+                }
+                return Err(match failed {
+                    Err(_elapsed) => Refusal::UpstreamTimeout,
+                    Ok(_) => Refusal::UpstreamFailed(UpstreamFailure::Closed),
+                });
+            }
+        };
+        let leased = forwarding.leased.clone();
+        let feedback = after_answer(answer.status().as_u16());
+        if feedback.refused_credentials {
+            // The request's body is gone: no retry; the next request leases again.
+            if let Some(old) = slot.take() {
+                gateway.book.release_later(&old.leased);
+            }
+            return Err(Refusal::UpstreamFailed(UpstreamFailure::Credentials));
+        }
+        if let Some(result) = feedback.report {
+            gateway.book.report(&leased, result, &target.host).await;
+            gateway.metrics.reported(match result {
+                proxy_core::lease::ReportResult::RateLimited => "rate_limited",
+                proxy_core::lease::ReportResult::Blocked => "blocked",
+                _ => "error",
+            });
+        }
+        if feedback.lease_again
+            && let Some(old) = slot.take()
+        {
+            gateway.book.release_later(&old.leased);
+        }
+        drop(slot);
+        gateway.metrics.request("http");
+        let (mut parts, body) = answer.into_parts();
+        strip_hop_by_hop(&mut parts.headers);
+        served_by(&mut parts.headers, &leased);
+        let body = Counted::new(body, gateway.metrics.bytes("downstream"));
+        Ok(Response::from_parts(parts, Either::Left(body)))
+    }
+
+    /// A connection to `leased`'s proxy, ready for requests.
+    async fn sender(
+        &self,
+        leased: &Leased,
+    ) -> Result<client::SendRequest<Counted<Incoming>>, UpstreamFailure> {
+        let stream = upstream::dial(leased, self.gateway.settings.connect_timeout).await?;
+        let (sender, connection) = client::handshake(TokioIo::new(stream))
+            .await
+            .map_err(|_| UpstreamFailure::Closed)?;
+        tokio::spawn(async move {
+            if let Err(error) = connection.await {
+                tracing::debug!(%error, "an upstream connection ended with an error");
+            }
+        });
+        Ok(sender)
+    }
+
+    /// A request to the gateway itself: `POST /v1/report` relays a report on the session of
+    /// the credentials (`Authorization` or `Proxy-Authorization`, the same username and
+    /// token as for the proxy) to the lease book. Everything else is a 400.
+    async fn own(&self, request: Request<Incoming>) -> Result<Response<Body>, Refusal> {
+        if request.method() != Method::POST || request.uri().path() != "/v1/report" {
+            return Err(Refusal::BadRequest(
+                "this is a forward proxy: send http:// URIs or CONNECT; its own endpoint is POST /v1/report".into(),
+            ));
+        }
+        let name = if request.headers().contains_key(header::AUTHORIZATION) {
+            header::AUTHORIZATION
+        } else {
+            header::PROXY_AUTHORIZATION
+        };
+        let (options, _) = self.authenticate(request.headers(), name)?;
+        let Some(session) = options.session_name() else {
+            return Err(Refusal::BadRequest(
+                "a report names the session in the username (user-<tenant>-session-<id>)".into(),
+            ));
+        };
+        let body = http_body_util::Limited::new(request.into_body(), 64 * 1024)
+            .collect()
+            .await
+            .map_err(|_| Refusal::BadRequest("the body is unreadable or over 64 KiB".into()))?
+            .to_bytes();
+        let (status, body) = self
+            .gateway
+            .book
+            .report_session(session.as_str(), body)
+            .await?;
+        let mut response = Response::new(Either::Right(Full::new(body)));
+        *response.status_mut() = StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_GATEWAY);
+        response.headers_mut().insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        );
+        Ok(response)
+    }
+}
+
+/// The headers that concern one connection only (RFC 9110 §7.6.1), and the credentials of
+/// the client (never sent on: the upstream gets the lease's): removed before a request goes
+/// upstream and before an answer goes back.
+fn strip_hop_by_hop(headers: &mut HeaderMap) {
+    let named: Vec<HeaderName> = headers
+        .get_all(header::CONNECTION)
+        .iter()
+        .filter_map(|value| value.to_str().ok())
+        .flat_map(|value| value.split(','))
+        .filter_map(|name| HeaderName::from_bytes(name.trim().as_bytes()).ok())
+        .collect();
+    for name in named {
+        headers.remove(name);
+    }
+    for name in [
+        header::CONNECTION,
+        HeaderName::from_static("proxy-connection"),
+        HeaderName::from_static("keep-alive"),
+        header::PROXY_AUTHORIZATION,
+        header::PROXY_AUTHENTICATE,
+        header::TE,
+        header::TRAILER,
+        header::TRANSFER_ENCODING,
+        header::UPGRADE,
+    ] {
+        headers.remove(name);
+    }
+}
+
+/// Says which upstream served: `X-Proxy-Upstream` (namespace/name), `X-Proxy-Lease`, and
+/// `X-Proxy-Session` (`<tenant>:<id>`, the name the report endpoints take) for a session.
+fn served_by(headers: &mut HeaderMap, leased: &Leased) {
+    let mut put = |name: HeaderName, value: &str| {
+        if let Ok(value) = HeaderValue::from_str(value) {
+            headers.insert(name, value);
+        }
+    };
+    put(UPSTREAM, &leased.proxy.to_string());
+    put(LEASE, &leased.id);
+    if let Some(session) = &leased.session {
+        put(SESSION, session);
+    }
+}
+
+/// An answer the gateway writes itself: `status`, `X-Proxy-Error: code`, `text`.
+fn plain(status: StatusCode, code: &'static str, text: &str) -> Response<Body> {
+    let mut response = Response::new(Either::Right(Full::new(Bytes::from(text.to_owned()))));
+    *response.status_mut() = status;
+    let headers = response.headers_mut();
+    headers.insert(ERROR, HeaderValue::from_static(code));
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    response
+}
+
+/// The answer to `refusal`: its status and code, `Retry-After` on a 503, and the
+/// `Proxy-Authenticate` challenge on a 407 (clients send credentials only when challenged).
+fn refused(refusal: &Refusal) -> Response<Body> {
+    let status = StatusCode::from_u16(refusal.status()).unwrap_or(StatusCode::BAD_GATEWAY);
+    let mut response = plain(status, refusal.code(), &format!("{}\n", refusal.message()));
+    let headers = response.headers_mut();
+    if let Some(seconds) = refusal.retry_after() {
+        headers.insert(header::RETRY_AFTER, HeaderValue::from(seconds));
+    }
+    if status == StatusCode::PROXY_AUTHENTICATION_REQUIRED {
+        headers.insert(
+            header::PROXY_AUTHENTICATE,
+            HeaderValue::from_static("Basic realm=\"proxy-operator\""),
+        );
+    }
+    response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hop_by_hop_headers_and_the_clients_credentials_never_travel_on() {
+        let mut headers = HeaderMap::new();
+        for (name, value) in [
+            ("connection", "keep-alive, x-private"),
+            ("x-private", "1"),
+            ("proxy-authorization", "Basic dXNlcjpwYXNz"),
+            ("proxy-connection", "keep-alive"),
+            ("keep-alive", "timeout=5"),
+            ("accept", "*/*"),
+        ] {
+            headers.insert(
+                HeaderName::from_static(name),
+                HeaderValue::from_static(value),
+            );
+        }
+        strip_hop_by_hop(&mut headers);
+        let left: Vec<&str> = headers.keys().map(HeaderName::as_str).collect();
+        assert_eq!(left, ["accept"]);
+    }
+
+    #[test]
+    fn refusals_carry_their_code_challenge_and_wait() {
+        let answer = refused(&Refusal::Credentials("no".into()));
+        assert_eq!(answer.status(), 407);
+        assert_eq!(answer.headers()[ERROR], "bad_credentials");
+        assert_eq!(
+            answer.headers()[header::PROXY_AUTHENTICATE],
+            "Basic realm=\"proxy-operator\""
+        );
+        let answer = refused(&Refusal::BookUnavailable);
+        assert_eq!(answer.status(), 503);
+        assert_eq!(answer.headers()[header::RETRY_AFTER], "1");
+    }
+}

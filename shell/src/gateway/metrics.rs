@@ -1,0 +1,255 @@
+//! The gateway's metrics, on its admin port (`--metrics-addr`, `GET /metrics`): its own
+//! registry, since a gateway replica runs no controller, prober or lease book. Names carry
+//! `proxy_operator_gateway_`, except the panics, which share the operator's
+//! `proxy_operator_panics_total{loop}` so that one alert covers both.
+//!
+//! Hot-path counters are plain atomics behind prometheus-client's `Counter` (one
+//! `fetch_add` each); label sets are fixed and created up front, never per request.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+use proxy_core::gateway::Refusal;
+
+/// What kind of client connection or request: `connect` (a tunnel) or `http` (plain HTTP
+/// forwarded).
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct KindLabels {
+    /// `connect` or `http`.
+    pub kind: &'static str,
+}
+
+/// Which way bytes went.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct DirectionLabels {
+    /// `upstream` (client to upstream proxy) or `downstream` (back to the client).
+    pub direction: &'static str,
+}
+
+/// How a session's lease request was answered.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct GrantLabels {
+    /// `new`, `resumed` or `moved`.
+    pub grant: &'static str,
+}
+
+/// The class of a refusal: its `X-Proxy-Error` code.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ClassLabels {
+    /// [`Refusal::code`].
+    pub class: &'static str,
+}
+
+/// A report sent to the lease book.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ResultLabels {
+    /// `rate_limited`, `blocked` or `error`.
+    pub result: &'static str,
+}
+
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PanicLabels {
+    r#loop: &'static str,
+}
+
+/// Every metric of one gateway process.
+#[derive(Debug)]
+pub struct GatewayMetrics {
+    registry: Registry,
+    connections: Family<KindLabels, Counter>,
+    open: Gauge,
+    requests: Family<KindLabels, Counter>,
+    bytes: Family<DirectionLabels, Counter<u64, AtomicU64>>,
+    sessions: Family<GrantLabels, Counter>,
+    errors: Family<ClassLabels, Counter>,
+    retries: Counter,
+    reports: Family<ResultLabels, Counter>,
+    lease_seconds: Histogram,
+    panics: Family<PanicLabels, Counter>,
+}
+
+impl Default for GatewayMetrics {
+    fn default() -> Self {
+        let mut root = Registry::default();
+        let registry = root.sub_registry_with_prefix("proxy_operator");
+        let connections = Family::<KindLabels, Counter>::default();
+        registry.register(
+            "gateway_connections",
+            "Client requests that opened an upstream: CONNECT tunnels, and plain-HTTP connections",
+            connections.clone(),
+        );
+        let open = Gauge::default();
+        registry.register(
+            "gateway_open_connections",
+            "Client connections open now (tunnels included)",
+            open.clone(),
+        );
+        let requests = Family::<KindLabels, Counter>::default();
+        registry.register(
+            "gateway_requests",
+            "Requests answered by an upstream: tunnels established, plain-HTTP requests forwarded",
+            requests.clone(),
+        );
+        let bytes = Family::<DirectionLabels, Counter<u64, AtomicU64>>::default();
+        registry.register(
+            "gateway_bytes",
+            "Bytes carried between clients and upstream proxies, by direction",
+            bytes.clone(),
+        );
+        let sessions = Family::<GrantLabels, Counter>::default();
+        registry.register(
+            "gateway_sessions",
+            "Lease requests of sessions, by how the book answered: new, resumed (the same upstream), moved (a ban, a failed upstream, a proxy gone)",
+            sessions.clone(),
+        );
+        let errors = Family::<ClassLabels, Counter>::default();
+        registry.register(
+            "gateway_errors",
+            "Answers the gateway gave itself, by class (their X-Proxy-Error code)",
+            errors.clone(),
+        );
+        let retries = Counter::default();
+        registry.register(
+            "gateway_upstream_retries",
+            "Requests retried on another upstream after the first failed before any byte reached the client",
+            retries.clone(),
+        );
+        let reports = Family::<ResultLabels, Counter>::default();
+        registry.register(
+            "gateway_reports",
+            "Plain-HTTP answers reported to the lease book, by result",
+            reports.clone(),
+        );
+        let lease_seconds = Histogram::new(exponential_buckets(0.0005, 2.0, 14));
+        registry.register(
+            "gateway_lease_seconds",
+            "Time to get a lease from the lease book (the discovery API), per client connection",
+            lease_seconds.clone(),
+        );
+        let panics = Family::<PanicLabels, Counter>::default();
+        registry.register(
+            "panics",
+            "Panics caught at the panic boundary, by what panicked (in the gateway: one client connection)",
+            panics.clone(),
+        );
+        for kind in ["connect", "http"] {
+            drop(connections.get_or_create(&KindLabels { kind }));
+            drop(requests.get_or_create(&KindLabels { kind }));
+        }
+        for direction in ["upstream", "downstream"] {
+            drop(bytes.get_or_create(&DirectionLabels { direction }));
+        }
+        for grant in ["new", "resumed", "moved"] {
+            drop(sessions.get_or_create(&GrantLabels { grant }));
+        }
+        for class in Refusal::CODES {
+            drop(errors.get_or_create(&ClassLabels { class }));
+        }
+        for result in ["rate_limited", "blocked", "error"] {
+            drop(reports.get_or_create(&ResultLabels { result }));
+        }
+        drop(panics.get_or_create(&PanicLabels { r#loop: "gateway" }));
+        Self {
+            registry: root,
+            connections,
+            open,
+            requests,
+            bytes,
+            sessions,
+            errors,
+            retries,
+            reports,
+            lease_seconds,
+            panics,
+        }
+    }
+}
+
+impl GatewayMetrics {
+    /// A request of `kind` got an upstream.
+    pub fn connection(&self, kind: &'static str) {
+        self.connections.get_or_create(&KindLabels { kind }).inc();
+    }
+
+    /// A request of `kind` was answered by an upstream.
+    pub fn request(&self, kind: &'static str) {
+        self.requests.get_or_create(&KindLabels { kind }).inc();
+    }
+
+    /// A client connection opened: closed when the returned guard drops.
+    pub fn opened(&self) -> Open {
+        self.open.inc();
+        Open(self.open.clone())
+    }
+
+    /// The counter of bytes going `direction` (`upstream`, `downstream`), to add to.
+    pub fn bytes(&self, direction: &'static str) -> Counter<u64, AtomicU64> {
+        self.bytes
+            .get_or_create(&DirectionLabels { direction })
+            .clone()
+    }
+
+    /// A session's lease request was answered with `grant`.
+    pub fn session(&self, grant: &'static str) {
+        self.sessions.get_or_create(&GrantLabels { grant }).inc();
+    }
+
+    /// The gateway answered `refusal` itself.
+    pub fn refused(&self, refusal: &Refusal) {
+        self.errors
+            .get_or_create(&ClassLabels {
+                class: refusal.code(),
+            })
+            .inc();
+    }
+
+    /// A request was retried on another upstream.
+    pub fn retried(&self) {
+        self.retries.inc();
+    }
+
+    /// An answer was reported as `result`.
+    pub fn reported(&self, result: &'static str) {
+        self.reports.get_or_create(&ResultLabels { result }).inc();
+    }
+
+    /// A lease took `seconds` to get.
+    pub fn lease_took(&self, seconds: f64) {
+        self.lease_seconds.observe(seconds);
+    }
+
+    /// A client connection's task panicked.
+    pub fn panicked(&self) {
+        self.panics
+            .get_or_create(&PanicLabels { r#loop: "gateway" })
+            .inc();
+    }
+
+    /// The metrics in the Prometheus text format.
+    pub fn encode(&self) -> String {
+        let mut text = String::new();
+        // Writing to a String fails only if a metric's encoder does, and ours do not.
+        let _ = prometheus_client::encoding::text::encode(&mut text, &self.registry);
+        text
+    }
+}
+
+/// An open client connection, counted until dropped.
+#[derive(Debug)]
+pub struct Open(Gauge);
+
+impl Drop for Open {
+    fn drop(&mut self) {
+        self.0.dec();
+    }
+}
+
+/// Adds `n` bytes to `counter`.
+pub fn add_bytes(counter: &Counter<u64, AtomicU64>, n: usize) {
+    counter.inner().fetch_add(n as u64, Ordering::Relaxed);
+}

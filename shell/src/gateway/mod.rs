@@ -1,0 +1,216 @@
+//! `proxy-operator gateway`: one proxy address for any client (curl, requests, httpx,
+//! Scrapy, Playwright, Crawlee, any language), in front of the fleet (`docs/gateway.md`).
+//!
+//! An HTTP/1.1 forward proxy, on hyper and tokio directly: `CONNECT host:port` opens a
+//! tunnel, an absolute `http://` request is forwarded. The proxy username carries the options
+//! (`user-acme-session-cart7-ttl-600-geo-eu`), the password the tenant's token. Each client
+//! connection asks the one lease book for an upstream (the discovery API, [`book`]): a session
+//! is a lease there, so it keeps its upstream across connections and gateway replicas until
+//! its TTL or a ban; without a session every connection is a fresh choice. Every decision is
+//! the core's (`proxy_core::gateway`, `proxy_core::lease`); this module is the data path:
+//! accept, authenticate, ask, connect, copy bytes, forward.
+//!
+//! - [`connection`]: one client connection: CONNECT, plain HTTP, `POST /v1/report`;
+//! - [`upstream`]: a connection to an upstream proxy, and a tunnel through it;
+//! - [`tunnel`]: a tunnel's bytes both ways, with the idle timeout;
+//! - [`book`]: the lease book's client; [`tenants`]: the tenants' tokens;
+//! - [`metrics`]: the gateway's own registry; [`run`]: the subcommand's wiring.
+//!
+//! Hardening, as the other servers have it ([`crate::server`]): a client must send a
+//! request's head within `--http-header-timeout-seconds` (also the idle limit between
+//! requests); an upstream must connect within `--connect-timeout-seconds` and answer within
+//! `--http-request-timeout-seconds`; a tunnel idle for `--idle-timeout-seconds` is closed; a
+//! panic while serving a request is a 500 and counted (`proxy_operator_panics_total{loop=
+//! "gateway"}`), never a dead gateway; on SIGTERM the listener closes, connections finish
+//! their requests and tunnels run on for at most `--shutdown-grace-seconds`.
+//!
+//! HTTP/2: the connection's service and the tunnel's copy take any request and any upgraded
+//! stream, so serving HTTP/2's extended CONNECT is a second builder in [`serve`], not a new
+//! data path.
+
+pub mod book;
+pub mod connection;
+mod counted;
+pub mod metrics;
+pub mod run;
+pub mod tenants;
+mod tunnel;
+pub mod upstream;
+
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use hyper::server::conn::http1;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use proxy_core::gateway::Grammar;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio::task::JoinSet;
+
+use self::book::Book;
+use self::connection::Connection;
+use self::metrics::GatewayMetrics;
+use self::tenants::Tenants;
+use crate::supervise;
+
+/// The gateway's timeouts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Settings {
+    /// How long a client may take to send a request's head (and may idle between requests).
+    pub header_read_timeout: Duration,
+    /// How long an upstream may take to answer a forwarded request's head.
+    pub request_timeout: Duration,
+    /// How long connecting to an upstream (and its answer to a CONNECT) may take.
+    pub connect_timeout: Duration,
+    /// How long a tunnel may carry nothing before it is closed.
+    pub idle_timeout: Duration,
+    /// How long requests and tunnels may run on after SIGTERM.
+    pub shutdown_grace: Duration,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Self {
+            header_read_timeout: Duration::from_secs(10),
+            request_timeout: Duration::from_secs(30),
+            connect_timeout: Duration::from_secs(5),
+            idle_timeout: Duration::from_secs(300),
+            shutdown_grace: Duration::from_secs(10),
+        }
+    }
+}
+
+/// What every connection of one gateway shares.
+#[derive(Debug)]
+pub struct Gateway {
+    /// The lease book.
+    pub book: Book,
+    /// The tenants' tokens.
+    pub tenants: Tenants,
+    /// The username's grammar.
+    pub grammar: Grammar,
+    /// The timeouts.
+    pub settings: Settings,
+    /// The metrics.
+    pub metrics: Arc<GatewayMetrics>,
+    /// The open tunnels, stopped together at the end of the shutdown grace.
+    tunnels: Mutex<JoinSet<()>>,
+    /// Turns `true` when the shutdown grace is over: the tunnels close.
+    stop: watch::Sender<bool>,
+}
+
+impl Gateway {
+    /// A gateway of these parts.
+    pub fn new(
+        book: Book,
+        tenants: Tenants,
+        grammar: Grammar,
+        settings: Settings,
+        metrics: Arc<GatewayMetrics>,
+    ) -> Self {
+        Self {
+            book,
+            tenants,
+            grammar,
+            settings,
+            metrics,
+            tunnels: Mutex::default(),
+            stop: watch::channel(false).0,
+        }
+    }
+
+    /// Runs a tunnel until it ends or the shutdown grace is over, under the panic boundary,
+    /// counted as an open connection.
+    fn spawn_tunnel(&self, work: impl Future<Output = ()> + Send + 'static) {
+        let open = self.metrics.opened();
+        let metrics = self.metrics.clone();
+        let mut tunnels = supervise::lock(&self.tunnels);
+        while tunnels.try_join_next().is_some() {}
+        tunnels.spawn(async move {
+            let _open = open;
+            let _ = supervise::catch("gateway", "tunnel", || metrics.panicked(), work).await;
+        });
+    }
+
+    /// Resolves when the tunnels must close.
+    fn stopping(&self) -> watch::Receiver<bool> {
+        self.stop.subscribe()
+    }
+}
+
+/// Serves `gateway` on `listener` until `shutdown` resolves, then lets requests in flight and
+/// open tunnels finish within the shutdown grace, and closes what is left.
+pub async fn serve(
+    gateway: Arc<Gateway>,
+    listener: TcpListener,
+    shutdown: impl Future<Output = ()>,
+) {
+    let settings = gateway.settings;
+    let (drain, draining) = watch::channel(false);
+    let mut connections = JoinSet::new();
+    let mut shutdown = std::pin::pin!(shutdown);
+    loop {
+        let (stream, peer) = tokio::select! {
+            () = &mut shutdown => break,
+            accepted = listener.accept() => match accepted {
+                Ok(accepted) => accepted,
+                Err(error) => {
+                    // Out of file descriptors, most likely: wait for connections to close.
+                    tracing::warn!(%error, "the gateway failed to accept a connection");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                }
+            },
+        };
+        while connections.try_join_next().is_some() {}
+        let _ = stream.set_nodelay(true);
+        let connection = Arc::new(Connection::new(gateway.clone()));
+        let service = hyper::service::service_fn(move |request| connection.clone().serve(request));
+        let mut draining = draining.clone();
+        let open = gateway.metrics.opened();
+        connections.spawn(async move {
+            let _open = open;
+            let connection = http1::Builder::new()
+                .timer(TokioTimer::new())
+                .header_read_timeout(settings.header_read_timeout)
+                .serve_connection(TokioIo::new(stream), service)
+                .with_upgrades();
+            let mut connection = std::pin::pin!(connection);
+            let ended = tokio::select! {
+                ended = connection.as_mut() => ended,
+                () = async { let _ = draining.wait_for(|drain| *drain).await; } => {
+                    connection.as_mut().graceful_shutdown();
+                    connection.await
+                }
+            };
+            if let Err(error) = ended {
+                // A client's doing (a malformed request, a timeout, a hang-up): debug.
+                tracing::debug!(%peer, %error, "a gateway client connection ended with an error");
+            }
+        });
+    }
+    drop(listener);
+    let _ = drain.send(true);
+    let open = connections.len();
+    let tunnels = std::mem::take(&mut *supervise::lock(&gateway.tunnels));
+    let finished = tokio::time::timeout(settings.shutdown_grace, async {
+        while connections.join_next().await.is_some() {}
+        let mut tunnels = tunnels;
+        while tunnels.join_next().await.is_some() {}
+    })
+    .await;
+    if finished.is_err() {
+        tracing::warn!(
+            grace_seconds = settings.shutdown_grace.as_secs_f64(),
+            "gateway connections still open after the shutdown grace: closing them"
+        );
+    } else {
+        tracing::debug!(open, "every gateway connection finished");
+    }
+    let _ = gateway.stop.send(true);
+    connections.shutdown().await;
+}
+
+#[cfg(test)]
+mod tests;

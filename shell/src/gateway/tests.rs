@@ -1,0 +1,435 @@
+//! The gateway against the real discovery API (its lease book, in process, on loopback)
+//! and upstream proxies that record what reached them: a small HTTP proxy per upstream that
+//! answers CONNECT and then echoes the tunnel's bytes, and answers a forwarded request with
+//! the status its path asks for (`/status/429`). The end-to-end tests
+//! (`tests/tests/e2e/gateway.rs`) run the same through real squids with real clients.
+
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use proxy_core::ProxyKey;
+use proxy_core::gateway::Grammar;
+use proxy_core::lease::{LeaseConfig, ProxyView};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+use super::book::Book;
+use super::metrics::GatewayMetrics;
+use super::tenants::Tenants;
+use super::{Gateway, Settings, serve};
+use crate::credentials::Credentials;
+use crate::discovery::{self, Discovery, Limits};
+
+const TOKEN: &str = "discovery-token";
+const TENANT_TOKEN: &str = "acme-token";
+/// How long a test waits for what it expects before it fails.
+const BOUND: Duration = Duration::from_secs(20);
+
+/// What one upstream received: each request's head.
+type Seen = Arc<Mutex<Vec<String>>>;
+
+/// A test upstream proxy on a loopback port; what it saw.
+async fn upstream() -> (SocketAddr, Seen) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let seen = Seen::default();
+    let log = seen.clone();
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            tokio::spawn(proxy(stream, log.clone(), addr.port()));
+        }
+    });
+    (addr, seen)
+}
+
+/// One connection to a test upstream: requests until the client leaves.
+async fn proxy(mut stream: TcpStream, seen: Seen, port: u16) {
+    loop {
+        let mut head = Vec::new();
+        let mut byte = [0u8; 1];
+        while !head.ends_with(b"\r\n\r\n") {
+            match stream.read(&mut byte).await {
+                Ok(1) => head.push(byte[0]),
+                _ => return,
+            }
+        }
+        let head = String::from_utf8_lossy(&head).into_owned();
+        seen.lock().unwrap().push(head.clone());
+        let target = head
+            .split_whitespace()
+            .nth(1)
+            .unwrap_or_default()
+            .to_owned();
+        if head.starts_with("CONNECT ") {
+            let _ = stream
+                .write_all(b"HTTP/1.1 200 Connection established\r\n\r\n")
+                .await;
+            let (mut read, mut write) = stream.split();
+            let _ = tokio::io::copy(&mut read, &mut write).await;
+            return;
+        }
+        let status = target
+            .rsplit_once("/status/")
+            .and_then(|(_, code)| code.parse::<u16>().ok())
+            .unwrap_or(200);
+        let body = format!("upstream {port}");
+        let answer = format!(
+            "HTTP/1.1 {status} X\r\nContent-Length: {}\r\nConnection: keep-alive\r\n\r\n{body}",
+            body.len()
+        );
+        if stream.write_all(answer.as_bytes()).await.is_err() {
+            return;
+        }
+    }
+}
+
+/// The discovery API with `upstreams` as its fleet (each with credentials `user-<i>`), and
+/// a gateway in front of it; the gateway's address and metrics.
+struct Bed {
+    gateway: SocketAddr,
+    metrics: Arc<GatewayMetrics>,
+    seen: Vec<(u16, Seen)>,
+}
+
+impl Bed {
+    async fn new(upstreams: usize) -> Self {
+        let mut addrs = Vec::new();
+        let mut seen = Vec::new();
+        for _ in 0..upstreams {
+            let (addr, log) = upstream().await;
+            addrs.push(addr);
+            seen.push((addr.port(), log));
+        }
+        Self::over(&addrs, seen).await
+    }
+
+    /// A bed whose fleet is `addrs` (by increasing latency).
+    async fn over(addrs: &[SocketAddr], seen: Vec<(u16, Seen)>) -> Self {
+        let discovery = Arc::new(Discovery::new(
+            Some(TOKEN),
+            LeaseConfig::default(),
+            Limits::default(),
+        ));
+        let key = |i: usize| ProxyKey::new("crawl", format!("p{i}"));
+        discovery.replace_fleet(addrs.iter().enumerate().map(|(i, addr)| ProxyView {
+            key: key(i),
+            labels: [("geo".to_owned(), "eu".to_owned())].into(),
+            healthy: true,
+            latency_ms: i as u32,
+            max_leases: 4,
+            host: addr.ip().to_string(),
+            port: addr.port(),
+            shared_egress: false,
+        }));
+        discovery.replace_credentials(
+            (0..addrs.len()).map(|i| (key(i), Credentials::new(format!("user-{i}"), "pw"))),
+        );
+        let api = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let api_url = format!("http://{}", api.local_addr().unwrap());
+        tokio::spawn(discovery::serve(
+            discovery,
+            api,
+            crate::server::Settings::default(),
+            std::future::pending(),
+        ));
+        let metrics = Arc::new(GatewayMetrics::default());
+        let grammar = Grammar::new(
+            [("geo".to_owned(), "geo".to_owned())].into(),
+            Duration::from_secs(3600),
+        )
+        .unwrap();
+        let gateway = Arc::new(Gateway::new(
+            Book::new(&api_url, Some(TOKEN.to_owned())),
+            Tenants::of([("acme", TENANT_TOKEN)]),
+            grammar,
+            Settings {
+                connect_timeout: Duration::from_secs(2),
+                ..Settings::default()
+            },
+            metrics.clone(),
+        ));
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(serve(gateway, listener, std::future::pending()));
+        Self {
+            gateway: addr,
+            metrics,
+            seen,
+        }
+    }
+
+    /// A raw connection to the gateway.
+    async fn connect(&self) -> TcpStream {
+        TcpStream::connect(self.gateway).await.unwrap()
+    }
+
+    /// What upstream `port` saw.
+    fn seen_by(&self, port: u16) -> Vec<String> {
+        self.seen
+            .iter()
+            .find(|(p, _)| *p == port)
+            .map(|(_, log)| log.lock().unwrap().clone())
+            .unwrap_or_default()
+    }
+}
+
+fn basic(username: &str, password: &str) -> String {
+    proxy_core::gateway::credentials::basic_header(username, password)
+}
+
+/// Sends `request` on `stream` and reads one answer head (and a body of Content-Length).
+async fn exchange(stream: &mut TcpStream, request: &str) -> (u16, String) {
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let read = async {
+        let mut answer = Vec::new();
+        let mut byte = [0u8; 1];
+        while !answer.ends_with(b"\r\n\r\n") {
+            assert_eq!(
+                stream.read(&mut byte).await.unwrap(),
+                1,
+                "closed: {answer:?}"
+            );
+            answer.push(byte[0]);
+        }
+        let head = String::from_utf8_lossy(&answer).into_owned();
+        let length = head
+            .lines()
+            .find_map(|l| {
+                l.to_ascii_lowercase()
+                    .strip_prefix("content-length: ")
+                    .map(str::to_owned)
+            })
+            .and_then(|n| n.trim().parse::<usize>().ok())
+            .unwrap_or(0);
+        let mut body = vec![0; length];
+        stream.read_exact(&mut body).await.unwrap();
+        (head, String::from_utf8_lossy(&body).into_owned())
+    };
+    let (head, body) = tokio::time::timeout(BOUND, read).await.expect("an answer");
+    let status = head.split_whitespace().nth(1).unwrap().parse().unwrap();
+    (status, format!("{head}{body}"))
+}
+
+fn connect_request(username: &str, password: &str) -> String {
+    format!(
+        "CONNECT shop.example:443 HTTP/1.1\r\nHost: shop.example:443\r\nProxy-Authorization: {}\r\n\r\n",
+        basic(username, password)
+    )
+}
+
+fn get_request(username: &str, path: &str) -> String {
+    format!(
+        "GET http://shop.example{path} HTTP/1.1\r\nHost: shop.example\r\nProxy-Authorization: {}\r\nConnection: keep-alive\r\n\r\n",
+        basic(username, TENANT_TOKEN)
+    )
+}
+
+/// The value of `name` in an answer head.
+fn header(answer: &str, name: &str) -> String {
+    answer
+        .lines()
+        .find_map(|l| {
+            let (n, v) = l.split_once(':')?;
+            n.eq_ignore_ascii_case(name).then(|| v.trim().to_owned())
+        })
+        .unwrap_or_default()
+}
+
+#[tokio::test]
+async fn a_tunnel_carries_bytes_through_the_leased_upstream_with_its_credentials() {
+    let bed = Bed::new(2).await;
+    let mut client = bed.connect().await;
+    let (status, answer) = exchange(&mut client, &connect_request("user-acme", TENANT_TOKEN)).await;
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(header(&answer, "x-proxy-upstream"), "crawl/p0");
+    assert!(!header(&answer, "x-proxy-lease").is_empty());
+    client.write_all(b"hello through the tunnel").await.unwrap();
+    let mut echoed = [0u8; 24];
+    tokio::time::timeout(BOUND, client.read_exact(&mut echoed))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(&echoed, b"hello through the tunnel");
+    let seen = bed.seen_by(bed.seen[0].0);
+    assert!(
+        seen[0].starts_with("CONNECT shop.example:443 HTTP/1.1"),
+        "{seen:?}"
+    );
+    assert!(
+        seen[0].contains(&basic("user-0", "pw")),
+        "the upstream gets the lease's credentials, never the client's: {seen:?}"
+    );
+    assert!(
+        bed.metrics
+            .encode()
+            .contains(r#"proxy_operator_gateway_requests_total{kind="connect"} 1"#)
+    );
+}
+
+#[tokio::test]
+async fn bad_credentials_and_usernames_get_a_407_with_the_reason() {
+    let bed = Bed::new(1).await;
+    for (request, says) in [
+        (
+            "CONNECT shop.example:443 HTTP/1.1\r\nHost: shop.example:443\r\n\r\n".to_owned(),
+            "needs credentials",
+        ),
+        (connect_request("user-acme", "wrong"), "not its token"),
+        (
+            connect_request("user-other", TENANT_TOKEN),
+            "unknown tenant",
+        ),
+        (
+            connect_request("user-acme-sesion-1", TENANT_TOKEN),
+            "unknown option",
+        ),
+    ] {
+        let mut client = bed.connect().await;
+        let (status, answer) = exchange(&mut client, &request).await;
+        assert_eq!(status, 407, "{answer}");
+        assert_eq!(
+            header(&answer, "proxy-authenticate"),
+            r#"Basic realm="proxy-operator""#
+        );
+        assert_eq!(header(&answer, "x-proxy-error"), "bad_credentials");
+        assert!(answer.contains(says), "{answer}");
+    }
+    assert!(
+        bed.seen_by(bed.seen[0].0).is_empty(),
+        "nothing reached the upstream"
+    );
+}
+
+#[tokio::test]
+async fn a_session_keeps_its_upstream_across_connections_and_a_new_one_gets_another() {
+    let bed = Bed::new(3).await;
+    let mut upstreams = Vec::new();
+    for username in [
+        "user-acme-session-s1",
+        "user-acme-session-s1",
+        "user-acme-session-s2",
+    ] {
+        let mut client = bed.connect().await;
+        let (status, answer) =
+            exchange(&mut client, &connect_request(username, TENANT_TOKEN)).await;
+        assert_eq!(status, 200, "{answer}");
+        upstreams.push((
+            header(&answer, "x-proxy-upstream"),
+            header(&answer, "x-proxy-session"),
+        ));
+    }
+    assert_eq!(upstreams[0], ("crawl/p0".to_owned(), "acme:s1".to_owned()));
+    assert_eq!(upstreams[1], upstreams[0]);
+    assert_eq!(upstreams[2], ("crawl/p1".to_owned(), "acme:s2".to_owned()));
+    let text = bed.metrics.encode();
+    assert!(
+        text.contains(r#"proxy_operator_gateway_sessions_total{grant="resumed"} 1"#),
+        "{text}"
+    );
+}
+
+#[tokio::test]
+async fn a_429_on_plain_http_is_reported_and_moves_the_session_within_the_connection() {
+    let bed = Bed::new(2).await;
+    let mut client = bed.connect().await;
+    let user = "user-acme-session-s1";
+    let (status, answer) = exchange(&mut client, &get_request(user, "/page")).await;
+    assert_eq!(
+        (status, header(&answer, "x-proxy-upstream")),
+        (200, "crawl/p0".into()),
+        "{answer}"
+    );
+    let (status, answer) = exchange(&mut client, &get_request(user, "/status/429")).await;
+    assert_eq!(
+        (status, header(&answer, "x-proxy-upstream")),
+        (429, "crawl/p0".into()),
+        "{answer}"
+    );
+    let (status, answer) = exchange(&mut client, &get_request(user, "/page")).await;
+    assert_eq!(
+        (status, header(&answer, "x-proxy-upstream")),
+        (200, "crawl/p1".into()),
+        "p0 cools down for the site: {answer}"
+    );
+    let forwarded = bed.seen_by(bed.seen[0].0);
+    assert!(
+        forwarded[0].starts_with("GET http://shop.example/page HTTP/1.1"),
+        "{forwarded:?}"
+    );
+    assert!(
+        forwarded[0].contains(&basic("user-0", "pw")),
+        "{forwarded:?}"
+    );
+    assert!(
+        !forwarded[0]
+            .to_ascii_lowercase()
+            .contains("proxy-connection"),
+        "{forwarded:?}"
+    );
+    assert!(
+        bed.metrics
+            .encode()
+            .contains(r#"proxy_operator_gateway_reports_total{result="rate_limited"} 1"#)
+    );
+}
+
+#[tokio::test]
+async fn a_dead_upstream_is_retried_once_on_another_and_nothing_left_is_a_503() {
+    // The lowest latency upstream is a port nothing listens on any more.
+    let dead = {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        listener.local_addr().unwrap()
+    };
+    let (alive, seen) = upstream().await;
+    let bed = Bed::over(&[dead, alive], vec![(alive.port(), seen)]).await;
+    let mut client = bed.connect().await;
+    let (status, answer) = exchange(&mut client, &connect_request("user-acme", TENANT_TOKEN)).await;
+    assert_eq!(
+        (status, header(&answer, "x-proxy-upstream")),
+        (200, "crawl/p1".into()),
+        "{answer}"
+    );
+    assert!(
+        bed.metrics
+            .encode()
+            .contains("proxy_operator_gateway_upstream_retries_total 1")
+    );
+
+    // A selector nothing matches: 503, Retry-After.
+    let mut client = bed.connect().await;
+    let request = connect_request("user-acme-geo-us", TENANT_TOKEN);
+    let (status, answer) = exchange(&mut client, &request).await;
+    assert_eq!(status, 503, "{answer}");
+    assert_eq!(header(&answer, "x-proxy-error"), "no_proxy");
+    assert_eq!(header(&answer, "retry-after"), "30");
+}
+
+#[tokio::test]
+async fn requests_that_are_not_proxy_requests_are_400_and_the_gateway_goes_on() {
+    let bed = Bed::new(1).await;
+    let mut client = bed.connect().await;
+    let (status, answer) = exchange(&mut client, "GET / HTTP/1.1\r\nHost: x\r\n\r\n").await;
+    assert_eq!(
+        (status, header(&answer, "x-proxy-error")),
+        (400, "bad_request".into())
+    );
+    let request = format!(
+        "CONNECT shop.example HTTP/1.1\r\nHost: shop.example\r\nProxy-Authorization: {}\r\n\r\n",
+        basic("user-acme", TENANT_TOKEN)
+    );
+    let (status, answer) = exchange(&mut client, &request).await;
+    assert_eq!(status, 400, "{answer}");
+    assert!(answer.contains("names no port"), "{answer}");
+    // Garbage: the connection is closed, the gateway serves the next one.
+    let mut garbage = bed.connect().await;
+    garbage
+        .write_all(b"\x16\x03\x01 not http\r\n\r\n")
+        .await
+        .unwrap();
+    let mut buffer = Vec::new();
+    let _ = tokio::time::timeout(BOUND, garbage.read_to_end(&mut buffer)).await;
+    let mut client = bed.connect().await;
+    let (status, _) = exchange(&mut client, &connect_request("user-acme", TENANT_TOKEN)).await;
+    assert_eq!(status, 200);
+}

@@ -1,0 +1,536 @@
+//! Benchmark (not a test): requests per second and p99 latency through the gateway against
+//! straight through squid, side by side in one run with the same squids and the same origin,
+//! at 1, 64 and 512 concurrent client connections; and the same for an established Go
+//! gateway, glider (built by `tests/bed/peer.sh` from the Go module proxy), as the peer.
+//! It prints each path's throughput as a ratio to direct squid and its p99 minus direct
+//! squid's ("added p99").
+//!
+//! Setup, all on loopback: 4 real squids (each on its own address), an origin that answers
+//! every request with 200 and a 4 KiB body over kept-alive connections, the discovery API
+//! (its lease book holding the 4 squids) in this process, the release build of
+//! `proxy-operator gateway` in its own process, glider in its own process forwarding
+//! round-robin over the same 4 squids (`-strategy rr`, health checks off). The clients are in
+//! this process: each connection sends one request at a time for the window and records each
+//! one's latency, request sent to body read.
+//!
+//! Two modes: `http` sends absolute `http://` URIs to the proxy (the gateway and glider
+//! forward them through a squid; "direct" sends them to a squid, connections spread over the
+//! four as the gateway's leases spread them); `connect` opens a tunnel to the origin first
+//! (CONNECT through the gateway, glider, or a squid) and sends the requests inside it, as a
+//! client of an `https://` site does, without the TLS (it would cost the client and the
+//! origin the same on every path). Each connection of the gateway is a lease without a
+//! session (the fresh choice per connection), released when it closes.
+//!
+//! Run: `just bench-gateway` (builds glider if needed, then `cargo run --release -p
+//! proxy-tests --bin bench-gateway`). `BENCH_SECONDS` (5) is each measured window, after a
+//! second of warm-up; `BENCH_ROUNDS` (2) runs every configuration that many times, in turns,
+//! and keeps each one's best round, so a burst of load elsewhere falls on one round only;
+//! `BENCH_CONNECTIONS` (1,64,512) and `BENCH_MODES` (http,connect) choose the rows. A
+//! watchdog ends it after 20 minutes; `tests/bed/reap.sh` stops every process it started.
+
+use std::net::{Ipv4Addr, SocketAddr};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use proxy_core::gateway::credentials::basic_header;
+use proxy_core::lease::{LeaseConfig, ProxyView};
+use proxy_operator::discovery::{self, Discovery, Limits};
+use proxy_tests::bins;
+use proxy_tests::operator::release_binary;
+use proxy_tests::ports::Port;
+use proxy_tests::process_usage::cpu_seconds;
+use proxy_tests::run_dir::subdir;
+use proxy_tests::squid::{Squid, next_loopback_addr};
+use tokio::io::{AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::net::{TcpListener, TcpStream};
+
+const SQUIDS: usize = 4;
+const TOKEN: &str = "bench";
+const TENANT_TOKEN: &str = "bench-tenant-token";
+/// The origin's answer body.
+const BODY: usize = 4096;
+const WATCHDOG: Duration = Duration::from_secs(20 * 60);
+
+/// Where a client connection goes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Path {
+    Direct,
+    Gateway,
+    Glider,
+}
+
+impl Path {
+    fn name(self) -> &'static str {
+        match self {
+            Self::Direct => "squid (direct)",
+            Self::Gateway => "gateway",
+            Self::Glider => "glider (Go peer)",
+        }
+    }
+}
+
+/// How a client connection talks to the proxy.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Mode {
+    Http,
+    Connect,
+}
+
+/// The addresses every path needs.
+#[derive(Clone, Debug)]
+struct Bed {
+    origin: SocketAddr,
+    squids: Vec<SocketAddr>,
+    gateway: SocketAddr,
+    glider: SocketAddr,
+}
+
+/// One configuration's result.
+#[derive(Clone, Debug, Default)]
+struct Measured {
+    rate: f64,
+    p50: Duration,
+    p99: Duration,
+    /// CPU seconds per 1000 requests of the proxy in the middle (the gateway or glider).
+    cpu_per_1000: Option<f64>,
+}
+
+fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+fn main() -> anyhow::Result<()> {
+    std::thread::spawn(|| {
+        std::thread::sleep(WATCHDOG);
+        eprintln!("bench-gateway: still running after {WATCHDOG:?}, giving up");
+        std::process::exit(2);
+    });
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    runtime.block_on(bench())
+}
+
+async fn bench() -> anyhow::Result<()> {
+    let seconds: u64 = env_or("BENCH_SECONDS", 5);
+    let rounds: usize = env_or("BENCH_ROUNDS", 2);
+    let connections: Vec<usize> = std::env::var("BENCH_CONNECTIONS")
+        .unwrap_or_else(|_| "1,64,512".into())
+        .split(',')
+        .filter_map(|n| n.trim().parse().ok())
+        .collect();
+    let modes: Vec<Mode> = std::env::var("BENCH_MODES")
+        .unwrap_or_else(|_| "http,connect".into())
+        .split(',')
+        .filter_map(|m| match m.trim() {
+            "http" => Some(Mode::Http),
+            "connect" => Some(Mode::Connect),
+            _ => None,
+        })
+        .collect();
+    if cfg!(debug_assertions) {
+        println!("bench-gateway: a DEBUG build of the benchmark's clients; run it with --release");
+    }
+
+    let origin = origin().await?;
+    let dir = subdir("bench-gateway");
+    let hosts = dir.join("hosts");
+    std::fs::write(&hosts, "127.0.0.1 origin.test\n")?;
+    let mut squids = Vec::new();
+    for i in 0..SQUIDS {
+        let addr = next_loopback_addr();
+        squids.push(Squid::start(&format!("bench-gw-{i}"), addr, 3128, &hosts)?);
+    }
+    let squid_addrs: Vec<SocketAddr> = squids
+        .iter()
+        .map(|s| SocketAddr::from((s.addr, s.port)))
+        .collect();
+    let discovery = discovery_api(&squid_addrs).await?;
+    let gateway_port = Port::reserve();
+    let gateway_addr = SocketAddr::from((Ipv4Addr::LOCALHOST, gateway_port.number()));
+    let mut gateway = start_gateway(&dir, &discovery, gateway_addr)?;
+    let glider_port = Port::reserve();
+    let glider_addr = SocketAddr::from((Ipv4Addr::LOCALHOST, glider_port.number()));
+    let mut glider = start_glider(&dir, glider_addr, &squid_addrs)?;
+    for addr in [gateway_addr, glider_addr] {
+        wait_listening(addr).await?;
+    }
+    let bed = Bed {
+        origin,
+        squids: squid_addrs,
+        gateway: gateway_addr,
+        glider: glider_addr,
+    };
+    let pids = [(Path::Gateway, gateway.id()), (Path::Glider, glider.id())];
+    println!(
+        "bench-gateway: {SQUIDS} squids, origin answering {BODY} bytes, {seconds} s windows, best of {rounds} rounds, {} cores",
+        std::thread::available_parallelism().map_or(0, |n| n.get())
+    );
+
+    let paths = [Path::Direct, Path::Gateway, Path::Glider];
+    let mut results = std::collections::BTreeMap::<(usize, &str, &str), Measured>::new();
+    for &mode in &modes {
+        for &conns in &connections {
+            for round in 0..rounds {
+                // Alternate the order, so that no path always runs first.
+                let order: Vec<Path> = if round % 2 == 0 {
+                    paths.to_vec()
+                } else {
+                    paths.iter().rev().copied().collect()
+                };
+                for path in order {
+                    let pid = pids.iter().find(|(p, _)| *p == path).map(|(_, pid)| *pid);
+                    let measured = measure(&bed, path, mode, conns, seconds, pid).await?;
+                    let key = (conns, mode_name(mode), path.name());
+                    let best = results.entry(key).or_default();
+                    if measured.rate > best.rate {
+                        *best = measured;
+                    }
+                }
+            }
+        }
+    }
+    println!();
+    println!(
+        "| mode | connections | path | requests/s | p50 | p99 | throughput / direct | added p99 | proxy CPU per 1000 requests |"
+    );
+    println!("|---|---|---|---|---|---|---|---|---|");
+    for &mode in &modes {
+        for &conns in &connections {
+            let direct = results
+                .get(&(conns, mode_name(mode), Path::Direct.name()))
+                .cloned()
+                .unwrap_or_default();
+            for path in paths {
+                let Some(m) = results.get(&(conns, mode_name(mode), path.name())) else {
+                    continue;
+                };
+                let added = m.p99.as_secs_f64() - direct.p99.as_secs_f64();
+                println!(
+                    "| {} | {conns} | {} | {:.0} | {:.2} ms | {:.2} ms | {:.2} | {:+.2} ms | {} |",
+                    mode_name(mode),
+                    path.name(),
+                    m.rate,
+                    ms(m.p50),
+                    ms(m.p99),
+                    m.rate / direct.rate.max(1e-9),
+                    added * 1000.0,
+                    m.cpu_per_1000
+                        .map_or_else(|| "-".to_owned(), |cpu| format!("{:.0} ms", cpu * 1000.0)),
+                );
+            }
+        }
+    }
+    let _ = gateway.kill();
+    let _ = glider.kill();
+    let _ = (gateway.wait(), glider.wait());
+    for squid in squids {
+        squid.stop();
+    }
+    Ok(())
+}
+
+fn mode_name(mode: Mode) -> &'static str {
+    match mode {
+        Mode::Http => "http",
+        Mode::Connect => "connect",
+    }
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
+
+/// The origin: 200 and [`BODY`] bytes to every request, on kept-alive connections.
+async fn origin() -> anyhow::Result<SocketAddr> {
+    let listener = TcpListener::bind("127.0.0.1:0").await?;
+    let addr = listener.local_addr()?;
+    let mut answer = format!(
+        "HTTP/1.1 200 OK\r\nContent-Length: {BODY}\r\nContent-Type: text/plain\r\n\r\n"
+    )
+    .into_bytes();
+    answer.extend(std::iter::repeat_n(b'x', BODY));
+    let answer: Arc<[u8]> = answer.into();
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            let answer = answer.clone();
+            tokio::spawn(async move {
+                let _ = stream.set_nodelay(true);
+                let mut stream = BufReader::new(stream);
+                let mut head = Vec::with_capacity(512);
+                loop {
+                    head.clear();
+                    if read_head(&mut stream, &mut head).await.is_err() {
+                        return;
+                    }
+                    if stream.get_mut().write_all(&answer).await.is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    Ok(addr)
+}
+
+/// Reads one message head (through the blank line) into `head`.
+async fn read_head(
+    stream: &mut BufReader<TcpStream>,
+    head: &mut Vec<u8>,
+) -> std::io::Result<()> {
+    loop {
+        let byte = stream.read_u8().await?;
+        head.push(byte);
+        if head.ends_with(b"\r\n\r\n") {
+            return Ok(());
+        }
+        if head.len() > 64 * 1024 {
+            return Err(std::io::Error::other("head too large"));
+        }
+    }
+}
+
+/// The discovery API in this process, its lease book holding the squids; its base URL.
+async fn discovery_api(squids: &[SocketAddr]) -> anyhow::Result<String> {
+    let discovery = Arc::new(Discovery::new(
+        Some(TOKEN),
+        LeaseConfig::default(),
+        Limits::default(),
+    ));
+    discovery.replace_fleet(squids.iter().enumerate().map(|(i, addr)| ProxyView {
+        key: proxy_core::ProxyKey::new("bench", format!("squid-{i}")),
+        labels: [("geo".to_owned(), "eu".to_owned())].into(),
+        healthy: true,
+        latency_ms: 1,
+        max_leases: 10_000,
+        host: addr.ip().to_string(),
+        port: addr.port(),
+        shared_egress: false,
+    }));
+    let listener = TcpListener::bind("127.0.0.1:0").await?;
+    let url = format!("http://{}", listener.local_addr()?);
+    tokio::spawn(discovery::serve(
+        discovery,
+        listener,
+        proxy_operator::server::Settings::default(),
+        std::future::pending(),
+    ));
+    Ok(url)
+}
+
+fn start_gateway(
+    dir: &std::path::Path,
+    discovery: &str,
+    addr: SocketAddr,
+) -> anyhow::Result<std::process::Child> {
+    let tenants = dir.join("tenants");
+    std::fs::create_dir_all(&tenants)?;
+    std::fs::write(tenants.join("bench"), TENANT_TOKEN)?;
+    let metrics = Port::reserve();
+    let log = std::fs::File::create(dir.join("gateway.log"))?;
+    Ok(std::process::Command::new(release_binary())
+        .arg("gateway")
+        .args(["--listen", &addr.to_string()])
+        .args(["--metrics-addr", &format!("127.0.0.1:{}", metrics.number())])
+        .args(["--discovery-url", discovery])
+        .arg("--tenants-dir")
+        .arg(&tenants)
+        .env("DISCOVERY_TOKEN", TOKEN)
+        .env("RUST_LOG", proxy_operator::telemetry::DEFAULT_FILTER)
+        .stdin(std::process::Stdio::null())
+        .stdout(log.try_clone()?)
+        .stderr(log)
+        .spawn()?)
+}
+
+/// glider, forwarding round-robin over `squids`, health checks off (its default check URL is
+/// on the internet); started through a link in the run directory, so the bed's reaper finds
+/// it.
+fn start_glider(
+    dir: &std::path::Path,
+    addr: SocketAddr,
+    squids: &[SocketAddr],
+) -> anyhow::Result<std::process::Child> {
+    let link = dir.join("glider");
+    let _ = std::fs::remove_file(&link);
+    std::os::unix::fs::symlink(bins::glider(), &link)?;
+    let log = std::fs::File::create(dir.join("glider.log"))?;
+    let mut command = std::process::Command::new(&link);
+    command
+        .args(["-listen", &format!("http://{addr}")])
+        .args(["-strategy", "rr", "-check", "disable"]);
+    for squid in squids {
+        command.args(["-forward", &format!("http://{squid}")]);
+    }
+    Ok(command
+        .stdin(std::process::Stdio::null())
+        .stdout(log.try_clone()?)
+        .stderr(log)
+        .spawn()?)
+}
+
+async fn wait_listening(addr: SocketAddr) -> anyhow::Result<()> {
+    for _ in 0..200 {
+        if TcpStream::connect(addr).await.is_ok() {
+            return Ok(());
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    anyhow::bail!("nothing listens on {addr}")
+}
+
+/// Runs `conns` connections on `path` in `mode` for a second of warm-up and `seconds` of
+/// measurement; the proxy process `pid`'s CPU over the window.
+async fn measure(
+    bed: &Bed,
+    path: Path,
+    mode: Mode,
+    conns: usize,
+    seconds: u64,
+    pid: Option<u32>,
+) -> anyhow::Result<Measured> {
+    let measuring = Arc::new(AtomicBool::new(false));
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut tasks = Vec::with_capacity(conns);
+    for i in 0..conns {
+        let (bed, measuring, stop) = (bed.clone(), measuring.clone(), stop.clone());
+        tasks.push(tokio::spawn(async move {
+            client(&bed, path, mode, i, &measuring, &stop).await
+        }));
+    }
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let cpu_before = pid.map(cpu_seconds).transpose()?;
+    let started = Instant::now();
+    measuring.store(true, Ordering::SeqCst);
+    tokio::time::sleep(Duration::from_secs(seconds)).await;
+    measuring.store(false, Ordering::SeqCst);
+    let elapsed = started.elapsed();
+    let cpu_after = pid.map(cpu_seconds).transpose()?;
+    stop.store(true, Ordering::SeqCst);
+    let mut latencies = Vec::new();
+    let mut failed = 0;
+    for task in tasks {
+        match task.await? {
+            Ok(mine) => latencies.extend(mine),
+            Err(error) => {
+                failed += 1;
+                if failed == 1 {
+                    eprintln!("bench-gateway: a {} connection failed: {error}", path.name());
+                }
+            }
+        }
+    }
+    anyhow::ensure!(
+        failed == 0,
+        "{failed} of {conns} connections through {} failed",
+        path.name()
+    );
+    latencies.sort();
+    let at = |q: f64| {
+        latencies
+            .get(((latencies.len() as f64 * q) as usize).min(latencies.len().saturating_sub(1)))
+            .copied()
+            .unwrap_or_default()
+    };
+    let requests = latencies.len() as f64;
+    let measured = Measured {
+        rate: requests / elapsed.as_secs_f64(),
+        p50: at(0.50),
+        p99: at(0.99),
+        cpu_per_1000: cpu_before
+            .zip(cpu_after)
+            .map(|(b, a)| (a - b) / requests.max(1.0) * 1000.0),
+    };
+    eprintln!(
+        "bench-gateway: {:>7} {:>3} connections {:<16} {:>8.0} req/s  p50 {:.2} ms  p99 {:.2} ms",
+        mode_name(mode),
+        conns,
+        path.name(),
+        measured.rate,
+        ms(measured.p50),
+        ms(measured.p99)
+    );
+    Ok(measured)
+}
+
+/// One client connection: requests one at a time until `stop`; the latency of each one sent
+/// while `measuring`.
+async fn client(
+    bed: &Bed,
+    path: Path,
+    mode: Mode,
+    i: usize,
+    measuring: &AtomicBool,
+    stop: &AtomicBool,
+) -> anyhow::Result<Vec<Duration>> {
+    let proxy = match path {
+        Path::Direct => bed.squids[i % bed.squids.len()],
+        Path::Gateway => bed.gateway,
+        Path::Glider => bed.glider,
+    };
+    let stream = TcpStream::connect(proxy).await?;
+    stream.set_nodelay(true)?;
+    let mut stream = BufReader::new(stream);
+    let auth = match path {
+        Path::Gateway => format!(
+            "Proxy-Authorization: {}\r\n",
+            basic_header("user-bench", TENANT_TOKEN)
+        ),
+        _ => String::new(),
+    };
+    let origin = bed.origin;
+    let request = match mode {
+        Mode::Http => format!(
+            "GET http://{origin}/page HTTP/1.1\r\nHost: {origin}\r\n{auth}\r\n"
+        ),
+        Mode::Connect => {
+            let connect = format!("CONNECT {origin} HTTP/1.1\r\nHost: {origin}\r\n{auth}\r\n");
+            stream.get_mut().write_all(connect.as_bytes()).await?;
+            let status = read_answer(&mut stream, false).await?;
+            anyhow::ensure!(status == 200, "CONNECT through {} answered {status}", path.name());
+            format!("GET /page HTTP/1.1\r\nHost: {origin}\r\n\r\n")
+        }
+    };
+    let mut latencies = Vec::new();
+    while !stop.load(Ordering::Relaxed) {
+        let counted = measuring.load(Ordering::Relaxed);
+        let sent = Instant::now();
+        stream.get_mut().write_all(request.as_bytes()).await?;
+        let status = read_answer(&mut stream, true).await?;
+        anyhow::ensure!(status == 200, "{} answered {status}", path.name());
+        if counted && measuring.load(Ordering::Relaxed) {
+            latencies.push(sent.elapsed());
+        }
+    }
+    Ok(latencies)
+}
+
+/// Reads an answer's head and, with `body`, its Content-Length body; its status.
+async fn read_answer(stream: &mut BufReader<TcpStream>, body: bool) -> anyhow::Result<u16> {
+    let mut head = Vec::with_capacity(512);
+    read_head(stream, &mut head).await?;
+    let text = std::str::from_utf8(&head)?;
+    let status: u16 = text
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .ok_or_else(|| anyhow::anyhow!("not an HTTP answer: {text}"))?;
+    if body {
+        let length: usize = text
+            .lines()
+            .find_map(|l| {
+                let (name, value) = l.split_once(':')?;
+                name.eq_ignore_ascii_case("content-length")
+                    .then(|| value.trim().parse().ok())?
+            })
+            .unwrap_or(0);
+        let mut rest = vec![0; length];
+        stream.read_exact(&mut rest).await?;
+    }
+    Ok(status)
+}

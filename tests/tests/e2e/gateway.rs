@@ -1,0 +1,554 @@
+//! The gateway end to end: the real operator with three real squid Pods (each with its own
+//! egress address and its own credentials), the real `proxy-operator gateway` in front of
+//! its discovery API, and real clients through it: curl, Python requests and Playwright
+//! driving Debian's chromium. The origin's `/client-address` names the squid a request left
+//! through, so every check of "which upstream" is what the site saw.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use proxy_crd::Phase;
+use proxy_tests::bins;
+use proxy_tests::gateway::{Gateway, TENANT};
+use proxy_tests::operator::{DISCOVERY_TOKEN, binary};
+use proxy_tests::probe_origin::HOST;
+use proxy_tests::run_dir::subdir;
+use serde_json::{Value, json};
+
+use crate::operated::Bed;
+
+const PROXIES: [&str; 3] = ["gw-a", "gw-b", "gw-c"];
+
+/// A bed with three Ready proxies the book lists healthy, and a gateway in front of it.
+async fn fleet(prefix: &str) -> (Bed, Gateway) {
+    let mut bed = Bed::new(prefix).await;
+    let spec = json!({"mode": "Managed", "provider": "pods", "maxLeases": 5, "healthCheck": {
+        "probeURL": bed.origin.url("/generate_204"), "intervalSeconds": 2, "timeoutSeconds": 1}});
+    for name in PROXIES {
+        let proxy: proxy_crd::Proxy = serde_json::from_value(json!({
+            "apiVersion": "crawl.example.com/v1alpha1", "kind": "Proxy",
+            "metadata": {"name": name, "labels": {"geo": "eu"}}, "spec": spec
+        }))
+        .unwrap();
+        bed.proxies
+            .create(&Default::default(), &proxy)
+            .await
+            .unwrap();
+    }
+    for name in PROXIES {
+        bed.wait_for(name, "Ready", |p| {
+            p.status.as_ref().and_then(|s| s.phase) == Some(Phase::Ready)
+        })
+        .await;
+    }
+    let http = reqwest::Client::new();
+    for _ in 0..100 {
+        let listed: Value = http
+            .get(format!(
+                "{}/v1/proxies?healthy=true",
+                bed.operator.discovery
+            ))
+            .bearer_auth(DISCOVERY_TOKEN)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        if listed["count"] == PROXIES.len() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let gateway = Gateway::start(binary(), &bed.ns, &bed.operator.discovery, &[]);
+    (bed, gateway)
+}
+
+/// The egress address of each proxy: the origin's `/client-address` through it is that.
+async fn addresses(bed: &Bed) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    for name in PROXIES {
+        let proxy = bed.proxies.get(name).await.unwrap();
+        let ip = proxy.status.and_then(|s| s.ip).unwrap_or_default();
+        out.push((name.to_owned(), ip));
+    }
+    out
+}
+
+/// What `curl` printed (headers with `-i`, then the body) and its exit code.
+struct Curled {
+    code: i32,
+    out: String,
+    err: String,
+}
+
+impl Curled {
+    /// The body: what follows the last blank line.
+    fn body(&self) -> &str {
+        self.out
+            .rsplit("\r\n\r\n")
+            .next()
+            .unwrap_or_default()
+            .trim()
+    }
+
+    /// The value of header `name` in the first answer that has it.
+    fn header(&self, name: &str) -> Option<String> {
+        self.out.lines().find_map(|line| {
+            let (n, v) = line.split_once(':')?;
+            n.eq_ignore_ascii_case(name).then(|| v.trim().to_owned())
+        })
+    }
+}
+
+/// `curl -i` of `url` through the gateway as `username`, trusting the origin's CA; a new
+/// process, so a new connection, each time.
+async fn curl(
+    gateway: &Gateway,
+    ca: &Path,
+    username: &str,
+    password: &str,
+    url: &str,
+    extra: &[&str],
+) -> Curled {
+    let output = tokio::process::Command::new("curl")
+        .args(["-sS", "-i", "--max-time", "30", "--noproxy", ""])
+        .args(["-x", &format!("http://{}", gateway.addr)])
+        .args(["-U", &format!("{username}:{password}")])
+        .arg("--cacert")
+        .arg(ca)
+        .args(extra)
+        .arg(url)
+        .stdin(Stdio::null())
+        .output()
+        .await
+        .expect("run curl (Debian's curl package)");
+    Curled {
+        code: output.status.code().unwrap_or(-1),
+        out: String::from_utf8_lossy(&output.stdout).into_owned(),
+        err: String::from_utf8_lossy(&output.stderr).into_owned(),
+    }
+}
+
+/// The origin's CA, in a file.
+fn ca_file(bed: &Bed) -> PathBuf {
+    let file = subdir(&format!("gateway-ca-{}", bed.ns)).join("ca.pem");
+    std::fs::write(&file, &bed.origin.ca_pem).unwrap();
+    file
+}
+
+#[tokio::test]
+async fn curl_fetches_through_the_gateway_and_a_session_keeps_its_upstream_until_its_ttl() {
+    let (bed, gateway) = fleet("gw-curl").await;
+    let ca = ca_file(&bed);
+    let egress = addresses(&bed).await;
+    let token = TENANT.1;
+    let address = bed.origin.url("/client-address");
+    let seen = |c: &Curled| {
+        assert_eq!(
+            c.code,
+            0,
+            "curl failed: {}\n{}\ngateway log:\n{}",
+            c.out,
+            c.err,
+            gateway.log()
+        );
+        let ip = c.body().to_owned();
+        egress
+            .iter()
+            .find(|(_, e)| *e == ip)
+            .map(|(name, _)| name.clone())
+            .unwrap_or_else(|| panic!("{ip} is no proxy's egress: {egress:?}"))
+    };
+
+    // A session keeps its upstream across connections (each curl is one).
+    let first = curl(
+        &gateway,
+        &ca,
+        "user-acme-session-s1-ttl-4",
+        token,
+        &address,
+        &[],
+    )
+    .await;
+    let on = seen(&first);
+    assert_eq!(
+        first.header("x-proxy-session").as_deref(),
+        Some("acme:s1"),
+        "{}",
+        first.out
+    );
+    assert_eq!(
+        first.header("x-proxy-upstream"),
+        Some(format!("{}/{on}", bed.ns))
+    );
+    let lease = first.header("x-proxy-lease");
+    for _ in 0..3 {
+        let again = curl(
+            &gateway,
+            &ca,
+            "user-acme-session-s1-ttl-4",
+            token,
+            &address,
+            &[],
+        )
+        .await;
+        assert_eq!(seen(&again), on, "the session moved");
+        assert_eq!(again.header("x-proxy-lease"), lease, "the same lease");
+    }
+    // A new session gets another upstream (the fewest leases first).
+    let other = curl(&gateway, &ca, "user-acme-session-s2", token, &address, &[]).await;
+    assert_ne!(
+        seen(&other),
+        on,
+        "a new session takes a proxy with fewer leases"
+    );
+    // After its TTL the session is a new lease.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let later = curl(
+        &gateway,
+        &ca,
+        "user-acme-session-s1-ttl-4",
+        token,
+        &address,
+        &[],
+    )
+    .await;
+    seen(&later);
+    assert_ne!(
+        later.header("x-proxy-lease"),
+        lease,
+        "the TTL ended the first lease"
+    );
+
+    // Without a session each connection is a fresh choice, HTTPS and plain HTTP alike.
+    let fresh = curl(&gateway, &ca, "user-acme", token, &address, &[]).await;
+    seen(&fresh);
+    let plain = curl(
+        &gateway,
+        &ca,
+        "user-acme-geo-eu",
+        token,
+        &bed.origin.http_url("/client-address"),
+        &[],
+    )
+    .await;
+    seen(&plain);
+    assert!(plain.header("x-proxy-upstream").is_some(), "{}", plain.out);
+
+    // Bad credentials: 407 with the challenge, and nothing leased.
+    for (username, password) in [
+        ("user-acme", "wrong"),
+        ("user-nobody", token),
+        ("user-acme-sesion-x", token),
+    ] {
+        let refused = curl(
+            &gateway,
+            &ca,
+            username,
+            password,
+            &address,
+            &["-w", "\n%{http_connect}"],
+        )
+        .await;
+        assert_ne!(refused.code, 0, "{username}: {}", refused.out);
+        assert!(
+            refused.out.ends_with("407"),
+            "{username}: {}\n{}",
+            refused.out,
+            refused.err
+        );
+        assert_eq!(
+            refused.header("proxy-authenticate").as_deref(),
+            Some(r#"Basic realm="proxy-operator""#),
+            "{}",
+            refused.out
+        );
+    }
+    let plain_refused = curl(
+        &gateway,
+        &ca,
+        "user-acme",
+        "wrong",
+        &bed.origin.http_url("/client-address"),
+        &[],
+    )
+    .await;
+    assert!(
+        plain_refused.out.starts_with("HTTP/1.1 407"),
+        "{}",
+        plain_refused.out
+    );
+
+    // Inside a tunnel the gateway sees no status: the client reports a ban on its session
+    // (to the gateway, with the same credentials), and the session moves.
+    let tunnelled = curl(&gateway, &ca, "user-acme-session-r1", token, &address, &[]).await;
+    let was = seen(&tunnelled);
+    let report = tokio::process::Command::new("curl")
+        .args([
+            "-sS",
+            "--noproxy",
+            "*",
+            "-o",
+            "/dev/null",
+            "-w",
+            "%{http_code}",
+            "-X",
+            "POST",
+        ])
+        .args(["-u", &format!("user-acme-session-r1:{token}")])
+        .args(["-H", "content-type: application/json"])
+        .args([
+            "-d",
+            &format!(r#"{{"result": "blocked", "target": "{HOST}"}}"#),
+        ])
+        .arg(format!("http://{}/v1/report", gateway.addr))
+        .output()
+        .await
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&report.stdout), "204", "{report:?}");
+    let moved = curl(&gateway, &ca, "user-acme-session-r1", token, &address, &[]).await;
+    assert_ne!(seen(&moved), was, "a blocked session moves");
+}
+
+#[tokio::test]
+async fn a_429_on_plain_http_is_reported_and_moves_the_session() {
+    let (bed, gateway) = fleet("gw-429").await;
+    let ca = ca_file(&bed);
+    let token = TENANT.1;
+    let user = "user-acme-session-m1";
+    let address = bed.origin.http_url("/client-address");
+    let before = curl(&gateway, &ca, user, token, &address, &[]).await;
+    assert_eq!(before.code, 0, "{}\n{}", before.out, gateway.log());
+    let limited = curl(
+        &gateway,
+        &ca,
+        user,
+        token,
+        &bed.origin.http_url("/status/429"),
+        &[],
+    )
+    .await;
+    assert!(limited.out.starts_with("HTTP/1.1 429"), "{}", limited.out);
+    assert_eq!(
+        limited.header("x-proxy-upstream"),
+        before.header("x-proxy-upstream")
+    );
+    let after = curl(&gateway, &ca, user, token, &address, &[]).await;
+    assert_ne!(
+        after.body(),
+        before.body(),
+        "the session left the rate-limited proxy"
+    );
+    assert_ne!(
+        after.header("x-proxy-upstream"),
+        before.header("x-proxy-upstream")
+    );
+    // The book recorded it: the proxy cools down for the site.
+    let upstream = before.header("x-proxy-upstream").unwrap();
+    let detail: Value = reqwest::Client::new()
+        .get(format!("{}/v1/proxies/{upstream}", bed.operator.discovery))
+        .bearer_auth(DISCOVERY_TOKEN)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let site = detail["sites"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|s| s["target"] == HOST)
+        .cloned()
+        .unwrap_or_else(|| panic!("no statistics for {HOST}: {detail}"));
+    assert_eq!(site["rateLimited"], 1, "{site}");
+    assert!(site["cooldownUntil"].is_string(), "{site}");
+}
+
+/// Runs `program` with `args` (bounded), and returns its standard output; fails with both
+/// outputs and the gateway's log unless it exits 0.
+async fn run(program: &Path, args: &[&str], env: &[(&str, &str)], gateway: &Gateway) -> String {
+    let child = tokio::process::Command::new(program)
+        .args(args)
+        .envs(env.iter().copied())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap_or_else(|e| panic!("start {}: {e}", program.display()));
+    let output = tokio::time::timeout(Duration::from_secs(120), child.wait_with_output())
+        .await
+        .unwrap_or_else(|_| panic!("{} did not finish within 120 s", program.display()))
+        .unwrap();
+    let (out, err) = (
+        String::from_utf8_lossy(&output.stdout).into_owned(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    );
+    assert!(
+        output.status.success(),
+        "{} {args:?} failed:\n{out}\n{err}\ngateway log:\n{}",
+        program.display(),
+        gateway.log()
+    );
+    out
+}
+
+const REQUESTS: &str = r#"
+import json, sys
+import requests
+proxy, ca, *urls = sys.argv[1:]
+out = []
+for url in urls:
+    answer = requests.get(url, proxies={"http": proxy, "https": proxy}, verify=ca, timeout=30)
+    out.append({"url": url, "status": answer.status_code, "body": answer.text.strip(),
+                "upstream": answer.headers.get("X-Proxy-Upstream")})
+print(json.dumps(out))
+"#;
+
+#[tokio::test]
+async fn python_requests_fetches_https_and_http_through_the_gateway() {
+    let (bed, gateway) = fleet("gw-requests").await;
+    let ca = ca_file(&bed);
+    let script = subdir(&format!("gateway-requests-{}", bed.ns)).join("fetch.py");
+    std::fs::write(&script, REQUESTS).unwrap();
+    let https = bed.origin.url("/client-address");
+    let http = bed.origin.http_url("/client-address");
+    let proxy = gateway.proxy_url("user-acme-session-py1");
+    let out = run(
+        &bins::scrapy_python(),
+        &[
+            script.to_str().unwrap(),
+            &proxy,
+            ca.to_str().unwrap(),
+            &https,
+            &https,
+            &http,
+        ],
+        &[],
+        &gateway,
+    )
+    .await;
+    let answers: Vec<Value> = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(answers.len(), 3, "{out}");
+    for answer in &answers {
+        assert_eq!(answer["status"], 200, "{answer}");
+    }
+    let egress: Vec<String> = addresses(&bed)
+        .await
+        .into_iter()
+        .map(|(_, ip)| ip)
+        .collect();
+    let ip = answers[0]["body"].as_str().unwrap();
+    assert!(
+        egress.iter().any(|e| e == ip),
+        "{ip} is no proxy's egress: {egress:?}"
+    );
+    assert!(
+        answers.iter().all(|a| a["body"] == ip),
+        "one session, one upstream: {out}"
+    );
+    // Plain HTTP shows which upstream served (a tunnel's answer cannot).
+    assert!(
+        answers[2]["upstream"]
+            .as_str()
+            .is_some_and(|u| u.starts_with(&bed.ns)),
+        "{out}"
+    );
+}
+
+const PLAYWRIGHT: &str = r#"
+import { createRequire } from 'node:module';
+import { join } from 'node:path';
+const require = createRequire(join(process.env.PROXY_OPERATOR_CRAWLEE, 'package.json'));
+const { chromium } = require('playwright');
+const [server, username, password, ...urls] = process.argv.slice(2);
+const browser = await chromium.launch({
+  executablePath: process.env.CHROMIUM,
+  args: ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run',
+         '--disable-background-networking', '--disable-component-update', '--disable-sync'],
+});
+const out = [];
+try {
+  const context = await browser.newContext({ proxy: { server, username, password }, ignoreHTTPSErrors: true });
+  const page = await context.newPage();
+  for (const url of urls) {
+    const response = await page.goto(url);
+    out.push({ url, status: response.status(), body: (await page.innerText('body')).trim() });
+  }
+} finally {
+  await browser.close();
+}
+console.log(JSON.stringify(out));
+"#;
+
+#[tokio::test]
+async fn playwright_chromium_fetches_through_the_gateway() {
+    let (bed, gateway) = fleet("gw-browser").await;
+    let script = subdir(&format!("gateway-playwright-{}", bed.ns)).join("fetch.mjs");
+    std::fs::write(&script, PLAYWRIGHT).unwrap();
+    let modules = bins::crawlee_modules();
+    let chromium = bins::chromium();
+    let https = bed.origin.url("/client-address");
+    let http = bed.origin.http_url("/client-address");
+    let server = format!("http://{}", gateway.addr);
+    let out = run(
+        &bins::node(),
+        &[
+            script.to_str().unwrap(),
+            &server,
+            "user-acme-session-browser1",
+            TENANT.1,
+            &https,
+            &http,
+            &https,
+        ],
+        &[
+            ("PROXY_OPERATOR_CRAWLEE", modules.to_str().unwrap()),
+            ("CHROMIUM", chromium.to_str().unwrap()),
+        ],
+        &gateway,
+    )
+    .await;
+    let answers: Vec<Value> = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(answers.len(), 3, "{out}");
+    let egress: Vec<String> = addresses(&bed)
+        .await
+        .into_iter()
+        .map(|(_, ip)| ip)
+        .collect();
+    for answer in &answers {
+        assert_eq!(answer["status"], 200, "{answer}");
+        let ip = answer["body"].as_str().unwrap_or_default();
+        assert!(
+            egress.iter().any(|e| e == ip),
+            "{ip} is no proxy's egress: {egress:?}"
+        );
+    }
+    assert!(
+        answers.iter().all(|a| a["body"] == answers[0]["body"]),
+        "one session, one upstream: {out}"
+    );
+    // The gateway counted the browser's tunnels and forwarded requests.
+    let metrics = reqwest::get(&gateway.metrics)
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    for series in [
+        r#"proxy_operator_gateway_requests_total{kind="connect"}"#,
+        r#"proxy_operator_gateway_requests_total{kind="http"}"#,
+    ] {
+        let line = metrics
+            .lines()
+            .find(|l| l.starts_with(series))
+            .unwrap_or_default();
+        assert!(
+            !line.ends_with(" 0") && !line.is_empty(),
+            "{series}: {metrics}"
+        );
+    }
+}
