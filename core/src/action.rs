@@ -225,7 +225,7 @@ pub enum Requeue {
     Backoff,
     /// Nothing to do until the object, its Secret or its health changes.
     AwaitChange,
-    /// A wait a failed provider call earned still binds ([`Hold`](crate::Hold)): look again
+    /// A wait a failed provider call earned still binds ([`Hold`]): look again
     /// after this long. Unlike [`Requeue::After`], the object's failure count is kept, so a
     /// backoff that events interrupt still grows.
     Held(

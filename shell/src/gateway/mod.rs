@@ -12,7 +12,7 @@
 //!
 //! - [`connection`]: one client connection: CONNECT, plain HTTP, `POST /v1/report`;
 //! - [`upstream`]: a connection to an upstream proxy, and a tunnel through it;
-//! - [`tunnel`]: a tunnel's bytes both ways, with the idle timeout;
+//! - `tunnel`: a tunnel's bytes both ways, with the idle timeout;
 //! - [`book`]: the lease book's client; [`tenants`]: the tenants' tokens;
 //! - [`metrics`]: the gateway's own registry; [`run`]: the subcommand's wiring.
 //!
