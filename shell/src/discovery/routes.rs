@@ -200,13 +200,26 @@ async fn dispatch<B: Buf>(
             Route::Report { id } => {
                 guarded(|| report(&state, forwarded, Reported::Lease(id), &body))
             }
-            Route::EndSession { name } => guarded(|| end_session(&state, forwarded, name)),
-            Route::SessionReport { name } => {
-                guarded(|| report(&state, forwarded, Reported::Session(name), &body))
+            Route::EndSession { name } => {
+                guarded(|| end_session(&state, forwarded, &session_segment(name)))
             }
+            Route::SessionReport { name } => guarded(|| {
+                let name = session_segment(name);
+                report(&state, forwarded, Reported::Session(&name), &body)
+            }),
         }
     };
     answered(state, incoming, body, outcome).await
+}
+
+/// A session name as its path segment carries it, percent-decoded: a session's `:` is
+/// reserved in a path, and clients encode it (Python's `quote`, JavaScript's
+/// `encodeURIComponent`: `acme%3As1`) as often as not. A segment that does not decode to
+/// UTF-8 stays as it came, which no session name can be.
+fn session_segment(segment: &str) -> std::borrow::Cow<'_, str> {
+    percent_encoding::percent_decode_str(segment)
+        .decode_utf8()
+        .unwrap_or(std::borrow::Cow::Borrowed(segment))
 }
 
 /// Refuses a query on a route that takes none, rather than ignore what the client meant.

@@ -53,38 +53,30 @@ async fn schemathesis_finds_no_request_on_which_the_document_and_the_server_disa
         })
         .await;
     }
-    // Leases for the fuzzer to release and report on: a lease ID it draws at random is never
-    // granted, so without these the report and release routes would only ever answer 404
-    // and 204 for nothing. Its config binds the `id` path parameter to them most of the time.
-    let http = reqwest::Client::new();
+    // Leases and sessions for the fuzzer to release and report on: a lease ID or session name
+    // it draws at random was never granted, so without these the report and release routes
+    // would only ever answer 404 and 204 for nothing. Its config binds the `id` and `name`
+    // path parameters to them most of the time. More sessions than leases: ending a session
+    // is one DELETE, and the session's report route needs some left when its turn comes.
     let mut granted = Vec::new();
-    // The discovery cache follows the controller's within a moment: poll, bounded.
-    for _ in 0..200 {
-        let lease: serde_json::Value = http
-            .post(format!("{}/v1/leases", bed.operator.discovery))
-            .bearer_auth(DISCOVERY_TOKEN)
-            .send()
-            .await
-            .expect("the discovery API answers")
-            .json()
-            .await
-            .expect("a JSON answer");
-        match lease["leaseID"].as_str() {
-            Some(id) => granted.push(id.to_owned()),
-            None => tokio::time::sleep(std::time::Duration::from_millis(100)).await,
-        }
-        if granted.len() == 20 {
-            break;
-        }
+    let mut sessions = Vec::new();
+    for i in 0..20 {
+        granted.push(lease(&bed, json!({}), &format!("lease {i}")).await);
     }
-    assert_eq!(granted.len(), 20, "the Ready proxies could not be leased");
+    for i in 0..60 {
+        let session = format!("fuzz:s{i}");
+        lease(&bed, json!({ "session": session }), &session).await;
+        sessions.push(session);
+    }
     let reports = subdir("api-fuzz-reports");
     let config = reports.join("schemathesis.toml");
     std::fs::write(
         &config,
         format!(
             "[dictionaries.leases]\nvalues = {granted:?}\n\n\
-             [parameters]\n\"path.id\" = {{ dictionary = \"leases\", probability = 0.8 }}\n\n{STRICT}"
+             [dictionaries.sessions]\nvalues = {sessions:?}\n\n\
+             [parameters]\n\"path.id\" = {{ dictionary = \"leases\", probability = 0.8 }}\n\
+             \"path.name\" = {{ dictionary = \"sessions\", probability = 0.8 }}\n\n{STRICT}"
         ),
     )
     .expect("the fuzzer's config is written");
@@ -124,11 +116,34 @@ async fn schemathesis_finds_no_request_on_which_the_document_and_the_server_disa
     );
     // It really exercised every operation, and reached the report route's logic.
     assert!(
-        stdout.contains("Tested: 8"),
-        "schemathesis did not test the 8 operations:\n{stdout}"
+        stdout.contains("Tested: 10"),
+        "schemathesis did not test the 10 operations:\n{stdout}"
     );
     assert!(
         !stdout.contains("Missing test data"),
         "some route only ever answered 404:\n{stdout}"
     );
+}
+
+/// Takes a lease with `body` (`what` names it in a failure) and returns its ID. The discovery
+/// cache follows the controller's within a moment: polled, bounded.
+async fn lease(bed: &Bed, body: serde_json::Value, what: &str) -> String {
+    let http = reqwest::Client::new();
+    for _ in 0..200 {
+        let lease: serde_json::Value = http
+            .post(format!("{}/v1/leases", bed.operator.discovery))
+            .bearer_auth(DISCOVERY_TOKEN)
+            .json(&body)
+            .send()
+            .await
+            .expect("the discovery API answers")
+            .json()
+            .await
+            .expect("a JSON answer");
+        match lease["leaseID"].as_str() {
+            Some(id) => return id.to_owned(),
+            None => tokio::time::sleep(std::time::Duration::from_millis(100)).await,
+        }
+    }
+    panic!("the Ready proxies could not be leased for {what}");
 }

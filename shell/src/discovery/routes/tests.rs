@@ -1654,8 +1654,26 @@ async fn a_session_is_resumed_until_a_ban_and_then_moves() {
         moved.body.get("moved").is_none(),
         "the avoid above ended the session"
     );
-    let ended = authed(&state, "DELETE", "/v1/sessions/acme:s1", None).await;
+    // Its name percent-encoded, as Python's quote and JavaScript's encodeURIComponent send
+    // it, is the same session.
+    let encoded = authed(
+        &state,
+        "POST",
+        "/v1/sessions/acme%3As1/report",
+        Some(r#"{"result": "ok"}"#),
+    )
+    .await;
+    assert_eq!(encoded.status, StatusCode::NO_CONTENT, "{}", encoded.body);
+    let ended = authed(&state, "DELETE", "/v1/sessions/acme%3As1", None).await;
     assert_eq!(ended.status, StatusCode::NO_CONTENT);
+    let gone = authed(
+        &state,
+        "POST",
+        "/v1/sessions/acme:s1/report",
+        Some(r#"{"result": "ok"}"#),
+    )
+    .await;
+    assert_error(&gone, StatusCode::NOT_FOUND, "unknown_session");
 
     for (body, code) in [
         (r#"{"session": "a b"}"#, "invalid_session"),
@@ -1669,6 +1687,8 @@ async fn a_session_is_resumed_until_a_ban_and_then_moves() {
         let answer = authed(&state, "POST", "/v1/leases", Some(body)).await;
         assert_error(&answer, StatusCode::BAD_REQUEST, code);
     }
-    let bad = authed(&state, "DELETE", "/v1/sessions/a%20b", None).await;
-    assert_error(&bad, StatusCode::NOT_FOUND, "unknown_session");
+    for bad in ["/v1/sessions/a%20b", "/v1/sessions/a%FFb"] {
+        let bad = authed(&state, "DELETE", bad, None).await;
+        assert_error(&bad, StatusCode::NOT_FOUND, "unknown_session");
+    }
 }
