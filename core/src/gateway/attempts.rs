@@ -4,7 +4,9 @@
 //! 407 (its credentials were replaced since the lease was granted), or an upstream that
 //! closed before answering: nothing has reached the client yet, so the gateway asks the
 //! book again, avoiding the upstream that failed, and tries once more. A second failure is
-//! the client's 502. Once a byte went to the client, nothing is retried: the shell never asks.
+//! the client's 502, and so is a book with no other upstream for the retry: the site's proxy
+//! failed, which a 503 "no proxy" would hide. Once a byte went to the client, nothing is
+//! retried: the shell never asks.
 
 use super::Refusal;
 use crate::key::ProxyKey;
@@ -38,6 +40,8 @@ impl UpstreamFailure {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Attempts {
     failed: Vec<ProxyKey>,
+    /// How the last one failed.
+    last: Option<UpstreamFailure>,
 }
 
 impl Attempts {
@@ -53,10 +57,21 @@ impl Attempts {
     /// client gets once [`MOST`](Self::MOST) have failed.
     pub fn failed(&mut self, proxy: ProxyKey, failure: UpstreamFailure) -> Result<(), Refusal> {
         self.failed.push(proxy);
+        self.last = Some(failure);
         if self.failed.len() < Self::MOST {
             Ok(())
         } else {
             Err(Refusal::UpstreamFailed(failure))
+        }
+    }
+
+    /// The book refused the lease request of this attempt with `refused`: what the client
+    /// gets. Before any upstream failed, the book's refusal; once one did, "no proxy" means
+    /// no other upstream can take over, and the client's answer is the failure's 502.
+    pub fn lease_refused(&self, refused: Refusal) -> Refusal {
+        match (refused, self.last) {
+            (Refusal::NoProxy(_), Some(failure)) => Refusal::UpstreamFailed(failure),
+            (refused, _) => refused,
         }
     }
 }
@@ -78,5 +93,26 @@ mod tests {
         assert_eq!(refused, Refusal::UpstreamFailed(UpstreamFailure::Timeout));
         assert_eq!(refused.status(), 502);
         assert_eq!(attempts.avoid().len(), 2);
+    }
+
+    #[test]
+    fn no_other_upstream_for_the_retry_is_the_failures_502_not_a_503() {
+        let none = Refusal::NoProxy(crate::lease::NoMatch::default());
+        let mut attempts = Attempts::default();
+        assert_eq!(
+            attempts.lease_refused(none.clone()),
+            none,
+            "nothing failed yet"
+        );
+        let failed = attempts.failed(ProxyKey::new("crawl", "a"), UpstreamFailure::Connect);
+        assert_eq!(failed, Ok(()));
+        let refused = attempts.lease_refused(none);
+        assert_eq!(refused, Refusal::UpstreamFailed(UpstreamFailure::Connect));
+        assert_eq!(refused.status(), 502);
+        assert_eq!(
+            attempts.lease_refused(Refusal::BookUnavailable),
+            Refusal::BookUnavailable,
+            "a book that cannot answer stays a 503 with its Retry-After"
+        );
     }
 }

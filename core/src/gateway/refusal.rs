@@ -21,7 +21,8 @@ pub enum Refusal {
     NoProxy(NoMatch),
     /// The lease book cannot answer now (a failover, the owner's fence, unreachable): 503.
     BookUnavailable,
-    /// The upstream failed twice before any byte went to the client ([`super::Attempts`]): 502.
+    /// The upstream failed before any byte went to the client, and the one retry did not
+    /// help: another failed too, or the book had no other ([`super::Attempts`]): 502.
     UpstreamFailed(UpstreamFailure),
     /// The upstream refused the CONNECT with this status (its access rules, or it could not
     /// reach the site): 502.
@@ -91,7 +92,7 @@ impl Refusal {
                 "the lease book cannot answer now (a failover is under way): retry".into()
             }
             Self::UpstreamFailed(failure) => format!(
-                "the upstream proxy failed ({}), and so did another one",
+                "the upstream proxy failed ({}) before anything reached the client, and no other one could take over",
                 failure.as_str()
             ),
             Self::TunnelRefused(status) => {

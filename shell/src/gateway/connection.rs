@@ -153,7 +153,11 @@ impl Connection {
         let mut attempts = Attempts::default();
         let (leased, stream, rest) = loop {
             let ask = options.ask(&target.host, attempts.avoid());
-            let leased = gateway.book.lease(&ask, &gateway.metrics).await?;
+            let leased = gateway
+                .book
+                .lease(&ask, &gateway.metrics)
+                .await
+                .map_err(|refused| attempts.lease_refused(refused))?;
             match upstream::tunnel(&leased, &target, gateway.settings.connect_timeout).await {
                 Ok((stream, rest)) => break (leased, stream, rest),
                 Err(TunnelError::Failed(failure)) => {
@@ -219,7 +223,11 @@ impl Connection {
                         gateway.book.release_later(&old.leased);
                     }
                     let ask = options.ask(&target.host, attempts.avoid());
-                    let leased = gateway.book.lease(&ask, &gateway.metrics).await?;
+                    let leased = gateway
+                        .book
+                        .lease(&ask, &gateway.metrics)
+                        .await
+                        .map_err(|refused| attempts.lease_refused(refused))?;
                     match self.sender(&leased).await {
                         Ok(sender) => {
                             gateway.metrics.connection("http");

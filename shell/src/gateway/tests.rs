@@ -377,10 +377,7 @@ async fn a_429_on_plain_http_is_reported_and_moves_the_session_within_the_connec
 #[tokio::test]
 async fn a_dead_upstream_is_retried_once_on_another_and_nothing_left_is_a_503() {
     // The lowest latency upstream is a port nothing listens on any more.
-    let dead = {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        listener.local_addr().unwrap()
-    };
+    let [dead] = dead_ports().await;
     let (alive, seen) = upstream().await;
     let bed = Bed::over(&[dead, alive], vec![(alive.port(), seen)]).await;
     let mut client = bed.connect().await;
@@ -403,6 +400,47 @@ async fn a_dead_upstream_is_retried_once_on_another_and_nothing_left_is_a_503() 
     assert_eq!(status, 503, "{answer}");
     assert_eq!(header(&answer, "x-proxy-error"), "no_proxy");
     assert_eq!(header(&answer, "retry-after"), "30");
+}
+
+/// `N` loopback addresses nothing listens on: each was bound, then let go.
+async fn dead_ports<const N: usize>() -> [SocketAddr; N] {
+    let mut listeners = Vec::new();
+    for _ in 0..N {
+        listeners.push(TcpListener::bind("127.0.0.1:0").await.unwrap());
+    }
+    std::array::from_fn(|i| listeners[i].local_addr().unwrap())
+}
+
+#[tokio::test]
+async fn a_second_dead_upstream_is_a_502_after_one_retry_and_so_is_a_dead_one_alone() {
+    // Three dead upstreams: a request tries two (one retry), never the third.
+    let bed = Bed::over(&dead_ports::<3>().await, Vec::new()).await;
+    let retries = |n: u32| format!("proxy_operator_gateway_upstream_retries_total {n}\n");
+    let mut client = bed.connect().await;
+    let (status, answer) = exchange(&mut client, &connect_request("user-acme", TENANT_TOKEN)).await;
+    assert_eq!(status, 502, "{answer}");
+    assert_eq!(header(&answer, "x-proxy-error"), "upstream_failed");
+    assert!(answer.contains("failed (connect)"), "{answer}");
+    assert!(bed.metrics.encode().contains(&retries(1)));
+    let mut client = bed.connect().await;
+    let (status, answer) = exchange(&mut client, &get_request("user-acme", "/page")).await;
+    assert_eq!(status, 502, "{answer}");
+    assert_eq!(header(&answer, "x-proxy-error"), "upstream_failed");
+    assert!(bed.metrics.encode().contains(&retries(2)));
+
+    // The only upstream is dead: the retry finds no other, and the answer is still the
+    // failure's 502, not a 503 that would send the client waiting for a healthy proxy.
+    let bed = Bed::over(&dead_ports::<1>().await, Vec::new()).await;
+    for request in [
+        connect_request("user-acme-session-s1", TENANT_TOKEN),
+        get_request("user-acme", "/page"),
+    ] {
+        let mut client = bed.connect().await;
+        let (status, answer) = exchange(&mut client, &request).await;
+        assert_eq!(status, 502, "{answer}");
+        assert_eq!(header(&answer, "x-proxy-error"), "upstream_failed");
+        assert_eq!(header(&answer, "retry-after"), "", "{answer}");
+    }
 }
 
 #[tokio::test]

@@ -20,15 +20,36 @@ use crate::operated::Bed;
 
 const PROXIES: [&str; 3] = ["gw-a", "gw-b", "gw-c"];
 
-/// A bed with three Ready proxies the book lists healthy, and a gateway in front of it.
+/// A bed with three Ready proxies (`geo=eu`, 5 leases each, probed every 2 s) the book lists
+/// healthy, and a gateway in front of it.
 async fn fleet(prefix: &str) -> (Bed, Gateway) {
+    let members = PROXIES.map(|name| Member {
+        name,
+        geo: "eu",
+        max_leases: 5,
+    });
+    fleet_of(prefix, &members, 2).await
+}
+
+/// A proxy of a [`fleet_of`].
+struct Member {
+    name: &'static str,
+    /// Its `geo` label.
+    geo: &'static str,
+    max_leases: u32,
+}
+
+/// A bed whose proxies are `members`, probed every `interval` seconds, all Ready and listed
+/// healthy by the book, and a gateway in front of it.
+async fn fleet_of(prefix: &str, members: &[Member], interval: u32) -> (Bed, Gateway) {
     let mut bed = Bed::new(prefix).await;
-    let spec = json!({"mode": "Managed", "provider": "pods", "maxLeases": 5, "healthCheck": {
-        "probeURL": bed.origin.url("/generate_204"), "intervalSeconds": 2, "timeoutSeconds": 1}});
-    for name in PROXIES {
+    for member in members {
         let proxy: proxy_crd::Proxy = serde_json::from_value(json!({
             "apiVersion": "crawl.example.com/v1alpha1", "kind": "Proxy",
-            "metadata": {"name": name, "labels": {"geo": "eu"}}, "spec": spec
+            "metadata": {"name": member.name, "labels": {"geo": member.geo}},
+            "spec": {"mode": "Managed", "provider": "pods", "maxLeases": member.max_leases,
+                "healthCheck": {"probeURL": bed.origin.url("/generate_204"),
+                    "intervalSeconds": interval, "timeoutSeconds": 1}}
         }))
         .unwrap();
         bed.proxies
@@ -36,8 +57,8 @@ async fn fleet(prefix: &str) -> (Bed, Gateway) {
             .await
             .unwrap();
     }
-    for name in PROXIES {
-        bed.wait_for(name, "Ready", |p| {
+    for member in members {
+        bed.wait_for(member.name, "Ready", |p| {
             p.status.as_ref().and_then(|s| s.phase) == Some(Phase::Ready)
         })
         .await;
@@ -56,7 +77,7 @@ async fn fleet(prefix: &str) -> (Bed, Gateway) {
             .json()
             .await
             .unwrap();
-        if listed["count"] == PROXIES.len() {
+        if listed["count"] == members.len() {
             break;
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
@@ -365,6 +386,154 @@ async fn a_429_on_plain_http_is_reported_and_moves_the_session() {
         .unwrap_or_else(|| panic!("no statistics for {HOST}: {detail}"));
     assert_eq!(site["rateLimited"], 1, "{site}");
     assert!(site["cooldownUntil"].is_string(), "{site}");
+}
+
+/// What the gateway counted in `proxy_operator_gateway_upstream_retries_total`.
+async fn retries(gateway: &Gateway) -> u64 {
+    let metrics = reqwest::get(&gateway.metrics)
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("proxy_operator_gateway_upstream_retries_total "))
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no retries counter: {metrics}"))
+}
+
+/// Kills the squid of proxy `name` at once: connections to it are refused from then on,
+/// and the book, whose next probe is minutes away, still lists it healthy.
+async fn kill_squid(bed: &Bed, name: &str) {
+    let proxy = bed.proxies.get(name).await.unwrap();
+    let uid = proxy.metadata.uid.unwrap_or_default();
+    let pod = proxy_core::naming::instance_name(&uid);
+    bed.runner
+        .with_squid(&pod, |squid| squid.kill())
+        .unwrap_or_else(|| panic!("no squid runs for {name} (Pod {pod})"));
+}
+
+#[tokio::test]
+async fn no_proxy_is_a_503_with_retry_after_and_a_dead_upstream_is_retried_once_then_a_502() {
+    let member = |name, geo, max_leases| Member {
+        name,
+        geo,
+        max_leases,
+    };
+    // Probed every 5 minutes: a squid killed below stays healthy in the book for the test.
+    let members = [
+        member("gw-e1", "eu", 5),
+        member("gw-e2", "eu", 5),
+        member("gw-e3", "eu", 5),
+        member("gw-u1", "us", 1),
+    ];
+    let (bed, gateway) = fleet_of("gw-errors", &members, 300).await;
+    let ca = ca_file(&bed);
+    let token = TENANT.1;
+    let (https, http) = (
+        bed.origin.url("/client-address"),
+        bed.origin.http_url("/client-address"),
+    );
+    let fetch =
+        async |username: &str, url: &str| curl(&gateway, &ca, username, token, url, &[]).await;
+    // The upstream that served, once curl succeeded.
+    let served = |c: &Curled| {
+        assert_eq!(
+            c.code,
+            0,
+            "{}\n{}\ngateway log:\n{}",
+            c.out,
+            c.err,
+            gateway.log()
+        );
+        c.header("x-proxy-upstream").unwrap_or_default()
+    };
+    // A refusal of the gateway's own: its status, code and Retry-After (a CONNECT's and a
+    // plain request's alike: curl -i prints the proxy's answer to the CONNECT).
+    let refused = |c: &Curled, status: u16, code: &str, retry_after: Option<&str>| {
+        assert!(
+            c.out.starts_with(&format!("HTTP/1.1 {status} ")),
+            "{}\n{}\ngateway log:\n{}",
+            c.out,
+            c.err,
+            gateway.log()
+        );
+        assert_eq!(
+            c.header("x-proxy-error").as_deref(),
+            Some(code),
+            "{}",
+            c.out
+        );
+        assert_eq!(c.header("retry-after").as_deref(), retry_after, "{}", c.out);
+    };
+
+    // No proxy has the username's labels: 503, come back in 30 s.
+    for url in [&https, &http] {
+        refused(
+            &fetch("user-acme-geo-asia", url).await,
+            503,
+            "no_proxy",
+            Some("30"),
+        );
+    }
+    // The only us proxy is full (maxLeases 1, held by a session): 503, come back in 5 s.
+    let held = fetch("user-acme-session-u1-geo-us", &https).await;
+    assert_eq!(served(&held), format!("{}/gw-u1", bed.ns));
+    refused(
+        &fetch("user-acme-session-u2-geo-us", &https).await,
+        503,
+        "no_proxy",
+        Some("5"),
+    );
+    refused(
+        &fetch("user-acme-geo-us", &http).await,
+        503,
+        "no_proxy",
+        Some("5"),
+    );
+    assert_eq!(retries(&gateway).await, 0);
+
+    // Its squid dies: the session's next connection fails to connect, the one retry finds
+    // no other us proxy, and the client learns that its proxy failed (502), not to wait.
+    kill_squid(&bed, "gw-u1").await;
+    let dead = fetch("user-acme-session-u1-geo-us", &https).await;
+    refused(&dead, 502, "upstream_failed", None);
+    assert_eq!(retries(&gateway).await, 1);
+
+    // A session's eu proxy dies: its next connection is retried once on another eu proxy,
+    // and the session moves there.
+    let session = "user-acme-session-d1-geo-eu";
+    let first = served(&fetch(session, &https).await);
+    let name = first.rsplit('/').next().unwrap_or_default().to_owned();
+    kill_squid(&bed, &name).await;
+    let moved = fetch(session, &https).await;
+    let now = served(&moved);
+    assert_ne!(now, first, "the session left its dead proxy");
+    assert_eq!(moved.header("x-proxy-session").as_deref(), Some("acme:d1"));
+    assert_eq!(retries(&gateway).await, 2);
+    assert_eq!(served(&fetch(session, &http).await), now, "and stays there");
+
+    // Every eu squid dead (the book still lists the three healthy): a connection tries two,
+    // once each, and gets a 502; the third is never tried.
+    for member in &members[..3] {
+        if format!("{}/{}", bed.ns, member.name) != first {
+            kill_squid(&bed, member.name).await;
+        }
+    }
+    for (url, after) in [(&https, 3), (&http, 4)] {
+        refused(
+            &fetch("user-acme-geo-eu", url).await,
+            502,
+            "upstream_failed",
+            None,
+        );
+        assert_eq!(
+            retries(&gateway).await,
+            after,
+            "one retry per connection, not more"
+        );
+    }
 }
 
 /// Runs `program` with `args` (bounded), and returns its standard output; fails with both
