@@ -9,6 +9,7 @@ use std::time::Duration;
 use proxy_crd::{Placement, ProxyStatus};
 use serde::{Deserialize, Serialize};
 
+use crate::event::Event;
 use crate::observed::Hold;
 
 /// A write the shell executes before the provider call, in order: the object's metadata, and
@@ -187,28 +188,6 @@ pub struct CreateRequest {
     /// recording, when there was no stockout or the Proxy names its zone.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub avoid_zones: Vec<String>,
-}
-
-/// A Kubernetes Event to record on the object.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Event {
-    /// `Normal` or `Warning`.
-    #[serde(rename = "type")]
-    pub type_: EventType,
-    /// One CamelCase word: what happened.
-    pub reason: String,
-    /// What happened, for a human.
-    pub message: String,
-}
-
-/// The type of a Kubernetes Event.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub enum EventType {
-    /// Progress as expected.
-    Normal,
-    /// Something went wrong or needs attention.
-    Warning,
 }
 
 /// When to reconcile this object again, besides the watch events that trigger it anyway.
@@ -506,6 +485,7 @@ impl TryFrom<Recorded> for Decision {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::event::EventType;
 
     fn sample(status_changed: bool) -> Decision {
         let changed = ProxyStatus {

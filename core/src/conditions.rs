@@ -12,7 +12,7 @@
 use jiff::Timestamp;
 use proxy_crd::{Condition, ProxyStatus};
 
-use crate::action::EventType;
+use crate::event::EventType;
 use crate::phase::Progress;
 
 /// Type of the condition saying whether the machine exists and serves.

@@ -8,12 +8,11 @@
 
 use proxy_crd::{FINALIZER, Mode, ProxySpec, ProxyStatus};
 
-use crate::action::{
-    CreateRequest, Decision, Event, EventType, MetadataWrite, ProviderRequest, Requeue,
-};
+use crate::action::{CreateRequest, Decision, MetadataWrite, ProviderRequest, Requeue};
 use crate::backoff::retry_delay;
 use crate::conditions::{self, PROVISIONED, ProvisionedReason};
 use crate::error::{ErrorClass, ProviderError};
+use crate::event::{Event, EventType};
 use crate::naming::{credentials_secret_name, instance_name};
 use crate::observed::{
     CloudInitView, Hold, InstanceView, Observed, Outcome, ProviderCall, instance_id,

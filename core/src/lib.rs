@@ -65,8 +65,10 @@ pub mod classify;
 pub mod cloud_init;
 pub mod conditions;
 mod decide;
+pub mod digest;
 pub mod egress;
 pub mod error;
+pub mod event;
 pub mod event_series;
 pub mod gateway;
 pub mod gc;
@@ -89,12 +91,11 @@ mod status;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
 
-pub use action::{
-    Action, CreateRequest, Decision, Event, EventType, MetadataWrite, ProviderRequest, Requeue,
-};
+pub use action::{Action, CreateRequest, Decision, MetadataWrite, ProviderRequest, Requeue};
 pub use banned::BlockedSites;
 pub use decide::decide;
 pub use error::{ErrorClass, ProviderError};
+pub use event::{Event, EventType};
 pub use instance::InstanceState;
 pub use key::{InvalidProxyKey, KeyProblem, ProxyKey};
 pub use observed::{

@@ -20,9 +20,9 @@ use proxy_crd::provider_health::HEALTHY;
 use proxy_crd::{Condition, ProviderHealthStatus};
 use serde::{Deserialize, Serialize};
 
-use crate::action::{Event, EventType};
 use crate::conditions::{FALSE, TRUE, UNKNOWN, format_time};
 use crate::error::ProviderError;
+use crate::event::{Event, EventType};
 
 /// What one check of a provider gave.
 #[derive(Clone, Debug, PartialEq, Eq)]

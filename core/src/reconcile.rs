@@ -32,9 +32,10 @@ use std::time::Duration;
 
 use proxy_crd::{ProxySpec, ProxyStatus};
 
-use crate::action::{Decision, Event, MetadataWrite, ProviderRequest, Requeue};
+use crate::action::{Decision, MetadataWrite, ProviderRequest, Requeue};
 use crate::backoff::retry_delay;
 use crate::decide::decide;
+use crate::event::Event;
 use crate::observed::{Hold, Observed, Outcome};
 use crate::status::transitions;
 

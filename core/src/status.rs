@@ -11,13 +11,13 @@
 use jiff::Timestamp;
 use proxy_crd::{Condition, ProxySpec, ProxyStatus};
 
-use crate::action::{Event, EventType};
 use crate::banned::banned_condition;
 use crate::conditions::{
     self, EGRESS_VERIFIED, HEALTHY, HealthyReason, PROVISIONED, ProvisionedReason, READY,
     ReadyReason,
 };
 use crate::egress::{self, EgressReason};
+use crate::event::{Event, EventType};
 use crate::observed::{HealthVerdict, Observed};
 use crate::phase::compute_phase;
 

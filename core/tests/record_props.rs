@@ -29,7 +29,8 @@ use std::sync::OnceLock;
 
 use proptest::prelude::*;
 use proxy_core::conditions::{self, ProvisionedReason};
-use proxy_core::record::{DecideRecord, Header, Record, Recording, placeholder, replay};
+use proxy_core::digest::placeholder;
+use proxy_core::record::{DecideRecord, Header, Record, Recording, replay};
 use proxy_core::testing::{self, external_spec, managed_spec};
 use proxy_core::{
     Action, CloudInitView, Decided, Effects, ErrorClass, InstanceView, MetadataWrite, Observed,

@@ -3,10 +3,11 @@
 //! the timeline. The golden incident corpus is replayed by `replay_golden.rs`.
 
 use proxy_core::ProxyKey;
+use proxy_core::digest::placeholder;
 use proxy_core::health::{HealthBook, Probe, Target};
 use proxy_core::record::{
-    DecideRecord, Header, HealthRecord, Record, Recording, ReplayError, SCHEMA, placeholder,
-    replay, replay_with, timeline,
+    DecideRecord, Header, HealthRecord, Record, Recording, ReplayError, SCHEMA, replay,
+    replay_with, timeline,
 };
 use proxy_core::testing::{self, CLOUD_INIT, T0, at, managed_spec};
 use proxy_core::{CloudInitView, Decision, InstanceView, Observed, Outcome, decide};

@@ -13,7 +13,7 @@ use k8s_openapi::api::events::v1::Event as KubeEvent;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use kube::Api;
 use kube::api::{Patch, PatchParams, PostParams};
-use proxy_core::action::{Event, EventType};
+use proxy_core::event::{Event, EventType};
 use proxy_core::event_series::{EventKey, EventSeries, Publish};
 
 /// How many recent Events repeats can count on: a few hundred bytes each. Past it the oldest

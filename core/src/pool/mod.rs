@@ -51,8 +51,8 @@ use proxy_crd::{
 };
 use serde::{Deserialize, Serialize};
 
-use crate::action::{Event, EventType};
 use crate::conditions::{FALSE, TRUE, condition_among, format_time};
+use crate::event::{Event, EventType};
 use crate::spec_hash::canonical_digest;
 
 use self::amount::{Round, resolve};

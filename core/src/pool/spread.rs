@@ -117,7 +117,7 @@ fn spec_for(template: &ProxySpec, entry: &SpreadEntry) -> ProxySpec {
 /// health check, `maxLeases`) are left out: the pool updates those in place, as a Proxy
 /// changes them without a new machine.
 /// Inline cloud-init is covered by its digest
-/// ([`digest_of_content`](crate::record::digest_of_content)), so that a recording, which
+/// ([`digest_of_content`](crate::digest::digest_of_content)), so that a recording, which
 /// holds the digest instead of the secret, replays to the same hashes.
 #[derive(Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -137,7 +137,7 @@ pub fn template_hash(spec: &ProxySpec) -> String {
         placement: spec.placement.as_ref(),
         cloud_init_inline: cloud_init
             .and_then(|c| c.inline.as_deref())
-            .map(crate::record::digest_of_content),
+            .map(crate::digest::digest_of_content),
         cloud_init_secret: cloud_init.and_then(|c| c.secret_ref.as_ref()),
         port: spec.port,
     };

@@ -51,7 +51,7 @@
 //! # Secrets
 //!
 //! The resolved cloud-init content (user data, often with credentials) never reaches a
-//! recording: [`DecideRecord::new`] and [`Recording::push`] replace it by [`placeholder`]
+//! recording: [`DecideRecord::new`] and [`Recording::push`] replace it by [`placeholder`](crate::digest::placeholder)
 //! (`sha256:` and the hex SHA-256 of the content) in the fields that carry it, and only
 //! there: `spec.cloudInit.inline`, `observed.cloudInit` when resolved, and the user data of a
 //! create in the output ([`CreateRequest::cloud_init`](crate::CreateRequest::cloud_init)).
@@ -109,8 +109,7 @@ mod schema;
 mod timeline;
 
 pub use file::{Recording, ReplayError};
-pub use pool::{PoolInput, PoolRecord, digest_of_content};
-pub use redact::{REDACTED_PREFIX, placeholder};
+pub use pool::{PoolInput, PoolRecord};
 pub use replay::{Divergence, ReplayReport, replay, replay_with};
 pub use schema::{
     Config, DecideInput, DecideRecord, Header, HealthInput, HealthOutput, HealthRecord,

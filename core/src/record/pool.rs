@@ -1,7 +1,7 @@
 //! The record of one [`decide_pool`] call, and its replay.
 //!
 //! A pool's template may hold inline cloud-init, which is a secret like a Proxy's: the record
-//! replaces it by its [`placeholder`] in the input's template and in the output's creates.
+//! replaces it by its [`placeholder`](crate::digest::placeholder) in the input's template and in the output's creates.
 //! The template hash covers the placeholder of the content, not the content
 //! ([`template_hash`](crate::pool::spread::template_hash)), so a redacted input gives the
 //! same hashes and replays to the same output.
@@ -10,7 +10,7 @@ use proxy_crd::{CloudInit, ProxyPoolSpec, ProxyPoolStatus, ProxySpec};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::redact::{REDACTED_PREFIX, placeholder};
+use crate::digest::digest_of_content;
 use crate::key::ProxyKey;
 use crate::pool::{PoolAction, PoolDecision, PoolObserved, decide_pool};
 
@@ -75,17 +75,6 @@ impl PoolRecord {
         let recorded = serde_json::to_value(&self.output).map_err(|e| e.to_string())?;
         let replayed = serde_json::to_value(&replayed).map_err(|e| e.to_string())?;
         Ok((recorded, replayed))
-    }
-}
-
-/// `content` as the template hash and the recordings take it: its placeholder, or itself
-/// when it is one already (a redacted recording's). Real cloud-init starts with
-/// `#cloud-config` or `#!`, never with the placeholder's prefix.
-pub fn digest_of_content(content: &str) -> String {
-    if content.starts_with(REDACTED_PREFIX) {
-        content.to_owned()
-    } else {
-        placeholder(content)
     }
 }
 

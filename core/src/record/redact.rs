@@ -8,29 +8,15 @@
 
 use std::collections::BTreeSet;
 
-use data_encoding::HEXLOWER;
 use proxy_crd::{ProxySpec, ProxyStatus};
-use sha2::{Digest, Sha256};
 
 use super::schema::{DecideInput, DecideRecord, Redaction};
 use crate::action::Decision;
+use crate::digest::placeholder;
 use crate::key::ProxyKey;
 use crate::observed::{CloudInitView, Observed};
 use crate::reconcile::Decided;
 use crate::spec_hash::{HashInput, spec_hash};
-
-/// Prefix of a redacted cloud-init content.
-pub const REDACTED_PREFIX: &str = "sha256:";
-
-/// What stands for `content` in a recording: `sha256:` and the lowercase hex SHA-256 of the
-/// content. Equal contents give equal placeholders, so a rotated Secret still shows in a
-/// diff, and nothing of the content can be read back.
-pub fn placeholder(content: &str) -> String {
-    format!(
-        "{REDACTED_PREFIX}{}",
-        HEXLOWER.encode(&Sha256::digest(content.as_bytes()))
-    )
-}
 
 impl DecideRecord {
     /// The record of the call `decide(spec, status, observed) == output`, redacted
@@ -68,7 +54,7 @@ impl DecideRecord {
     }
 
     /// Replaces the cloud-init content, which may carry credentials, by its
-    /// [`placeholder`] in the fields that carry it, and only there: `spec.cloudInit.inline`,
+    /// [`placeholder`](crate::digest::placeholder) in the fields that carry it, and only there: `spec.cloudInit.inline`,
     /// `observed.cloudInit` when resolved, and the user data of each create in the output
     /// ([`CreateRequest::cloud_init`](crate::CreateRequest::cloud_init)). No other field of a
     /// record holds cloud-init content: `decide` copies it into a create request and nowhere

@@ -6,7 +6,7 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::api::events::v1::Event as KubeEvent;
 use kube::api::{Api, DeleteParams, PostParams};
 use kube::{Resource, ResourceExt};
-use proxy_core::action::{Event, EventType};
+use proxy_core::event::{Event, EventType};
 use proxy_operator::events::Events;
 use proxy_tests::control_plane::ControlPlane;
 
