@@ -93,6 +93,8 @@ pub mod labels {
     /// of the cluster's `kube-system` namespace. Two installations sharing a cloud project
     /// never reap each other's instances because their identities differ.
     pub const INSTALLATION: &str = "crawl.example.com/installation";
+    /// The name of the Proxy, for humans (the GC reads the UID, never this).
+    pub const PROXY_NAME: &str = "crawl.example.com/proxy-name";
 }
 
 /// One instance as a provider's `list_by_tag` returned it.

@@ -46,7 +46,9 @@ pub fn crd(write: Option<&Path>) -> ExitCode {
 pub fn rbac(file: &Path, namespace: &str) -> ExitCode {
     match ProvidersConfig::load(file) {
         Ok(config) => {
-            print!("{}", crate::providers::types::rbac_yaml(&config, namespace));
+            let configured = config.providers.iter().map(|p| &p.settings);
+            let rbac = crate::providers::types::rbac_yaml(configured, &config.summary(), namespace);
+            print!("{rbac}");
             ExitCode::SUCCESS
         }
         Err(error) => {

@@ -168,7 +168,7 @@ pub fn secret(
     secret.metadata.labels = Some(BTreeMap::from([
         (CREDENTIALS_SECRET_LABEL.to_owned(), "true".to_owned()),
         (
-            crate::providers::labels::PROXY_NAME.to_owned(),
+            proxy_core::gc::labels::PROXY_NAME.to_owned(),
             proxy_name.to_owned(),
         ),
     ]));

@@ -14,6 +14,9 @@ use std::sync::Arc;
 use crate::leadership::Leadership;
 use crate::metrics::Metrics;
 
+/// The field manager of every write this operator makes.
+pub const FIELD_MANAGER: &str = "proxy-operator";
+
 /// What kind of write asks the gate.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Write {
@@ -73,8 +76,9 @@ pub struct Gate {
 
 impl Gate {
     /// A gate that lets writes through while `leadership` holds, and counts refusals in
-    /// `metrics`.
+    /// `metrics`, where every kind has its series from the start.
     pub fn new(leadership: Arc<Leadership>, metrics: Arc<Metrics>) -> Self {
+        metrics.count_dropped_writes_from_zero(Write::ALL.map(Write::label));
         Self {
             leadership,
             metrics,
@@ -86,7 +90,7 @@ impl Gate {
         if self.leadership.is_leader() {
             Ok(())
         } else {
-            self.metrics.write_dropped(write);
+            self.metrics.write_dropped(write.label());
             Err(NotLeader(write))
         }
     }

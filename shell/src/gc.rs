@@ -67,13 +67,13 @@ impl CacheWatch {
             ) => return,
             Err(error) => WatchSignal::Failed(error.to_string()),
         };
-        crate::supervise::lock(&self.0).observe(signal);
+        crate::locks::lock(&self.0).observe(signal);
     }
 
     /// The probe port's readiness: ready once a list has completed since the start (a later
     /// re-list does not make the replica unready: its cache stays as complete as it was).
     pub fn first_list(&self) -> Result<(), String> {
-        let sync = crate::supervise::lock(&self.0);
+        let sync = crate::locks::lock(&self.0);
         if sync.lists_completed() > 0 {
             return Ok(());
         }
@@ -85,7 +85,7 @@ impl CacheWatch {
 
     /// The core's verdict: may GC sweep now?
     fn gate(&self, leader: bool) -> Gate {
-        gate(leader, &crate::supervise::lock(&self.0))
+        gate(leader, &crate::locks::lock(&self.0))
     }
 }
 

@@ -100,7 +100,7 @@ impl Leadership {
     /// The discovery URL of the replica that leads, when another one does and its claim
     /// names one (as of the last round); `None` while this replica leads or nobody does.
     pub fn leader_url(&self) -> Option<String> {
-        crate::supervise::lock(&self.leader_url).clone()
+        crate::locks::lock(&self.leader_url).clone()
     }
 
     /// This replica's identity.
@@ -114,7 +114,7 @@ impl Leadership {
     }
 
     fn standing(&self) -> std::sync::MutexGuard<'_, Standing> {
-        crate::supervise::lock(&self.standing)
+        crate::locks::lock(&self.standing)
     }
 
     /// Whether this replica takes part in an election (it has rounds to run): `false` for an
@@ -127,7 +127,7 @@ impl Leadership {
     /// write, while another replica's claim is valid, and for an unopposed replica. Grows past
     /// the renew deadline when renews fail or stall; the claim runs out at its duration.
     pub fn renew_age(&self, now: Timestamp) -> Option<Duration> {
-        let renewed_at = (*crate::supervise::lock(&self.renewed_at))?;
+        let renewed_at = (*crate::locks::lock(&self.renewed_at))?;
         Duration::try_from(now.duration_since(renewed_at)).ok()
     }
 
@@ -233,7 +233,7 @@ impl Leadership {
         };
         let observed = existing.as_ref().map(claim_of);
         let plan = plan(observed.as_ref(), &self.candidate, now);
-        *crate::supervise::lock(&self.leader_url) = match &plan {
+        *crate::locks::lock(&self.leader_url) = match &plan {
             Plan::Follow { .. } => existing.as_ref().and_then(discovery_url),
             _ => None,
         };
@@ -264,7 +264,7 @@ impl Leadership {
             }
         }
         if matches!(plan, Plan::Follow { .. }) {
-            *crate::supervise::lock(&self.renewed_at) = None;
+            *crate::locks::lock(&self.renewed_at) = None;
         }
         self.standing().record(&plan, written);
         plan.next_round()
@@ -274,7 +274,7 @@ impl Leadership {
     /// interval since the one before goes to `metrics`.
     fn renewed(&self, claim: &Claim, metrics: &Metrics) {
         let Some(at) = claim.renewed_at else { return };
-        let before = crate::supervise::lock(&self.renewed_at).replace(at);
+        let before = crate::locks::lock(&self.renewed_at).replace(at);
         if let Some(interval) = before.and_then(|b| Duration::try_from(at.duration_since(b)).ok()) {
             metrics.leadership_renewed(interval);
         }
@@ -320,6 +320,21 @@ fn spec_of(claim: &Claim) -> LeaseSpec {
     }
 }
 
+/// `proxy_operator_leadership_renew_age_seconds`, while this replica holds its claim.
+impl crate::metrics::Gauges for Leadership {
+    fn encode(&self, encoder: &mut crate::metrics::DescriptorEncoder) -> std::fmt::Result {
+        let Some(age) = self.renew_age(Timestamp::now()) else {
+            return Ok(());
+        };
+        crate::metrics::gauge(
+            encoder,
+            "leadership_renew_age_seconds",
+            "Seconds since this replica last wrote its leadership claim (its renew time); absent while another replica's claim is valid, and without an election",
+            age,
+        )
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::sync::Arc;
@@ -350,7 +365,7 @@ mod tests {
             Candidate::new("replica-a", proxy_core::leadership::Timing::default()).unwrap();
         let leadership = Arc::new(Leadership::new(candidate));
         let metrics = Metrics::default();
-        metrics.watch_leadership(leadership.clone());
+        metrics.read_at_scrape(&leadership);
         let scrape = || metrics.encode();
         assert!(
             !scrape().contains("proxy_operator_leadership_renew_age_seconds "),

@@ -18,6 +18,7 @@ pub mod gateway;
 pub mod gc;
 pub mod health;
 pub mod leadership;
+pub mod locks;
 pub mod loops;
 pub mod metrics;
 pub mod pool;

@@ -125,7 +125,7 @@ pub async fn run(parts: Parts, signals: watch::Receiver<bool>) -> anyhow::Result
         tasks: JoinSet::new(),
         metrics: ctx.metrics.clone(),
     };
-    ctx.metrics.watch_leadership(ctx.leadership.clone());
+    ctx.metrics.read_at_scrape(&ctx.leadership);
     // The loops on threads of their own: the operator cannot go on without any of them.
     let mut threads: Vec<(&'static str, Dedicated)> = Vec::new();
     if ctx.leadership.elects() {
@@ -186,7 +186,13 @@ pub async fn run(parts: Parts, signals: watch::Receiver<bool>) -> anyhow::Result
     // must be written; it never writes status itself.
     let (health_tx, mut health_rx) = tokio::sync::mpsc::channel(1024);
     let monitor = Arc::new(Monitor {
-        ctx: ctx.clone(),
+        client: ctx.client.clone(),
+        providers: ctx.providers.clone(),
+        board: ctx.provider_health.clone(),
+        gate: ctx.gate.clone(),
+        events: ctx.events.clone(),
+        metrics: ctx.metrics.clone(),
+        leadership: ctx.leadership.clone(),
         namespace: provider_checks.namespace,
         operator: leadership_name,
         types: provider_checks.types,
@@ -230,7 +236,7 @@ pub async fn run(parts: Parts, signals: watch::Receiver<bool>) -> anyhow::Result
         background.spawn(Loop::Gc, move || crate::gc::run(collector.clone()));
     }
     let tracked = Arc::new(Tracked::new(ctx.clone(), discovery.clone(), store.clone()));
-    ctx.metrics.watch_tracked(&tracked);
+    ctx.metrics.read_at_scrape(&tracked);
     // A pool is reconciled when one of its Proxies changes; a full channel drops the
     // trigger, as the pool looks again at its decision's wake-up anyway.
     let (pool_tx, mut pool_rx) = tokio::sync::mpsc::channel(1024);

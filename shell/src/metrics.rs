@@ -5,14 +5,21 @@
 //! `_total` on counters. What can be read when scraped is read then (proxies by phase,
 //! active leases), so no gauge drifts from the truth and no series outlives its object.
 //! Per-proxy series (probe results and latency) are removed when the health engine stops
-//! probing the proxy, and when the Proxy goes ([`crate::tracked`]).
+//! probing the proxy, and when the Proxy goes.
+//!
+//! A leaf: it imports no other module of the operator. Subsystems count into it, name their
+//! own label values (a panicked loop, a dropped write's kind), and hand it what it reads at
+//! scrape time as [`Gauges`] of their own (the lease book's leases, the leadership claim's
+//! age, the recorder's memory, the per-Proxy stores).
 
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 
+pub use prometheus_client::encoding::DescriptorEncoder;
+
 use kube::runtime::reflector::Store;
 use prometheus_client::collector::Collector;
-use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
+use prometheus_client::encoding::{EncodeLabelSet, EncodeMetric};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
@@ -21,12 +28,7 @@ use prometheus_client::registry::Registry;
 use proxy_core::ProxyKey;
 use proxy_crd::{Phase, Proxy, ProxyPool};
 
-use crate::discovery::Discovery;
-use crate::gate::Write;
-use crate::leadership::Leadership;
-use crate::recorder::{Recorder, Usage};
-use crate::supervise::{Loop, lock};
-use crate::tracked::Tracked;
+use crate::locks::lock;
 
 /// Labels of provider requests.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -103,15 +105,16 @@ pub struct ErrorLabels {
 /// Labels of caught panics.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct PanicLabels {
-    /// What panicked: `reconcile`, `health`, `gc`, `discovery_sync`, `leadership` or `lease_book`
-    /// ([`Loop::label`]).
+    /// What panicked: `reconcile`, `pool`, `health`, `gc`, `discovery_sync`, `leadership`,
+    /// `provider_health` or `lease_book` (`supervise::Loop::label`).
     pub r#loop: &'static str,
 }
 
 /// Labels of writes the leader gate refused.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct WriteLabels {
-    /// `metadata`, `provider_call`, `status` or `event` ([`Write::label`]).
+    /// `metadata`, `provider_call`, `status`, `event`, `gc_delete`, `provider_health` or
+    /// `pool` (`gate::Write::label`).
     pub kind: &'static str,
 }
 
@@ -150,11 +153,71 @@ pub struct Metrics {
 struct Sources {
     proxies: OnceLock<Store<Proxy>>,
     pools: OnceLock<Store<ProxyPool>>,
-    discovery: OnceLock<Arc<Discovery>>,
-    leadership: OnceLock<Arc<Leadership>>,
-    recorder: OnceLock<Arc<Recorder>>,
-    // Weak: what it counts holds these metrics.
-    tracked: OnceLock<Weak<Tracked>>,
+    // Weak: what a subsystem reads out often holds these metrics itself.
+    gauges: Mutex<Vec<Weak<dyn Gauges>>>,
+}
+
+/// A subsystem's gauges, read when scraped: it encodes its own families
+/// ([`gauge`] writes a single value).
+pub trait Gauges: Send + Sync + std::fmt::Debug {
+    /// Encodes this subsystem's gauges now.
+    fn encode(&self, encoder: &mut DescriptorEncoder) -> Result<(), std::fmt::Error>;
+}
+
+/// Encodes one gauge without labels, `proxy_operator_<name>`: a count, or seconds.
+pub fn gauge(
+    encoder: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    value: impl Into<GaugeValue>,
+) -> Result<(), std::fmt::Error> {
+    match value.into() {
+        GaugeValue::Count(count) => {
+            let gauge = ConstGauge::new(i64::try_from(count).unwrap_or(i64::MAX));
+            gauge.encode(encoder.encode_descriptor(name, help, None, gauge.metric_type())?)
+        }
+        GaugeValue::Seconds(seconds) => {
+            let gauge = ConstGauge::new(seconds);
+            gauge.encode(encoder.encode_descriptor(name, help, None, gauge.metric_type())?)
+        }
+    }
+}
+
+/// Encodes one family of counts, `proxy_operator_<name>`, a series per label set.
+pub fn gauges<L: EncodeLabelSet>(
+    encoder: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    series: impl IntoIterator<Item = (L, usize)>,
+) -> Result<(), std::fmt::Error> {
+    let mut family =
+        encoder.encode_descriptor(name, help, None, ConstGauge::new(0i64).metric_type())?;
+    for (labels, count) in series {
+        let gauge = ConstGauge::new(i64::try_from(count).unwrap_or(i64::MAX));
+        gauge.encode(family.encode_family(&labels)?)?;
+    }
+    Ok(())
+}
+
+/// What [`gauge`] encodes.
+#[derive(Clone, Copy, Debug)]
+pub enum GaugeValue {
+    /// A count of things.
+    Count(usize),
+    /// A duration, in seconds.
+    Seconds(f64),
+}
+
+impl From<usize> for GaugeValue {
+    fn from(count: usize) -> Self {
+        Self::Count(count)
+    }
+}
+
+impl From<std::time::Duration> for GaugeValue {
+    fn from(duration: std::time::Duration) -> Self {
+        Self::Seconds(duration.as_secs_f64())
+    }
 }
 
 fn latency_histogram() -> Histogram {
@@ -204,12 +267,6 @@ impl Default for Metrics {
             "Panics caught at the panic boundary, by what panicked (a reconcile, or a loop that was restarted)",
             panics.clone(),
         );
-        // Every series from the start, so that an alert on an increase sees the first panic.
-        for task in Loop::ALL {
-            drop(panics.get_or_create(&PanicLabels {
-                r#loop: task.label(),
-            }));
-        }
         let provider_in_flight = Family::<ProviderName, Gauge>::default();
         registry.register(
             "provider_calls_in_flight",
@@ -246,11 +303,6 @@ impl Default for Metrics {
             "Writes of a reconcile refused because this replica's leadership claim had run out, by kind",
             writes_dropped.clone(),
         );
-        for write in Write::ALL {
-            drop(writes_dropped.get_or_create(&WriteLabels {
-                kind: write.label(),
-            }));
-        }
         let lease_book_saves = Family::<SaveLabels, Counter>::default();
         registry.register(
             "lease_book_saves",
@@ -303,25 +355,25 @@ impl Metrics {
         let _ = self.sources.pools.set(store);
     }
 
-    /// Active leases are read from this discovery API at scrape time.
-    pub fn watch_leases(&self, discovery: Arc<Discovery>) {
-        let _ = self.sources.discovery.set(discovery);
+    /// `gauges` are encoded at every scrape, for as long as something else holds them.
+    pub fn read_at_scrape<G: Gauges + 'static>(&self, gauges: &Arc<G>) {
+        let weak: Weak<G> = Arc::downgrade(gauges);
+        lock(&self.sources.gauges).push(weak);
     }
 
-    /// The age of this replica's last leadership renew is read from `leadership` at scrape
-    /// time.
-    pub fn watch_leadership(&self, leadership: Arc<Leadership>) {
-        let _ = self.sources.leadership.set(leadership);
+    /// Every `loop` of `proxy_operator_panics_total` has a series from the start, at 0, so
+    /// that an alert on an increase sees the first panic.
+    pub fn count_panics_from_zero(&self, loops: impl IntoIterator<Item = &'static str>) {
+        for r#loop in loops {
+            drop(self.panics.get_or_create(&PanicLabels { r#loop }));
+        }
     }
 
-    /// What the recorder keeps in memory is read from `recorder` at scrape time.
-    pub fn watch_recorder(&self, recorder: Arc<Recorder>) {
-        let _ = self.sources.recorder.set(recorder);
-    }
-
-    /// The per-Proxy state of the process is counted from `tracked` at scrape time.
-    pub fn watch_tracked(&self, tracked: &Arc<Tracked>) {
-        let _ = self.sources.tracked.set(Arc::downgrade(tracked));
+    /// Every `kind` of `proxy_operator_writes_dropped_total` has a series from the start, at 0.
+    pub fn count_dropped_writes_from_zero(&self, kinds: impl IntoIterator<Item = &'static str>) {
+        for kind in kinds {
+            drop(self.writes_dropped.get_or_create(&WriteLabels { kind }));
+        }
     }
 
     /// Counts one provider call.
@@ -383,12 +435,10 @@ impl Metrics {
             .inc();
     }
 
-    /// Counts a write the leader gate refused.
-    pub fn write_dropped(&self, write: Write) {
+    /// Counts a write of `kind` the leader gate refused.
+    pub fn write_dropped(&self, kind: &'static str) {
         self.writes_dropped
-            .get_or_create(&WriteLabels {
-                kind: write.label(),
-            })
+            .get_or_create(&WriteLabels { kind })
             .inc();
     }
 
@@ -405,12 +455,10 @@ impl Metrics {
             .inc();
     }
 
-    /// Counts a panic caught in `task`.
-    pub fn panic(&self, task: Loop) {
+    /// Counts a panic caught in the loop labelled `task`.
+    pub fn panic(&self, task: &'static str) {
         self.panics
-            .get_or_create(&PanicLabels {
-                r#loop: task.label(),
-            })
+            .get_or_create(&PanicLabels { r#loop: task })
             .inc();
     }
 
@@ -492,11 +540,6 @@ struct PhaseLabels {
     phase: &'static str,
 }
 
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct StoreLabels {
-    store: &'static str,
-}
-
 impl Collector for ScrapeTime {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
         if let Some(store) = self.0.proxies.get() {
@@ -529,89 +572,15 @@ impl Collector for ScrapeTime {
         if let Some(store) = self.0.pools.get() {
             encode_pools(&store.state(), &mut encoder)?;
         }
-        if let Some(discovery) = self.0.discovery.get() {
-            let counts = [
-                (
-                    "leases_active",
-                    "Crawler leases held on this replica's proxies",
-                    discovery.active_leases(),
-                ),
-                (
-                    "leases_retained",
-                    "Ended leases kept for late reports (at most --max-retained-leases: at the bound, late reports on the oldest answer unknown_lease)",
-                    discovery.retained_leases(),
-                ),
-            ];
-            for (name, help, count) in counts {
-                let gauge = ConstGauge::new(i64::try_from(count).unwrap_or(i64::MAX));
-                let metric = encoder.encode_descriptor(name, help, None, gauge.metric_type())?;
-                gauge.encode(metric)?;
-            }
-        }
-        if let Some(age) = self
-            .0
-            .leadership
-            .get()
-            .and_then(|leadership| leadership.renew_age(jiff::Timestamp::now()))
-        {
-            let gauge = ConstGauge::new(age.as_secs_f64());
-            let metric = encoder.encode_descriptor(
-                "leadership_renew_age_seconds",
-                "Seconds since this replica last wrote its leadership claim (its renew time); absent while another replica's claim is valid, and without an election",
-                None,
-                gauge.metric_type(),
-            )?;
-            gauge.encode(metric)?;
-        }
-        if let Some(recorder) = self.0.recorder.get() {
-            encode_recording(&recorder.usage(), &mut encoder)?;
-        }
-        if let Some(tracked) = self.0.tracked.get().and_then(Weak::upgrade) {
-            let mut family = encoder.encode_descriptor(
-                "tracked_proxies",
-                "Proxies each per-Proxy store of this process holds state for (freed when the Proxy goes)",
-                None,
-                ConstGauge::new(0i64).metric_type(),
-            )?;
-            for (store, count) in tracked.sizes() {
-                let gauge = ConstGauge::new(i64::try_from(count).unwrap_or(i64::MAX));
-                gauge.encode(family.encode_family(&StoreLabels { store })?)?;
-            }
+        let gauges: Vec<_> = lock(&self.0.gauges)
+            .iter()
+            .filter_map(Weak::upgrade)
+            .collect();
+        for gauges in gauges {
+            gauges.encode(&mut encoder)?;
         }
         Ok(())
     }
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct PartLabels {
-    part: &'static str,
-}
-
-/// `proxy_operator_recording_records` and `proxy_operator_recording_bytes{part}`: what the
-/// recorder holds against `--record-budget-bytes`.
-fn encode_recording(usage: &Usage, encoder: &mut DescriptorEncoder) -> Result<(), std::fmt::Error> {
-    let gauge = |value: usize| ConstGauge::new(i64::try_from(value).unwrap_or(i64::MAX));
-    let records = gauge(usage.records);
-    let metric = encoder.encode_descriptor(
-        "recording_records",
-        "Decide calls the recorder keeps in memory, for GET /debug/recording",
-        None,
-        records.metric_type(),
-    )?;
-    records.encode(metric)?;
-    let mut family = encoder.encode_descriptor(
-        "recording_bytes",
-        "Bytes the recorder keeps in memory within --record-budget-bytes: the compressed records with what keeping each costs (lines) and the dictionaries they are compressed against",
-        None,
-        records.metric_type(),
-    )?;
-    for (part, bytes) in [
-        ("lines", usage.line_bytes),
-        ("dictionaries", usage.dictionary_bytes),
-    ] {
-        gauge(bytes).encode(family.encode_family(&PartLabels { part })?)?;
-    }
-    Ok(())
 }
 
 /// Labels of one pool figure.
@@ -715,7 +684,8 @@ mod tests {
         metrics.probe(&p2, false, 5.0);
         metrics.reconcile(0.01);
         metrics.reconcile_error("transient");
-        metrics.panic(Loop::Gc);
+        metrics.count_panics_from_zero(["gc", "reconcile"]);
+        metrics.panic("gc");
         metrics.provider_call_started("pods");
         metrics.provider_call_started("pods");
         metrics.provider_call_finished("pods");

@@ -25,10 +25,13 @@ use proxy_core::{ProviderDown, ProviderError};
 use proxy_crd::{ProviderHealth, ProviderHealthSpec, ProviderHealthStatus, Proxy, ProxySpec};
 use tokio::sync::mpsc;
 
-use crate::controller::{Context, FIELD_MANAGER};
-use crate::gate::{NotLeader, Write};
+use crate::events::Events;
+use crate::gate::{FIELD_MANAGER, Gate, NotLeader, Write};
+use crate::leadership::Leadership;
+use crate::locks;
+use crate::metrics::Metrics;
+use crate::providers::registry::Registry;
 use crate::providers::{Checked, Provider};
-use crate::supervise;
 
 /// The label on every `ProviderHealth` an operator writes, whose value is its
 /// `--leadership-name`: two operators in one namespace (a canary next to the main one)
@@ -48,16 +51,16 @@ impl Board {
     /// The verdict on the provider `spec` names, when its last check failed.
     pub fn down(&self, spec: &ProxySpec) -> Option<ProviderDown> {
         let provider = spec.provider.as_deref()?;
-        supervise::lock(&self.down).get(provider).cloned()
+        locks::lock(&self.down).get(provider).cloned()
     }
 
     /// Whether the Proxies of `provider` are held now.
     fn holds(&self, provider: &str) -> bool {
-        supervise::lock(&self.down).contains_key(provider)
+        locks::lock(&self.down).contains_key(provider)
     }
 
     fn set(&self, provider: &str, down: Option<ProviderDown>) {
-        let mut board = supervise::lock(&self.down);
+        let mut board = locks::lock(&self.down);
         match down {
             Some(down) => board.insert(provider.to_owned(), down),
             None => board.remove(provider),
@@ -70,13 +73,13 @@ impl Board {
         let (refusal, down) = Refusal::of(provider, error, jiff::Timestamp::now());
         tracing::warn!(provider, message = %error.message, "the provider refused a call: its proxies wait until a check passes");
         self.set(provider, Some(down));
-        supervise::lock(&self.refusals).insert(provider.to_owned(), refusal);
+        locks::lock(&self.refusals).insert(provider.to_owned(), refusal);
     }
 
     /// What `check` of `provider` means with its last refusal, if one still stands for
     /// `hold`; a refusal that no longer stands is forgotten.
     fn with_refusal(&self, provider: &str, check: Check, hold: Duration) -> Check {
-        let mut refusals = supervise::lock(&self.refusals);
+        let mut refusals = locks::lock(&self.refusals);
         let Some(refusal) = refusals.get(provider) else {
             return check;
         };
@@ -90,8 +93,8 @@ impl Board {
     /// Forgets every verdict: a replica that no longer leads holds nothing when it leads
     /// again, until its first round.
     fn clear(&self) {
-        supervise::lock(&self.down).clear();
-        supervise::lock(&self.refusals).clear();
+        locks::lock(&self.down).clear();
+        locks::lock(&self.refusals).clear();
     }
 }
 
@@ -117,8 +120,20 @@ pub struct Schedule {
 
 /// The monitor of one operator process.
 pub struct Monitor {
-    /// What every reconcile shares: the providers, the gate, the board, the metrics.
-    pub ctx: Arc<Context>,
+    /// The API client.
+    pub client: kube::Client,
+    /// The providers to check.
+    pub providers: Registry,
+    /// Where each check's verdict goes, for the reconciles' observations.
+    pub board: Arc<Board>,
+    /// The leader gate every write passes.
+    pub gate: Gate,
+    /// Where the checks' Events go.
+    pub events: Arc<Events>,
+    /// `proxy_operator_provider_up`.
+    pub metrics: Arc<Metrics>,
+    /// Rounds run while this replica leads.
+    pub leadership: Arc<Leadership>,
     /// Where the `ProviderHealth` objects live: the operator's namespace.
     pub namespace: String,
     /// This operator's `--leadership-name`, the value of [`OPERATOR_LABEL`].
@@ -145,10 +160,10 @@ impl std::fmt::Debug for Monitor {
 
 /// Runs the monitor forever: a round of checks whenever this replica leads, every interval.
 pub async fn run(monitor: Arc<Monitor>) {
-    let mut elected = monitor.ctx.leadership.subscribe();
+    let mut elected = monitor.leadership.subscribe();
     loop {
         while !*elected.borrow_and_update() {
-            monitor.ctx.provider_health.clear();
+            monitor.board.clear();
             if elected.changed().await.is_err() {
                 return;
             }
@@ -171,7 +186,6 @@ impl Monitor {
     /// configured.
     async fn round(&self) -> Result<(), NotLeader> {
         let checks = self
-            .ctx
             .providers
             .iter()
             .map(|(name, provider)| self.check(name, provider.as_ref()));
@@ -195,7 +209,7 @@ impl Monitor {
             Ok(Checked::NotStarted(message)) => Check::NotStarted { message },
             Ok(Checked::Unsupported) => Check::Unsupported,
         };
-        let board = &self.ctx.provider_health;
+        let board = &self.board;
         let check = board.with_refusal(name, check, self.schedule.refusal_hold);
         let api = self.api();
         let previous = match self.bounded(api.get_opt(name)).await {
@@ -215,16 +229,15 @@ impl Monitor {
         );
         tracing::debug!(provider = name, ?check, "provider checked");
         board.set(name, assessment.down.clone());
-        self.ctx.metrics.provider_up(name, assessment.up);
+        self.metrics.provider_up(name, assessment.up);
         // Without the object's status, a transition time or an Event would be made up.
         let object = match previous {
             Some(_) => self.write(name, assessment.status).await?,
             None => None,
         };
         if let (Some(event), Some(object)) = (assessment.event, object) {
-            self.ctx.gate.pass(Write::Event)?;
+            self.gate.pass(Write::Event)?;
             if let Err(error) = self
-                .ctx
                 .events
                 .publish(&event, "Check", &object.object_ref(&()))
                 .await
@@ -256,7 +269,7 @@ impl Monitor {
         object
             .labels_mut()
             .insert(OPERATOR_LABEL.to_owned(), self.operator.clone());
-        self.ctx.gate.pass(Write::ProviderHealth)?;
+        self.gate.pass(Write::ProviderHealth)?;
         if let Err(error) = self
             .bounded(api.patch(name, &params, &Patch::Apply(&object)))
             .await
@@ -298,9 +311,9 @@ impl Monitor {
         for stale in listed
             .items
             .iter()
-            .filter(|o| self.ctx.providers.get(&o.name_any()).is_none())
+            .filter(|o| self.providers.get(&o.name_any()).is_none())
         {
-            self.ctx.gate.pass(Write::ProviderHealth)?;
+            self.gate.pass(Write::ProviderHealth)?;
             let name = stale.name_any();
             match self.bounded(api.delete(&name, &Default::default())).await {
                 Ok(_) => tracing::info!(
@@ -342,6 +355,6 @@ impl Monitor {
     }
 
     fn api(&self) -> Api<ProviderHealth> {
-        Api::namespaced(self.ctx.client.clone(), &self.namespace)
+        Api::namespaced(self.client.clone(), &self.namespace)
     }
 }

@@ -332,7 +332,7 @@ impl Recorder {
 
     /// The state, also after a panic while it was held.
     fn lock(&self) -> MutexGuard<'_, Inner> {
-        crate::supervise::lock(&self.inner)
+        crate::locks::lock(&self.inner)
     }
 
     /// The kept records that pass `filter` as a recording, the header first and the records
@@ -384,6 +384,39 @@ impl Iterator for Dump {
                 }
             }
         }
+    }
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, prometheus_client::encoding::EncodeLabelSet)]
+struct PartLabels {
+    part: &'static str,
+}
+
+/// `proxy_operator_recording_records` and `proxy_operator_recording_bytes{part}`: what the
+/// recorder holds against `--record-budget-bytes`.
+impl crate::metrics::Gauges for Recorder {
+    fn encode(&self, encoder: &mut crate::metrics::DescriptorEncoder) -> std::fmt::Result {
+        let usage = self.usage();
+        crate::metrics::gauge(
+            encoder,
+            "recording_records",
+            "Decide calls the recorder keeps in memory, for GET /debug/recording",
+            usage.records,
+        )?;
+        crate::metrics::gauges(
+            encoder,
+            "recording_bytes",
+            "Bytes the recorder keeps in memory within --record-budget-bytes: the compressed records with what keeping each costs (lines) and the dictionaries they are compressed against",
+            [
+                (PartLabels { part: "lines" }, usage.line_bytes),
+                (
+                    PartLabels {
+                        part: "dictionaries",
+                    },
+                    usage.dictionary_bytes,
+                ),
+            ],
+        )
     }
 }
 

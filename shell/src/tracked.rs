@@ -23,7 +23,7 @@ use proxy_crd::Proxy;
 
 use crate::controller::Context;
 use crate::discovery::Discovery;
-use crate::supervise::lock;
+use crate::locks::lock;
 
 /// The per-Proxy stores, and what the cache held when a re-list started.
 #[derive(Debug)]
@@ -93,6 +93,24 @@ impl Tracked {
             .iter()
             .map(|proxy| ProxyKey::of(proxy))
             .collect()
+    }
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, prometheus_client::encoding::EncodeLabelSet)]
+struct StoreLabels {
+    store: &'static str,
+}
+
+/// `proxy_operator_tracked_proxies{store}`.
+impl crate::metrics::Gauges for Tracked {
+    fn encode(&self, encoder: &mut crate::metrics::DescriptorEncoder) -> std::fmt::Result {
+        crate::metrics::gauges(
+            encoder,
+            "tracked_proxies",
+            "Proxies each per-Proxy store of this process holds state for (freed when the Proxy goes)",
+            self.sizes()
+                .map(|(store, count)| (StoreLabels { store }, count)),
+        )
     }
 }
 

@@ -81,6 +81,7 @@ async fn serve(args: RunArgs, config: ProvidersConfig) -> anyhow::Result<()> {
         );
     }
     let metrics = Arc::new(Metrics::default());
+    crate::supervise::count_from_zero(&metrics);
     let health = Arc::new(HealthEngine::new(
         prober,
         args.probe_concurrency,
@@ -106,7 +107,11 @@ async fn serve(args: RunArgs, config: ProvidersConfig) -> anyhow::Result<()> {
         deadline: args.call_timeout_seconds,
         concurrent_calls: args.max_concurrent_provider_calls,
     };
-    let providers = Registry::build(&config, &env, &metrics, bounds).await;
+    let configured = config
+        .providers
+        .iter()
+        .map(|p| (p.name.as_str(), &p.settings));
+    let providers = Registry::build(configured, &env, &metrics, bounds).await;
     let gc = args.gc(&installation);
     let timing = args.timing();
     tracing::info!(providers = %config.summary(), namespace = ?args.namespace, identity = leadership.identity(), installation, "proxy-operator starting");
@@ -140,7 +145,7 @@ async fn serve(args: RunArgs, config: ProvidersConfig) -> anyhow::Result<()> {
         .await
         .map_err(|e| anyhow!("--discovery-addr {}: {e}", args.discovery_addr))?;
     tracing::info!(addr = %discovery_listener.local_addr()?, "discovery API listening");
-    metrics.watch_leases(discovery.clone());
+    metrics.read_at_scrape(&discovery);
     let admin_listener = tokio::net::TcpListener::bind(args.metrics_addr)
         .await
         .map_err(|e| anyhow!("--metrics-addr {}: {e}", args.metrics_addr))?;
@@ -166,7 +171,7 @@ async fn serve(args: RunArgs, config: ProvidersConfig) -> anyhow::Result<()> {
             )
         })?,
     );
-    metrics.watch_recorder(recorder.clone());
+    metrics.read_at_scrape(&recorder);
     let ctx = Arc::new(
         Context::new(
             client, providers, timing, health, metrics, leadership, recorder,

@@ -6,9 +6,9 @@
 use std::time::Duration;
 
 use proxy_core::{CreateRequest, InstanceState};
-use proxy_operator::config::{GcpCredentials, GcpSettings};
 use proxy_operator::providers::Provider;
 use proxy_operator::providers::gcp::GcpProvider;
+use proxy_operator::providers::settings::{GcpCredentials, GcpSettings};
 use proxy_tests::gce::{FakeGce, FakeOptions, InsertFault, Method};
 
 const ZONE: &str = "europe-west1-b";

@@ -1,6 +1,7 @@
 use std::path::Path;
 
 use super::*;
+use crate::providers::settings::*;
 
 fn examples() -> &'static Path {
     Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../examples"))

@@ -13,8 +13,9 @@ use proxy_core::{Event, MetadataWrite, Outcome, ProviderError, ProviderRequest, 
 use proxy_crd::{FINALIZER, Proxy, ProxyStatus, SPEC_HASH_ANNOTATION};
 use serde_json::json;
 
-use super::{Context, FIELD_MANAGER};
+use super::Context;
 use crate::credentials;
+use crate::gate::FIELD_MANAGER;
 use crate::gate::{NotLeader, Write};
 
 /// Why an effect could not be carried out. Each message ends with its source's, as kube's
@@ -122,7 +123,7 @@ impl<'a> Executor<'a> {
                             issuing,
                         )
                         .await?;
-                    *crate::supervise::lock(&self.passwd) = Some(passwd);
+                    *crate::locks::lock(&self.passwd) = Some(passwd);
                 }
                 MetadataWrite::RevokeCredentials { secret } => {
                     self.patch_object(patch.take()).await?;
@@ -202,7 +203,7 @@ impl<'a> Executor<'a> {
         };
         let result = match request {
             ProviderRequest::Create(create) => {
-                let passwd = crate::supervise::lock(&self.passwd).clone();
+                let passwd = crate::locks::lock(&self.passwd).clone();
                 if create.credentials_secret.is_some() && passwd.is_none() {
                     // Unreachable: the decision that creates issues the credentials first.
                     return Ok(Outcome::Failed {

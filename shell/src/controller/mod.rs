@@ -43,9 +43,6 @@ use crate::providers::registry::Registry;
 use crate::recorder::Recorder;
 use crate::supervise::{self, Loop, Panicked};
 
-/// The field manager of every write this operator makes.
-pub const FIELD_MANAGER: &str = "proxy-operator";
-
 /// `--call-timeout-seconds`' default.
 pub const DEFAULT_CALL_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
 
@@ -68,12 +65,12 @@ pub struct Context {
     /// The leader gate every write passes.
     pub gate: Gate,
     /// Which providers failed their last health check, for the observations.
-    pub provider_health: Board,
+    pub provider_health: Arc<Board>,
     /// Where the observations read how many sites blocked each proxy: the lease book of
     /// this replica's discovery API, and the `--banned-sites` threshold. `None`: nothing is
     /// observed, and `Banned` conditions stay as they are.
     bans: Option<(Arc<Discovery>, u32)>,
-    pub(crate) events: crate::events::Events,
+    pub(crate) events: Arc<crate::events::Events>,
     /// The version of each Proxy this replica last read or wrote: when the cache holds it,
     /// a reconcile decides on the cache ([`versions`]).
     pub(crate) versions: versions::Versions,
@@ -148,11 +145,11 @@ impl Context {
         leadership: Arc<Leadership>,
         recorder: Arc<Recorder>,
     ) -> Self {
-        let events = crate::events::Events::new(
+        let events = Arc::new(crate::events::Events::new(
             client.clone(),
-            FIELD_MANAGER,
+            crate::gate::FIELD_MANAGER,
             std::env::var("POD_NAME").ok(),
-        );
+        ));
         let gate = Gate::new(leadership.clone(), metrics.clone());
         let versions = versions::Versions::new(leadership.subscribe());
         Self {
@@ -164,7 +161,7 @@ impl Context {
             leadership,
             recorder,
             gate,
-            provider_health: Board::default(),
+            provider_health: Arc::default(),
             bans: None,
             events,
             versions,
@@ -204,7 +201,7 @@ impl Context {
 
     /// What the last reconcile of `object` left for the next one.
     fn kept(&self, object: &ProxyKey) -> Kept {
-        supervise::lock(&self.kept)
+        crate::locks::lock(&self.kept)
             .get(object)
             .cloned()
             .unwrap_or_default()
@@ -213,14 +210,14 @@ impl Context {
     /// Forgets what reconciles keep about `object`, which is gone: its consecutive failures,
     /// its hold, its last known version and its recorder ring.
     pub(crate) fn forget(&self, object: &ProxyKey) {
-        supervise::lock(&self.kept).remove(object);
+        crate::locks::lock(&self.kept).remove(object);
         self.versions.set(object, None);
         self.recorder.forget(object);
     }
 
     /// How many Proxies have failures counted or a call held.
     pub(crate) fn tracked(&self) -> usize {
-        supervise::lock(&self.kept).len()
+        crate::locks::lock(&self.kept).len()
     }
 
     /// Keeps the failure count and the hold `followup` gives `object`, and turns its wake-up
@@ -230,7 +227,7 @@ impl Context {
             failures: followup.failures,
             hold: followup.hold,
         };
-        let mut all = supervise::lock(&self.kept);
+        let mut all = crate::locks::lock(&self.kept);
         if kept == Kept::default() {
             all.remove(object);
         } else {

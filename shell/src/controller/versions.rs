@@ -24,7 +24,7 @@ use std::sync::{Mutex, MutexGuard};
 use proxy_core::ProxyKey;
 use tokio::sync::watch;
 
-use crate::supervise::lock;
+use crate::locks::lock;
 
 /// The last version of each Proxy this replica read or wrote in its current term of
 /// leadership.

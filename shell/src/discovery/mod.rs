@@ -180,7 +180,7 @@ impl Discovery {
     /// leaves them as they were at the panic; the book's operations are single steps, so
     /// serving on is the better choice.
     pub fn shared(&self) -> MutexGuard<'_, Shared> {
-        crate::supervise::lock(&self.shared)
+        crate::locks::lock(&self.shared)
     }
 
     /// The book, locked, if this replica answers `call` itself; else where the request goes
@@ -295,7 +295,7 @@ impl Discovery {
     pub fn replace_fleet(&self, views: impl IntoIterator<Item = ProxyView>) {
         let next = Arc::new(FleetSnapshot::new(views));
         let previous = self.snapshot();
-        let forgotten = std::mem::take(&mut *crate::supervise::lock(&self.forgotten));
+        let forgotten = std::mem::take(&mut *crate::locks::lock(&self.forgotten));
         let changes = next.changes_from(&previous);
         let again = forgotten.iter().filter_map(|key| next.get(key));
         {
@@ -307,12 +307,12 @@ impl Discovery {
                 shared.book.remove(key);
             }
         }
-        *crate::supervise::lock(&self.snapshot) = next;
+        *crate::locks::lock(&self.snapshot) = next;
     }
 
     /// The fleet as the last sync saw it.
     pub fn snapshot(&self) -> Arc<FleetSnapshot> {
-        crate::supervise::lock(&self.snapshot).clone()
+        crate::locks::lock(&self.snapshot).clone()
     }
 
     /// Makes `credentials` the credentials the lease answer hands out, per proxy.
@@ -320,19 +320,19 @@ impl Discovery {
         &self,
         credentials: impl IntoIterator<Item = (ProxyKey, Credentials)>,
     ) {
-        *crate::supervise::lock(&self.credentials) = credentials.into_iter().collect();
+        *crate::locks::lock(&self.credentials) = credentials.into_iter().collect();
     }
 
     /// The credentials of the proxy `key`, if it has any.
     fn credentials_of(&self, key: &ProxyKey) -> Option<Credentials> {
-        crate::supervise::lock(&self.credentials).get(key).cloned()
+        crate::locks::lock(&self.credentials).get(key).cloned()
     }
 
     /// Removes the proxy `key`, which is gone, from the book (the listing follows at the
     /// next sync).
     pub fn forget(&self, key: &ProxyKey) {
         self.shared().book.remove(key);
-        crate::supervise::lock(&self.forgotten).insert(key.clone());
+        crate::locks::lock(&self.forgotten).insert(key.clone());
     }
 
     /// How many proxies the book holds.
@@ -369,4 +369,22 @@ pub async fn serve(
     shutdown: impl std::future::Future<Output = ()>,
 ) {
     crate::server::serve("discovery", routes(discovery), listener, settings, shutdown).await;
+}
+
+/// `proxy_operator_leases_active` and `proxy_operator_leases_retained`.
+impl crate::metrics::Gauges for Discovery {
+    fn encode(&self, encoder: &mut crate::metrics::DescriptorEncoder) -> std::fmt::Result {
+        crate::metrics::gauge(
+            encoder,
+            "leases_active",
+            "Crawler leases held on this replica's proxies",
+            self.active_leases(),
+        )?;
+        crate::metrics::gauge(
+            encoder,
+            "leases_retained",
+            "Ended leases kept for late reports (at most --max-retained-leases: at the bound, late reports on the oldest answer unknown_lease)",
+            self.retained_leases(),
+        )
+    }
 }

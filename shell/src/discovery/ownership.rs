@@ -101,7 +101,7 @@ impl Store {
     /// replaced by the next save rather than keeping the book from being served).
     async fn load(&self) -> Result<Option<Checkpoint>, kube::Error> {
         let map = self.api.get_opt(&self.name).await?;
-        *crate::supervise::lock(&self.version) = map
+        *crate::locks::lock(&self.version) = map
             .as_ref()
             .and_then(|m| m.metadata.resource_version.clone());
         let Some(text) = map
@@ -125,7 +125,7 @@ impl Store {
 
     /// Writes `text` over the ConfigMap, conditional on the version last seen.
     async fn write(&self, text: String) -> Result<(), WriteError> {
-        let version = crate::supervise::lock(&self.version).clone();
+        let version = crate::locks::lock(&self.version).clone();
         let map = ConfigMap {
             metadata: ObjectMeta {
                 name: Some(self.name.clone()),
@@ -146,7 +146,7 @@ impl Store {
         };
         match written {
             Ok(map) => {
-                *crate::supervise::lock(&self.version) = map.metadata.resource_version;
+                *crate::locks::lock(&self.version) = map.metadata.resource_version;
                 Ok(())
             }
             Err(kube::Error::Api(status)) if status.code == 409 => Err(WriteError::Conflict),

@@ -28,7 +28,7 @@ struct Ring {
 impl Refusals {
     /// Notes a request for `selector` that no proxy could serve.
     pub fn note(&self, selector: &Selector) {
-        let mut ring = crate::supervise::lock(&self.0);
+        let mut ring = crate::locks::lock(&self.0);
         let number = ring.next;
         ring.next += 1;
         if ring.kept.len() == KEPT {
@@ -40,7 +40,7 @@ impl Refusals {
     /// How many refusals since `cursor` (0 at first) Proxies labelled `labels` would have
     /// served, and the cursor to read from next time.
     pub fn since(&self, cursor: u64, labels: &Labels) -> (u32, u64) {
-        let ring = crate::supervise::lock(&self.0);
+        let ring = crate::locks::lock(&self.0);
         let count = ring
             .kept
             .iter()

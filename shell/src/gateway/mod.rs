@@ -52,6 +52,7 @@ use self::book::Book;
 use self::connection::Connection;
 use self::metrics::GatewayMetrics;
 use self::tenants::Tenants;
+use crate::locks;
 use crate::supervise;
 
 /// The gateway's timeouts.
@@ -125,7 +126,7 @@ impl Gateway {
     fn spawn_tunnel(&self, work: impl Future<Output = ()> + Send + 'static) {
         let open = self.metrics.opened();
         let metrics = self.metrics.clone();
-        let mut tunnels = supervise::lock(&self.tunnels);
+        let mut tunnels = locks::lock(&self.tunnels);
         while tunnels.try_join_next().is_some() {}
         tunnels.spawn(async move {
             let _open = open;
@@ -193,7 +194,7 @@ pub async fn serve(
     drop(listener);
     let _ = drain.send(true);
     let open = connections.len();
-    let tunnels = std::mem::take(&mut *supervise::lock(&gateway.tunnels));
+    let tunnels = std::mem::take(&mut *locks::lock(&gateway.tunnels));
     let finished = tokio::time::timeout(settings.shutdown_grace, async {
         while connections.join_next().await.is_some() {}
         let mut tunnels = tunnels;

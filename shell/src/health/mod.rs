@@ -58,8 +58,9 @@ use self::probe::{ProbeResult, Prober};
 use crate::credentials::{Credentials, CredentialsCache};
 use crate::dedicated::Dedicated;
 use crate::leadership::Leadership;
+use crate::locks::lock;
 use crate::metrics::Metrics;
-use crate::supervise::{self, Loop, lock};
+use crate::supervise::{self, Loop};
 
 /// Probes at once by default: enough for thousands of proxies at a 30 s interval even when
 /// many of them hang until their timeout.

@@ -52,7 +52,7 @@ impl Expectations {
                 PoolAction::Update { .. } | PoolAction::Undrain { .. } => false,
             };
         }
-        let mut all = crate::supervise::lock(&self.0);
+        let mut all = crate::locks::lock(&self.0);
         if expected.created.is_empty() && expected.drained.is_empty() && expected.deleted.is_empty()
         {
             all.remove(pool);
@@ -64,7 +64,7 @@ impl Expectations {
     /// Whether `pool` may decide on `members` (its Proxies in the cache) at `now`: yes once
     /// they show what its last actions expect, or once [`PATIENCE`] is over.
     pub fn met(&self, pool: &ProxyKey, members: &[&Proxy], now: Instant) -> bool {
-        let mut all = crate::supervise::lock(&self.0);
+        let mut all = crate::locks::lock(&self.0);
         let Some(expected) = all.get(pool) else {
             return true;
         };
@@ -96,7 +96,7 @@ impl Expectations {
 
     /// Forgets a pool that is gone.
     pub fn forget(&self, pool: &ProxyKey) {
-        crate::supervise::lock(&self.0).remove(pool);
+        crate::locks::lock(&self.0).remove(pool);
     }
 }
 

@@ -32,9 +32,10 @@ mod execute;
 mod expectations;
 
 use self::expectations::Expectations;
+use crate::controller::Context;
 use crate::controller::execute as controller_execute;
-use crate::controller::{Context, FIELD_MANAGER};
 use crate::discovery::Discovery;
+use crate::gate::FIELD_MANAGER;
 use crate::gate::{NotLeader, Write};
 
 /// Why a pool reconcile did not finish.
@@ -46,6 +47,9 @@ pub enum Error {
     /// A Proxy the pool would create exists, and another owns it.
     #[error("a Proxy named {0} exists and is not this pool's: its name is skipped")]
     NameTaken(String),
+    /// The reconcile panicked (caught at the panic boundary, [`crate::supervise`]).
+    #[error(transparent)]
+    Panicked(#[from] crate::supervise::Panicked),
     /// An API call failed.
     #[error("{what} {name}: {source}")]
     Api {
@@ -134,18 +138,39 @@ pub async fn run(
 fn error_policy(pool: Arc<ProxyPool>, error: &Error, _: Arc<PoolContext>) -> controller::Action {
     match error {
         Error::NotLeader(_) => controller::Action::await_change(),
-        Error::Api { .. } | Error::NameTaken(_) => {
+        Error::Api { .. } | Error::NameTaken(_) | Error::Panicked(_) => {
             tracing::warn!(pool = %pool.name_any(), %error, "pool reconcile failed, retrying");
             controller::Action::requeue(std::time::Duration::from_secs(5))
         }
     }
 }
 
-/// One pool decision, executed.
+/// One pool reconcile under the panic boundary, as a Proxy's is: a panic is an
+/// [`Error::Panicked`], retried like any failure, and every other pool goes on being served.
 #[tracing::instrument(skip_all, fields(pool = %pool.name_any()))]
 async fn reconcile(
     pool: Arc<ProxyPool>,
     pools: Arc<PoolContext>,
+) -> Result<controller::Action, Error> {
+    let object = format!(
+        "{}/{}",
+        pool.namespace().unwrap_or_default(),
+        pool.name_any()
+    );
+    crate::supervise::guard(
+        crate::supervise::Loop::Pool,
+        &object,
+        &pools.ctx.metrics,
+        reconcile_once(pool, &pools),
+    )
+    .await
+    .unwrap_or_else(|panicked| Err(panicked.into()))
+}
+
+/// One pool decision, executed.
+async fn reconcile_once(
+    pool: Arc<ProxyPool>,
+    pools: &Arc<PoolContext>,
 ) -> Result<controller::Action, Error> {
     let ctx = &pools.ctx;
     if !ctx.leadership.is_leader() {
@@ -158,7 +183,7 @@ async fn reconcile(
     if pool.meta().deletion_timestamp.is_some() {
         // Its Proxies go with it: each has the pool as its controlling owner.
         pools.expectations.forget(&key);
-        crate::supervise::lock(&pools.refusals_read).remove(&key);
+        crate::locks::lock(&pools.refusals_read).remove(&key);
         return Ok(controller::Action::await_change());
     }
     let state = pools.proxies.state();
@@ -171,7 +196,7 @@ async fn reconcile(
         // The cache does not show the last actions yet: decide once it does.
         return Ok(controller::Action::requeue(Duration::from_millis(200)));
     }
-    let observed = observe(&pool, &members, &pools);
+    let observed = observe(&pool, &members, pools);
     let status = pool.status.clone().unwrap_or_default();
     let decision = proxy_core::decide_pool(&pool.spec, &status, &observed);
     ctx.recorder.decide(PoolRecord::new(
@@ -241,7 +266,7 @@ fn observe(pool: &ProxyPool, members: &[&Proxy], pools: &PoolContext) -> PoolObs
     let demand = discovery.owns_book().then(|| {
         let key = ProxyKey::new(pool.namespace().unwrap_or_default(), &name);
         let labels = proxy_core::pool::spread::member_labels(&pool.spec, &name);
-        let mut read = crate::supervise::lock(&pools.refusals_read);
+        let mut read = crate::locks::lock(&pools.refusals_read);
         let cursor = read.get(&key).copied().unwrap_or(0);
         let (refused, next) = discovery.refusals.since(cursor, &labels);
         read.insert(key, next);

@@ -18,8 +18,8 @@ use proxy_crd::Proxy;
 use serde_json::json;
 
 use super::{Checked, Provider, labels, squid};
-use crate::config::KubernetesSettings;
 use crate::credentials;
+use crate::providers::settings::KubernetesSettings;
 
 /// Creates squid Pods through the Kubernetes API.
 #[derive(Clone)]

@@ -27,6 +27,7 @@ pub mod kubernetes;
 pub mod kvm;
 pub mod metered;
 pub mod registry;
+pub mod settings;
 pub mod squid;
 pub mod types;
 pub mod unstarted;
@@ -40,9 +41,7 @@ pub use proxy_core::ErrorClass;
 /// The labels every instance carries: the GC's (set at creation, read by
 /// `proxy_core::gc`), plus the Proxy's name for humans.
 pub mod labels {
-    pub use proxy_core::gc::labels::{INSTALLATION, MANAGED, MANAGED_VALUE, PROXY_UID};
-    /// The name of the Proxy, for humans.
-    pub const PROXY_NAME: &str = "crawl.example.com/proxy-name";
+    pub use proxy_core::gc::labels::{INSTALLATION, MANAGED, MANAGED_VALUE, PROXY_NAME, PROXY_UID};
 }
 
 /// A provider of proxy machines.

@@ -7,7 +7,6 @@ use super::Provider;
 use super::metered::{Bounds, Metered};
 use super::types::{Env, ProviderSettings};
 use super::unstarted::Unstarted;
-use crate::config::ProvidersConfig;
 use crate::metrics::Metrics;
 
 /// The configured providers, by name.
@@ -19,39 +18,36 @@ pub struct Registry {
 }
 
 impl Registry {
-    /// Starts every provider of `config` ([`super::types::ProviderSettings::start`]). One
+    /// Starts every provider `configured`, by name ([`super::types::ProviderSettings::start`]). One
     /// that cannot start (no credentials, a type this build lacks) does not stop the
     /// operator: it is kept [`Unstarted`], its `ProviderHealth` says why, and each health
     /// check tries again. Each provider's calls are bounded by `bounds` ([`Metered`]).
-    pub async fn build(
-        config: &ProvidersConfig,
+    pub async fn build<'a>(
+        configured: impl IntoIterator<Item = (&'a str, &'a ProviderSettings)>,
         env: &Env,
         metrics: &Arc<Metrics>,
         bounds: Bounds,
     ) -> Self {
         let mut providers: BTreeMap<String, Arc<dyn Provider>> = BTreeMap::new();
-        for entry in &config.providers {
-            let provider = match entry.settings.start(env).await {
+        let mut settings = BTreeMap::new();
+        for (name, configured) in configured {
+            let provider = match configured.start(env).await {
                 Ok(provider) => provider,
                 Err(why) => {
-                    tracing::error!(provider = %entry.name, r#type = entry.settings.type_name(), %why, "provider could not be started: its ProviderHealth shows why, and each check tries again");
-                    Arc::new(Unstarted::new(entry.settings.clone(), env.clone(), why))
+                    tracing::error!(provider = %name, r#type = configured.type_name(), %why, "provider could not be started: its ProviderHealth shows why, and each check tries again");
+                    Arc::new(Unstarted::new(configured.clone(), env.clone(), why))
                 }
             };
-            let metered = Metered::new(entry.name.clone(), provider, metrics.clone(), bounds);
-            providers.insert(entry.name.clone(), Arc::new(metered));
+            let metered = Metered::new(name.to_owned(), provider, metrics.clone(), bounds);
+            providers.insert(name.to_owned(), Arc::new(metered));
+            settings.insert(name.to_owned(), configured.clone());
         }
         Self {
             providers,
-            settings: config
-                .providers
-                .iter()
-                .map(|p| (p.name.clone(), p.settings.clone()))
-                .collect(),
-            owned_pods: config
-                .providers
-                .iter()
-                .any(|p| p.settings.instances_are_owned_pods()),
+            owned_pods: settings
+                .values()
+                .any(ProviderSettings::instances_are_owned_pods),
+            settings,
         }
     }
 

@@ -16,7 +16,7 @@ use proxy_core::{CreateRequest, InstanceState, ProviderError};
 
 use super::types::{Env, ProviderSettings};
 use super::{Checked, Provider};
-use crate::supervise;
+use crate::locks;
 
 /// A provider started on first success.
 pub struct Unstarted {
@@ -51,7 +51,7 @@ impl Unstarted {
 
     /// The started provider, or why there is none.
     fn started(&self) -> Result<Arc<dyn Provider>, ProviderError> {
-        match &*supervise::lock(&self.state) {
+        match &*locks::lock(&self.state) {
             State::Started(provider) => Ok(provider.clone()),
             State::Failing(why) => Err(ProviderError::transient(format!(
                 "the provider could not be started: {why}"
@@ -89,12 +89,12 @@ impl Provider for Unstarted {
         }
         match self.settings.start(&self.env).await {
             Ok(provider) => {
-                *supervise::lock(&self.state) = State::Started(provider.clone());
+                *locks::lock(&self.state) = State::Started(provider.clone());
                 tracing::info!(r#type = self.settings.type_name(), "provider started");
                 provider.check().await
             }
             Err(why) => {
-                *supervise::lock(&self.state) = State::Failing(why.clone());
+                *locks::lock(&self.state) = State::Failing(why.clone());
                 Checked::NotStarted(why)
             }
         }

@@ -66,6 +66,7 @@ async fn proxies_whose_cloud_init_is_a_recorded_string_reconcile_and_the_operato
         .expect("a metrics body");
     for part in [
         "reconcile",
+        "pool",
         "health",
         "gc",
         "discovery_sync",

@@ -23,7 +23,7 @@ use rustls::NamedGroup;
 use rustls::client::{ClientSessionStore, Tls12ClientSessionValue, Tls13ClientSessionValue};
 use rustls::pki_types::ServerName;
 
-use crate::supervise::lock;
+use crate::locks::lock;
 
 /// Hosts remembered: probe URLs name a handful.
 pub const HOSTS: usize = 8;

@@ -15,7 +15,7 @@ use proxy_core::{CreateRequest, ProviderError};
 
 use super::id::InstanceId;
 use super::labels;
-use crate::config::GcpSettings;
+use crate::providers::settings::GcpSettings;
 use crate::providers::squid;
 
 /// The zone of a Proxy without `placement.zone`: the first of `zones` that had no stockout
@@ -163,7 +163,7 @@ mod tests {
     use proxy_crd::Placement;
 
     use super::*;
-    use crate::config::GcpCredentials;
+    use crate::providers::settings::GcpCredentials;
 
     fn settings() -> GcpSettings {
         GcpSettings {

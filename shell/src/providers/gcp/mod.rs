@@ -52,7 +52,7 @@ use sha2::{Digest, Sha256};
 
 use self::id::InstanceId;
 use super::{Checked, Provider};
-use crate::config::{GcpCredentials, GcpSettings};
+use crate::providers::settings::{GcpCredentials, GcpSettings};
 
 /// Why the gcp provider could not start.
 #[derive(Debug, thiserror::Error)]

@@ -8,7 +8,7 @@ use std::collections::BTreeSet;
 
 use virt::domain::Interface;
 
-use crate::config::StaticPool;
+use crate::providers::settings::StaticPool;
 
 /// The first address of `pool` that no domain holds (`used`), if any is left.
 pub fn allocate(pool: &[String], used: &BTreeSet<String>) -> Option<String> {

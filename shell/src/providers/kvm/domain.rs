@@ -1,6 +1,6 @@
 //! The libvirt domain XML of one proxy VM, built from plain values (no libvirt here).
 
-use crate::config::{Accelerator, DirectBoot};
+use crate::providers::settings::{Accelerator, DirectBoot};
 
 /// The namespace of `<qemu:commandline>`.
 const QEMU_NAMESPACE: &str = "http://libvirt.org/schemas/domain/qemu/1.0";

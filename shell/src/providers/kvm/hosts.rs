@@ -9,7 +9,7 @@ use proxy_core::classify::LibvirtAnswer;
 use virt::connect::Connect;
 use virt::enumutil::{Enum, RawEnum};
 
-use crate::config::KvmHost;
+use crate::providers::settings::KvmHost;
 
 /// A libvirt host and its connection.
 pub struct Host {

@@ -37,7 +37,7 @@ use self::metadata::Metadata;
 use self::seed::Seed;
 use self::state::Phase;
 use super::{Checked, Provider, labels, squid};
-use crate::config::{AddressSource, KvmSettings};
+use crate::providers::settings::{AddressSource, KvmSettings};
 
 /// Writes bytes into a storage volume. The provider uploads through a libvirt stream
 /// ([`StreamUpload`]); libvirt's test driver has no `virStorageVolUpload`, so the provider

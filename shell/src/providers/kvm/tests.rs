@@ -9,7 +9,7 @@ use std::sync::Mutex;
 use proxy_crd::Placement;
 
 use super::*;
-use crate::config::{HostPortPool, KvmHost, StaticPool};
+use crate::providers::settings::{HostPortPool, KvmHost, StaticPool};
 
 const URI: &str = "test:///default";
 /// The storage pool every test-driver connection has.
@@ -39,7 +39,7 @@ fn host(name: &str, address: AddressSource) -> KvmHost {
         storage_pool: POOL.into(),
         network: None,
         base_image: format!("{name}-base.qcow2"),
-        accelerator: crate::config::Accelerator::Kvm,
+        accelerator: crate::providers::settings::Accelerator::Kvm,
         direct_boot: None,
         address,
     }

@@ -17,7 +17,7 @@ use std::net::IpAddr;
 
 use serde::Deserialize;
 
-use super::default_allowed_source_cidrs;
+use super::{cidr_problems, default_allowed_source_cidrs, is_dns1123_label};
 
 /// Settings of the `kvm` provider.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -184,13 +184,13 @@ pub(crate) fn validate(kvm: &KvmSettings, at: &str, problem: &mut impl FnMut(Str
             "required: at least one libvirt host (name, uri, baseImage)".into(),
         );
     }
-    for (path, message) in super::cidr_problems(&kvm.allowed_source_cidrs) {
+    for (path, message) in cidr_problems(&kvm.allowed_source_cidrs) {
         problem(format!("{at}.{path}"), message);
     }
     let mut names = std::collections::BTreeSet::new();
     for (i, host) in kvm.hosts.iter().enumerate() {
         let at = format!("{at}.hosts[{i}]");
-        if !super::is_dns1123_label(&host.name) {
+        if !is_dns1123_label(&host.name) {
             problem(
                 format!("{at}.name"),
                 format!("{:?} is not a DNS-1123 label", host.name),
