@@ -11,7 +11,12 @@
 //! `proxy-operator gateway` in its own process, glider in its own process forwarding
 //! round-robin over the same 4 squids (`-strategy rr`, health checks off). The clients are in
 //! this process: each connection sends one request at a time for the window and records each
-//! one's latency, request sent to body read.
+//! one's latency, request sent to body read. Like any HTTP client, a connection whose answer
+//! said `Connection: close` opens a new one (and its tunnel) for the next request, inside
+//! that request's latency; the "reconnects" column counts them. glider answers a forwarded
+//! `http://` request so (it forwards it through a CONNECT tunnel to squid, then relays the
+//! connection blind), and a client that ignored it would measure a tunnel to the origin, not
+//! a forward proxy.
 //!
 //! Two modes: `http` sends absolute `http://` URIs to the proxy (the gateway and glider
 //! forward them through a squid; "direct" sends them to a squid, connections spread over the
@@ -25,8 +30,12 @@
 //! proxy-tests --bin bench-gateway`). `BENCH_SECONDS` (5) is each measured window, after a
 //! second of warm-up; `BENCH_ROUNDS` (2) runs every configuration that many times, in turns,
 //! and keeps each one's best round, so a burst of load elsewhere falls on one round only;
-//! `BENCH_CONNECTIONS` (1,64,512) and `BENCH_MODES` (http,connect) choose the rows. A
-//! watchdog ends it after 20 minutes; `tests/bed/reap.sh` stops every process it started.
+//! `BENCH_CONNECTIONS` (1,64,512) and `BENCH_MODES` (http,connect) choose the rows;
+//! `BENCH_BASELINE_BINARY`, a copy of an earlier release build of `proxy-operator`, adds it
+//! as a fourth path, "gateway (baseline)", before and after a change side by side in one run
+//! (its figures are as noisy as the others', its ratio to direct squid is not). A watchdog
+//! ends it after 20 minutes;
+//! `tests/bed/reap.sh` stops every process it started.
 
 use std::net::{Ipv4Addr, SocketAddr};
 use std::sync::Arc;
@@ -57,6 +66,8 @@ const WATCHDOG: Duration = Duration::from_secs(20 * 60);
 enum Path {
     Direct,
     Gateway,
+    /// The gateway of `BENCH_BASELINE_BINARY`.
+    Baseline,
     Glider,
 }
 
@@ -65,6 +76,7 @@ impl Path {
         match self {
             Self::Direct => "squid (direct)",
             Self::Gateway => "gateway",
+            Self::Baseline => "gateway (baseline)",
             Self::Glider => "glider (Go peer)",
         }
     }
@@ -83,7 +95,22 @@ struct Bed {
     origin: SocketAddr,
     squids: Vec<SocketAddr>,
     gateway: SocketAddr,
+    baseline: Option<SocketAddr>,
     glider: SocketAddr,
+}
+
+impl Bed {
+    /// Where client connection `i` of `path` goes: direct ones spread over the squids.
+    fn address(&self, path: Path, i: usize) -> anyhow::Result<SocketAddr> {
+        Ok(match path {
+            Path::Direct => self.squids[i % self.squids.len()],
+            Path::Gateway => self.gateway,
+            Path::Baseline => self
+                .baseline
+                .ok_or_else(|| anyhow::anyhow!("no BENCH_BASELINE_BINARY"))?,
+            Path::Glider => self.glider,
+        })
+    }
 }
 
 /// One configuration's result.
@@ -94,6 +121,11 @@ struct Measured {
     p99: Duration,
     /// CPU seconds per 1000 requests of the proxy in the middle (the gateway or glider).
     cpu_per_1000: Option<f64>,
+    /// How many requests of the window needed a new connection, the proxy having closed
+    /// the last one (`Connection: close`).
+    reopened: u64,
+    /// How many requests of the window failed ([`Tally::errors`]).
+    errors: u64,
 }
 
 fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
@@ -151,28 +183,43 @@ async fn bench() -> anyhow::Result<()> {
         .map(|s| SocketAddr::from((s.addr, s.port)))
         .collect();
     let discovery = discovery_api(&squid_addrs).await?;
-    let gateway_port = Port::reserve();
-    let gateway_addr = SocketAddr::from((Ipv4Addr::LOCALHOST, gateway_port.number()));
-    let mut gateway = start_gateway(&dir, &discovery, gateway_addr)?;
-    let glider_port = Port::reserve();
-    let glider_addr = SocketAddr::from((Ipv4Addr::LOCALHOST, glider_port.number()));
-    let mut glider = start_glider(&dir, glider_addr, &squid_addrs)?;
-    for addr in [gateway_addr, glider_addr] {
-        wait_listening(addr).await?;
+    let ports = [Port::reserve(), Port::reserve(), Port::reserve()];
+    let [gateway_addr, baseline_addr, glider_addr] = ports
+        .each_ref()
+        .map(|p| SocketAddr::from((Ipv4Addr::LOCALHOST, p.number())));
+    let mut children = vec![(
+        Path::Gateway,
+        start_gateway(&dir, &discovery, gateway_addr, release_binary(), "gateway")?,
+    )];
+    let baseline = std::env::var_os("BENCH_BASELINE_BINARY").map(std::path::PathBuf::from);
+    if let Some(binary) = &baseline {
+        println!(
+            "bench-gateway: the baseline gateway is {}",
+            binary.display()
+        );
+        let child = start_gateway(&dir, &discovery, baseline_addr, binary, "baseline")?;
+        children.push((Path::Baseline, child));
     }
+    children.push((Path::Glider, start_glider(&dir, glider_addr, &squid_addrs)?));
     let bed = Bed {
         origin,
         squids: squid_addrs,
         gateway: gateway_addr,
+        baseline: baseline.is_some().then_some(baseline_addr),
         glider: glider_addr,
     };
-    let pids = [(Path::Gateway, gateway.id()), (Path::Glider, glider.id())];
+    let mut paths = vec![Path::Direct];
+    for (path, _) in &children {
+        paths.push(*path);
+        wait_listening(bed.address(*path, 0)?).await?;
+    }
+    let pids: Vec<(Path, u32)> = children.iter().map(|(p, c)| (*p, c.id())).collect();
     println!(
-        "bench-gateway: {SQUIDS} squids, origin answering {BODY} bytes, {seconds} s windows, best of {rounds} rounds, {} cores",
-        std::thread::available_parallelism().map_or(0, |n| n.get())
+        "bench-gateway: {SQUIDS} squids, origin answering {BODY} bytes, {seconds} s windows, best of {rounds} rounds, {} cores, load average {}",
+        std::thread::available_parallelism().map_or(0, |n| n.get()),
+        load_average()
     );
 
-    let paths = [Path::Direct, Path::Gateway, Path::Glider];
     let mut results = std::collections::BTreeMap::<(usize, &str, &str), Measured>::new();
     for &mode in &modes {
         for &conns in &connections {
@@ -197,22 +244,22 @@ async fn bench() -> anyhow::Result<()> {
     }
     println!();
     println!(
-        "| mode | connections | path | requests/s | p50 | p99 | throughput / direct | added p99 | proxy CPU per 1000 requests |"
+        "| mode | connections | path | requests/s | p50 | p99 | throughput / direct | added p99 | proxy CPU per 1000 requests | reconnects | errors |"
     );
-    println!("|---|---|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|");
     for &mode in &modes {
         for &conns in &connections {
             let direct = results
                 .get(&(conns, mode_name(mode), Path::Direct.name()))
                 .cloned()
                 .unwrap_or_default();
-            for path in paths {
+            for &path in &paths {
                 let Some(m) = results.get(&(conns, mode_name(mode), path.name())) else {
                     continue;
                 };
                 let added = m.p99.as_secs_f64() - direct.p99.as_secs_f64();
                 println!(
-                    "| {} | {conns} | {} | {:.0} | {:.2} ms | {:.2} ms | {:.2} | {:+.2} ms | {} |",
+                    "| {} | {conns} | {} | {:.0} | {:.2} ms | {:.2} ms | {:.2} | {:+.2} ms | {} | {} | {} |",
                     mode_name(mode),
                     path.name(),
                     m.rate,
@@ -222,17 +269,34 @@ async fn bench() -> anyhow::Result<()> {
                     added * 1000.0,
                     m.cpu_per_1000
                         .map_or_else(|| "-".to_owned(), |cpu| format!("{:.0} ms", cpu * 1000.0)),
+                    m.reopened,
+                    m.errors,
                 );
             }
         }
     }
-    let _ = gateway.kill();
-    let _ = glider.kill();
-    let _ = (gateway.wait(), glider.wait());
+    println!();
+    println!("bench-gateway: load average at the end {}", load_average());
+    for (_, child) in &mut children {
+        let _ = child.kill();
+        let _ = child.wait();
+    }
     for squid in squids {
         squid.stop();
     }
     Ok(())
+}
+
+/// The machine's 1, 5 and 15 minute load averages (the benchmark's own load included).
+fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|text| {
+            text.split_whitespace()
+                .take(3)
+                .collect::<Vec<_>>()
+                .join(" ")
+        })
+        .unwrap_or_else(|_| "unknown".into())
 }
 
 fn mode_name(mode: Mode) -> &'static str {
@@ -250,10 +314,9 @@ fn ms(d: Duration) -> f64 {
 async fn origin() -> anyhow::Result<SocketAddr> {
     let listener = TcpListener::bind("127.0.0.1:0").await?;
     let addr = listener.local_addr()?;
-    let mut answer = format!(
-        "HTTP/1.1 200 OK\r\nContent-Length: {BODY}\r\nContent-Type: text/plain\r\n\r\n"
-    )
-    .into_bytes();
+    let mut answer =
+        format!("HTTP/1.1 200 OK\r\nContent-Length: {BODY}\r\nContent-Type: text/plain\r\n\r\n")
+            .into_bytes();
     answer.extend(std::iter::repeat_n(b'x', BODY));
     let answer: Arc<[u8]> = answer.into();
     tokio::spawn(async move {
@@ -279,10 +342,7 @@ async fn origin() -> anyhow::Result<SocketAddr> {
 }
 
 /// Reads one message head (through the blank line) into `head`.
-async fn read_head(
-    stream: &mut BufReader<TcpStream>,
-    head: &mut Vec<u8>,
-) -> std::io::Result<()> {
+async fn read_head(stream: &mut BufReader<TcpStream>, head: &mut Vec<u8>) -> std::io::Result<()> {
     loop {
         let byte = stream.read_u8().await?;
         head.push(byte);
@@ -323,17 +383,20 @@ async fn discovery_api(squids: &[SocketAddr]) -> anyhow::Result<String> {
     Ok(url)
 }
 
+/// `binary`'s gateway on `addr`, logging to `<name>.log`.
 fn start_gateway(
     dir: &std::path::Path,
     discovery: &str,
     addr: SocketAddr,
+    binary: &std::path::Path,
+    name: &str,
 ) -> anyhow::Result<std::process::Child> {
     let tenants = dir.join("tenants");
     std::fs::create_dir_all(&tenants)?;
     std::fs::write(tenants.join("bench"), TENANT_TOKEN)?;
     let metrics = Port::reserve();
-    let log = std::fs::File::create(dir.join("gateway.log"))?;
-    Ok(std::process::Command::new(release_binary())
+    let log = std::fs::File::create(dir.join(format!("{name}.log")))?;
+    Ok(std::process::Command::new(binary)
         .arg("gateway")
         .args(["--listen", &addr.to_string()])
         .args(["--metrics-addr", &format!("127.0.0.1:{}", metrics.number())])
@@ -361,9 +424,12 @@ fn start_glider(
     std::os::unix::fs::symlink(bins::glider(), &link)?;
     let log = std::fs::File::create(dir.join("glider.log"))?;
     let mut command = std::process::Command::new(&link);
-    command
-        .args(["-listen", &format!("http://{addr}")])
-        .args(["-strategy", "rr", "-check", "disable"]);
+    command.args(["-listen", &format!("http://{addr}")]).args([
+        "-strategy",
+        "rr",
+        "-check",
+        "disable",
+    ]);
     for squid in squids {
         command.args(["-forward", &format!("http://{squid}")]);
     }
@@ -413,23 +479,13 @@ async fn measure(
     let cpu_after = pid.map(cpu_seconds).transpose()?;
     stop.store(true, Ordering::SeqCst);
     let mut latencies = Vec::new();
-    let mut failed = 0;
+    let (mut reopened, mut errors) = (0, 0);
     for task in tasks {
-        match task.await? {
-            Ok(mine) => latencies.extend(mine),
-            Err(error) => {
-                failed += 1;
-                if failed == 1 {
-                    eprintln!("bench-gateway: a {} connection failed: {error}", path.name());
-                }
-            }
-        }
+        let tally = task.await??;
+        latencies.extend(tally.latencies);
+        reopened += tally.reopened;
+        errors += tally.errors;
     }
-    anyhow::ensure!(
-        failed == 0,
-        "{failed} of {conns} connections through {} failed",
-        path.name()
-    );
     latencies.sort();
     let at = |q: f64| {
         latencies
@@ -445,21 +501,40 @@ async fn measure(
         cpu_per_1000: cpu_before
             .zip(cpu_after)
             .map(|(b, a)| (a - b) / requests.max(1.0) * 1000.0),
+        reopened,
+        errors,
     };
     eprintln!(
-        "bench-gateway: {:>7} {:>3} connections {:<16} {:>8.0} req/s  p50 {:.2} ms  p99 {:.2} ms",
+        "bench-gateway: {:>7} {:>3} connections {:<16} {:>8.0} req/s  p50 {:.2} ms  p99 {:.2} ms  {} reconnects  {} errors",
         mode_name(mode),
         conns,
         path.name(),
         measured.rate,
         ms(measured.p50),
-        ms(measured.p99)
+        ms(measured.p99),
+        measured.reopened,
+        measured.errors,
     );
     Ok(measured)
 }
 
+/// What one client connection counted in the window.
+#[derive(Default)]
+struct Tally {
+    latencies: Vec<Duration>,
+    /// Requests that needed a new connection, the proxy having closed the last one
+    /// (`Connection: close`).
+    reopened: u64,
+    /// Requests that failed: not a 200, the connection broken, or no new one opened.
+    errors: u64,
+}
+
 /// One client connection: requests one at a time until `stop`; the latency of each one sent
-/// while `measuring`.
+/// while `measuring`, how many times the proxy closed the connection after an answer
+/// (`Connection: close`), and how many failed. A client honours a close as any HTTP client
+/// does: it opens a new connection (and tunnel) for its next request, whose latency includes
+/// it. A failed request is counted, not fatal (a peer that fails under load is a figure):
+/// the next one opens a new connection.
 async fn client(
     bed: &Bed,
     path: Path,
@@ -467,17 +542,57 @@ async fn client(
     i: usize,
     measuring: &AtomicBool,
     stop: &AtomicBool,
-) -> anyhow::Result<Vec<Duration>> {
-    let proxy = match path {
-        Path::Direct => bed.squids[i % bed.squids.len()],
-        Path::Gateway => bed.gateway,
-        Path::Glider => bed.glider,
-    };
-    let stream = TcpStream::connect(proxy).await?;
+) -> anyhow::Result<Tally> {
+    let (first, request) = open(bed, path, mode, i).await?;
+    let mut stream = Some(first);
+    let mut tally = Tally::default();
+    while !stop.load(Ordering::Relaxed) {
+        let counted = measuring.load(Ordering::Relaxed);
+        let sent = Instant::now();
+        let answered = async {
+            let open = match stream.take() {
+                Some(open) => open,
+                None => {
+                    if counted {
+                        tally.reopened += 1;
+                    }
+                    open(bed, path, mode, i).await?.0
+                }
+            };
+            let mut open = open;
+            open.get_mut().write_all(request.as_bytes()).await?;
+            let (status, close) = read_answer(&mut open, true).await?;
+            anyhow::ensure!(status == 200, "{} answered {status}", path.name());
+            if !close {
+                stream = Some(open);
+            }
+            Ok(())
+        }
+        .await;
+        let counted = counted && measuring.load(Ordering::Relaxed);
+        match answered {
+            Ok(()) if counted => tally.latencies.push(sent.elapsed()),
+            Ok(()) => {}
+            Err(_) if counted => tally.errors += 1,
+            Err(_) => {}
+        }
+    }
+    Ok(tally)
+}
+
+/// A connection to `path`'s proxy, ready for requests (a tunnel to the origin in `connect`
+/// mode), and the request to send on it.
+async fn open(
+    bed: &Bed,
+    path: Path,
+    mode: Mode,
+    i: usize,
+) -> anyhow::Result<(BufReader<TcpStream>, String)> {
+    let stream = TcpStream::connect(bed.address(path, i)?).await?;
     stream.set_nodelay(true)?;
     let mut stream = BufReader::new(stream);
     let auth = match path {
-        Path::Gateway => format!(
+        Path::Gateway | Path::Baseline => format!(
             "Proxy-Authorization: {}\r\n",
             basic_header("user-bench", TENANT_TOKEN)
         ),
@@ -485,33 +600,25 @@ async fn client(
     };
     let origin = bed.origin;
     let request = match mode {
-        Mode::Http => format!(
-            "GET http://{origin}/page HTTP/1.1\r\nHost: {origin}\r\n{auth}\r\n"
-        ),
+        Mode::Http => format!("GET http://{origin}/page HTTP/1.1\r\nHost: {origin}\r\n{auth}\r\n"),
         Mode::Connect => {
             let connect = format!("CONNECT {origin} HTTP/1.1\r\nHost: {origin}\r\n{auth}\r\n");
             stream.get_mut().write_all(connect.as_bytes()).await?;
-            let status = read_answer(&mut stream, false).await?;
-            anyhow::ensure!(status == 200, "CONNECT through {} answered {status}", path.name());
+            let (status, _) = read_answer(&mut stream, false).await?;
+            anyhow::ensure!(
+                status == 200,
+                "CONNECT through {} answered {status}",
+                path.name()
+            );
             format!("GET /page HTTP/1.1\r\nHost: {origin}\r\n\r\n")
         }
     };
-    let mut latencies = Vec::new();
-    while !stop.load(Ordering::Relaxed) {
-        let counted = measuring.load(Ordering::Relaxed);
-        let sent = Instant::now();
-        stream.get_mut().write_all(request.as_bytes()).await?;
-        let status = read_answer(&mut stream, true).await?;
-        anyhow::ensure!(status == 200, "{} answered {status}", path.name());
-        if counted && measuring.load(Ordering::Relaxed) {
-            latencies.push(sent.elapsed());
-        }
-    }
-    Ok(latencies)
+    Ok((stream, request))
 }
 
-/// Reads an answer's head and, with `body`, its Content-Length body; its status.
-async fn read_answer(stream: &mut BufReader<TcpStream>, body: bool) -> anyhow::Result<u16> {
+/// Reads an answer's head and, with `body`, its Content-Length body; its status, and whether
+/// it says `Connection: close`.
+async fn read_answer(stream: &mut BufReader<TcpStream>, body: bool) -> anyhow::Result<(u16, bool)> {
     let mut head = Vec::with_capacity(512);
     read_head(stream, &mut head).await?;
     let text = std::str::from_utf8(&head)?;
@@ -520,17 +627,19 @@ async fn read_answer(stream: &mut BufReader<TcpStream>, body: bool) -> anyhow::R
         .nth(1)
         .and_then(|s| s.parse().ok())
         .ok_or_else(|| anyhow::anyhow!("not an HTTP answer: {text}"))?;
+    let header = |wanted: &str| {
+        text.lines().find_map(|l| {
+            let (name, value) = l.split_once(':')?;
+            name.eq_ignore_ascii_case(wanted).then(|| value.trim())
+        })
+    };
     if body {
-        let length: usize = text
-            .lines()
-            .find_map(|l| {
-                let (name, value) = l.split_once(':')?;
-                name.eq_ignore_ascii_case("content-length")
-                    .then(|| value.trim().parse().ok())?
-            })
+        let length: usize = header("content-length")
+            .and_then(|n| n.parse().ok())
             .unwrap_or(0);
         let mut rest = vec![0; length];
         stream.read_exact(&mut rest).await?;
     }
-    Ok(status)
+    let close = header("connection").is_some_and(|v| v.eq_ignore_ascii_case("close"));
+    Ok((status, close))
 }
