@@ -297,3 +297,20 @@ pub fn status_of(
         ],
     }
 }
+
+/// A proxy as the lease book sees it: `key`, healthy, no labels, 10 ms, one place, at
+/// `10.0.0.<name length>:3128`, its egress its own. Tests change what they are about
+/// (`ProxyView { max_leases: 2, ..testing::proxy_view(key) }`).
+pub fn proxy_view(key: crate::ProxyKey) -> crate::lease::ProxyView {
+    let host = format!("10.0.0.{}", key.name().len());
+    crate::lease::ProxyView {
+        key,
+        labels: Default::default(),
+        healthy: true,
+        latency_ms: 10,
+        max_leases: 1,
+        host,
+        port: 3128,
+        shared_egress: false,
+    }
+}

@@ -12,7 +12,7 @@ use proxy_core::health::{HealthBook, Probe, ReportReason, Target, Thresholds};
 use proxy_core::lease::{
     AcquireError, AcquireRequest, LeaseBook, LeaseConfig, ProxyView, Selector,
 };
-use proxy_core::testing::{self, managed_spec};
+use proxy_core::testing::{self, managed_spec, proxy_view};
 use proxy_core::{HealthVerdict, InstanceView, Observed, ProxyKey, decide};
 use proxy_crd::{HealthCheck, ProxySpec, ProxyStatus};
 
@@ -332,14 +332,11 @@ fn a_good_probe_that_sees_a_new_egress_is_reported_and_a_failed_one_keeps_the_la
 
 fn view(name: &str, shared_egress: bool) -> ProxyView {
     ProxyView {
-        key: key(name),
         labels: [("geo".to_owned(), "eu".to_owned())].into(),
-        healthy: true,
         latency_ms: if shared_egress { 1 } else { 50 },
         max_leases: 5,
-        host: format!("10.0.0.{}", name.len()),
-        port: 3128,
         shared_egress,
+        ..proxy_view(key(name))
     }
 }
 

@@ -264,23 +264,8 @@ fn permanent_latch_holds_with_an_instance_too() {
 fn new_generation_releases_the_latch() {
     let observed = Observed::test().generation(2).at(T1);
     let decision = decide(&managed_spec(), &latched_status(1), &observed);
-    let creating = status_of(
-        Phase::Provisioning,
-        None,
-        None,
-        2,
-        [
-            (
-                "False",
-                "Creating",
-                "creating instance proxy-kbqzhquppopaia3n with provider pods",
-                // Provisioned stays False: its transition time stays.
-                T0,
-            ),
-            no_address(T0),
-            not_provisioned("not provisioned (Creating)", T0),
-        ],
-    );
+    // Provisioned stays False: its transition time stays.
+    let creating = support::creating_status_for(2);
     assert!(matches!(
         decision.actions()[..],
         [Action::SetSpecHash { .. }, Action::Create(_), Action::PatchStatus(ref status), Action::Event(_)] if *status == creating

@@ -9,6 +9,7 @@ use proxy_core::lease::{
     AcquireError, AcquireRequest, Cooldown, Lease, LeaseBook, LeaseConfig, NoMatch, ProxyView,
     ReportResult, Selector, UnknownLease,
 };
+use proxy_core::testing::proxy_view;
 
 const MINUTE: i64 = 60;
 /// How long ended leases are kept with the default config: the longest cooldown, `blocked`'s.
@@ -27,14 +28,9 @@ fn key(name: &str) -> ProxyKey {
 /// A healthy, unlabelled proxy `default/{name}`.
 fn proxy(name: &str, latency_ms: u32, max_leases: u32) -> ProxyView {
     ProxyView {
-        key: key(name),
-        labels: Default::default(),
-        healthy: true,
         latency_ms,
         max_leases,
-        host: format!("10.0.0.{}", name.len()),
-        port: 3128,
-        shared_egress: false,
+        ..proxy_view(key(name))
     }
 }
 

@@ -12,6 +12,7 @@ use proxy_core::lease::{
     LeaseConfig, Merged, ProxyView, Refusal, ReportResult, Route, Selector, Standing, UnknownLease,
     route,
 };
+use proxy_core::testing::proxy_view;
 
 const MINUTE: i64 = 60;
 
@@ -25,14 +26,8 @@ fn key(name: &str) -> ProxyKey {
 
 fn proxy(name: &str, max_leases: u32) -> ProxyView {
     ProxyView {
-        key: key(name),
-        labels: Default::default(),
-        healthy: true,
-        latency_ms: 10,
         max_leases,
-        host: format!("10.0.0.{}", name.len()),
-        port: 3128,
-        shared_egress: false,
+        ..proxy_view(key(name))
     }
 }
 

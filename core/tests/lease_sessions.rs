@@ -10,6 +10,7 @@ use proxy_core::lease::{
     AcquireError, AcquireRequest, Grant, LeaseBook, LeaseConfig, MoveReason, ProxyView,
     ReportResult, Selector, SessionName, Sticky, UnknownSession,
 };
+use proxy_core::testing::proxy_view;
 
 fn at(secs: i64) -> Timestamp {
     Timestamp::from_second(1_780_000_000 + secs).unwrap()
@@ -21,14 +22,9 @@ fn key(name: &str) -> ProxyKey {
 
 fn proxy(name: &str, geo: &str, max_leases: u32) -> ProxyView {
     ProxyView {
-        key: key(name),
         labels: [("geo".to_owned(), geo.to_owned())].into(),
-        healthy: true,
-        latency_ms: 10,
         max_leases,
-        host: format!("10.0.0.{}", name.len()),
-        port: 3128,
-        shared_egress: false,
+        ..proxy_view(key(name))
     }
 }
 

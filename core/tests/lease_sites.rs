@@ -10,6 +10,7 @@ use proxy_core::lease::{
     AcquireRequest, InvalidStatus, LeaseBook, LeaseConfig, ProxyView, ReportResult,
     SITES_PER_PROXY, Selector, StatusMeaning, meaning_of,
 };
+use proxy_core::testing::proxy_view;
 
 const MINUTE: i64 = 60;
 const HOUR: i64 = 60 * MINUTE;
@@ -24,14 +25,8 @@ fn key(name: &str) -> ProxyKey {
 
 fn proxy(name: &str) -> ProxyView {
     ProxyView {
-        key: key(name),
-        labels: Default::default(),
-        healthy: true,
-        latency_ms: 10,
         max_leases: 100,
-        host: "10.0.0.1".into(),
-        port: 3128,
-        shared_egress: false,
+        ..proxy_view(key(name))
     }
 }
 

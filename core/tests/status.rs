@@ -11,8 +11,8 @@ use proxy_core::{
 };
 use proxy_crd::{Phase, ProxyStatus};
 use support::{
-    ID, IP, T1, created, creating_status, event, no_address, not_provisioned, probe_succeeded,
-    provisioning_status, ready, running_status,
+    ID, IP, T1, created, creating_status, event, probe_succeeded, provisioning_status, ready,
+    running_status,
 };
 
 /// `(status, reason, lastTransitionTime)` of each condition, in order.
@@ -320,22 +320,7 @@ fn losing_the_address_drops_the_verdict() {
         .health(IP, true)
         .at(T1);
     let decision = decide(&managed_spec(), &running_status(), &observed);
-    let expected = status_of(
-        Phase::Provisioning,
-        Some(ID),
-        None,
-        1,
-        [
-            (
-                "False",
-                "Provisioning",
-                "instance crawl/proxy-kbqzhquppopaia3n is starting",
-                T1,
-            ),
-            no_address(T1),
-            not_provisioned("not provisioned (Provisioning)", T1),
-        ],
-    );
+    let expected = support::provisioning_status_since(T1);
     assert_eq!(decision.status(), &expected);
 }
 

@@ -1,6 +1,10 @@
 //! What the tests and benchmarks read off a Proxy's status.
 
-use proxy_crd::Proxy;
+use std::time::{Duration, Instant};
+
+use kube::Api;
+use kube::api::ListParams;
+use proxy_crd::{Phase, Proxy};
 
 /// The `(status, reason)` of the condition `type_`, if the status has it.
 pub fn condition(proxy: &Proxy, type_: &str) -> Option<(String, String)> {
@@ -13,4 +17,33 @@ pub fn condition(proxy: &Proxy, type_: &str) -> Option<(String, String)> {
 pub fn provisioned(proxy: &Proxy) -> bool {
     condition(proxy, "Provisioned").is_some_and(|(s, _)| s == "True")
         && proxy.status.as_ref().is_some_and(|s| s.ip.is_some())
+}
+
+/// Lists `proxies` every `every` until `n` of them are Ready; fails after `within`, with how
+/// many were Ready and `log` (the operator's).
+pub async fn wait_all_ready(
+    proxies: &Api<Proxy>,
+    n: usize,
+    within: Duration,
+    every: Duration,
+    log: impl Fn() -> String,
+) -> anyhow::Result<()> {
+    let deadline = Instant::now() + within;
+    loop {
+        let list = proxies.list(&ListParams::default()).await?;
+        let ready = list
+            .items
+            .iter()
+            .filter(|p| p.status.as_ref().and_then(|s| s.phase) == Some(Phase::Ready))
+            .count();
+        if ready == n {
+            return Ok(());
+        }
+        anyhow::ensure!(
+            Instant::now() < deadline,
+            "{ready} of {n} Ready after {within:?}; operator log:\n{}",
+            log()
+        );
+        tokio::time::sleep(every).await;
+    }
 }

@@ -101,6 +101,11 @@ pub fn ready(time: &str) -> Cond<'_> {
 /// The instance was created and boots (what the second call after a create writes, a poll
 /// later).
 pub fn provisioning_status() -> ProxyStatus {
+    provisioning_status_since(T0)
+}
+
+/// [`provisioning_status`], its conditions changed at `time`.
+pub fn provisioning_status_since(time: &str) -> ProxyStatus {
     status_of(
         Phase::Provisioning,
         Some(ID),
@@ -111,10 +116,10 @@ pub fn provisioning_status() -> ProxyStatus {
                 "False",
                 "Provisioning",
                 "instance crawl/proxy-kbqzhquppopaia3n is starting",
-                T0,
+                time,
             ),
-            no_address(T0),
-            not_provisioned("not provisioned (Provisioning)", T0),
+            no_address(time),
+            not_provisioned("not provisioned (Provisioning)", time),
         ],
     )
 }
@@ -136,11 +141,16 @@ pub fn running_status() -> ProxyStatus {
 
 /// What the first call of a reconcile writes when it asks for a create.
 pub fn creating_status() -> ProxyStatus {
+    creating_status_for(1)
+}
+
+/// [`creating_status`] for generation `generation` of the spec.
+pub fn creating_status_for(generation: i64) -> ProxyStatus {
     status_of(
         Phase::Provisioning,
         None,
         None,
-        1,
+        generation,
         [
             (
                 "False",

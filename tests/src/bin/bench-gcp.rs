@@ -34,6 +34,7 @@ use proxy_tests::control_plane::ControlPlane;
 use proxy_tests::gce::{Durations, FakeGce, FakeOptions, InsertFault, Method};
 use proxy_tests::operator::{Operator, Polls, release_binary};
 use proxy_tests::probe_origin::ProbeOrigin;
+use proxy_tests::proxy_status::wait_all_ready;
 use serde_json::json;
 
 fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
@@ -122,24 +123,11 @@ async fn main() -> anyhow::Result<()> {
         .buffer_unordered(16)
         .try_collect::<Vec<_>>()
         .await?;
-    let deadline = Instant::now() + Duration::from_secs(900);
-    loop {
-        let list = proxies.list(&ListParams::default()).await?;
-        let ready = list
-            .items
-            .iter()
-            .filter(|p| p.status.as_ref().and_then(|s| s.phase) == Some(Phase::Ready))
-            .count();
-        if ready == n {
-            break;
-        }
-        anyhow::ensure!(
-            Instant::now() < deadline,
-            "{ready} of {n} Ready after 15 min; operator log:\n{}",
-            operator.log()
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let every = Duration::from_millis(100);
+    wait_all_ready(&proxies, n, Duration::from_secs(900), every, || {
+        operator.log()
+    })
+    .await?;
     let to_ready = started.elapsed();
     let to_ready_calls = delta(&before, &calls(&gce));
     let minimum = gce

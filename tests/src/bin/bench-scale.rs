@@ -42,13 +42,14 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use futures::{StreamExt, TryStreamExt, stream};
-use kube::api::{Api, ListParams, PostParams};
-use proxy_crd::{Phase, Proxy};
+use kube::api::{Api, PostParams};
+use proxy_crd::Proxy;
 use proxy_tests::control_plane::ControlPlane;
 use proxy_tests::leadership_load::{self, Load, RenewAges, Sampler, percentile};
 use proxy_tests::operator::{DISCOVERY_TOKEN, Operator, Polls, release_binary};
 use proxy_tests::probe_origin::ProbeOrigin;
 use proxy_tests::process_usage::{cpu_seconds, resident_bytes};
+use proxy_tests::proxy_status::wait_all_ready;
 use proxy_tests::run_dir::subdir;
 use proxy_tests::squid::{Squid, next_loopback_addr};
 use proxy_tests::write_counts::{status_writes, writes};
@@ -264,27 +265,13 @@ impl Bench<'_> {
             .try_collect::<Vec<_>>()
             .await?;
         let created = started.elapsed();
-        let deadline = Instant::now() + Duration::from_secs(30 * 60);
-        loop {
-            let list = proxies.list(&ListParams::default()).await?;
-            let ready = list
-                .items
-                .iter()
-                .filter(|p| p.status.as_ref().and_then(|s| s.phase) == Some(Phase::Ready))
-                .count();
-            if ready == n {
-                break;
-            }
-            anyhow::ensure!(
-                Instant::now() < deadline,
-                "{ready} of {n} Ready after 30 min; operator log:\n{}",
-                operator.log()
-            );
-            // Listing 10 000 Proxies costs this (debug) process most of a core: look less
-            // often the larger the fleet (every 1 s at 1 000, 6 s at 10 000).
-            let every = 1 + u64::try_from(n / 2_000).unwrap_or(u64::MAX);
-            tokio::time::sleep(Duration::from_secs(every)).await;
-        }
+        // Listing 10 000 Proxies costs this (debug) process most of a core: look less often
+        // the larger the fleet (every 1 s at 1 000, 6 s at 10 000).
+        let every = Duration::from_secs(1 + u64::try_from(n / 2_000).unwrap_or(u64::MAX));
+        wait_all_ready(&proxies, n, Duration::from_secs(30 * 60), every, || {
+            operator.log()
+        })
+        .await?;
         let to_ready = started.elapsed();
         let rss_ready = rss(pid)?;
         phases.push(("to all Ready", sampler.take()));
