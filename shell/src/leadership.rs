@@ -137,6 +137,19 @@ impl Leadership {
         self.changes.subscribe()
     }
 
+    /// One item each time this replica becomes the leader: a controller reconciles
+    /// everything then (`reconcile_all_on`), since its followers skipped every reconcile.
+    pub fn elections(&self) -> impl futures::Stream<Item = ()> + Send + 'static {
+        use futures::StreamExt as _;
+        futures::stream::unfold(self.subscribe(), |mut elected| async move {
+            elected.changed().await.ok()?;
+            let leading = *elected.borrow_and_update();
+            Some((leading, elected))
+        })
+        .filter(|leading| std::future::ready(*leading))
+        .map(|_| ())
+    }
+
     /// Runs rounds against the Lease `name` in `namespace` until the task is dropped,
     /// recording each renew in `metrics`.
     pub async fn run(&self, api: Api<Lease>, name: String, metrics: &Metrics) {

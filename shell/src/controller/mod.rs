@@ -277,13 +277,7 @@ pub async fn run(
     let controller = Controller::for_stream(proxy_events, store.clone())
         .with_config(controller::Config::default().concurrency(max_concurrent_reconciles));
     // A replica that becomes the leader reconciles everything: followers skip reconciles.
-    let elections = futures::stream::unfold(ctx.leadership.subscribe(), |mut elected| async move {
-        elected.changed().await.ok()?;
-        let leading = *elected.borrow_and_update();
-        Some((leading, elected))
-    })
-    .filter(|leading| std::future::ready(*leading))
-    .map(|_| ());
+    let elections = ctx.leadership.elections();
     // Rotating a cloud-init Secret must replace the machines built from it; only labelled
     // Secrets are watched (and read), so the operator never caches unrelated secrets.
     let secret_watch =

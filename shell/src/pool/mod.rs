@@ -114,14 +114,7 @@ pub async fn run(
     };
     let controller = Controller::new(api, watcher::Config::default());
     pools.ctx.metrics.watch_pools(controller.store());
-    let elections =
-        futures::stream::unfold(pools.ctx.leadership.subscribe(), |mut elected| async move {
-            elected.changed().await.ok()?;
-            let leading = *elected.borrow_and_update();
-            Some((leading, elected))
-        })
-        .filter(|leading| std::future::ready(*leading))
-        .map(|_| ());
+    let elections = pools.ctx.leadership.elections();
     controller
         .reconcile_on(members)
         .reconcile_all_on(elections)
