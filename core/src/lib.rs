@@ -90,6 +90,7 @@ pub mod spec_hash;
 mod status;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
+pub mod wake;
 
 pub use action::{Action, CreateRequest, Decision, MetadataWrite, ProviderRequest, Requeue};
 pub use banned::BlockedSites;
@@ -105,6 +106,5 @@ pub use observed::{
 pub use pool::decide_pool;
 pub use probe_failure::ProbeFailure;
 pub use provider_health::ProviderDown;
-pub use reconcile::{
-    AfterCall, Decided, Effects, Followup, Interruption, Next, PendingCall, Plan, Reconcile, Wake,
-};
+pub use reconcile::{AfterCall, Decided, Effects, Followup, Next, PendingCall, Plan, Reconcile};
+pub use wake::{Interruption, Wake};

@@ -28,8 +28,6 @@
 //! shell records [`Reconcile::decided`] and [`AfterCall::decided`]: they are the inputs and
 //! outputs of the `decide` calls, which is what replay needs.
 
-use std::time::Duration;
-
 use proxy_crd::{ProxySpec, ProxyStatus};
 
 use crate::action::{Decision, MetadataWrite, ProviderRequest, Requeue};
@@ -38,6 +36,7 @@ use crate::decide::decide;
 use crate::event::Event;
 use crate::observed::{Hold, Observed, Outcome};
 use crate::status::transitions;
+use crate::wake::{Interruption, Wake};
 
 /// One `decide` call of a reconcile, with its inputs: what the shell records.
 #[derive(Clone, Copy, Debug)]
@@ -326,25 +325,6 @@ pub struct Followup {
     pub failures: u32,
     /// The provider call held back, and until when ([`Hold`]).
     pub hold: Option<Hold>,
-}
-
-/// When the controller reconciles an object again.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Wake {
-    /// After this long, unless a watch event comes first.
-    After(Duration),
-    /// On the next change of the object, its Secret, its health, or the leadership.
-    OnChange,
-}
-
-/// Why a reconcile stopped before its plan was carried out.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Interruption {
-    /// This replica's leadership claim ran out: the new leader reconciles every object, and
-    /// so does this replica if it leads again. It is not the object's failure.
-    NotLeader,
-    /// A read or a write failed (the API server, a panic): retry with backoff.
-    Failed,
 }
 
 impl Followup {

@@ -652,3 +652,15 @@ fn the_status_counts_proxies_where_they_landed() {
         [("europe-west1-b".to_owned(), 1)].into()
     );
 }
+
+#[test]
+fn a_failed_pool_reconcile_retries_after_five_seconds_and_a_lost_leadership_waits_for_a_change() {
+    use proxy_core::pool::{RETRY_AFTER_FAILURE, after_interruption};
+    use proxy_core::{Interruption, Wake};
+    assert_eq!(RETRY_AFTER_FAILURE, std::time::Duration::from_secs(5));
+    assert_eq!(
+        after_interruption(Interruption::Failed),
+        Wake::After(RETRY_AFTER_FAILURE)
+    );
+    assert_eq!(after_interruption(Interruption::NotLeader), Wake::OnChange);
+}

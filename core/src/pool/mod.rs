@@ -54,6 +54,7 @@ use serde::{Deserialize, Serialize};
 use crate::conditions::{FALSE, TRUE, condition_among, format_time};
 use crate::event::{Event, EventType};
 use crate::spec_hash::canonical_digest;
+use crate::wake::{self, Interruption};
 
 use self::amount::{Round, resolve};
 pub use self::autoscale::Demand;
@@ -981,5 +982,19 @@ impl Wake {
 
     fn delay(&self) -> Duration {
         self.delay
+    }
+}
+/// How long a pool reconcile that failed waits before the next: an API call that failed,
+/// a name another object took, or a panic. Pools are few and each reconcile is cheap, so a
+/// fixed short wait, not the Proxies' growing backoff.
+pub const RETRY_AFTER_FAILURE: Duration = Duration::from_secs(5);
+
+/// When a pool reconcile that stopped early (`interruption`) runs again: a replica that lost
+/// its leadership waits for a change (the next leader reconciles every pool); a failure
+/// retries after [`RETRY_AFTER_FAILURE`].
+pub fn after_interruption(interruption: Interruption) -> wake::Wake {
+    match interruption {
+        Interruption::NotLeader => wake::Wake::OnChange,
+        Interruption::Failed => wake::Wake::After(RETRY_AFTER_FAILURE),
     }
 }

@@ -18,10 +18,10 @@ use kube::runtime::controller::{self, Controller};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
 use kube::{Resource, ResourceExt};
-use proxy_core::ProxyKey;
 use proxy_core::conditions::{HEALTHY, TRUE};
 use proxy_core::pool::{Demand, Health, Member, PoolObserved};
 use proxy_core::record::PoolRecord;
+use proxy_core::{Interruption, ProxyKey, Wake};
 use proxy_crd::pool::{
     DO_NOT_DISRUPT_ANNOTATION, DRAINING_ANNOTATION, POOL_LABEL, TEMPLATE_HASH_ANNOTATION,
 };
@@ -128,12 +128,18 @@ pub async fn run(
         .await;
 }
 
+/// The core's policy for a pool reconcile that stopped early
+/// ([`proxy_core::pool::after_interruption`]).
 fn error_policy(pool: Arc<ProxyPool>, error: &Error, _: Arc<PoolContext>) -> controller::Action {
-    match error {
-        Error::NotLeader(_) => controller::Action::await_change(),
-        Error::Api { .. } | Error::NameTaken(_) | Error::Panicked(_) => {
-            tracing::warn!(pool = %pool.name_any(), %error, "pool reconcile failed, retrying");
-            controller::Action::requeue(std::time::Duration::from_secs(5))
+    let interruption = match error {
+        Error::NotLeader(_) => Interruption::NotLeader,
+        Error::Api { .. } | Error::NameTaken(_) | Error::Panicked(_) => Interruption::Failed,
+    };
+    match proxy_core::pool::after_interruption(interruption) {
+        Wake::OnChange => controller::Action::await_change(),
+        Wake::After(delay) => {
+            tracing::warn!(pool = %pool.name_any(), %error, ?delay, "pool reconcile failed, retrying");
+            controller::Action::requeue(delay)
         }
     }
 }
