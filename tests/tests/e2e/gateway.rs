@@ -183,16 +183,9 @@ async fn curl_fetches_through_the_gateway_and_a_session_keeps_its_upstream_until
             .unwrap_or_else(|| panic!("{ip} is no proxy's egress: {egress:?}"))
     };
 
+    let fetch = async |username: &str| curl(&gateway, &ca, username, token, &address, &[]).await;
     // A session keeps its upstream across connections (each curl is one).
-    let first = curl(
-        &gateway,
-        &ca,
-        "user-acme-session-s1-ttl-4",
-        token,
-        &address,
-        &[],
-    )
-    .await;
+    let first = fetch("user-acme-session-s1-ttl-4").await;
     let on = seen(&first);
     assert_eq!(
         first.header("x-proxy-session").as_deref(),
@@ -206,20 +199,12 @@ async fn curl_fetches_through_the_gateway_and_a_session_keeps_its_upstream_until
     );
     let lease = first.header("x-proxy-lease");
     for _ in 0..3 {
-        let again = curl(
-            &gateway,
-            &ca,
-            "user-acme-session-s1-ttl-4",
-            token,
-            &address,
-            &[],
-        )
-        .await;
+        let again = fetch("user-acme-session-s1-ttl-4").await;
         assert_eq!(seen(&again), on, "the session moved");
         assert_eq!(again.header("x-proxy-lease"), lease, "the same lease");
     }
     // A new session gets another upstream (the fewest leases first).
-    let other = curl(&gateway, &ca, "user-acme-session-s2", token, &address, &[]).await;
+    let other = fetch("user-acme-session-s2").await;
     assert_ne!(
         seen(&other),
         on,
@@ -227,15 +212,7 @@ async fn curl_fetches_through_the_gateway_and_a_session_keeps_its_upstream_until
     );
     // After its TTL the session is a new lease.
     tokio::time::sleep(Duration::from_secs(5)).await;
-    let later = curl(
-        &gateway,
-        &ca,
-        "user-acme-session-s1-ttl-4",
-        token,
-        &address,
-        &[],
-    )
-    .await;
+    let later = fetch("user-acme-session-s1-ttl-4").await;
     seen(&later);
     assert_ne!(
         later.header("x-proxy-lease"),
@@ -244,7 +221,7 @@ async fn curl_fetches_through_the_gateway_and_a_session_keeps_its_upstream_until
     );
 
     // Without a session each connection is a fresh choice, HTTPS and plain HTTP alike.
-    let fresh = curl(&gateway, &ca, "user-acme", token, &address, &[]).await;
+    let fresh = fetch("user-acme").await;
     seen(&fresh);
     let plain = curl(
         &gateway,
@@ -304,7 +281,7 @@ async fn curl_fetches_through_the_gateway_and_a_session_keeps_its_upstream_until
 
     // Inside a tunnel the gateway sees no status: the client reports a ban on its session
     // (to the gateway, with the same credentials), and the session moves.
-    let tunnelled = curl(&gateway, &ca, "user-acme-session-r1", token, &address, &[]).await;
+    let tunnelled = fetch("user-acme-session-r1").await;
     let was = seen(&tunnelled);
     let report = tokio::process::Command::new("curl")
         .args([
@@ -329,7 +306,7 @@ async fn curl_fetches_through_the_gateway_and_a_session_keeps_its_upstream_until
         .await
         .unwrap();
     assert_eq!(String::from_utf8_lossy(&report.stdout), "204", "{report:?}");
-    let moved = curl(&gateway, &ca, "user-acme-session-r1", token, &address, &[]).await;
+    let moved = fetch("user-acme-session-r1").await;
     assert_ne!(seen(&moved), was, "a blocked session moves");
 }
 
