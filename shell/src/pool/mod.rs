@@ -35,8 +35,7 @@ use self::expectations::Expectations;
 use crate::controller::Context;
 use crate::controller::execute as controller_execute;
 use crate::discovery::Discovery;
-use crate::gate::FIELD_MANAGER;
-use crate::gate::{NotLeader, Write};
+use crate::gate::{FIELD_MANAGER, NotLeader, Write};
 
 /// Why a pool reconcile did not finish.
 #[derive(Debug, thiserror::Error)]
@@ -151,14 +150,10 @@ async fn reconcile(
     pool: Arc<ProxyPool>,
     pools: Arc<PoolContext>,
 ) -> Result<controller::Action, Error> {
-    let object = format!(
-        "{}/{}",
-        pool.namespace().unwrap_or_default(),
-        pool.name_any()
-    );
+    let object = ProxyKey::new(pool.namespace().unwrap_or_default(), pool.name_any());
     crate::supervise::guard(
         crate::supervise::Loop::Pool,
-        &object,
+        object.as_str(),
         &pools.ctx.metrics,
         reconcile_once(pool, &pools),
     )

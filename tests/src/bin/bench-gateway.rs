@@ -550,8 +550,8 @@ async fn client(
         let counted = measuring.load(Ordering::Relaxed);
         let sent = Instant::now();
         let answered = async {
-            let open = match stream.take() {
-                Some(open) => open,
+            let mut connection = match stream.take() {
+                Some(connection) => connection,
                 None => {
                     if counted {
                         tally.reopened += 1;
@@ -559,12 +559,11 @@ async fn client(
                     open(bed, path, mode, i).await?.0
                 }
             };
-            let mut open = open;
-            open.get_mut().write_all(request.as_bytes()).await?;
-            let (status, close) = read_answer(&mut open, true).await?;
+            connection.get_mut().write_all(request.as_bytes()).await?;
+            let (status, close) = read_answer(&mut connection, true).await?;
             anyhow::ensure!(status == 200, "{} answered {status}", path.name());
             if !close {
-                stream = Some(open);
+                stream = Some(connection);
             }
             Ok(())
         }

@@ -365,14 +365,19 @@ async fn a_429_on_plain_http_is_reported_and_moves_the_session() {
     assert!(site["cooldownUntil"].is_string(), "{site}");
 }
 
-/// What the gateway counted in `proxy_operator_gateway_upstream_retries_total`.
-async fn retries(gateway: &Gateway) -> u64 {
-    let metrics = reqwest::get(&gateway.metrics)
+/// The gateway's metrics, as a scrape reads them.
+async fn scrape(gateway: &Gateway) -> String {
+    reqwest::get(&gateway.metrics)
         .await
         .unwrap()
         .text()
         .await
-        .unwrap();
+        .unwrap()
+}
+
+/// What the gateway counted in `proxy_operator_gateway_upstream_retries_total`.
+async fn retries(gateway: &Gateway) -> u64 {
+    let metrics = scrape(gateway).await;
     metrics
         .lines()
         .find_map(|l| l.strip_prefix("proxy_operator_gateway_upstream_retries_total "))
@@ -678,12 +683,7 @@ async fn playwright_chromium_fetches_through_the_gateway() {
         "one session, one upstream: {out}"
     );
     // The gateway counted the browser's tunnels and forwarded requests.
-    let metrics = reqwest::get(&gateway.metrics)
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = scrape(&gateway).await;
     for series in [
         r#"proxy_operator_gateway_requests_total{kind="connect"}"#,
         r#"proxy_operator_gateway_requests_total{kind="http"}"#,
