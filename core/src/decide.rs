@@ -6,6 +6,8 @@
 //! provisioning facts ([`Provisioning`]) and the actions; [`status::complete`] derives the
 //! rest of the status and the events, so no branch can forget a condition or the phase.
 
+use std::time::Duration;
+
 use proxy_crd::{FINALIZER, Mode, ProxySpec, ProxyStatus};
 
 use crate::action::{CreateRequest, Decision, MetadataWrite, ProviderRequest, Requeue};
@@ -90,7 +92,11 @@ use crate::status::{self, Provisioning};
 ///   created and no serving instance is deleted for a replacement; the `Provisioned`
 ///   condition says why (`ProviderUnhealthy` while there is no instance). Lookups,
 ///   deletions and the deletion of stopped or terminated instances go on.
-/// - External proxies never get a provider call and never get the finalizer.
+/// - External proxies never get a provider call and never get the finalizer. A new one
+///   (no status written, a known creation time) waits for its first health verdict before
+///   its first status write, at most its health check's timeout and
+///   [`FIRST_VERDICT_SLACK`] after its creation ([`Requeue::After`] the time left): its
+///   first write carries its verdict, and is usually its only one.
 /// - Credentials ([`Observed::credentials`]): every create is preceded by
 ///   [`MetadataWrite::IssueCredentials`] (which keeps a Secret an earlier attempt made, so a
 ///   retried create finds the instance and the credentials it enforces), and the Secret is
@@ -246,7 +252,7 @@ fn plan(spec: &ProxySpec, status: &ProxyStatus, observed: &Observed) -> Step {
             finalizer_removed("an External proxy has no instance to delete".to_owned())
         }
         (true, Mode::Managed, true) => deletion(spec, status, observed),
-        (false, Mode::External, _) => external(spec, observed),
+        (false, Mode::External, _) => external(spec, status, observed),
         // The finalizer is the reconcile's first write: the driver makes the provider call
         // only after every metadata write succeeded, so no instance exists without it.
         (false, Mode::Managed, false) => finalizer_first(managed(spec, status, observed)),
@@ -340,9 +346,18 @@ fn finalizer_removed(why: String) -> Step {
         )
 }
 
+/// How long past its health check's timeout a new External proxy waits for its first
+/// verdict before it writes a status without one. The shell takes a new proxy into the probe
+/// schedule within a second and probes it at once; a verdict not in by then is held up (a
+/// full probe queue), and the proxy then says `AwaitingProbe` until it comes.
+pub const FIRST_VERDICT_SLACK: Duration = Duration::from_secs(5);
+
 /// External rows: no instance, no provider, no finalizer; the endpoint is the address.
-fn external(spec: &ProxySpec, observed: &Observed) -> Step {
+fn external(spec: &ProxySpec, status: &ProxyStatus, observed: &Observed) -> Step {
     let facts = match spec.effective_host(None).filter(|host| !host.is_empty()) {
+        Some(_) if let Some(left) = first_verdict_wait(spec, status, observed) => {
+            return Step::untouched(Requeue::After(left));
+        }
         Some(host) => Provisioning {
             provider_id: None,
             ip: Some(host.to_owned()),
@@ -362,6 +377,37 @@ fn external(spec: &ProxySpec, observed: &Observed) -> Step {
     } else {
         step
     }
+}
+
+/// How much longer a new External proxy waits for its first verdict before its first
+/// status write, or `None` when it writes now.
+///
+/// Its status is nothing but its endpoint and its verdict, so written before the first
+/// probe it is written twice in a row: `AwaitingProbe`, then the verdict a moment later. A
+/// fleet created at once (10 000 proxies) pays every one of those writes to the same API
+/// server its creates go to. Waiting a bounded time makes the first write carry the
+/// verdict: the probe's report wakes the reconcile, and the wait only bounds how long a
+/// late verdict can keep the status empty (the health check's timeout and
+/// [`FIRST_VERDICT_SLACK`] after the creation). Only a status never written waits, and only
+/// with a known creation time and no stray finalizer to remove.
+fn first_verdict_wait(
+    spec: &ProxySpec,
+    status: &ProxyStatus,
+    observed: &Observed,
+) -> Option<Duration> {
+    let new = conditions::find(status, PROVISIONED).is_none() && !observed.object.has_finalizer;
+    if !new || observed.health.is_some() {
+        return None;
+    }
+    let timeout = u64::try_from(spec.health_check_or_default().timeout_seconds).unwrap_or(0);
+    let deadline = observed
+        .object
+        .created?
+        .checked_add(Duration::from_secs(timeout) + FIRST_VERDICT_SLACK)
+        .ok()?;
+    Duration::try_from(deadline.duration_since(observed.now))
+        .ok()
+        .filter(|left| !left.is_zero())
 }
 
 /// Managed rows, with the finalizer in place and no deletion requested.
@@ -858,7 +904,7 @@ fn waited(
 }
 
 /// A hold of `call` for `delay` from now, for the object as observed.
-fn hold_of(observed: &Observed, call: ProviderCall, delay: std::time::Duration) -> Hold {
+fn hold_of(observed: &Observed, call: ProviderCall, delay: Duration) -> Hold {
     let until = jiff::SignedDuration::try_from(delay)
         .ok()
         .and_then(|delay| observed.now.checked_add(delay).ok())
@@ -1046,7 +1092,7 @@ fn provisioned_reason(status: &ProxyStatus) -> Option<ProvisionedReason> {
 /// few tens of seconds rather than every poll, which is what a provider without watches
 /// (gcp, kvm) pays per proxy. The kubernetes provider's Pods are watched: the poll is only
 /// their fallback.
-fn provisioning_poll(status: &ProxyStatus, observed: &Observed) -> std::time::Duration {
+fn provisioning_poll(status: &ProxyStatus, observed: &Observed) -> Duration {
     let timing = &observed.timing;
     let waited = conditions::find(status, PROVISIONED)
         .filter(|condition| condition.status == conditions::FALSE)
@@ -1056,7 +1102,7 @@ fn provisioning_poll(status: &ProxyStatus, observed: &Observed) -> std::time::Du
                 .parse::<jiff::Timestamp>()
                 .ok()
         })
-        .and_then(|since| std::time::Duration::try_from(observed.now.duration_since(since)).ok())
+        .and_then(|since| Duration::try_from(observed.now.duration_since(since)).ok())
         .unwrap_or_default();
     (waited / 4)
         .min(timing.drift_poll)
@@ -1138,6 +1184,6 @@ impl HashState {
 }
 
 /// A duration for messages: `5m`, `30s`.
-fn friendly(duration: std::time::Duration) -> String {
+fn friendly(duration: Duration) -> String {
     jiff::fmt::friendly::SpanPrinter::new().unsigned_duration_to_string(&duration)
 }

@@ -94,7 +94,7 @@ pub mod wake;
 
 pub use action::{Action, CreateRequest, Decision, MetadataWrite, ProviderRequest, Requeue};
 pub use banned::BlockedSites;
-pub use decide::decide;
+pub use decide::{FIRST_VERDICT_SLACK, decide};
 pub use error::{ErrorClass, ProviderError};
 pub use event::{Event, EventType};
 pub use instance::InstanceState;

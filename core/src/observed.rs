@@ -167,6 +167,12 @@ pub struct Metadata {
     /// current instance was created from. `None` or empty means the instance predates the
     /// annotation (or someone removed it), and is adopted rather than replaced.
     pub spec_hash_annotation: Option<String>,
+    /// `metadata.creationTimestamp`. A new External proxy waits a bounded time after it for
+    /// its first verdict, so that its first status write is its last one (see
+    /// [`decide`](fn@crate::decide)). Left out of a recording when `None`, so recordings
+    /// made before it existed replay unchanged; `None` never waits.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub created: Option<Timestamp>,
 }
 
 /// The cloud-init user data, as the shell resolved it from `spec.cloudInit`.

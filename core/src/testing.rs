@@ -133,6 +133,7 @@ impl Observed {
                 deletion_requested: false,
                 has_finalizer: true,
                 spec_hash_annotation: None,
+                created: None,
             },
             cloud_init: CloudInitView::Resolved {
                 content: CLOUD_INIT.to_owned(),
@@ -161,6 +162,12 @@ impl Observed {
     /// Observed at `now` (RFC 3339).
     pub fn at(mut self, now: &str) -> Self {
         self.now = at(now);
+        self
+    }
+
+    /// With `metadata.creationTimestamp` at `time` (RFC 3339).
+    pub fn created(mut self, time: &str) -> Self {
+        self.object.created = Some(at(time));
         self
     }
 

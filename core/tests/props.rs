@@ -288,9 +288,11 @@ impl World {
                 self.dirty = true;
             }
             Transition::Probe(healthy) => {
-                if let Some(ip) = &self.status.ip {
+                // What the health engine probes (`Target::of`): the endpoint of an External
+                // proxy from its first moment, the published address of a Managed one.
+                if let Some(ip) = self.spec.effective_host(Some(&self.status)) {
                     self.verdict = Some(HealthVerdict {
-                        host: ip.clone(),
+                        host: ip.to_owned(),
                         healthy: *healthy,
                         latency_ms: 20,
                         probed_at: self.now,
@@ -424,6 +426,8 @@ impl World {
         observed.object.has_finalizer = self.has_finalizer;
         observed.object.deletion_requested = self.deletion_requested;
         observed.object.spec_hash_annotation = self.annotation.clone();
+        // Every world's object was created when the world starts.
+        observed.object.created = Some(testing::at(testing::T0));
         observed.health = self.verdict.clone();
         observed.provider_down = self.provider_down.then(|| ProviderDown {
             message: "provider pods failed its check: injected".to_owned(),
@@ -443,6 +447,7 @@ impl World {
             return Ok(());
         }
         let observed = self.observe();
+        let first_write_waits = self.first_write_waits();
         let started = Reconcile::start(self.spec.clone(), self.status.clone(), observed.clone());
         let plan = started.run(&mut Turn {
             world: self,
@@ -450,6 +455,13 @@ impl World {
         })?;
         if let Some(status) = plan.status_write() {
             prop_assert!(self.exists, "status written after the object was removed");
+            if first_write_waits {
+                prop_assert_ne!(
+                    conditions::find(status, HEALTHY).map(|c| c.status.as_str()),
+                    Some(conditions::UNKNOWN),
+                    "an External proxy wrote its first status without a verdict before its wait ran out"
+                );
+            }
             self.status = status.clone();
             self.dirty = true;
         }
@@ -465,6 +477,17 @@ impl World {
         self.failures = followup.failures;
         self.hold = followup.hold;
         self.check_status()
+    }
+
+    /// Whether a status written now must carry a verdict: the first status write of a new
+    /// External proxy (without a stray finalizer) waits for its first verdict, until the
+    /// wait runs out. One write, not `AwaitingProbe` and then the verdict.
+    fn first_write_waits(&self) -> bool {
+        let wait = Duration::from_secs(5) + proxy_core::FIRST_VERDICT_SLACK;
+        self.mode == Mode::External
+            && conditions::find(&self.status, PROVISIONED).is_none()
+            && !self.has_finalizer
+            && self.now < testing::at(testing::T0) + wait
     }
 
     fn execute_metadata(&mut self, writes: &[MetadataWrite]) -> Result<(), TestCaseError> {
@@ -745,12 +768,12 @@ impl World {
             // (a verdict about an earlier machine at the same address does not count).
             let awaiting = conditions::find(&self.status, HEALTHY)
                 .is_none_or(|c| c.status != conditions::TRUE);
-            let probed = self.status.ip.clone().filter(|ip| {
+            let probed = self.spec.effective_host(Some(&self.status)).filter(|ip| {
                 awaiting
                     || self
                         .verdict
                         .as_ref()
-                        .is_none_or(|v| &v.host != ip || !v.healthy)
+                        .is_none_or(|v| v.host != *ip || !v.healthy)
             });
             if probed.is_some() {
                 self.apply(&Transition::Probe(true))?;

@@ -481,6 +481,7 @@ impl Story {
                 deletion_requested: false,
                 has_finalizer: false,
                 spec_hash_annotation: None,
+                created: None,
             },
             now: start,
             instances: BTreeMap::new(),

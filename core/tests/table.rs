@@ -4,13 +4,15 @@
 
 mod support;
 
+use std::time::Duration;
+
 use proxy_core::testing::{
-    self, CLOUD_INIT, EXTERNAL_HOST, INSTANCE, NAME, NAMESPACE, PROVIDER, T0, UID, external_spec,
-    managed_spec, status_of,
+    self, CLOUD_INIT, EXTERNAL_HOST, INSTANCE, NAME, NAMESPACE, PROVIDER, T0, UID, at,
+    external_spec, managed_spec, status_of,
 };
 use proxy_core::{
-    Action, CreateRequest, EventType, InstanceView, MetadataWrite, Observed, Outcome,
-    ProviderError, ProviderRequest, Requeue, decide,
+    Action, CreateRequest, EventType, FIRST_VERDICT_SLACK, InstanceView, MetadataWrite, Observed,
+    Outcome, ProviderError, ProviderRequest, Requeue, decide,
 };
 use proxy_crd::{Phase, ProxyStatus};
 use support::{
@@ -738,6 +740,61 @@ fn external_publishes_its_endpoint_without_provider_calls() {
         ]
     );
     assert_eq!(decision.requeue(), Requeue::AwaitChange);
+}
+
+/// A new External proxy created at T0, with the default 5 s health check timeout: it may
+/// wait for its first verdict until 10 s after T0.
+const NEW_EXTERNAL_DEADLINE_S: u64 = 5 + FIRST_VERDICT_SLACK.as_secs();
+
+#[test]
+fn a_new_external_proxy_waits_for_its_first_verdict_before_it_writes() {
+    let observed = Observed::test()
+        .without_finalizer()
+        .created(T0)
+        .at("2026-01-01T00:00:03Z");
+    let decision = decide(&external_spec(), &ProxyStatus::default(), &observed);
+    assert_eq!(decision.actions(), []);
+    assert_eq!(decision.status_write(), None);
+    assert_eq!(
+        decision.requeue(),
+        Requeue::After(Duration::from_secs(NEW_EXTERNAL_DEADLINE_S - 3))
+    );
+}
+
+#[test]
+fn a_new_external_proxy_writes_its_first_verdict_in_its_first_write() {
+    let observed = Observed::test()
+        .without_finalizer()
+        .created(T0)
+        .health(EXTERNAL_HOST, true);
+    let decision = decide(&external_spec(), &ProxyStatus::default(), &observed);
+    assert_eq!(decision.status().phase, Some(Phase::Ready));
+    assert!(decision.status_write().is_some());
+    assert_eq!(decision.requeue(), Requeue::AwaitChange);
+}
+
+#[test]
+fn a_new_external_proxy_whose_verdict_is_late_writes_without_it() {
+    let late = jiff::Timestamp::from_second(
+        at(T0).as_second() + i64::try_from(NEW_EXTERNAL_DEADLINE_S).unwrap(),
+    )
+    .unwrap()
+    .to_string();
+    let observed = Observed::test().without_finalizer().created(T0).at(&late);
+    let decision = decide(&external_spec(), &ProxyStatus::default(), &observed);
+    assert_eq!(decision.status().phase, Some(Phase::Provisioning));
+    assert!(decision.status_write().is_some());
+    assert_eq!(decision.requeue(), Requeue::AwaitChange);
+}
+
+#[test]
+fn an_external_proxy_with_a_status_never_waits_for_a_verdict() {
+    // A new endpoint of a proxy already written says so at once: only the very first write
+    // waits.
+    let observed = Observed::test().without_finalizer().created(T0);
+    let decision = decide(&external_spec(), &external_status(Phase::Ready), &observed);
+    assert_eq!(decision.status().phase, Some(Phase::Provisioning));
+    assert!(decision.status_write().is_some());
 }
 
 #[test]

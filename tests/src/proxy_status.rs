@@ -19,15 +19,15 @@ pub fn provisioned(proxy: &Proxy) -> bool {
         && proxy.status.as_ref().is_some_and(|s| s.ip.is_some())
 }
 
-/// Lists `proxies` every `every` until `n` of them are Ready; fails after `within`, with how
-/// many were Ready and `log` (the operator's).
+/// Lists `proxies` every `every` until `n` of them are Ready, and returns that list; fails
+/// after `within`, with how many were Ready and `log` (the operator's).
 pub async fn wait_all_ready(
     proxies: &Api<Proxy>,
     n: usize,
     within: Duration,
     every: Duration,
     log: impl Fn() -> String,
-) -> anyhow::Result<()> {
+) -> anyhow::Result<Vec<Proxy>> {
     let deadline = Instant::now() + within;
     loop {
         let list = proxies.list(&ListParams::default()).await?;
@@ -37,7 +37,7 @@ pub async fn wait_all_ready(
             .filter(|p| p.status.as_ref().and_then(|s| s.phase) == Some(Phase::Ready))
             .count();
         if ready == n {
-            return Ok(());
+            return Ok(list.items);
         }
         anyhow::ensure!(
             Instant::now() < deadline,
@@ -46,4 +46,11 @@ pub async fn wait_all_ready(
         );
         tokio::time::sleep(every).await;
     }
+}
+
+/// When the `Ready` condition of `proxy` last turned, as the operator wrote it.
+pub fn ready_since(proxy: &Proxy) -> Option<jiff::Timestamp> {
+    let status = proxy.status.as_ref()?;
+    let c = status.conditions.iter().find(|c| c.type_ == "Ready")?;
+    c.last_transition_time.parse().ok()
 }

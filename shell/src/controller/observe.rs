@@ -103,6 +103,11 @@ pub(crate) async fn observe(proxy: &Proxy, kept: Kept, ctx: &Context) -> Result<
             deletion_requested: proxy.meta().deletion_timestamp.is_some(),
             has_finalizer: proxy.finalizers().iter().any(|f| f == FINALIZER),
             spec_hash_annotation: proxy.annotations().get(SPEC_HASH_ANNOTATION).cloned(),
+            created: proxy
+                .meta()
+                .creation_timestamp
+                .clone()
+                .and_then(|t| crate::time::from_kube(t.0)),
         },
         cloud_init: resolve_cloud_init(proxy, ctx).await?,
         provider_configured: provider.is_some(),

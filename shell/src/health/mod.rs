@@ -72,6 +72,10 @@ pub const DEFAULT_CONCURRENCY: usize = 512;
 /// (`docs/benchmarks.md`, health probing); a second of delay for a new proxy costs nothing.
 pub const REFRESH_EVERY: Duration = Duration::from_secs(1);
 
+// A new External proxy holds its first status write for its first verdict, for
+// `FIRST_VERDICT_SLACK` past its probe's timeout: the refresh takes it in well before that.
+const _: () = assert!(REFRESH_EVERY.as_millis() * 2 < proxy_core::FIRST_VERDICT_SLACK.as_millis());
+
 /// The name of the thread the engine and its probes run on ([`HealthEngine::start`]).
 pub const THREAD: &str = "prober";
 

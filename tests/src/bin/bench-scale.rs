@@ -13,7 +13,8 @@
 //! - the operator's CPU per probe in the steady window (the whole process: in steady state
 //!   the prober is nearly all of it), and the share of those probes' TLS handshakes the
 //!   origin saw resume a session (a full one verifies the certificate chain again);
-//! - status writes per second in the steady window (the API server's own counts);
+//! - status writes of Proxies from the first create to all Ready, per proxy, and per second
+//!   in the steady window (the API server's own counts);
 //! - `GET /v1/proxies` p50 and p99 (sequential requests with the bearer token);
 //! - then a loaded window of its own (goal 6; `proxy_tests::leadership_load`), with
 //!   `BENCH_LISTERS` clients listing every proxy back to back and `BENCH_LEASERS` clients
@@ -49,7 +50,7 @@ use proxy_tests::leadership_load::{self, Load, RenewAges, Sampler, percentile};
 use proxy_tests::operator::{DISCOVERY_TOKEN, Operator, Polls, release_binary};
 use proxy_tests::probe_origin::ProbeOrigin;
 use proxy_tests::process_usage::{cpu_seconds, resident_bytes};
-use proxy_tests::proxy_status::wait_all_ready;
+use proxy_tests::proxy_status::{ready_since, wait_all_ready};
 use proxy_tests::run_dir::subdir;
 use proxy_tests::squid::{Squid, next_loopback_addr};
 use proxy_tests::write_counts::{status_writes, writes};
@@ -151,12 +152,57 @@ struct Measured {
     resumed: usize,
     cpu: f64,
     status_writes: f64,
+    ramp_status_writes: f64,
+    turns: ReadyTurns,
     list_p50: Duration,
     list_p99: Duration,
     list_bytes: usize,
     recording: Recording,
     loaded: Option<leadership_load::Measured>,
     leadership: Leadership,
+}
+
+/// When the Proxies turned Ready, read from their own `Ready` conditions (the operator's
+/// clock, the machine's): unlike the time the bench's polling saw the last one, this is
+/// not rounded up to the next list of 10 000 objects.
+struct ReadyTurns {
+    /// From the last create to the last `Ready` transition.
+    last: Duration,
+    /// Of those Ready by the time the last create returned.
+    by_last_create: usize,
+    /// From each Proxy's `creationTimestamp` (whole seconds) to its `Ready` transition: p50,
+    /// p99, max.
+    after_creation: [Duration; 3],
+}
+
+impl ReadyTurns {
+    fn of(ready: &[Proxy], last_create: jiff::Timestamp) -> Self {
+        let since = |from: jiff::Timestamp, to: jiff::Timestamp| {
+            Duration::try_from(to.duration_since(from)).unwrap_or_default()
+        };
+        let turns: Vec<(jiff::Timestamp, Option<jiff::Timestamp>)> = ready
+            .iter()
+            .filter_map(|p| {
+                let created = p
+                    .metadata
+                    .creation_timestamp
+                    .as_ref()
+                    .and_then(|t| t.0.to_string().parse().ok());
+                Some((ready_since(p)?, created))
+            })
+            .collect();
+        let last = turns.iter().map(|(at, _)| *at).max();
+        let mut after: Vec<Duration> = turns
+            .iter()
+            .filter_map(|(at, created)| Some(since((*created)?, *at)))
+            .collect();
+        after.sort();
+        Self {
+            last: last.map_or_else(Duration::default, |at| since(last_create, at)),
+            by_last_create: turns.iter().filter(|(at, _)| *at <= last_create).count(),
+            after_creation: [50, 99, 100].map(|p| percentile(&after, p)),
+        }
+    }
 }
 
 /// What the recorder held after the steady window (its metrics), and the size of its dump.
@@ -248,6 +294,7 @@ impl Bench<'_> {
         let busy = Busy::start(self.load.busy)?;
         let mut phases = Vec::new();
         let proxies: Api<Proxy> = Api::namespaced(self.client.clone(), &ns);
+        let writes_at_start = writes(self.plane);
         let started = Instant::now();
         stream::iter(0..n)
             .map(|i| {
@@ -265,19 +312,22 @@ impl Bench<'_> {
             .try_collect::<Vec<_>>()
             .await?;
         let created = started.elapsed();
+        let last_create = jiff::Timestamp::now();
         // Listing 10 000 Proxies costs this (debug) process most of a core: look less often
         // the larger the fleet (every 1 s at 1 000, 6 s at 10 000).
         let every = Duration::from_secs(1 + u64::try_from(n / 2_000).unwrap_or(u64::MAX));
-        wait_all_ready(&proxies, n, Duration::from_secs(30 * 60), every, || {
+        let ready = wait_all_ready(&proxies, n, Duration::from_secs(30 * 60), every, || {
             operator.log()
         })
         .await?;
         let to_ready = started.elapsed();
+        let turns = ReadyTurns::of(&ready, last_create);
         let rss_ready = rss(pid)?;
         phases.push(("to all Ready", sampler.take()));
 
         // The steady window: every proxy Ready, nothing changing but the probes.
         let writes_before = writes(self.plane);
+        let ramp_status_writes = status_writes(&writes_at_start, &writes_before);
         let cpu_before = cpu_seconds(pid)?;
         let window_start = Instant::now();
         let mut rss_steady = Vec::new();
@@ -368,6 +418,8 @@ impl Bench<'_> {
             resumed,
             cpu,
             status_writes: status_writes(&writes_before, &writes_after),
+            ramp_status_writes,
+            turns,
             list_p50: percentile(&lists, 50),
             list_p99: percentile(&lists, 99),
             list_bytes,
@@ -442,6 +494,23 @@ fn report(m: &Measured, interval: u32, squids: usize) {
     println!(
         "    TLS handshakes of those probes that resumed a session: {:.1}%",
         100.0 * resumed / probes.max(1.0)
+    );
+    let t = &m.turns;
+    println!(
+        "    the objects' own Ready times: the last {:.1} s after the last create = {:.2} probe \
+         intervals; {} Ready when the last create returned; creation to Ready p50 {:.0} s, p99 \
+         {:.0} s, max {:.0} s",
+        t.last.as_secs_f64(),
+        t.last.as_secs_f64() / f64::from(interval),
+        t.by_last_create,
+        t.after_creation[0].as_secs_f64(),
+        t.after_creation[1].as_secs_f64(),
+        t.after_creation[2].as_secs_f64()
+    );
+    println!(
+        "    status writes from the first create to all Ready: {:.0} = {:.2} per proxy",
+        m.ramp_status_writes,
+        m.ramp_status_writes / n
     );
     println!(
         "    status writes in the steady window: {:.0} = {:.2} per second",

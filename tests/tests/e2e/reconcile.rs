@@ -610,3 +610,82 @@ async fn the_events_of_a_replaced_proxy_tell_the_story_in_order() {
         );
     }
 }
+
+/// A new External proxy's first status write carries its first verdict: ten of them in front
+/// of a real squid each get one status write, straight to `Ready`, never `AwaitingProbe`
+/// first (issue 40: in a fleet created at once, every extra write is one the API server's
+/// creates wait behind). Counted on a watch opened before the creates: each status the
+/// API server stored is one event with a new status.
+#[tokio::test]
+async fn a_new_external_proxy_is_written_once_straight_to_ready() {
+    use std::collections::BTreeMap;
+
+    use futures::StreamExt;
+    use kube::runtime::watcher;
+    use proxy_crd::Phase;
+    use proxy_tests::squid::{Squid, next_loopback_addr};
+
+    let bed = Bed::new("op-external-once").await;
+    let addr = next_loopback_addr();
+    let hosts = bed.origin.hosts_file.clone();
+    let _squid =
+        tokio::task::spawn_blocking(move || Squid::start("external-once", addr, 3128, &hosts))
+            .await
+            .unwrap()
+            .unwrap();
+    let mut events = watcher::watcher(bed.proxies.clone(), watcher::Config::default()).boxed();
+    // The watch is open once its first (empty) list is delivered.
+    while !matches!(events.next().await, Some(Ok(watcher::Event::InitDone))) {}
+    let names: Vec<String> = (0..10).map(|i| format!("ext-{i}")).collect();
+    for name in &names {
+        bed.create(
+            name,
+            json!({"mode": "External", "endpoint": {"host": addr.to_string(), "port": 3128},
+                   "healthCheck": {"probeURL": bed.origin.url("/generate_204")}}),
+        )
+        .await;
+    }
+    // Every status each proxy was seen with, in order, until all are Ready.
+    let mut statuses: BTreeMap<String, Vec<proxy_crd::ProxyStatus>> = BTreeMap::new();
+    let note = |statuses: &mut BTreeMap<String, Vec<proxy_crd::ProxyStatus>>,
+                proxy: proxy_crd::Proxy| {
+        let seen = statuses
+            .entry(proxy.metadata.name.clone().unwrap())
+            .or_default();
+        if let Some(status) = proxy.status.filter(|s| seen.last() != Some(s)) {
+            seen.push(status);
+        }
+    };
+    let ready = |statuses: &BTreeMap<String, Vec<proxy_crd::ProxyStatus>>| {
+        names.iter().all(|name| {
+            statuses
+                .get(name)
+                .and_then(|seen| seen.last())
+                .is_some_and(|s| s.phase == Some(Phase::Ready))
+        })
+    };
+    tokio::time::timeout(Duration::from_secs(60), async {
+        while !ready(&statuses) {
+            if let Some(Ok(watcher::Event::Apply(proxy))) = events.next().await {
+                note(&mut statuses, proxy);
+            }
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("not all Ready within 60 s: {statuses:#?}"));
+    // A write after Ready would show up as a change within a moment.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    while let Some(Some(Ok(watcher::Event::Apply(proxy)))) =
+        futures::FutureExt::now_or_never(events.next())
+    {
+        note(&mut statuses, proxy);
+    }
+    for name in &names {
+        let phases: Vec<_> = statuses[name].iter().map(|s| s.phase).collect();
+        assert_eq!(
+            phases,
+            [Some(Phase::Ready)],
+            "{name}: one status write, straight to Ready"
+        );
+    }
+}

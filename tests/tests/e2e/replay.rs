@@ -79,6 +79,7 @@ async fn a_recorded_replacement_replays_identically_and_a_changed_rule_diverges_
             let adopting = proxy_core::Observed {
                 object: proxy_core::Metadata {
                     spec_hash_annotation: None,
+                    created: None,
                     ..observed.object.clone()
                 },
                 ..observed.clone()
