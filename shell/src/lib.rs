@@ -31,3 +31,4 @@ pub mod telemetry;
 pub mod time;
 pub mod tracked;
 pub mod wiring;
+pub mod writes;

@@ -36,25 +36,46 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 
+use proxy_core::Timing;
+
 use crate::controller::{self, Context};
 use crate::credentials::{self, CredentialsCache};
 use crate::dedicated::Dedicated;
 use crate::discovery::ownership::{self, Store as LeaseBookStore};
 use crate::discovery::{self, Discovery};
 use crate::gc::{CacheWatch, Collector, GcSettings};
+use crate::health::HealthEngine;
+use crate::leadership::Leadership;
 use crate::metrics::Metrics;
 use crate::pool::{self, PoolContext};
-use crate::provider_health::{Monitor, Schedule};
+use crate::provider_health::{Board, Monitor, Schedule};
+use crate::providers::registry::Registry;
+use crate::recorder::Recorder;
 use crate::server::{BearerToken, Settings};
 use crate::supervise::{self, Loop};
 use crate::tracked::Tracked;
+use crate::writes::Writer;
 
 /// What the operator runs on, built by [`crate::wiring`] from the flags.
 #[derive(Debug)]
 pub struct Parts {
-    /// What every reconcile shares (client, providers, health engine, metrics, leadership,
-    /// recorder).
-    pub ctx: Arc<Context>,
+    /// Writes statuses, Events and objects through the leader gate, within the call
+    /// deadline; its client is the operator's.
+    pub writer: Writer,
+    /// The configured providers.
+    pub providers: Registry,
+    /// The requeue intervals the Proxy controller hands the core.
+    pub timing: Timing,
+    /// The health engine: it probes, the Proxy controller reads its verdicts.
+    pub health: Arc<HealthEngine>,
+    /// Where every loop registers its metrics.
+    pub metrics: Arc<Metrics>,
+    /// Who leads: only the leader writes.
+    pub leadership: Arc<Leadership>,
+    /// Every decide call, for replay.
+    pub recorder: Arc<Recorder>,
+    /// `--banned-sites`: from how many blocking sites a proxy is `Banned`.
+    pub banned_sites: u32,
     /// The discovery API's state: the lease book.
     pub discovery: Arc<Discovery>,
     /// Where the lease book is saved.
@@ -108,7 +129,14 @@ pub struct Servers {
 /// and returns that error.
 pub async fn run(parts: Parts, signals: watch::Receiver<bool>) -> anyhow::Result<()> {
     let Parts {
-        ctx,
+        writer,
+        providers,
+        timing,
+        health,
+        metrics,
+        leadership,
+        recorder,
+        banned_sites,
         discovery,
         lease_book,
         namespace,
@@ -123,16 +151,17 @@ pub async fn run(parts: Parts, signals: watch::Receiver<bool>) -> anyhow::Result
     let (stop, stopping) = stop_on(signals);
     let mut background = Background {
         tasks: JoinSet::new(),
-        metrics: ctx.metrics.clone(),
+        metrics: metrics.clone(),
     };
-    ctx.metrics.read_at_scrape(&ctx.leadership);
+    metrics.read_at_scrape(&leadership);
     // The loops on threads of their own: the operator cannot go on without any of them.
     let mut threads: Vec<(&'static str, Dedicated)> = Vec::new();
-    if ctx.leadership.elects() {
+    if leadership.elects() {
         threads.push((
             "leadership",
             elections(
-                &ctx,
+                &leadership,
+                &metrics,
                 kube_config,
                 leadership_namespace,
                 leadership_name.clone(),
@@ -141,8 +170,8 @@ pub async fn run(parts: Parts, signals: watch::Receiver<bool>) -> anyhow::Result
     }
     let http = servers.http;
     let admin = tokio::spawn(crate::admin::serve(
-        ctx.metrics.clone(),
-        ctx.recorder.clone(),
+        metrics.clone(),
+        recorder.clone(),
         servers.token,
         servers.admin,
         http,
@@ -171,28 +200,30 @@ pub async fn run(parts: Parts, signals: watch::Receiver<bool>) -> anyhow::Result
     // The controller's cache, read by every loop below and by the scrape.
     let cache = reflector::store::Writer::<Proxy>::default();
     let store = cache.as_reader();
-    ctx.metrics.watch_proxies(store.clone());
+    metrics.watch_proxies(store.clone());
     // The credentials Secrets (labelled ones only), for the probes and the lease answers.
     let credentials = {
-        let (reader, writer) = reflector::store();
+        let (reader, filler) = reflector::store();
         let secrets: kube::Api<Secret> = match &namespace {
-            Some(ns) => kube::Api::namespaced(ctx.client.clone(), ns),
-            None => kube::Api::all(ctx.client.clone()),
+            Some(ns) => kube::Api::namespaced(writer.client.clone(), ns),
+            None => kube::Api::all(writer.client.clone()),
         };
-        background.tasks.spawn(credentials::watch(secrets, writer));
+        background.tasks.spawn(credentials::watch(secrets, filler));
         CredentialsCache::new(reader)
     };
     // The health engine probes what the cache holds and asks for a reconcile when a verdict
     // must be written; it never writes status itself.
     let (health_tx, mut health_rx) = tokio::sync::mpsc::channel(1024);
+    // What the provider health monitor concludes, and the Proxy controller observes.
+    let board = Arc::new(Board::default());
     let monitor = Arc::new(Monitor {
-        client: ctx.client.clone(),
-        providers: ctx.providers.clone(),
-        board: ctx.provider_health.clone(),
-        gate: ctx.gate.clone(),
-        events: ctx.events.clone(),
-        metrics: ctx.metrics.clone(),
-        leadership: ctx.leadership.clone(),
+        client: writer.client.clone(),
+        providers: providers.clone(),
+        board: board.clone(),
+        gate: writer.gate.clone(),
+        events: writer.events().clone(),
+        metrics: metrics.clone(),
+        leadership: leadership.clone(),
         namespace: provider_checks.namespace,
         operator: leadership_name,
         types: provider_checks.types,
@@ -205,13 +236,13 @@ pub async fn run(parts: Parts, signals: watch::Receiver<bool>) -> anyhow::Result
     });
     threads.push((
         "health",
-        ctx.health
+        health
             .clone()
             .start(
                 store.clone(),
                 credentials.clone(),
                 health_tx,
-                ctx.leadership.clone(),
+                leadership.clone(),
             )
             .map_err(|e| anyhow::anyhow!("starting the health engine's thread: {e}"))?,
     ));
@@ -226,22 +257,39 @@ pub async fn run(parts: Parts, signals: watch::Receiver<bool>) -> anyhow::Result
     if let Some(settings) = gc {
         let collector = Collector {
             settings,
-            providers: ctx.providers.clone(),
+            providers: providers.clone(),
             proxies: store.clone(),
             cache: completeness.clone(),
-            leadership: ctx.leadership.clone(),
-            writes: ctx.gate.clone(),
-            metrics: ctx.metrics.clone(),
+            leadership: leadership.clone(),
+            writes: writer.gate.clone(),
+            metrics: metrics.clone(),
         };
         background.spawn(Loop::Gc, move || crate::gc::run(collector.clone()));
     }
+    // The Proxy controller: what it reads and writes, and nothing else.
+    let ctx = Arc::new(
+        Context::new(
+            writer.clone(),
+            providers,
+            timing,
+            health,
+            board,
+            metrics.clone(),
+            leadership.clone(),
+            recorder,
+        )
+        .with_bans(discovery.clone(), banned_sites),
+    );
     let tracked = Arc::new(Tracked::new(ctx.clone(), discovery.clone(), store.clone()));
-    ctx.metrics.read_at_scrape(&tracked);
+    metrics.read_at_scrape(&tracked);
     // A pool is reconciled when one of its Proxies changes; a full channel drops the
     // trigger, as the pool looks again at its decision's wake-up anyway.
     let (pool_tx, mut pool_rx) = tokio::sync::mpsc::channel(1024);
     let pools = Arc::new(PoolContext::new(
-        ctx.clone(),
+        writer,
+        leadership,
+        ctx.recorder.clone(),
+        metrics,
         store.clone(),
         discovery.clone(),
     ));
@@ -315,12 +363,13 @@ async fn first_ended(threads: &mut [(&'static str, Dedicated)]) -> &'static str 
 /// Starts the leadership rounds on their own thread and runtime, with their own client
 /// built there from `config` (see [`crate::dedicated`]), under the panic boundary.
 fn elections(
-    ctx: &Context,
+    leadership: &Arc<Leadership>,
+    metrics: &Arc<Metrics>,
     config: kube::Config,
     namespace: String,
     name: String,
 ) -> anyhow::Result<Dedicated> {
-    let (leadership, metrics) = (ctx.leadership.clone(), ctx.metrics.clone());
+    let (leadership, metrics) = (leadership.clone(), metrics.clone());
     let start = move || async move {
         let client = match kube::Client::try_from(config) {
             Ok(client) => client,

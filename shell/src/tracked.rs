@@ -199,13 +199,17 @@ mod tests {
         let metrics = Arc::new(Metrics::default());
         let prober = Prober::new(None, 1).unwrap();
         let candidate = proxy_core::leadership::Candidate::new("test", Default::default());
+        let leadership = Arc::new(Leadership::unopposed(candidate.unwrap()));
+        let events = Arc::new(crate::events::Events::new(client.clone(), "test", None));
+        let gate = crate::gate::Gate::new(leadership.clone(), metrics.clone());
         let ctx = Arc::new(Context::new(
-            client,
+            crate::writes::Writer::new(client, gate, events, std::time::Duration::from_secs(1)),
             Registry::default(),
             Timing::default(),
             Arc::new(HealthEngine::new(prober, 1, metrics.clone())),
+            Arc::default(),
             metrics,
-            Arc::new(Leadership::unopposed(candidate.unwrap())),
+            leadership,
             Arc::new(Recorder::new(record_header(), 4, usize::MAX, None).unwrap()),
         ));
         let discovery = Arc::new(Discovery::new(

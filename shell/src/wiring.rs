@@ -15,10 +15,11 @@ use proxy_core::record::{Config as RecordConfig, Header, Operator};
 
 use crate::args::RunArgs;
 use crate::config::ProvidersConfig;
-use crate::controller::Context;
 use crate::discovery::owner_label::OwnerLabel;
 use crate::discovery::ownership::Store as LeaseBookStore;
 use crate::discovery::{Discovery, Replica};
+use crate::events::Events;
+use crate::gate::{FIELD_MANAGER, Gate};
 use crate::health::HealthEngine;
 use crate::health::probe::Prober;
 use crate::leadership::Leadership;
@@ -30,6 +31,7 @@ use crate::providers::types::Env;
 use crate::recorder::Recorder;
 use crate::server::BearerToken;
 use crate::telemetry::{self, LogFormat};
+use crate::writes::Writer;
 
 /// Runs the operator until a shutdown signal; the exit code says whether it started.
 pub fn run(args: RunArgs) -> ExitCode {
@@ -172,13 +174,13 @@ async fn serve(args: RunArgs, config: ProvidersConfig) -> anyhow::Result<()> {
         })?,
     );
     metrics.read_at_scrape(&recorder);
-    let ctx = Arc::new(
-        Context::new(
-            client, providers, timing, health, metrics, leadership, recorder,
-        )
-        .with_bans(discovery.clone(), args.banned_sites)
-        .with_call_timeout(args.call_timeout_seconds),
-    );
+    let events = Arc::new(Events::new(
+        client.clone(),
+        FIELD_MANAGER,
+        std::env::var("POD_NAME").ok(),
+    ));
+    let gate = Gate::new(leadership.clone(), metrics.clone());
+    let writer = Writer::new(client, gate, events, args.call_timeout_seconds);
     let servers = Servers {
         discovery: discovery_listener,
         admin: admin_listener,
@@ -196,7 +198,14 @@ async fn serve(args: RunArgs, config: ProvidersConfig) -> anyhow::Result<()> {
         schedule: args.provider_checks(),
     };
     let parts = Parts {
-        ctx,
+        writer,
+        providers,
+        timing,
+        health,
+        metrics,
+        leadership,
+        recorder,
+        banned_sites: args.banned_sites,
         discovery,
         lease_book,
         namespace: args.namespace,

@@ -5,7 +5,7 @@
 //!
 //! Writes: metadata (finalizer, hash annotation) by merge patches on the object, the
 //! credentials Secret by create and delete ([`crate::credentials`]), status by server-side
-//! apply under [`FIELD_MANAGER`] on the status subresource.
+//! apply under [`crate::gate::FIELD_MANAGER`] on the status subresource ([`crate::writes`]).
 
 use kube::api::{Api, Patch, PatchParams};
 use kube::{Resource, ResourceExt};
@@ -15,8 +15,8 @@ use serde_json::json;
 
 use super::Context;
 use crate::credentials;
-use crate::gate::FIELD_MANAGER;
 use crate::gate::{NotLeader, Write};
+use crate::writes::StatusError;
 
 /// Why an effect could not be carried out. Each message ends with its source's, as kube's
 /// own errors do, so one line in the log says it all.
@@ -94,7 +94,7 @@ impl<'a> Executor<'a> {
 
     fn api(&self) -> Api<Proxy> {
         Api::namespaced(
-            self.ctx.client.clone(),
+            self.ctx.writer.client.clone(),
             &self.proxy.namespace().unwrap_or_default(),
         )
     }
@@ -108,14 +108,19 @@ impl<'a> Executor<'a> {
             match write {
                 MetadataWrite::IssueCredentials { secret } => {
                     self.patch_object(patch.take()).await?;
-                    self.ctx.gate.pass(Write::Metadata)?;
+                    self.ctx.writer.gate.pass(Write::Metadata)?;
                     let (namespace, name, uid) = (
                         self.proxy.namespace().unwrap_or_default(),
                         self.proxy.name_any(),
                         self.proxy.uid().unwrap_or_default(),
                     );
-                    let issuing =
-                        credentials::issue(&self.ctx.client, &namespace, secret, &name, &uid);
+                    let issuing = credentials::issue(
+                        &self.ctx.writer.client,
+                        &namespace,
+                        secret,
+                        &name,
+                        &uid,
+                    );
                     let passwd = self
                         .ctx
                         .bounded(
@@ -127,9 +132,9 @@ impl<'a> Executor<'a> {
                 }
                 MetadataWrite::RevokeCredentials { secret } => {
                     self.patch_object(patch.take()).await?;
-                    self.ctx.gate.pass(Write::Metadata)?;
+                    self.ctx.writer.gate.pass(Write::Metadata)?;
                     let namespace = self.proxy.namespace().unwrap_or_default();
-                    let revoking = credentials::revoke(&self.ctx.client, &namespace, secret);
+                    let revoking = credentials::revoke(&self.ctx.writer.client, &namespace, secret);
                     self.ctx
                         .bounded(
                             || format!("deleting the credentials Secret {secret}"),
@@ -158,7 +163,7 @@ impl<'a> Executor<'a> {
         let Some(patch) = patch else {
             return Ok(());
         };
-        self.ctx.gate.pass(Write::Metadata)?;
+        self.ctx.writer.gate.pass(Write::Metadata)?;
         self.versions(None);
         let name = self.proxy.name_any();
         let params = PatchParams::default();
@@ -188,7 +193,7 @@ impl<'a> Executor<'a> {
 
     /// Makes the provider call; its failure is an [`Outcome`] for the core, not an error.
     pub async fn provider_call(&self, request: &ProviderRequest) -> Result<Outcome, Error> {
-        self.ctx.gate.pass(Write::ProviderCall)?;
+        self.ctx.writer.gate.pass(Write::ProviderCall)?;
         let Some(provider) = self.ctx.providers.get(request.provider()) else {
             // Unreachable: `decide` asks only for a provider the observation found in this
             // same registry, which never changes while the process runs. Answered, not
@@ -229,58 +234,26 @@ impl<'a> Executor<'a> {
         }))
     }
 
-    /// Writes `status` to the status subresource, whole. An object gone in the meantime
-    /// needs no status.
+    /// Writes `status` to the status subresource, whole ([`crate::writes`]). An object gone
+    /// in the meantime needs no status.
     pub async fn status(&self, status: &ProxyStatus) -> Result<(), Error> {
-        self.ctx.gate.pass(Write::Status)?;
-        let body =
-            json!({"apiVersion": "crawl.example.com/v1alpha1", "kind": "Proxy", "status": status});
-        let params = PatchParams::apply(FIELD_MANAGER).force();
         self.versions(None);
-        let name = self.proxy.name_any();
-        let patch = Patch::Apply(&body);
-        match self
-            .ctx
-            .bounded(
-                || format!("writing the status of Proxy {name}"),
-                self.api().patch_status(&name, &params, &patch),
-            )
-            .await
-        {
+        match self.ctx.writer.status(self.proxy, status).await {
             Ok(written) => {
-                self.versions(Some(&written));
+                self.versions(written.as_ref());
                 Ok(())
             }
-            Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
-            Err(error) => Err(Error::Status(error)),
+            Err(StatusError::NotLeader(refused)) => Err(refused.into()),
+            Err(StatusError::Api(error)) => Err(Error::Status(error)),
         }
     }
 
     /// Records `events` on the object, in order. An event that cannot be recorded is logged:
     /// it must not fail the reconcile that caused it.
     pub async fn events(&self, events: &[Event]) -> Result<(), Error> {
-        Ok(publish(self.ctx, events, &self.proxy.object_ref(&())).await?)
+        let reference = self.proxy.object_ref(&());
+        Ok(self.ctx.writer.publish(events, &reference).await?)
     }
-}
-
-/// Records `events` on the object `reference`, in order, each through the leader gate. An
-/// event that cannot be recorded is logged: it must not fail the reconcile that caused it.
-pub async fn publish(
-    ctx: &Context,
-    events: &[Event],
-    reference: &k8s_openapi::api::core::v1::ObjectReference,
-) -> Result<(), NotLeader> {
-    for event in events {
-        ctx.gate.pass(Write::Event)?;
-        let publishing = ctx.events.publish(event, "Reconcile", reference);
-        if let Err(error) = ctx
-            .bounded(|| format!("recording event {}", event.reason), publishing)
-            .await
-        {
-            tracing::warn!(%error, reason = %event.reason, "could not record an event");
-        }
-    }
-    Ok(())
 }
 
 /// The merge patch of the object that carries one or more of a reconcile's adjacent metadata

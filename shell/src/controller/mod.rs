@@ -33,7 +33,6 @@ use proxy_crd::{CLOUD_INIT_SECRET_LABEL, Proxy};
 
 use self::execute::Executor;
 use crate::discovery::Discovery;
-use crate::gate::Gate;
 use crate::health::HealthEngine;
 use crate::leadership::Leadership;
 use crate::metrics::Metrics;
@@ -42,14 +41,13 @@ use crate::providers::labels;
 use crate::providers::registry::Registry;
 use crate::recorder::Recorder;
 use crate::supervise::{self, Loop, Panicked};
-
-/// `--call-timeout-seconds`' default.
-pub const DEFAULT_CALL_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
+use crate::writes::Writer;
 
 /// What every reconcile shares.
 pub struct Context {
-    /// The API client.
-    pub client: kube::Client,
+    /// Writes statuses and Events through the leader gate, within the call deadline; its
+    /// client and gate are the controller's.
+    pub writer: Writer,
     /// The configured providers.
     pub providers: Registry,
     /// The requeue intervals handed to the core.
@@ -62,21 +60,15 @@ pub struct Context {
     pub leadership: Arc<Leadership>,
     /// Every decide call, for replay.
     pub recorder: Arc<Recorder>,
-    /// The leader gate every write passes.
-    pub gate: Gate,
     /// Which providers failed their last health check, for the observations.
     pub provider_health: Arc<Board>,
     /// Where the observations read how many sites blocked each proxy: the lease book of
     /// this replica's discovery API, and the `--banned-sites` threshold. `None`: nothing is
     /// observed, and `Banned` conditions stay as they are.
     bans: Option<(Arc<Discovery>, u32)>,
-    pub(crate) events: Arc<crate::events::Events>,
     /// The version of each Proxy this replica last read or wrote: when the cache holds it,
     /// a reconcile decides on the cache ([`versions`]).
     pub(crate) versions: versions::Versions,
-    /// The deadline of each call a reconcile makes to the API server
-    /// (`--call-timeout-seconds`, [`crate::deadline`]).
-    pub(crate) call_timeout: std::time::Duration,
     // What the core's driver asks to keep per object between its reconciles ([`Followup`]):
     // its consecutive failed reconciles and the provider call held back. An object without
     // an entry has neither.
@@ -135,45 +127,37 @@ impl std::fmt::Debug for Context {
 }
 
 impl Context {
-    /// A context for the controller.
+    /// A context for the controller: it writes with `writer`, calls `providers`, reads the
+    /// health engine's verdicts and the provider health `board`, and records its decisions.
+    #[expect(
+        clippy::too_many_arguments,
+        reason = "each is one thing the controller uses; a struct of them would be the \
+                  application-wide context this replaced"
+    )]
     pub fn new(
-        client: kube::Client,
+        writer: Writer,
         providers: Registry,
         timing: Timing,
         health: Arc<HealthEngine>,
+        provider_health: Arc<Board>,
         metrics: Arc<Metrics>,
         leadership: Arc<Leadership>,
         recorder: Arc<Recorder>,
     ) -> Self {
-        let events = Arc::new(crate::events::Events::new(
-            client.clone(),
-            crate::gate::FIELD_MANAGER,
-            std::env::var("POD_NAME").ok(),
-        ));
-        let gate = Gate::new(leadership.clone(), metrics.clone());
         let versions = versions::Versions::new(leadership.subscribe());
         Self {
-            client,
+            metrics,
+            writer,
             providers,
             timing,
             health,
-            metrics,
             leadership,
             recorder,
-            gate,
-            provider_health: Arc::default(),
+            provider_health,
             bans: None,
-            events,
             versions,
-            call_timeout: DEFAULT_CALL_TIMEOUT,
             kept: Mutex::default(),
         }
-    }
-
-    /// Bounds each call a reconcile makes to the API server by `timeout`.
-    pub fn with_call_timeout(mut self, timeout: std::time::Duration) -> Self {
-        self.call_timeout = timeout;
-        self
     }
 
     /// `call` to the API server about `what`, bounded by the call timeout.
@@ -182,7 +166,7 @@ impl Context {
         what: impl FnOnce() -> String,
         call: impl std::future::Future<Output = Result<T, E>>,
     ) -> Result<T, E> {
-        crate::deadline::within(self.call_timeout, what, call).await
+        self.writer.bounded(what, call).await
     }
 
     /// Observes the blocked sites of each proxy in `discovery`'s lease book, judged against
@@ -258,10 +242,13 @@ pub async fn run(
 ) {
     let (proxies, secrets): (Api<Proxy>, Api<Secret>) = match &namespace {
         Some(ns) => (
-            Api::namespaced(ctx.client.clone(), ns),
-            Api::namespaced(ctx.client.clone(), ns),
+            Api::namespaced(ctx.writer.client.clone(), ns),
+            Api::namespaced(ctx.writer.client.clone(), ns),
         ),
-        None => (Api::all(ctx.client.clone()), Api::all(ctx.client.clone())),
+        None => (
+            Api::all(ctx.writer.client.clone()),
+            Api::all(ctx.writer.client.clone()),
+        ),
     };
     // The controller's own watch, as `Controller::new` builds it, with the observers fed
     // from the same stream, after the reflector applied each event. The cache keeps each
@@ -287,8 +274,8 @@ pub async fn run(
     // own Pods are watched (and cached).
     let controller = if ctx.providers.has_owned_pods() {
         let pods: Api<Pod> = match &namespace {
-            Some(ns) => Api::namespaced(ctx.client.clone(), ns),
-            None => Api::all(ctx.client.clone()),
+            Some(ns) => Api::namespaced(ctx.writer.client.clone(), ns),
+            None => Api::all(ctx.writer.client.clone()),
         };
         let managed = format!("{}={}", labels::MANAGED, labels::MANAGED_VALUE);
         controller.owns(pods, watcher::Config::default().labels(&managed))

@@ -55,8 +55,10 @@ pub async fn current(cached: &Proxy, ctx: &Context) -> Result<Option<Proxy>, Err
         tracing::debug!(read = "cache", "observed the Proxy");
         return Ok(Some(cached.clone()));
     }
-    let api: Api<Proxy> =
-        Api::namespaced(ctx.client.clone(), &cached.namespace().unwrap_or_default());
+    let api: Api<Proxy> = Api::namespaced(
+        ctx.writer.client.clone(),
+        &cached.namespace().unwrap_or_default(),
+    );
     let name = cached.name_any();
     let current = ctx
         .bounded(|| format!("reading Proxy {key}"), api.get_opt(&name))
@@ -137,8 +139,10 @@ async fn resolve_cloud_init(proxy: &Proxy, ctx: &Context) -> Result<CloudInitVie
     let cloud_init::Source::Secret(reference) = cloud_init::source(cloud_init) else {
         return Ok(cloud_init::known(cloud_init));
     };
-    let secrets: Api<Secret> =
-        Api::namespaced(ctx.client.clone(), &proxy.namespace().unwrap_or_default());
+    let secrets: Api<Secret> = Api::namespaced(
+        ctx.writer.client.clone(),
+        &proxy.namespace().unwrap_or_default(),
+    );
     let secret = ctx
         .bounded(
             || format!("reading Secret {}", reference.name),

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use futures::{Stream, StreamExt};
 use k8s_openapi::api::core::v1::ObjectReference;
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::Api;
 use kube::runtime::controller::{self, Controller};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
@@ -26,16 +26,17 @@ use proxy_crd::pool::{
     DO_NOT_DISRUPT_ANNOTATION, DRAINING_ANNOTATION, POOL_LABEL, TEMPLATE_HASH_ANNOTATION,
 };
 use proxy_crd::{Proxy, ProxyPool, ProxyPoolStatus};
-use serde_json::json;
 
 mod execute;
 mod expectations;
 
 use self::expectations::Expectations;
-use crate::controller::Context;
-use crate::controller::execute as controller_execute;
 use crate::discovery::Discovery;
-use crate::gate::{FIELD_MANAGER, NotLeader, Write};
+use crate::gate::{NotLeader, Write};
+use crate::leadership::Leadership;
+use crate::metrics::Metrics;
+use crate::recorder::Recorder;
+use crate::writes::{StatusError, Writer};
 
 /// Why a pool reconcile did not finish.
 #[derive(Debug, thiserror::Error)]
@@ -61,10 +62,16 @@ pub enum Error {
     },
 }
 
-/// What pool reconciles share.
+/// What pool reconciles share: only what they use.
 pub struct PoolContext {
-    /// The Proxy controller's context: client, gate, recorder, events, leadership.
-    pub ctx: Arc<Context>,
+    /// Writes the pool's status and Events, and its Proxies, through the leader gate.
+    writer: Writer,
+    /// Only the leader reconciles.
+    leadership: Arc<Leadership>,
+    /// Every pool decision, for replay.
+    recorder: Arc<Recorder>,
+    /// The panic boundary's counts.
+    metrics: Arc<Metrics>,
     /// The Proxy cache.
     pub proxies: Store<Proxy>,
     /// The lease book, for active leases and bans.
@@ -76,10 +83,22 @@ pub struct PoolContext {
 }
 
 impl PoolContext {
-    /// A context for the pool controller.
-    pub fn new(ctx: Arc<Context>, proxies: Store<Proxy>, discovery: Arc<Discovery>) -> Self {
+    /// A context for the pool controller: it writes with `writer` while `leadership` holds,
+    /// records its decisions in `recorder`, reads the Proxy cache `proxies` and the lease book
+    /// of `discovery`.
+    pub fn new(
+        writer: Writer,
+        leadership: Arc<Leadership>,
+        recorder: Arc<Recorder>,
+        metrics: Arc<Metrics>,
+        proxies: Store<Proxy>,
+        discovery: Arc<Discovery>,
+    ) -> Self {
         Self {
-            ctx,
+            writer,
+            leadership,
+            recorder,
+            metrics,
             proxies,
             discovery,
             expectations: Expectations::default(),
@@ -108,12 +127,12 @@ pub async fn run(
     members: impl Stream<Item = ObjectRef<ProxyPool>> + Send + 'static,
 ) {
     let api: Api<ProxyPool> = match &namespace {
-        Some(ns) => Api::namespaced(pools.ctx.client.clone(), ns),
-        None => Api::all(pools.ctx.client.clone()),
+        Some(ns) => Api::namespaced(pools.writer.client.clone(), ns),
+        None => Api::all(pools.writer.client.clone()),
     };
     let controller = Controller::new(api, watcher::Config::default());
-    pools.ctx.metrics.watch_pools(controller.store());
-    let elections = pools.ctx.leadership.elections();
+    pools.metrics.watch_pools(controller.store());
+    let elections = pools.leadership.elections();
     controller
         .reconcile_on(members)
         .reconcile_all_on(elections)
@@ -154,7 +173,7 @@ async fn reconcile(
     crate::supervise::guard(
         crate::supervise::Loop::Pool,
         object.as_str(),
-        &pools.ctx.metrics,
+        &pools.metrics,
         reconcile_once(pool, &pools),
     )
     .await
@@ -166,8 +185,7 @@ async fn reconcile_once(
     pool: Arc<ProxyPool>,
     pools: &Arc<PoolContext>,
 ) -> Result<controller::Action, Error> {
-    let ctx = &pools.ctx;
-    if !ctx.leadership.is_leader() {
+    if !pools.leadership.is_leader() {
         return Ok(controller::Action::await_change());
     }
     let (Some(namespace), name) = (pool.namespace(), pool.name_any()) else {
@@ -193,7 +211,7 @@ async fn reconcile_once(
     let observed = observe(&pool, &members, pools);
     let status = pool.status.clone().unwrap_or_default();
     let decision = proxy_core::decide_pool(&pool.spec, &status, &observed);
-    ctx.recorder.decide(PoolRecord::new(
+    pools.recorder.decide(PoolRecord::new(
         key.clone(),
         &pool.spec,
         &status,
@@ -203,12 +221,13 @@ async fn reconcile_once(
     // The status first: it holds the next ordinal, so a name is never used twice even when
     // an action below fails.
     if decision.status != status {
-        write_status(ctx, &namespace, &name, &decision.status).await?;
+        write_status(&pools.writer, &pool, &decision.status).await?;
     }
-    let proxies: Api<Proxy> = Api::namespaced(ctx.client.clone(), &namespace);
+    let writer = &pools.writer;
+    let proxies: Api<Proxy> = Api::namespaced(writer.client.clone(), &namespace);
     let reference = pool.object_ref(&());
     for action in &decision.actions {
-        ctx.gate.pass(Write::Pool)?;
+        writer.gate.pass(Write::Pool)?;
         if let Err(error) = execute::action(&proxies, &pool, action).await {
             // Said on the pool, where `kubectl describe pxp` shows it, and retried.
             let event = proxy_core::Event {
@@ -216,14 +235,14 @@ async fn reconcile_once(
                 reason: "ActionFailed".into(),
                 message: error.to_string(),
             };
-            controller_execute::publish(ctx, &[event], &reference).await?;
+            writer.publish(&[event], &reference).await?;
             return Err(error);
         }
     }
     pools
         .expectations
         .expect(&key, &decision.actions, Instant::now());
-    controller_execute::publish(ctx, &decision.events, &reference).await?;
+    writer.publish(&decision.events, &reference).await?;
     for (proxy, event) in &decision.proxy_events {
         let reference = ObjectReference {
             api_version: Some("crawl.example.com/v1alpha1".into()),
@@ -232,7 +251,9 @@ async fn reconcile_once(
             name: Some(proxy.clone()),
             ..ObjectReference::default()
         };
-        controller_execute::publish(ctx, std::slice::from_ref(event), &reference).await?;
+        writer
+            .publish(std::slice::from_ref(event), &reference)
+            .await?;
     }
     Ok(controller::Action::requeue(decision.wake))
 }
@@ -321,22 +342,18 @@ fn member_of(proxy: &Proxy, discovery: &Discovery) -> Member {
     }
 }
 
+/// Writes the pool's status ([`crate::writes`]), as the Proxy controller writes a Proxy's.
 async fn write_status(
-    ctx: &Context,
-    namespace: &str,
-    name: &str,
+    writer: &Writer,
+    pool: &ProxyPool,
     status: &ProxyPoolStatus,
 ) -> Result<(), Error> {
-    ctx.gate.pass(Write::Status)?;
-    let body =
-        json!({"apiVersion": "crawl.example.com/v1alpha1", "kind": "ProxyPool", "status": status});
-    let api: Api<ProxyPool> = Api::namespaced(ctx.client.clone(), namespace);
-    let params = PatchParams::apply(FIELD_MANAGER).force();
-    match api.patch_status(name, &params, &Patch::Apply(&body)).await {
-        Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
-        other => other.map(drop).map_err(|source| Error::Api {
+    match writer.status(pool, status).await {
+        Ok(_) => Ok(()),
+        Err(StatusError::NotLeader(refused)) => Err(refused.into()),
+        Err(StatusError::Api(source)) => Err(Error::Api {
             what: "writing the status of pool",
-            name: name.to_owned(),
+            name: pool.name_any(),
             source,
         }),
     }
