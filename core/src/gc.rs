@@ -13,7 +13,7 @@
 //! The leader's shell sweeps every provider on an interval (design: every 10 minutes,
 //! minimum age 10 minutes). For each provider it:
 //!
-//! 1. lists the instances carrying our labels ([`Listed`]), *then*
+//! 1. lists the instances carrying our labels ([`ListedInstance`]), *then*
 //! 2. takes the UIDs of every `Proxy` object its cache holds, in every namespace, including
 //!    objects with a `deletionTimestamp` ([`Sweep::live`]), from a cache that has completed
 //!    its initial list, and
@@ -99,7 +99,7 @@ pub mod labels {
 
 /// One instance as a provider's `list_by_tag` returned it.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Listed {
+pub struct ListedInstance {
     /// The provider's ID of the instance: what `delete` takes.
     pub provider_id: String,
     /// All of its labels (or tags), as the provider reports them.
@@ -243,7 +243,7 @@ impl Selection {
 /// Splits one provider's listing into orphans and kept instances, by the rules of the module
 /// doc. Pure and deterministic: the same listing, in any order, and the same sweep give the
 /// same selection.
-pub fn select(instances: &[Listed], sweep: &Sweep) -> Selection {
+pub fn select(instances: &[ListedInstance], sweep: &Sweep) -> Selection {
     let mut selection = Selection::default();
     for instance in instances {
         match judge(instance, sweep) {
@@ -261,7 +261,7 @@ pub fn select(instances: &[Listed], sweep: &Sweep) -> Selection {
 }
 
 /// `instance` as an orphan, or the first rule it fails.
-fn judge(instance: &Listed, sweep: &Sweep) -> Result<Orphan, KeepReason> {
+fn judge(instance: &ListedInstance, sweep: &Sweep) -> Result<Orphan, KeepReason> {
     let label = |key: &str| instance.labels.get(key).map(String::as_str);
     if label(labels::MANAGED) != Some(labels::MANAGED_VALUE) {
         return Err(KeepReason::NotManaged);
@@ -289,7 +289,7 @@ fn judge(instance: &Listed, sweep: &Sweep) -> Result<Orphan, KeepReason> {
 }
 
 /// The non-empty `Proxy` UID label of `instance`.
-fn uid_of(instance: &Listed) -> Option<&str> {
+fn uid_of(instance: &ListedInstance) -> Option<&str> {
     instance
         .labels
         .get(labels::PROXY_UID)

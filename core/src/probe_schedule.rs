@@ -10,7 +10,7 @@
 //! The leader's shell owns one schedule (next to the [`HealthBook`]) and loops:
 //!
 //! 1. now and then (the shell picks how often), [`ProbeSchedule::refresh`] with every proxy
-//!    of its cache ([`Listed`]), which brings the schedule in line with them and seeds and
+//!    of its cache ([`CachedProxy`]), which brings the schedule in line with them and seeds and
 //!    prunes the book;
 //! 2. [`ProbeSchedule::due`] with the permits it has free: the probes to start now
 //!    ([`Start`]), each marked in flight; the shell runs each one under one permit;
@@ -152,7 +152,7 @@ fn at_least_one_second(seconds: i32) -> Duration {
 
 /// One proxy as the shell's cache lists it, for [`ProbeSchedule::refresh`].
 #[derive(Clone, Debug)]
-pub struct Listed<'a> {
+pub struct CachedProxy<'a> {
     /// Its key.
     pub key: ProxyKey,
     /// `metadata.uid`.
@@ -249,7 +249,7 @@ impl ProbeSchedule {
     /// series.
     pub fn refresh<'a>(
         &mut self,
-        listed: impl IntoIterator<Item = Listed<'a>>,
+        listed: impl IntoIterator<Item = CachedProxy<'a>>,
         now: Moment,
         book: &mut HealthBook,
     ) -> Vec<ProxyKey> {

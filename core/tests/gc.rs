@@ -6,7 +6,8 @@ use std::time::Duration;
 
 use jiff::Timestamp;
 use proxy_core::gc::{
-    KeepReason, Kept, Listed, Orphan, Selection, Sweep, is_old, known_creation, labels, select,
+    KeepReason, Kept, ListedInstance, Orphan, Selection, Sweep, is_old, known_creation, labels,
+    select,
 };
 
 const OURS: &str = "cluster-a";
@@ -32,8 +33,8 @@ fn sweep() -> Sweep {
 }
 
 /// An instance meeting every rule: ours, of a gone Proxy, an hour old.
-fn orphan(provider_id: &str) -> Listed {
-    Listed {
+fn orphan(provider_id: &str) -> ListedInstance {
+    ListedInstance {
         provider_id: provider_id.to_owned(),
         labels: BTreeMap::from([
             (labels::MANAGED.to_owned(), "true".to_owned()),
@@ -45,23 +46,23 @@ fn orphan(provider_id: &str) -> Listed {
     }
 }
 
-fn with_label(mut instance: Listed, key: &str, value: &str) -> Listed {
+fn with_label(mut instance: ListedInstance, key: &str, value: &str) -> ListedInstance {
     instance.labels.insert(key.to_owned(), value.to_owned());
     instance
 }
 
-fn without_label(mut instance: Listed, key: &str) -> Listed {
+fn without_label(mut instance: ListedInstance, key: &str) -> ListedInstance {
     instance.labels.remove(key);
     instance
 }
 
-fn created(mut instance: Listed, created_at: Option<Timestamp>) -> Listed {
+fn created(mut instance: ListedInstance, created_at: Option<Timestamp>) -> ListedInstance {
     instance.created_at = created_at;
     instance
 }
 
 /// What `select` makes of `instance` alone: `Ok(())` when reaped, the reason when kept.
-fn verdict(instance: Listed, sweep: &Sweep) -> Result<(), KeepReason> {
+fn verdict(instance: ListedInstance, sweep: &Sweep) -> Result<(), KeepReason> {
     let selection = select(std::slice::from_ref(&instance), sweep);
     match (selection.orphans.as_slice(), selection.kept.as_slice()) {
         ([orphan], []) => {
@@ -79,7 +80,7 @@ fn verdict(instance: Listed, sweep: &Sweep) -> Result<(), KeepReason> {
 #[test]
 fn each_rule_keeps_or_reaps() {
     let year_one: Timestamp = "0001-01-01T00:00:00Z".parse().unwrap();
-    let rows: Vec<(&str, Listed, Result<(), KeepReason>)> = vec![
+    let rows: Vec<(&str, ListedInstance, Result<(), KeepReason>)> = vec![
         ("meets every rule", orphan("i"), Ok(())),
         // Rule 1: managed = "true", exactly.
         (
@@ -228,7 +229,7 @@ fn a_min_age_past_the_end_of_time_reaps_nothing() {
 
 #[test]
 fn the_first_failing_rule_is_the_reason() {
-    let everything_wrong = Listed {
+    let everything_wrong = ListedInstance {
         provider_id: "i".to_owned(),
         labels: BTreeMap::new(),
         created_at: None,

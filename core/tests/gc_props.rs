@@ -13,7 +13,7 @@ use std::time::Duration;
 use jiff::Timestamp;
 use proptest::collection::{btree_set, vec};
 use proptest::prelude::*;
-use proxy_core::gc::{Listed, Sweep, labels, select};
+use proxy_core::gc::{ListedInstance, Sweep, labels, select};
 
 const OURS: &str = "cluster-a";
 const UIDS: [&str; 6] = ["u0", "u1", "u2", "u3", "u4", "u5"];
@@ -57,7 +57,7 @@ fn created_at() -> impl Strategy<Value = Option<Timestamp>> {
     ]
 }
 
-fn instance() -> impl Strategy<Value = Listed> {
+fn instance() -> impl Strategy<Value = ListedInstance> {
     (
         "[a-z]{1,3}",
         managed(),
@@ -81,7 +81,7 @@ fn instance() -> impl Strategy<Value = Listed> {
                 if noise {
                     labels.insert("team".to_owned(), "crawl".to_owned());
                 }
-                Listed {
+                ListedInstance {
                     provider_id,
                     labels,
                     created_at,
@@ -105,7 +105,7 @@ fn sweep() -> impl Strategy<Value = Sweep> {
 }
 
 /// The reference model: the rules, written independently of the implementation.
-fn is_orphan(instance: &Listed, sweep: &Sweep) -> bool {
+fn is_orphan(instance: &ListedInstance, sweep: &Sweep) -> bool {
     let get = |key: &str| instance.labels.get(key).cloned();
     let managed = get(labels::MANAGED).as_deref() == Some("true");
     let ours = !sweep.installation.is_empty()
@@ -120,7 +120,7 @@ fn is_orphan(instance: &Listed, sweep: &Sweep) -> bool {
     managed && ours && gone && old
 }
 
-fn label(instance: &Listed, key: &str) -> Option<String> {
+fn label(instance: &ListedInstance, key: &str) -> Option<String> {
     instance.labels.get(key).cloned()
 }
 
@@ -180,7 +180,7 @@ proptest! {
         sweep in sweep(),
         theirs in prop_oneof![Just(None), Just(Some("cluster-b")), Just(Some(""))],
     ) {
-        let foreign: Vec<Listed> = listing
+        let foreign: Vec<ListedInstance> = listing
             .into_iter()
             .map(|mut i| {
                 match theirs {
@@ -212,7 +212,7 @@ proptest! {
             sweep.now.checked_sub(age).unwrap()
         });
         let future = sweep.now.checked_add(Duration::from_secs(1)).unwrap();
-        let not_old: Vec<Listed> = listing
+        let not_old: Vec<ListedInstance> = listing
             .iter()
             .cloned()
             .enumerate()
@@ -247,7 +247,7 @@ proptest! {
             labels.insert("team".to_owned(), "crawl".to_owned());
         }
         let age = sweep.min_age + Duration::from_secs(extra_age_secs);
-        let doomed = Listed {
+        let doomed = ListedInstance {
             provider_id: "doomed".to_owned(),
             labels,
             created_at: Some(sweep.now.checked_sub(age).unwrap()),

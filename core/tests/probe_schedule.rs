@@ -9,7 +9,8 @@ use std::time::Duration;
 use proxy_core::ProxyKey;
 use proxy_core::health::{HealthBook, Target, Thresholds};
 use proxy_core::probe_schedule::{
-    LAUNCH_WINDOW, Listed, Moment, ProbeId, ProbeSchedule, ProbeSpec, Start, interval_of, next_slot,
+    CachedProxy, LAUNCH_WINDOW, Moment, ProbeId, ProbeSchedule, ProbeSpec, Start, interval_of,
+    next_slot,
 };
 use proxy_core::testing::{EXTERNAL_HOST, UID, external_spec, managed_spec};
 use proxy_crd::{Condition, Endpoint, HealthCheck, ProxySpec, ProxyStatus};
@@ -91,8 +92,8 @@ impl Object {
         Target::of(&self.uid, &self.spec, self.status.as_ref()).expect("a probeable proxy")
     }
 
-    fn listed(&self) -> Listed<'_> {
-        Listed {
+    fn listed(&self) -> CachedProxy<'_> {
+        CachedProxy {
             key: self.key.clone(),
             uid: &self.uid,
             generation: self.generation,

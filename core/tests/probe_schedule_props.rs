@@ -23,7 +23,7 @@ use proptest::collection::vec;
 use proptest::prelude::*;
 use proxy_core::ProxyKey;
 use proxy_core::health::{HealthBook, Target};
-use proxy_core::probe_schedule::{LAUNCH_WINDOW, Listed, Moment, ProbeId, ProbeSchedule};
+use proxy_core::probe_schedule::{CachedProxy, LAUNCH_WINDOW, Moment, ProbeId, ProbeSchedule};
 use proxy_crd::{Endpoint, HealthCheck, ProxySpec};
 
 const FLEET: usize = 6;
@@ -134,13 +134,17 @@ impl Sim {
     }
 
     fn refresh(&mut self) {
-        let listed = self.objects.iter().filter(|o| o.listed).map(|o| Listed {
-            key: o.key.clone(),
-            uid: &o.uid,
-            generation: None,
-            spec: &o.spec,
-            status: None,
-        });
+        let listed = self
+            .objects
+            .iter()
+            .filter(|o| o.listed)
+            .map(|o| CachedProxy {
+                key: o.key.clone(),
+                uid: &o.uid,
+                generation: None,
+                spec: &o.spec,
+                status: None,
+            });
         let _ = self.schedule.refresh(listed, self.now, &mut self.book);
         let listed = self.objects.iter().filter(|o| o.listed).count();
         assert_eq!(self.schedule.len(), listed);

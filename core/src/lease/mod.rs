@@ -162,7 +162,7 @@ use sites::Sites;
 pub use sites::{SITES_PER_PROXY, SiteStats};
 pub use types::{
     AcquireError, AcquireRequest, Cooldown, DEFAULT_MAX_RETAINED, Grant, Labels, Lease,
-    LeaseConfig, Listed, MoveReason, NoMatch, ProxyView, ReportResult, Selector, Sticky,
+    LeaseConfig, ListedProxy, MoveReason, NoMatch, ProxyView, ReportResult, Selector, Sticky,
     UnknownLease, UnknownSession,
 };
 pub use view::{
@@ -582,7 +582,7 @@ impl LeaseBook {
 
     /// The proxies the selector matches, only the healthy ones if `healthy_only`, ordered
     /// by key. O(n · s).
-    pub fn list(&self, selector: &Selector, healthy_only: bool) -> Vec<Listed<'_>> {
+    pub fn list(&self, selector: &Selector, healthy_only: bool) -> Vec<ListedProxy<'_>> {
         self.list_distinct(selector, healthy_only, false)
     }
 
@@ -593,7 +593,7 @@ impl LeaseBook {
         selector: &Selector,
         healthy_only: bool,
         distinct_egress: bool,
-    ) -> Vec<Listed<'_>> {
+    ) -> Vec<ListedProxy<'_>> {
         let wanted = Wanted {
             selector,
             distinct_egress,
@@ -603,15 +603,15 @@ impl LeaseBook {
             .views()
             .filter(|(proxy, _)| wanted.accepts(proxy))
             .filter(|(proxy, _)| proxy.healthy || !healthy_only)
-            .map(|(proxy, active)| Listed { proxy, active })
+            .map(|(proxy, active)| ListedProxy { proxy, active })
             .collect()
     }
 
     /// The proxy with this key, if it is in the book. O(log n).
-    pub fn get(&self, key: &ProxyKey) -> Option<Listed<'_>> {
+    pub fn get(&self, key: &ProxyKey) -> Option<ListedProxy<'_>> {
         let member = self.fleet.member(self.fleet.slot(key)?);
         let proxy = member.view.as_ref()?;
-        Some(Listed {
+        Some(ListedProxy {
             proxy,
             active: member.active,
         })

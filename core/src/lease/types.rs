@@ -294,7 +294,7 @@ pub struct Cooldown {
 
 /// One proxy in a [listing](super::LeaseBook::list).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Listed<'a> {
+pub struct ListedProxy<'a> {
     /// The proxy as last upserted.
     pub proxy: &'a ProxyView,
     /// Its active leases.

@@ -49,7 +49,7 @@ use proxy_core::HealthVerdict;
 use proxy_core::ProxyKey;
 use proxy_core::egress::EgressBook;
 use proxy_core::health::{HealthBook, Probe, Target, Thresholds};
-use proxy_core::probe_schedule::{Listed, Moment, ProbeId, ProbeSchedule, Start};
+use proxy_core::probe_schedule::{CachedProxy, Moment, ProbeId, ProbeSchedule, Start};
 use proxy_crd::Proxy;
 use tokio::sync::{Semaphore, mpsc};
 use tokio::time::{Instant, MissedTickBehavior};
@@ -311,7 +311,7 @@ impl HealthEngine {
     /// of the proxies it no longer probes.
     fn refresh(&self, store: &Store<Proxy>, schedule: &mut ProbeSchedule, now: Moment) {
         let proxies = store.state();
-        let listed = proxies.iter().map(|proxy| Listed {
+        let listed = proxies.iter().map(|proxy| CachedProxy {
             key: ProxyKey::of(proxy),
             uid: proxy.metadata.uid.as_deref().unwrap_or_default(),
             generation: proxy.metadata.generation,

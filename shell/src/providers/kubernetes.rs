@@ -12,7 +12,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::Resource;
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use proxy_core::classify::KubeAnswer;
-use proxy_core::gc::Listed;
+use proxy_core::gc::ListedInstance;
 use proxy_core::{CreateRequest, InstanceState, ProviderError};
 use proxy_crd::Proxy;
 use serde_json::json;
@@ -156,9 +156,9 @@ pub fn classify(error: kube::Error) -> ProviderError {
 }
 
 /// A listed Pod as the GC reads it: its provider ID, its labels, its creation time.
-pub fn listed(pod: Pod) -> Listed {
+pub fn listed(pod: Pod) -> ListedInstance {
     let metadata = pod.metadata;
-    Listed {
+    ListedInstance {
         provider_id: format!(
             "{}/{}",
             metadata.namespace.unwrap_or_default(),
@@ -223,7 +223,7 @@ impl Provider for KubernetesProvider {
         }
     }
 
-    async fn list_by_tag(&self) -> Result<Vec<Listed>, ProviderError> {
+    async fn list_by_tag(&self) -> Result<Vec<ListedInstance>, ProviderError> {
         let pods: Api<Pod> = Api::all(self.client.clone());
         let list = pods
             .list(&ListParams::default().labels(&format!(
@@ -378,7 +378,7 @@ mod tests {
         assert_eq!(unknown_age.provider_id, "/p");
     }
 
-    fn listed_of_json(pod: serde_json::Value) -> Listed {
+    fn listed_of_json(pod: serde_json::Value) -> ListedInstance {
         listed(serde_json::from_value(pod).unwrap())
     }
 

@@ -16,7 +16,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use proxy_core::gc::Listed;
+use proxy_core::gc::ListedInstance;
 use proxy_core::{CreateRequest, InstanceState, ProviderError, ProxyKey};
 use tokio::sync::Semaphore;
 use tracing::Instrument;
@@ -166,7 +166,7 @@ impl Provider for Metered {
         result
     }
 
-    async fn list_by_tag(&self) -> Result<Vec<Listed>, ProviderError> {
+    async fn list_by_tag(&self) -> Result<Vec<ListedInstance>, ProviderError> {
         let span = tracing::info_span!("provider", provider = %self.name, op = "list");
         let in_flight = self.in_flight();
         let result = self

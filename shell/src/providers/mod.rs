@@ -19,7 +19,7 @@
 //!
 //! The trait speaks the core's types: `get` answers a [`proxy_core::InstanceState`], which
 //! becomes the observation's `InstanceView` as it is, and `list_by_tag` answers the
-//! [`proxy_core::gc::Listed`] instances the GC selects from.
+//! [`proxy_core::gc::ListedInstance`] instances the GC selects from.
 
 pub mod gcp;
 pub mod kubernetes;
@@ -33,7 +33,7 @@ pub mod types;
 pub mod unstarted;
 
 use async_trait::async_trait;
-use proxy_core::gc::Listed;
+use proxy_core::gc::ListedInstance;
 use proxy_core::{CreateRequest, InstanceState, ProviderError};
 
 pub use proxy_core::ErrorClass;
@@ -67,7 +67,7 @@ pub trait Provider: Send + Sync + std::fmt::Debug {
     /// Deletes the instance with this ID; succeeds when it is already gone.
     async fn delete(&self, provider_id: &str) -> Result<(), ProviderError>;
     /// Every instance carrying the managed label.
-    async fn list_by_tag(&self) -> Result<Vec<Listed>, ProviderError>;
+    async fn list_by_tag(&self) -> Result<Vec<ListedInstance>, ProviderError>;
     /// Whether the provider can serve now (see [`Checked`]); the provider health monitor
     /// calls it at start and then every `--provider-check-interval-seconds`, under a
     /// timeout. A provider without a check keeps this default.
@@ -101,7 +101,10 @@ pub enum Checked {
 impl Checked {
     /// The check that lists the managed instances: it passes when the list works, and
     /// counts the instances of `installation` among them.
-    pub fn of_listing(listed: Result<Vec<Listed>, ProviderError>, installation: &str) -> Self {
+    pub fn of_listing(
+        listed: Result<Vec<ListedInstance>, ProviderError>,
+        installation: &str,
+    ) -> Self {
         match listed {
             Ok(listed) => Self::Passed {
                 instances: Some(

@@ -11,7 +11,7 @@
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
-use proxy_core::gc::Listed;
+use proxy_core::gc::ListedInstance;
 use proxy_core::{CreateRequest, InstanceState, ProviderError};
 
 use super::types::{Env, ProviderSettings};
@@ -78,7 +78,7 @@ impl Provider for Unstarted {
         self.started()?.delete(provider_id).await
     }
 
-    async fn list_by_tag(&self) -> Result<Vec<Listed>, ProviderError> {
+    async fn list_by_tag(&self) -> Result<Vec<ListedInstance>, ProviderError> {
         self.started()?.list_by_tag().await
     }
 

@@ -46,7 +46,7 @@ use async_trait::async_trait;
 use google_cloud_compute_v1::client::Instances;
 use google_cloud_compute_v1::model::operation::Status as OperationStatus;
 use google_cloud_compute_v1::model::{Instance, Operation};
-use proxy_core::gc::Listed;
+use proxy_core::gc::ListedInstance;
 use proxy_core::{CreateRequest, ErrorClass, InstanceState, ProviderError};
 use sha2::{Digest, Sha256};
 
@@ -427,7 +427,7 @@ impl Provider for GcpProvider {
         InstanceId::parse(provider_id).ok().map(|id| id.zone)
     }
 
-    async fn list_by_tag(&self) -> Result<Vec<Listed>, ProviderError> {
+    async fn list_by_tag(&self) -> Result<Vec<ListedInstance>, ProviderError> {
         match self.list_everywhere(&labels::managed_filter()).await {
             Ok(vms) => Ok(vms.into_iter().map(state::listed).collect()),
             Err(error) => {
@@ -513,7 +513,7 @@ impl GcpProvider {
     /// aggregated list fails (client 4.1.0 cannot ask it for partial success). A zone that
     /// fails is left out of this sweep (GC only deletes what it was shown); when every zone
     /// fails, so does the list.
-    async fn list_configured_zones(&self) -> Result<Vec<Listed>, ProviderError> {
+    async fn list_configured_zones(&self) -> Result<Vec<ListedInstance>, ProviderError> {
         let mut listed = Vec::new();
         let mut last_error = None;
         for zone in &self.settings.zones {
@@ -531,7 +531,7 @@ impl GcpProvider {
         }
     }
 
-    async fn list_zone(&self, zone: &str) -> Result<Vec<Listed>, ProviderError> {
+    async fn list_zone(&self, zone: &str) -> Result<Vec<ListedInstance>, ProviderError> {
         let mut listed = Vec::new();
         let mut page_token = None;
         loop {

@@ -8,7 +8,7 @@
 use google_cloud_compute_v1::model::Instance;
 use google_cloud_compute_v1::model::instance::Status;
 use proxy_core::InstanceState;
-use proxy_core::gc::Listed;
+use proxy_core::gc::ListedInstance;
 
 use super::id::{InstanceId, last_segment};
 use super::labels;
@@ -53,8 +53,8 @@ pub fn provider_id_of(instance: &Instance) -> String {
 
 /// A VM of an aggregated list, as GC reads it: its provider ID, its labels in the core's
 /// keys, and its creation time (`None` when GCE did not say or it does not parse).
-pub fn listed(instance: Instance) -> Listed {
-    Listed {
+pub fn listed(instance: Instance) -> ListedInstance {
+    ListedInstance {
         provider_id: provider_id_of(&instance),
         labels: labels::from_instance(&instance.labels),
         created_at: instance

@@ -23,7 +23,7 @@ use std::collections::BTreeSet;
 use std::sync::{Arc, PoisonError};
 
 use async_trait::async_trait;
-use proxy_core::gc::Listed;
+use proxy_core::gc::ListedInstance;
 use proxy_core::{CreateRequest, InstanceState, ProviderError};
 use virt::connect::Connect;
 use virt::domain::Domain;
@@ -510,7 +510,7 @@ fn remove(host: &Host, connection: &Connect, name: &str) -> Result<(), ProviderE
 }
 
 /// Every domain of this host that carries our managed label.
-fn listed(host: &Host, connection: &Connect) -> Result<Vec<Listed>, ProviderError> {
+fn listed(host: &Host, connection: &Connect) -> Result<Vec<ListedInstance>, ProviderError> {
     let domains = connection
         .list_all_domains(0)
         .map_err(|e| host.error("list domains", &e))?;
@@ -523,7 +523,7 @@ fn listed(host: &Host, connection: &Connect) -> Result<Vec<Listed>, ProviderErro
             continue;
         }
         let name = domain.name().map_err(|e| host.error("domain name", &e))?;
-        found.push(Listed {
+        found.push(ListedInstance {
             provider_id: format!("{}/{name}", host.settings.name),
             labels: metadata.labels,
             created_at: metadata.created_at.parse().ok(),
@@ -599,7 +599,7 @@ impl Provider for KvmProvider {
         provider_id.split_once('/').map(|(host, _)| host.to_owned())
     }
 
-    async fn list_by_tag(&self) -> Result<Vec<Listed>, ProviderError> {
+    async fn list_by_tag(&self) -> Result<Vec<ListedInstance>, ProviderError> {
         let mut all = Vec::new();
         for host in &self.hosts {
             all.extend(blocking(host, listed).await?);
