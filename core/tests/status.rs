@@ -11,7 +11,7 @@ use proxy_core::{
 };
 use proxy_crd::{Phase, ProxyStatus};
 use support::{
-    ID, IP, T1, created, creating_status, event, probe_succeeded, provisioning_status, ready,
+    ID, IP, T1, created, creating_status, event, provisioning_status, ready_status_since,
     running_status,
 };
 
@@ -138,17 +138,7 @@ fn healthy_verdict_on_the_published_address_makes_it_ready() {
     let before = decide(&managed_spec(), &provisioning_status(), &running(IP));
     let observed = running(IP).health(IP, true).at(T1);
     let decision = decide(&managed_spec(), before.status(), &observed);
-    let expected = ProxyStatus {
-        last_probe_latency_ms: Some(42),
-        last_health_check_time: Some(T0.to_owned()),
-        ..status_of(
-            Phase::Ready,
-            Some(ID),
-            Some(IP),
-            1,
-            [created(T0), probe_succeeded(T1), ready(T1)],
-        )
-    };
+    let expected = ready_status_since(T1);
     assert_eq!(
         decision.actions(),
         [

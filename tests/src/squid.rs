@@ -68,6 +68,14 @@ impl Squid {
         Self::start_with_config(name, addr, port, hosts_file, BED_POLICY)
     }
 
+    /// A squid of a test's own, with the bed's policy, on the next loopback address and port
+    /// 3128, resolving names by `hosts_file`: started off the async runtime's threads (it
+    /// waits for squid to listen). For External proxies in front of it.
+    pub async fn start_own(name: &'static str, hosts_file: &Path) -> anyhow::Result<Self> {
+        let (addr, hosts) = (next_loopback_addr(), hosts_file.to_owned());
+        tokio::task::spawn_blocking(move || Self::start(name, addr, 3128, &hosts)).await?
+    }
+
     /// Starts squid on `addr:port` with the access rules and settings of `config`, a squid
     /// config written for a real machine (a VM's `/etc/squid/squid.conf`), and returns once
     /// it accepts connections.

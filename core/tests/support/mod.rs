@@ -126,6 +126,11 @@ pub fn provisioning_status_since(time: &str) -> ProxyStatus {
 
 /// The instance runs at [`IP`] and passes its probes (probed at [`T0`], 42 ms).
 pub fn running_status() -> ProxyStatus {
+    ready_status_since(T0)
+}
+
+/// As [`running_status`], with `Healthy` and `Ready` turned `True` at `turned`.
+pub fn ready_status_since(turned: &str) -> ProxyStatus {
     ProxyStatus {
         last_probe_latency_ms: Some(42),
         last_health_check_time: Some(T0.to_owned()),
@@ -134,7 +139,7 @@ pub fn running_status() -> ProxyStatus {
             Some(ID),
             Some(IP),
             1,
-            [created(T0), probe_succeeded(T0), ready(T0)],
+            [created(T0), probe_succeeded(turned), ready(turned)],
         )
     }
 }

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use proxy_crd::{Phase, Proxy};
 use proxy_tests::operator::DISCOVERY_TOKEN;
-use proxy_tests::squid::{Squid, next_loopback_addr};
+use proxy_tests::squid::Squid;
 use serde_json::{Value, json};
 
 use crate::operated::{Bed, condition};
@@ -96,13 +96,10 @@ async fn each_proxy_leaves_from_its_own_address_and_shared_ones_are_flagged_and_
     }
     // Two External proxies in front of one squid of the test's own (the bed's policy: any
     // loopback client, no credentials), leaving from its address.
-    let addr = next_loopback_addr();
-    let hosts = bed.origin.hosts_file.clone();
-    let shared =
-        tokio::task::spawn_blocking(move || Squid::start("egress-shared", addr, 3128, &hosts))
-            .await
-            .unwrap()
-            .unwrap();
+    let shared = Squid::start_own("egress-shared", &bed.origin.hosts_file)
+        .await
+        .unwrap();
+    let addr = shared.addr;
     for name in ["e1", "e2"] {
         let spec = json!({"mode": "External", "endpoint": {"host": addr.to_string(), "port": 3128},
                           "healthCheck": health});

@@ -6,7 +6,7 @@ use std::time::Duration;
 use proxy_core::probe_schedule::ProbeSpec;
 use proxy_operator::health::probe::Prober;
 use proxy_tests::probe_origin::ProbeOrigin;
-use proxy_tests::squid::{Squid, next_loopback_addr};
+use proxy_tests::squid::Squid;
 
 /// More probes at once than rustls's own session cache keeps tickets for one host (8), and
 /// than the prober's own store kept before it was sized by the probe concurrency (64).
@@ -19,11 +19,10 @@ const AT_ONCE: usize = 96;
 #[tokio::test]
 async fn probes_through_a_real_squid_resume_their_tls_sessions() {
     let origin = ProbeOrigin::start().await.unwrap();
-    let (addr, hosts) = (next_loopback_addr(), origin.hosts_file.clone());
-    let _squid = tokio::task::spawn_blocking(move || Squid::start("prober", addr, 3128, &hosts))
+    let squid = Squid::start_own("prober", &origin.hosts_file)
         .await
-        .unwrap()
         .unwrap();
+    let addr = squid.addr;
     let prober = Prober::new(Some(origin.ca_pem.as_bytes()), AT_ONCE).unwrap();
     let round = |round: &'static str| {
         let prober = prober.clone();

@@ -623,16 +623,13 @@ async fn a_new_external_proxy_is_written_once_straight_to_ready() {
     use futures::StreamExt;
     use kube::runtime::watcher;
     use proxy_crd::Phase;
-    use proxy_tests::squid::{Squid, next_loopback_addr};
+    use proxy_tests::squid::Squid;
 
     let bed = Bed::new("op-external-once").await;
-    let addr = next_loopback_addr();
-    let hosts = bed.origin.hosts_file.clone();
-    let _squid =
-        tokio::task::spawn_blocking(move || Squid::start("external-once", addr, 3128, &hosts))
-            .await
-            .unwrap()
-            .unwrap();
+    let squid = Squid::start_own("external-once", &bed.origin.hosts_file)
+        .await
+        .unwrap();
+    let addr = squid.addr;
     let mut events = watcher::watcher(bed.proxies.clone(), watcher::Config::default()).boxed();
     // The watch is open once its first (empty) list is delivered.
     while !matches!(events.next().await, Some(Ok(watcher::Event::InitDone))) {}
