@@ -31,6 +31,10 @@
 //! second of warm-up; `BENCH_ROUNDS` (2) runs every configuration that many times, in turns,
 //! and keeps each one's best round, so a burst of load elsewhere falls on one round only;
 //! `BENCH_CONNECTIONS` (1,64,512) and `BENCH_MODES` (http,connect) choose the rows;
+//! `BENCH_ORIGIN_DELAY_MS` (0) makes the origin wait that long before each answer, as a
+//! site on the internet does (its distance and its own work): with 0 the hop is measured
+//! against an origin a few microseconds away, its worst case, and with a delay against the
+//! answers a crawler actually waits for;
 //! `BENCH_BASELINE_BINARY`, a copy of an earlier release build of `proxy-operator`, adds it
 //! as a fourth path, "gateway (baseline)", before and after a change side by side in one run
 //! (its figures are as noisy as the others', its ratio to direct squid is not). A watchdog
@@ -169,7 +173,8 @@ async fn bench() -> anyhow::Result<()> {
         println!("bench-gateway: a DEBUG build of the benchmark's clients; run it with --release");
     }
 
-    let origin = origin().await?;
+    let delay = Duration::from_millis(env_or("BENCH_ORIGIN_DELAY_MS", 0));
+    let origin = origin(delay).await?;
     let dir = subdir("bench-gateway");
     let hosts = dir.join("hosts");
     std::fs::write(&hosts, "127.0.0.1 origin.test\n")?;
@@ -215,7 +220,8 @@ async fn bench() -> anyhow::Result<()> {
     }
     let pids: Vec<(Path, u32)> = children.iter().map(|(p, c)| (*p, c.id())).collect();
     println!(
-        "bench-gateway: {SQUIDS} squids, origin answering {BODY} bytes, {seconds} s windows, best of {rounds} rounds, {} cores, load average {}",
+        "bench-gateway: {SQUIDS} squids, origin answering {BODY} bytes after {} ms, {seconds} s windows, best of {rounds} rounds, {} cores, load average {}",
+        delay.as_millis(),
         std::thread::available_parallelism().map_or(0, |n| n.get()),
         load_average()
     );
@@ -310,8 +316,9 @@ fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1000.0
 }
 
-/// The origin: 200 and [`BODY`] bytes to every request, on kept-alive connections.
-async fn origin() -> anyhow::Result<SocketAddr> {
+/// The origin: 200 and [`BODY`] bytes to every request, `delay` after it came, on
+/// kept-alive connections.
+async fn origin(delay: Duration) -> anyhow::Result<SocketAddr> {
     let listener = TcpListener::bind("127.0.0.1:0").await?;
     let addr = listener.local_addr()?;
     let mut answer =
@@ -330,6 +337,9 @@ async fn origin() -> anyhow::Result<SocketAddr> {
                     head.clear();
                     if read_head(&mut stream, &mut head).await.is_err() {
                         return;
+                    }
+                    if !delay.is_zero() {
+                        tokio::time::sleep(delay).await;
                     }
                     if stream.get_mut().write_all(&answer).await.is_err() {
                         return;
