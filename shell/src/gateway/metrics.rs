@@ -4,7 +4,10 @@
 //! `proxy_operator_panics_total{loop}` so that one alert covers both.
 //!
 //! Hot-path counters are plain atomics behind prometheus-client's `Counter` (one
-//! `fetch_add` each); label sets are fixed and created up front, never per request.
+//! `fetch_add` each); label sets are fixed and created up front, never per request. The
+//! counters a request touches (connections, requests, bytes) are also kept as fields, so a
+//! request adds to them without the family's lock and label hash (`Family::get_or_create`
+//! takes a read lock and hashes the labels on every call).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -71,6 +74,43 @@ pub struct GatewayMetrics {
     reports: Family<ResultLabels, Counter>,
     lease_seconds: Histogram,
     panics: Family<PanicLabels, Counter>,
+    /// The series of `connections`, `requests` and `bytes` a request adds to.
+    hot: Hot,
+}
+
+/// The hot series, taken from their families once: the same atomics the registry encodes.
+#[derive(Debug)]
+struct Hot {
+    connections: ByKind,
+    requests: ByKind,
+    upstream_bytes: Counter<u64, AtomicU64>,
+    downstream_bytes: Counter<u64, AtomicU64>,
+}
+
+/// One counter per [`KindLabels::kind`].
+#[derive(Debug)]
+struct ByKind {
+    connect: Counter,
+    http: Counter,
+}
+
+impl ByKind {
+    fn of(family: &Family<KindLabels, Counter>) -> Self {
+        let get = |kind| family.get_or_create(&KindLabels { kind }).clone();
+        Self {
+            connect: get("connect"),
+            http: get("http"),
+        }
+    }
+
+    /// The counter of `kind`; `None` for a kind without a series of its own.
+    fn of_kind(&self, kind: &str) -> Option<&Counter> {
+        match kind {
+            "connect" => Some(&self.connect),
+            "http" => Some(&self.http),
+            _ => None,
+        }
+    }
 }
 
 impl Default for GatewayMetrics {
@@ -154,6 +194,20 @@ impl Default for GatewayMetrics {
             drop(reports.get_or_create(&ResultLabels { result }));
         }
         drop(panics.get_or_create(&PanicLabels { r#loop: "gateway" }));
+        let hot = Hot {
+            connections: ByKind::of(&connections),
+            requests: ByKind::of(&requests),
+            upstream_bytes: bytes
+                .get_or_create(&DirectionLabels {
+                    direction: "upstream",
+                })
+                .clone(),
+            downstream_bytes: bytes
+                .get_or_create(&DirectionLabels {
+                    direction: "downstream",
+                })
+                .clone(),
+        };
         Self {
             registry: root,
             connections,
@@ -166,6 +220,7 @@ impl Default for GatewayMetrics {
             reports,
             lease_seconds,
             panics,
+            hot,
         }
     }
 }
@@ -173,12 +228,18 @@ impl Default for GatewayMetrics {
 impl GatewayMetrics {
     /// A request of `kind` got an upstream.
     pub fn connection(&self, kind: &'static str) {
-        self.connections.get_or_create(&KindLabels { kind }).inc();
+        match self.hot.connections.of_kind(kind) {
+            Some(counter) => counter.inc(),
+            None => self.connections.get_or_create(&KindLabels { kind }).inc(),
+        };
     }
 
     /// A request of `kind` was answered by an upstream.
     pub fn request(&self, kind: &'static str) {
-        self.requests.get_or_create(&KindLabels { kind }).inc();
+        match self.hot.requests.of_kind(kind) {
+            Some(counter) => counter.inc(),
+            None => self.requests.get_or_create(&KindLabels { kind }).inc(),
+        };
     }
 
     /// A client connection opened: closed when the returned guard drops.
@@ -189,9 +250,14 @@ impl GatewayMetrics {
 
     /// The counter of bytes going `direction` (`upstream`, `downstream`), to add to.
     pub fn bytes(&self, direction: &'static str) -> Counter<u64, AtomicU64> {
-        self.bytes
-            .get_or_create(&DirectionLabels { direction })
-            .clone()
+        match direction {
+            "upstream" => self.hot.upstream_bytes.clone(),
+            "downstream" => self.hot.downstream_bytes.clone(),
+            _ => self
+                .bytes
+                .get_or_create(&DirectionLabels { direction })
+                .clone(),
+        }
     }
 
     /// A session's lease request was answered with `grant`.
