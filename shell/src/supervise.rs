@@ -105,17 +105,18 @@ pub async fn guard<T>(
 
 /// [`guard`] for a process without the operator's [`Metrics`] (the gateway): a panic inside
 /// `work` is logged with `label` and `object`, `counted` is called, and it is returned as
-/// [`Panicked`].
+/// [`Panicked`]. `object` is only formatted when something panicked, so a caller on a hot
+/// path (one gateway request) can pass what describes it without writing it out each time.
 pub async fn catch<T>(
     label: &'static str,
-    object: &str,
+    object: impl std::fmt::Display,
     counted: impl FnOnce(),
     work: impl Future<Output = T>,
 ) -> Result<T, Panicked> {
     AssertUnwindSafe(work).catch_unwind().await.map_err(|payload| {
         let panicked = Panicked(message(payload.as_ref()));
         counted();
-        tracing::error!(r#loop = label, object, panic = %panicked.0, "panicked; the process goes on");
+        tracing::error!(r#loop = label, object = %object, panic = %panicked.0, "panicked; the process goes on");
         panicked
     })
 }
