@@ -27,6 +27,7 @@ use proxy_core::gateway::{Attempts, Options, Refusal, UpstreamFailure, credentia
 use super::Gateway;
 use super::book::Leased;
 use super::counted::Counted;
+use super::metrics::{Direction, Kind};
 use super::tunnel;
 use super::upstream::{self, TunnelError};
 
@@ -209,8 +210,8 @@ impl Connection {
                 }
             }
         };
-        gateway.metrics.connection("connect");
-        gateway.metrics.request("connect");
+        gateway.metrics.connection(Kind::Connect);
+        gateway.metrics.request(Kind::Connect);
         let upgrade = hyper::upgrade::on(&mut request);
         let mut response = Response::new(Either::Right(Full::new(Bytes::new())));
         served_by(response.headers_mut(), &leased);
@@ -267,7 +268,7 @@ impl Connection {
                         .map_err(|refused| attempts.lease_refused(refused))?;
                     match self.sender(&leased).await {
                         Ok(sender) => {
-                            gateway.metrics.connection("http");
+                            gateway.metrics.connection(Kind::Http);
                             *slot = Some(Forwarding {
                                 headers: LeaseHeaders::of(&leased),
                                 leased,
@@ -301,7 +302,7 @@ impl Connection {
                 .headers
                 .insert(header::PROXY_AUTHORIZATION, authorization.clone());
         }
-        let body = Counted::new(body, gateway.metrics.bytes("upstream"));
+        let body = Counted::new(body, gateway.metrics.bytes(Direction::Upstream));
         let sent = tokio::time::timeout(
             gateway.settings.request_timeout,
             forwarding
@@ -345,11 +346,11 @@ impl Connection {
             gateway.book.release_later(&old.leased);
         }
         drop(slot);
-        gateway.metrics.request("http");
+        gateway.metrics.request(Kind::Http);
         let (mut parts, body) = answer.into_parts();
         strip_hop_by_hop(&mut parts.headers);
         parts.headers.extend(served);
-        let body = Counted::new(body, gateway.metrics.bytes("downstream"));
+        let body = Counted::new(body, gateway.metrics.bytes(Direction::Downstream));
         Ok(Response::from_parts(parts, Either::Left(body)))
     }
 

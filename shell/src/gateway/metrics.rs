@@ -5,9 +5,9 @@
 //!
 //! Hot-path counters are plain atomics behind prometheus-client's `Counter` (one
 //! `fetch_add` each); label sets are fixed and created up front, never per request. The
-//! counters a request touches (connections, requests, bytes) are also kept as fields, so a
-//! request adds to them without the family's lock and label hash (`Family::get_or_create`
-//! takes a read lock and hashes the labels on every call).
+//! counters a request touches (connections, requests, bytes) are kept as fields, one per
+//! [`Kind`] or [`Direction`], so a request adds to them without a family's lock and label
+//! hash (`Family::get_or_create` takes a read lock and hashes the labels on every call).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -19,19 +19,32 @@ use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 use proxy_core::gateway::Refusal;
 
-/// What kind of client connection or request: `connect` (a tunnel) or `http` (plain HTTP
-/// forwarded).
-#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct KindLabels {
-    /// `connect` or `http`.
-    pub kind: &'static str,
+/// What kind of client request got an upstream.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    /// A CONNECT tunnel.
+    Connect,
+    /// A plain-HTTP request forwarded.
+    Http,
 }
 
 /// Which way bytes went.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Direction {
+    /// From the client to the upstream proxy.
+    Upstream,
+    /// From the upstream proxy back to the client.
+    Downstream,
+}
+
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct DirectionLabels {
-    /// `upstream` (client to upstream proxy) or `downstream` (back to the client).
-    pub direction: &'static str,
+struct KindLabels {
+    kind: &'static str,
+}
+
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct DirectionLabels {
+    direction: &'static str,
 }
 
 /// How a session's lease request was answered.
@@ -64,30 +77,21 @@ struct PanicLabels {
 #[derive(Debug)]
 pub struct GatewayMetrics {
     registry: Registry,
-    connections: Family<KindLabels, Counter>,
+    connections: ByKind,
     open: Gauge,
-    requests: Family<KindLabels, Counter>,
-    bytes: Family<DirectionLabels, Counter<u64, AtomicU64>>,
+    requests: ByKind,
+    upstream_bytes: Counter<u64, AtomicU64>,
+    downstream_bytes: Counter<u64, AtomicU64>,
     sessions: Family<GrantLabels, Counter>,
     errors: Family<ClassLabels, Counter>,
     retries: Counter,
     reports: Family<ResultLabels, Counter>,
     lease_seconds: Histogram,
     panics: Family<PanicLabels, Counter>,
-    /// The series of `connections`, `requests` and `bytes` a request adds to.
-    hot: Hot,
 }
 
-/// The hot series, taken from their families once: the same atomics the registry encodes.
-#[derive(Debug)]
-struct Hot {
-    connections: ByKind,
-    requests: ByKind,
-    upstream_bytes: Counter<u64, AtomicU64>,
-    downstream_bytes: Counter<u64, AtomicU64>,
-}
-
-/// One counter per [`KindLabels::kind`].
+/// A family's two series, one per [`Kind`], taken from it once: the same atomics the
+/// registry encodes.
 #[derive(Debug)]
 struct ByKind {
     connect: Counter,
@@ -103,12 +107,10 @@ impl ByKind {
         }
     }
 
-    /// The counter of `kind`; `None` for a kind without a series of its own.
-    fn of_kind(&self, kind: &str) -> Option<&Counter> {
+    fn of_kind(&self, kind: Kind) -> &Counter {
         match kind {
-            "connect" => Some(&self.connect),
-            "http" => Some(&self.http),
-            _ => None,
+            Kind::Connect => &self.connect,
+            Kind::Http => &self.http,
         }
     }
 }
@@ -177,13 +179,6 @@ impl Default for GatewayMetrics {
             "Panics caught at the panic boundary, by what panicked (in the gateway: one client connection)",
             panics.clone(),
         );
-        for kind in ["connect", "http"] {
-            drop(connections.get_or_create(&KindLabels { kind }));
-            drop(requests.get_or_create(&KindLabels { kind }));
-        }
-        for direction in ["upstream", "downstream"] {
-            drop(bytes.get_or_create(&DirectionLabels { direction }));
-        }
         for grant in ["new", "resumed", "moved"] {
             drop(sessions.get_or_create(&GrantLabels { grant }));
         }
@@ -194,52 +189,33 @@ impl Default for GatewayMetrics {
             drop(reports.get_or_create(&ResultLabels { result }));
         }
         drop(panics.get_or_create(&PanicLabels { r#loop: "gateway" }));
-        let hot = Hot {
-            connections: ByKind::of(&connections),
-            requests: ByKind::of(&requests),
-            upstream_bytes: bytes
-                .get_or_create(&DirectionLabels {
-                    direction: "upstream",
-                })
-                .clone(),
-            downstream_bytes: bytes
-                .get_or_create(&DirectionLabels {
-                    direction: "downstream",
-                })
-                .clone(),
-        };
+        let direction = |direction| bytes.get_or_create(&DirectionLabels { direction }).clone();
         Self {
             registry: root,
-            connections,
+            connections: ByKind::of(&connections),
             open,
-            requests,
-            bytes,
+            requests: ByKind::of(&requests),
+            upstream_bytes: direction("upstream"),
+            downstream_bytes: direction("downstream"),
             sessions,
             errors,
             retries,
             reports,
             lease_seconds,
             panics,
-            hot,
         }
     }
 }
 
 impl GatewayMetrics {
     /// A request of `kind` got an upstream.
-    pub fn connection(&self, kind: &'static str) {
-        match self.hot.connections.of_kind(kind) {
-            Some(counter) => counter.inc(),
-            None => self.connections.get_or_create(&KindLabels { kind }).inc(),
-        };
+    pub fn connection(&self, kind: Kind) {
+        self.connections.of_kind(kind).inc();
     }
 
     /// A request of `kind` was answered by an upstream.
-    pub fn request(&self, kind: &'static str) {
-        match self.hot.requests.of_kind(kind) {
-            Some(counter) => counter.inc(),
-            None => self.requests.get_or_create(&KindLabels { kind }).inc(),
-        };
+    pub fn request(&self, kind: Kind) {
+        self.requests.of_kind(kind).inc();
     }
 
     /// A client connection opened: closed when the returned guard drops.
@@ -248,15 +224,11 @@ impl GatewayMetrics {
         Open(self.open.clone())
     }
 
-    /// The counter of bytes going `direction` (`upstream`, `downstream`), to add to.
-    pub fn bytes(&self, direction: &'static str) -> Counter<u64, AtomicU64> {
+    /// The counter of bytes going `direction`, to add to.
+    pub fn bytes(&self, direction: Direction) -> Counter<u64, AtomicU64> {
         match direction {
-            "upstream" => self.hot.upstream_bytes.clone(),
-            "downstream" => self.hot.downstream_bytes.clone(),
-            _ => self
-                .bytes
-                .get_or_create(&DirectionLabels { direction })
-                .clone(),
+            Direction::Upstream => self.upstream_bytes.clone(),
+            Direction::Downstream => self.downstream_bytes.clone(),
         }
     }
 

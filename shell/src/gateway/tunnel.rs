@@ -18,7 +18,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use super::Gateway;
-use super::metrics::add_bytes;
+use super::metrics::{Direction, add_bytes};
 
 /// Bytes read at once from either side.
 const BUFFER: usize = 16 * 1024;
@@ -51,8 +51,8 @@ async fn both_ways<R, W>(
 {
     let (upstream_read, mut upstream_write) = upstream.into_split();
     let (up, down) = (
-        gateway.metrics.bytes("upstream"),
-        gateway.metrics.bytes("downstream"),
+        gateway.metrics.bytes(Direction::Upstream),
+        gateway.metrics.bytes(Direction::Downstream),
     );
     let activity = Activity::new();
     let forward = async {
