@@ -1,7 +1,9 @@
 //! Benchmark (not a test): requests per second and p99 latency through the gateway against
 //! straight through squid, side by side in one run with the same squids and the same origin,
 //! at 1, 64 and 512 concurrent client connections; and the same for an established Go
-//! gateway, glider (built by `tests/bed/peer.sh` from the Go module proxy), as the peer.
+//! gateway, glider (built by `tests/bed/peer.sh` from the Go module proxy), as the peer;
+//! and a byte relay, the floor: a process that only copies bytes between a client and a
+//! squid, what any hop costs on this machine ([`relay`]).
 //! It prints each path's throughput as a ratio to direct squid and its p99 minus direct
 //! squid's ("added p99").
 //!
@@ -64,6 +66,9 @@ const TENANT_TOKEN: &str = "bench-tenant-token";
 /// The origin's answer body.
 const BODY: usize = 4096;
 const WATCHDOG: Duration = Duration::from_secs(20 * 60);
+/// A request not answered within this is an error, its connection dropped: a path that stops
+/// answering costs its row errors, not the run.
+const REQUEST_DEADLINE: Duration = Duration::from_secs(2);
 
 /// Where a client connection goes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -73,6 +78,9 @@ enum Path {
     /// The gateway of `BENCH_BASELINE_BINARY`.
     Baseline,
     Glider,
+    /// The least any hop can cost: a process that only copies bytes between each client
+    /// connection and one squid ([`relay`]).
+    Relay,
 }
 
 impl Path {
@@ -82,6 +90,7 @@ impl Path {
             Self::Gateway => "gateway",
             Self::Baseline => "gateway (baseline)",
             Self::Glider => "glider (Go peer)",
+            Self::Relay => "byte relay (floor)",
         }
     }
 }
@@ -101,6 +110,7 @@ struct Bed {
     gateway: SocketAddr,
     baseline: Option<SocketAddr>,
     glider: SocketAddr,
+    relay: SocketAddr,
 }
 
 impl Bed {
@@ -113,6 +123,7 @@ impl Bed {
                 .baseline
                 .ok_or_else(|| anyhow::anyhow!("no BENCH_BASELINE_BINARY"))?,
             Path::Glider => self.glider,
+            Path::Relay => self.relay,
         })
     }
 }
@@ -145,6 +156,10 @@ fn main() -> anyhow::Result<()> {
         eprintln!("bench-gateway: still running after {WATCHDOG:?}, giving up");
         std::process::exit(2);
     });
+    let mut args = std::env::args().skip(1);
+    if args.next().as_deref() == Some("relay") {
+        return relay(args);
+    }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -188,8 +203,13 @@ async fn bench() -> anyhow::Result<()> {
         .map(|s| SocketAddr::from((s.addr, s.port)))
         .collect();
     let discovery = discovery_api(&squid_addrs).await?;
-    let ports = [Port::reserve(), Port::reserve(), Port::reserve()];
-    let [gateway_addr, baseline_addr, glider_addr] = ports
+    let ports = [
+        Port::reserve(),
+        Port::reserve(),
+        Port::reserve(),
+        Port::reserve(),
+    ];
+    let [gateway_addr, baseline_addr, glider_addr, relay_addr] = ports
         .each_ref()
         .map(|p| SocketAddr::from((Ipv4Addr::LOCALHOST, p.number())));
     let mut children = vec![(
@@ -206,12 +226,14 @@ async fn bench() -> anyhow::Result<()> {
         children.push((Path::Baseline, child));
     }
     children.push((Path::Glider, start_glider(&dir, glider_addr, &squid_addrs)?));
+    children.push((Path::Relay, start_relay(&dir, relay_addr, &squid_addrs)?));
     let bed = Bed {
         origin,
         squids: squid_addrs,
         gateway: gateway_addr,
         baseline: baseline.is_some().then_some(baseline_addr),
         glider: glider_addr,
+        relay: relay_addr,
     };
     let mut paths = vec![Path::Direct];
     for (path, _) in &children {
@@ -240,9 +262,11 @@ async fn bench() -> anyhow::Result<()> {
                     let pid = pids.iter().find(|(p, _)| *p == path).map(|(_, pid)| *pid);
                     let measured = measure(&bed, path, mode, conns, seconds, pid).await?;
                     let key = (conns, mode_name(mode), path.name());
-                    let best = results.entry(key).or_default();
-                    if measured.rate > best.rate {
-                        *best = measured;
+                    if results
+                        .get(&key)
+                        .is_none_or(|best| measured.rate > best.rate)
+                    {
+                        results.insert(key, measured);
                     }
                 }
             }
@@ -450,6 +474,55 @@ fn start_glider(
         .spawn()?)
 }
 
+/// This benchmark's own binary as the byte relay ([`relay`]) on `addr`, over `squids`.
+fn start_relay(
+    dir: &std::path::Path,
+    addr: SocketAddr,
+    squids: &[SocketAddr],
+) -> anyhow::Result<std::process::Child> {
+    let log = std::fs::File::create(dir.join("relay.log"))?;
+    Ok(std::process::Command::new(std::env::current_exe()?)
+        .arg("relay")
+        .arg(addr.to_string())
+        .args(squids.iter().map(ToString::to_string))
+        .stdin(std::process::Stdio::null())
+        .stdout(log.try_clone()?)
+        .stderr(log)
+        .spawn()?)
+}
+
+/// `bench-gateway relay <listen> <squid>...`: the floor path. Each accepted connection is
+/// joined to the next squid in turn and their bytes copied both ways
+/// (`tokio::io::copy_bidirectional`) until either side closes: no HTTP parsing, no lease, no
+/// credentials, on the same runtime as the gateway (tokio's multi-threaded default). The
+/// client's CONNECT or `http://` request goes to squid as it came. Whatever a hop costs on
+/// top of this is the hop's own work; this much any hop costs on this machine.
+fn relay(mut args: impl Iterator<Item = String>) -> anyhow::Result<()> {
+    let listen: SocketAddr = args
+        .next()
+        .ok_or_else(|| anyhow::anyhow!("relay: no listen address"))?
+        .parse()?;
+    let squids: Vec<SocketAddr> = args.map(|a| a.parse()).collect::<Result<_, _>>()?;
+    anyhow::ensure!(!squids.is_empty(), "relay: no squid address");
+    tokio::runtime::Runtime::new()?.block_on(async move {
+        let listener = TcpListener::bind(listen).await?;
+        let mut next = 0;
+        loop {
+            let (mut client, _) = listener.accept().await?;
+            let squid = squids[next % squids.len()];
+            next += 1;
+            tokio::spawn(async move {
+                let _ = client.set_nodelay(true);
+                let Ok(mut upstream) = TcpStream::connect(squid).await else {
+                    return;
+                };
+                let _ = upstream.set_nodelay(true);
+                let _ = tokio::io::copy_bidirectional(&mut client, &mut upstream).await;
+            });
+        }
+    })
+}
+
 async fn wait_listening(addr: SocketAddr) -> anyhow::Result<()> {
     for _ in 0..200 {
         if TcpStream::connect(addr).await.is_ok() {
@@ -535,7 +608,8 @@ struct Tally {
     /// Requests that needed a new connection, the proxy having closed the last one
     /// (`Connection: close`).
     reopened: u64,
-    /// Requests that failed: not a 200, the connection broken, or no new one opened.
+    /// Requests that failed: not a 200, the connection broken, no new one opened, or no
+    /// answer within [`REQUEST_DEADLINE`].
     errors: u64,
 }
 
@@ -543,8 +617,8 @@ struct Tally {
 /// while `measuring`, how many times the proxy closed the connection after an answer
 /// (`Connection: close`), and how many failed. A client honours a close as any HTTP client
 /// does: it opens a new connection (and tunnel) for its next request, whose latency includes
-/// it. A failed request is counted, not fatal (a peer that fails under load is a figure):
-/// the next one opens a new connection.
+/// it. A failed request, the first connection's included, is counted, not fatal (a peer
+/// that fails under load is a figure): the next one opens a new connection.
 async fn client(
     bed: &Bed,
     path: Path,
@@ -553,20 +627,23 @@ async fn client(
     measuring: &AtomicBool,
     stop: &AtomicBool,
 ) -> anyhow::Result<Tally> {
-    let (first, request) = open(bed, path, mode, i).await?;
-    let mut stream = Some(first);
+    let mut stream = None;
+    let mut request = String::new();
+    let mut opened = false;
     let mut tally = Tally::default();
     while !stop.load(Ordering::Relaxed) {
         let counted = measuring.load(Ordering::Relaxed);
         let sent = Instant::now();
-        let answered = async {
+        let answered = tokio::time::timeout(REQUEST_DEADLINE, async {
             let mut connection = match stream.take() {
                 Some(connection) => connection,
                 None => {
-                    if counted {
+                    if counted && opened {
                         tally.reopened += 1;
                     }
-                    open(bed, path, mode, i).await?.0
+                    let (connection, line) = open(bed, path, mode, i).await?;
+                    (request, opened) = (line, true);
+                    connection
                 }
             };
             connection.get_mut().write_all(request.as_bytes()).await?;
@@ -575,15 +652,24 @@ async fn client(
             if !close {
                 stream = Some(connection);
             }
-            Ok(())
-        }
-        .await;
-        let counted = counted && measuring.load(Ordering::Relaxed);
+            anyhow::Ok(())
+        })
+        .await
+        .unwrap_or_else(|_| Err(anyhow::anyhow!("no answer within {REQUEST_DEADLINE:?}")));
+        // A request counts if it was sent in the window; its latency only if it was also
+        // answered in it (a failure after the window, such as a deadline, still counts).
         match answered {
-            Ok(()) if counted => tally.latencies.push(sent.elapsed()),
+            Ok(()) if counted && measuring.load(Ordering::Relaxed) => {
+                tally.latencies.push(sent.elapsed());
+            }
             Ok(()) => {}
-            Err(_) if counted => tally.errors += 1,
-            Err(_) => {}
+            Err(_) => {
+                if counted {
+                    tally.errors += 1;
+                }
+                // A path that refuses at once is not hammered.
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
         }
     }
     Ok(tally)
