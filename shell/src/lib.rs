@@ -21,6 +21,7 @@ pub mod leadership;
 pub mod locks;
 pub mod loops;
 pub mod metrics;
+pub mod per_proxy;
 pub mod pool;
 pub mod provider_health;
 pub mod providers;

@@ -47,6 +47,7 @@ use crate::gc::{CacheWatch, Collector, GcSettings};
 use crate::health::HealthEngine;
 use crate::leadership::Leadership;
 use crate::metrics::Metrics;
+use crate::per_proxy::Store;
 use crate::pool::{self, PoolContext};
 use crate::provider_health::{Board, Monitor, Schedule};
 use crate::providers::registry::Registry;
@@ -280,7 +281,16 @@ pub async fn run(parts: Parts, signals: watch::Receiver<bool>) -> anyhow::Result
         )
         .with_bans(discovery.clone(), banned_sites),
     );
-    let tracked = Arc::new(Tracked::new(ctx.clone(), discovery.clone(), store.clone()));
+    let [failures, versions] = ctx.per_proxy();
+    let stores: [Store; 6] = [
+        ("recorder", ctx.recorder.clone()),
+        failures,
+        versions,
+        ("health", ctx.health.clone()),
+        ("leases", discovery.clone()),
+        ("metrics", metrics.clone()),
+    ];
+    let tracked = Arc::new(Tracked::new(stores, store.clone()));
     metrics.read_at_scrape(&tracked);
     // A pool is reconciled when one of its Proxies changes; a full channel drops the
     // trigger, as the pool looks again at its decision's wake-up anyway.

@@ -418,11 +418,6 @@ impl Metrics {
         }
     }
 
-    /// How many proxies have series.
-    pub fn tracked(&self) -> usize {
-        lock(&self.proxy_series).len()
-    }
-
     /// Records one reconcile's duration.
     pub fn reconcile(&self, seconds: f64) {
         self.reconcile_duration.observe(seconds);
@@ -671,9 +666,21 @@ fn encode_pool_sizes(
     Ok(())
 }
 
+impl crate::per_proxy::PerProxy for Metrics {
+    fn forget(&self, proxy: &ProxyKey) {
+        self.forget_proxy(proxy);
+    }
+
+    /// How many proxies have series.
+    fn tracked(&self) -> usize {
+        lock(&self.proxy_series).len()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::per_proxy::PerProxy;
 
     #[test]
     fn names_follow_prometheus_conventions_and_proxy_series_are_removed() {

@@ -305,21 +305,6 @@ impl Recorder {
         inner.fit(self.budget);
     }
 
-    /// Forgets an object that is gone.
-    pub fn forget(&self, object: &ProxyKey) {
-        let mut inner = self.lock();
-        if let Some(ring) = inner.rings.remove(object) {
-            for kept in &ring {
-                inner.release(kept);
-            }
-        }
-    }
-
-    /// How many objects have a ring.
-    pub fn tracked(&self) -> usize {
-        self.lock().rings.len()
-    }
-
     /// What the rings hold now.
     pub fn usage(&self) -> Usage {
         let inner = self.lock();
@@ -420,8 +405,26 @@ impl crate::metrics::Gauges for Recorder {
     }
 }
 
+impl crate::per_proxy::PerProxy for Recorder {
+    /// Forgets an object that is gone.
+    fn forget(&self, object: &ProxyKey) {
+        let mut inner = self.lock();
+        if let Some(ring) = inner.rings.remove(object) {
+            for kept in &ring {
+                inner.release(kept);
+            }
+        }
+    }
+
+    /// How many objects have a ring.
+    fn tracked(&self) -> usize {
+        self.lock().rings.len()
+    }
+}
+
 #[cfg(test)]
 mod tests {
+    use crate::per_proxy::PerProxy;
     use proxy_core::record::DecideRecord;
     use proxy_core::testing::managed_spec;
     use proxy_core::{Observed, decide};

@@ -1,10 +1,11 @@
 //! The per-Proxy state of one operator process, freed from one place when a Proxy goes.
 //!
-//! Six stores keep something per Proxy: the recorder's rings, the controller's counts of
-//! consecutive failures and its last known versions, the health engine's verdicts, the
-//! discovery API's lease book, and the metric series labelled with a proxy. A reconcile, a probe or a sync adds to them;
-//! nothing in them knows when the Proxy is deleted. [`Tracked`] does, from the controller's
-//! watch, after the cache applied each event:
+//! Six stores keep something per Proxy ([`PerProxy`](crate::per_proxy::PerProxy)): the
+//! recorder's rings, the controller's counts of consecutive failures and its last known
+//! versions, the health engine's verdicts, the discovery API's lease book, and the metric
+//! series labelled with a proxy. A reconcile, a probe or a sync adds to them; nothing in
+//! them knows when the Proxy is deleted. [`Tracked`] does, from the controller's watch,
+//! after the cache applied each event:
 //!
 //! - a deleted Proxy is forgotten by every store at once;
 //! - a re-list (the watch lost its place, and a deletion in the gap sends no delete event)
@@ -12,35 +13,39 @@
 //!
 //! What each store holds is `proxy_operator_tracked_proxies{store}` at scrape time, so a
 //! leak shows as a count that grows with the Proxies ever seen instead of those that exist.
+//! It is given the stores themselves, not the loops that own them.
 
 use std::collections::BTreeSet;
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 
-use kube::runtime::reflector::Store;
+use kube::runtime::reflector::Store as Cache;
 use kube::runtime::watcher;
 use proxy_core::ProxyKey;
 use proxy_crd::Proxy;
 
-use crate::controller::Context;
-use crate::discovery::Discovery;
 use crate::locks::lock;
+use crate::per_proxy::Store;
 
 /// The per-Proxy stores, and what the cache held when a re-list started.
-#[derive(Debug)]
 pub struct Tracked {
-    ctx: Arc<Context>,
-    discovery: Arc<Discovery>,
-    cache: Store<Proxy>,
+    stores: Vec<Store>,
+    cache: Cache<Proxy>,
     before_relist: Mutex<Option<BTreeSet<ProxyKey>>>,
 }
 
+impl std::fmt::Debug for Tracked {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Tracked")
+            .field("stores", &self.sizes())
+            .finish_non_exhaustive()
+    }
+}
+
 impl Tracked {
-    /// The stores of `ctx` (recorder, failure counts, health engine, metrics) and the lease
-    /// book of `discovery`, freed as `cache`, the controller's Proxy cache, loses Proxies.
-    pub fn new(ctx: Arc<Context>, discovery: Arc<Discovery>, cache: Store<Proxy>) -> Self {
+    /// `stores`, freed as `cache`, the controller's Proxy cache, loses Proxies.
+    pub fn new(stores: impl IntoIterator<Item = Store>, cache: Cache<Proxy>) -> Self {
         Self {
-            ctx,
-            discovery,
+            stores: stores.into_iter().collect(),
             cache,
             before_relist: Mutex::default(),
         }
@@ -66,24 +71,19 @@ impl Tracked {
 
     /// Frees everything every store holds about `key`.
     pub fn forget(&self, key: &ProxyKey) {
-        self.ctx.forget(key);
-        self.ctx.health.forget(key);
-        self.discovery.forget(key);
-        self.ctx.metrics.forget_proxy(key);
+        for (_, store) in &self.stores {
+            store.forget(key);
+        }
         tracing::debug!(proxy = %key, "gone: its state is freed");
     }
 
     /// How many Proxies each store holds state for, by the `store` label of
     /// `proxy_operator_tracked_proxies`.
-    pub fn sizes(&self) -> [(&'static str, usize); 6] {
-        [
-            ("recorder", self.ctx.recorder.tracked()),
-            ("failures", self.ctx.tracked()),
-            ("versions", self.ctx.versions.tracked()),
-            ("health", self.ctx.health.tracked()),
-            ("leases", self.discovery.tracked()),
-            ("metrics", self.ctx.metrics.tracked()),
-        ]
+    pub fn sizes(&self) -> Vec<(&'static str, usize)> {
+        self.stores
+            .iter()
+            .map(|(name, store)| (*name, store.tracked()))
+            .collect()
     }
 
     /// The keys the cache holds now.
@@ -109,6 +109,7 @@ impl crate::metrics::Gauges for Tracked {
             "tracked_proxies",
             "Proxies each per-Proxy store of this process holds state for (freed when the Proxy goes)",
             self.sizes()
+                .into_iter()
                 .map(|(store, count)| (StoreLabels { store }, count)),
         )
     }
@@ -121,15 +122,18 @@ mod tests {
     use proxy_core::lease::{LeaseConfig, view_of};
     use proxy_core::record::DecideRecord;
     use proxy_core::testing::{EXTERNAL_HOST, external_spec, record_header};
-    use proxy_core::{Observed, Timing, decide};
+    use proxy_core::{Observed, decide};
 
     use super::*;
     use crate::discovery::Limits;
     use crate::health::HealthEngine;
     use crate::health::probe::Prober;
+    use std::sync::Arc;
+
+    use crate::controller::versions::Versions;
+    use crate::discovery::Discovery;
     use crate::leadership::Leadership;
     use crate::metrics::Metrics;
-    use crate::providers::registry::Registry;
     use crate::recorder::Recorder;
 
     /// A Proxy as the cache holds it after a reconcile: probed healthy.
@@ -149,40 +153,71 @@ mod tests {
         proxy
     }
 
-    /// What a reconcile, a probe and a sync leave in the stores: a version read or written
-    /// among them (the failure counts are the controller's own: `tests/tests/e2e/freed.rs`
-    /// covers them).
-    fn served(ctx: &Context, discovery: &Discovery, proxies: &[Proxy]) {
-        for proxy in proxies {
-            let (spec, status) = (&proxy.spec, proxy.status.clone().unwrap_or_default());
-            let object = ProxyKey::of(proxy);
-            let mut observed = Observed::test();
-            observed.object.namespace = object.namespace().to_owned();
-            observed.object.name = object.name().to_owned();
-            let decision = decide(spec, &status, &observed);
-            ctx.recorder
-                .decide(DecideRecord::new(spec, &status, &observed, &decision));
-            assert!(ctx.health.reported(proxy).is_some(), "{object} not seeded");
-            ctx.metrics.probe(&object, true, 0.01);
-            ctx.versions.set(&object, Some("1"));
-        }
-        discovery.replace_fleet(proxies.iter().filter_map(|proxy| {
-            view_of(
-                ProxyKey::of(proxy),
-                Default::default(),
-                &proxy.spec,
-                proxy.status.as_ref(),
-            )
-        }));
+    /// The stores, as the controller's loop gives them (but the failure counts, which are
+    /// the controller's own: `tests/tests/e2e/freed.rs` covers them).
+    struct Stores {
+        recorder: Arc<Recorder>,
+        versions: Arc<Versions>,
+        health: Arc<HealthEngine>,
+        discovery: Arc<Discovery>,
+        metrics: Arc<Metrics>,
     }
 
-    /// The stores' sizes but the failure counts.
-    fn sizes(tracked: &Tracked) -> Vec<(&'static str, usize)> {
-        tracked
-            .sizes()
-            .into_iter()
-            .filter(|(store, _)| *store != "failures")
-            .collect()
+    impl Stores {
+        fn new() -> Self {
+            let metrics = Arc::new(Metrics::default());
+            let prober = Prober::new(None, 1).unwrap();
+            let candidate = proxy_core::leadership::Candidate::new("test", Default::default());
+            let leadership = Leadership::unopposed(candidate.unwrap());
+            Self {
+                recorder: Arc::new(Recorder::new(record_header(), 4, usize::MAX, None).unwrap()),
+                versions: Arc::new(Versions::new(leadership.subscribe())),
+                health: Arc::new(HealthEngine::new(prober, 1, metrics.clone())),
+                discovery: Arc::new(Discovery::new(
+                    Some("token"),
+                    LeaseConfig::default(),
+                    Limits::default(),
+                )),
+                metrics,
+            }
+        }
+
+        fn all(&self) -> Vec<Store> {
+            vec![
+                ("recorder", self.recorder.clone()),
+                ("versions", self.versions.clone()),
+                ("health", self.health.clone()),
+                ("leases", self.discovery.clone()),
+                ("metrics", self.metrics.clone()),
+            ]
+        }
+
+        /// What a reconcile, a probe and a sync leave in them: a version read or written
+        /// among them.
+        fn served(&self, proxies: &[Proxy]) {
+            for proxy in proxies {
+                let (spec, status) = (&proxy.spec, proxy.status.clone().unwrap_or_default());
+                let object = ProxyKey::of(proxy);
+                let mut observed = Observed::test();
+                observed.object.namespace = object.namespace().to_owned();
+                observed.object.name = object.name().to_owned();
+                let decision = decide(spec, &status, &observed);
+                self.recorder
+                    .decide(DecideRecord::new(spec, &status, &observed, &decision));
+                assert!(self.health.reported(proxy).is_some(), "{object} not seeded");
+                self.metrics.probe(&object, true, 0.01);
+                self.versions.set(&object, Some("1"));
+            }
+            self.discovery
+                .replace_fleet(proxies.iter().filter_map(|proxy| {
+                    view_of(
+                        ProxyKey::of(proxy),
+                        Default::default(),
+                        &proxy.spec,
+                        proxy.status.as_ref(),
+                    )
+                }));
+        }
     }
 
     fn all(n: usize) -> Vec<(&'static str, usize)> {
@@ -194,31 +229,9 @@ mod tests {
 
     #[tokio::test]
     async fn a_deleted_proxy_and_one_a_relist_lost_are_freed_in_every_store() {
-        let config = kube::Config::new("http://127.0.0.1:9".parse().unwrap());
-        let client = kube::Client::try_from(config).unwrap();
-        let metrics = Arc::new(Metrics::default());
-        let prober = Prober::new(None, 1).unwrap();
-        let candidate = proxy_core::leadership::Candidate::new("test", Default::default());
-        let leadership = Arc::new(Leadership::unopposed(candidate.unwrap()));
-        let events = Arc::new(crate::events::Events::new(client.clone(), "test", None));
-        let gate = crate::gate::Gate::new(leadership.clone(), metrics.clone());
-        let ctx = Arc::new(Context::new(
-            crate::writes::Writer::new(client, gate, events, std::time::Duration::from_secs(1)),
-            Registry::default(),
-            Timing::default(),
-            Arc::new(HealthEngine::new(prober, 1, metrics.clone())),
-            Arc::default(),
-            metrics,
-            leadership,
-            Arc::new(Recorder::new(record_header(), 4, usize::MAX, None).unwrap()),
-        ));
-        let discovery = Arc::new(Discovery::new(
-            Some("token"),
-            LeaseConfig::default(),
-            Limits::default(),
-        ));
+        let stores = Stores::new();
         let mut cache = Writer::<Proxy>::default();
-        let tracked = Tracked::new(ctx.clone(), discovery.clone(), cache.as_reader());
+        let tracked = Tracked::new(stores.all(), cache.as_reader());
         let mut watch = |event: Event<Proxy>| {
             cache.apply_watcher_event(&event);
             tracked.observe(&Ok(event));
@@ -230,24 +243,25 @@ mod tests {
             watch(Event::InitApply(listed.clone()));
         }
         watch(Event::InitDone);
-        served(&ctx, &discovery, &[a.clone(), b.clone(), c.clone()]);
-        assert_eq!(sizes(&tracked), all(3));
+        stores.served(&[a.clone(), b.clone(), c.clone()]);
+        assert_eq!(tracked.sizes(), all(3));
 
         watch(Event::Delete(a));
-        assert_eq!(sizes(&tracked), all(2), "a deleted Proxy is freed");
+        assert_eq!(tracked.sizes(), all(2), "a deleted Proxy is freed");
 
         // The watch lost its place while b was deleted: no delete event, only a new list.
         watch(Event::Init);
         watch(Event::InitApply(c.clone()));
         assert_eq!(
-            sizes(&tracked),
+            tracked.sizes(),
             all(2),
             "nothing goes before the list is complete"
         );
         watch(Event::InitDone);
-        assert_eq!(sizes(&tracked), all(1), "a Proxy the re-list lost is freed");
+        assert_eq!(tracked.sizes(), all(1), "a Proxy the re-list lost is freed");
         assert_eq!(
-            ctx.recorder
+            stores
+                .recorder
                 .dump(&crate::recorder::Filter {
                     object: Some(ProxyKey::new("ns", "c")),
                     since: None,

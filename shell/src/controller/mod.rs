@@ -68,11 +68,45 @@ pub struct Context {
     bans: Option<(Arc<Discovery>, u32)>,
     /// The version of each Proxy this replica last read or wrote: when the cache holds it,
     /// a reconcile decides on the cache ([`versions`]).
-    pub(crate) versions: versions::Versions,
-    // What the core's driver asks to keep per object between its reconciles ([`Followup`]):
-    // its consecutive failed reconciles and the provider call held back. An object without
-    // an entry has neither.
-    kept: Mutex<BTreeMap<ProxyKey, Kept>>,
+    pub(crate) versions: Arc<versions::Versions>,
+    /// What the core's driver asks to keep per object between its reconciles.
+    kept: Arc<KeptBook>,
+}
+
+/// What the core's driver asks to keep per object between its reconciles ([`Followup`]):
+/// its consecutive failed reconciles and the provider call held back. An object without an
+/// entry has neither.
+#[derive(Debug, Default)]
+pub(crate) struct KeptBook(Mutex<BTreeMap<ProxyKey, Kept>>);
+
+impl KeptBook {
+    /// What the last reconcile of `object` left for the next one.
+    fn get(&self, object: &ProxyKey) -> Kept {
+        crate::locks::lock(&self.0)
+            .get(object)
+            .cloned()
+            .unwrap_or_default()
+    }
+
+    /// Keeps `kept` for `object`'s next reconcile (nothing, when it is the default).
+    fn set(&self, object: &ProxyKey, kept: Kept) {
+        let mut all = crate::locks::lock(&self.0);
+        if kept == Kept::default() {
+            all.remove(object);
+        } else {
+            all.insert(object.clone(), kept);
+        }
+    }
+}
+
+impl crate::per_proxy::PerProxy for KeptBook {
+    fn forget(&self, object: &ProxyKey) {
+        crate::locks::lock(&self.0).remove(object);
+    }
+
+    fn tracked(&self) -> usize {
+        crate::locks::lock(&self.0).len()
+    }
 }
 
 /// What the controller keeps about one object between its reconciles, for the core.
@@ -144,7 +178,7 @@ impl Context {
         leadership: Arc<Leadership>,
         recorder: Arc<Recorder>,
     ) -> Self {
-        let versions = versions::Versions::new(leadership.subscribe());
+        let versions = Arc::new(versions::Versions::new(leadership.subscribe()));
         Self {
             metrics,
             writer,
@@ -156,7 +190,7 @@ impl Context {
             provider_health,
             bans: None,
             versions,
-            kept: Mutex::default(),
+            kept: Arc::default(),
         }
     }
 
@@ -183,25 +217,23 @@ impl Context {
         discovery.blocked_sites(key, *threshold)
     }
 
-    /// What the last reconcile of `object` left for the next one.
-    fn kept(&self, object: &ProxyKey) -> Kept {
-        crate::locks::lock(&self.kept)
-            .get(object)
-            .cloned()
-            .unwrap_or_default()
+    /// The stores of this controller that keep something per Proxy, by the `store` label of
+    /// `proxy_operator_tracked_proxies`: failure counts and holds, and last known versions
+    /// ([`crate::tracked::Tracked`] frees them when a Proxy goes).
+    pub(crate) fn per_proxy(&self) -> [crate::per_proxy::Store; 2] {
+        [
+            ("failures", self.kept.clone()),
+            ("versions", self.versions.clone()),
+        ]
     }
 
     /// Forgets what reconciles keep about `object`, which is gone: its consecutive failures,
     /// its hold, its last known version and its recorder ring.
     pub(crate) fn forget(&self, object: &ProxyKey) {
-        crate::locks::lock(&self.kept).remove(object);
-        self.versions.set(object, None);
+        use crate::per_proxy::PerProxy;
+        self.kept.forget(object);
+        self.versions.forget(object);
         self.recorder.forget(object);
-    }
-
-    /// How many Proxies have failures counted or a call held.
-    pub(crate) fn tracked(&self) -> usize {
-        crate::locks::lock(&self.kept).len()
     }
 
     /// Keeps the failure count and the hold `followup` gives `object`, and turns its wake-up
@@ -211,13 +243,7 @@ impl Context {
             failures: followup.failures,
             hold: followup.hold,
         };
-        let mut all = crate::locks::lock(&self.kept);
-        if kept == Kept::default() {
-            all.remove(object);
-        } else {
-            all.insert(object.clone(), kept);
-        }
-        drop(all);
+        self.kept.set(object, kept);
         match followup.wake {
             Wake::After(delay) => controller::Action::requeue(delay),
             Wake::OnChange => controller::Action::await_change(),
@@ -342,7 +368,7 @@ pub async fn run(
 
 fn error_policy(proxy: Arc<Proxy>, error: &Error, ctx: Arc<Context>) -> controller::Action {
     let object = ProxyKey::of(&proxy);
-    let kept = ctx.kept(&object);
+    let kept = ctx.kept.get(&object);
     let followup = Followup::interrupted(error.interruption(), kept.failures, kept.hold);
     match followup.wake {
         Wake::OnChange => tracing::info!(proxy = %object, %error, "reconcile stopped"),
@@ -388,7 +414,7 @@ async fn reconcile_once(
         return Ok(controller::Action::await_change());
     };
     let object = ProxyKey::of(&proxy);
-    let observed = observe::observe(&proxy, ctx.kept(&object), ctx).await?;
+    let observed = observe::observe(&proxy, ctx.kept.get(&object), ctx).await?;
     let status = proxy.status.clone().unwrap_or_default();
     let execute = Executor::new(&proxy, ctx);
     let started = Reconcile::start(proxy.spec.clone(), status, observed);

@@ -69,11 +69,6 @@ impl Versions {
         }
     }
 
-    /// How many Proxies have a version kept.
-    pub fn tracked(&self) -> usize {
-        self.known().versions.len()
-    }
-
     /// The versions of this term of leadership: when the leadership changed since the last
     /// look, none. Checked at every use rather than on a notification, so that no reconcile
     /// of a new term can come before the versions of the last one are gone.
@@ -87,9 +82,22 @@ impl Versions {
     }
 }
 
+impl crate::per_proxy::PerProxy for Versions {
+    /// Forgets the version of `key`, which is gone.
+    fn forget(&self, key: &ProxyKey) {
+        self.set(key, None);
+    }
+
+    /// How many Proxies have a version kept.
+    fn tracked(&self) -> usize {
+        self.known().versions.len()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::per_proxy::PerProxy;
 
     /// Versions for a replica that leads, and the sender that changes its leadership.
     fn leading() -> (Versions, watch::Sender<bool>) {

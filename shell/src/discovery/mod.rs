@@ -328,18 +328,6 @@ impl Discovery {
         crate::locks::lock(&self.credentials).get(key).cloned()
     }
 
-    /// Removes the proxy `key`, which is gone, from the book (the listing follows at the
-    /// next sync).
-    pub fn forget(&self, key: &ProxyKey) {
-        self.shared().book.remove(key);
-        crate::locks::lock(&self.forgotten).insert(key.clone());
-    }
-
-    /// How many proxies the book holds.
-    pub fn tracked(&self) -> usize {
-        self.shared().book.proxies()
-    }
-
     fn authorized(&self, header: Option<&str>) -> bool {
         self.token.accepts(header)
     }
@@ -386,5 +374,19 @@ impl crate::metrics::Gauges for Discovery {
             "Ended leases kept for late reports (at most --max-retained-leases: at the bound, late reports on the oldest answer unknown_lease)",
             self.retained_leases(),
         )
+    }
+}
+
+impl crate::per_proxy::PerProxy for Discovery {
+    /// Removes the proxy `key`, which is gone, from the book (the listing follows at the
+    /// next sync).
+    fn forget(&self, key: &ProxyKey) {
+        self.shared().book.remove(key);
+        crate::locks::lock(&self.forgotten).insert(key.clone());
+    }
+
+    /// How many proxies the book holds.
+    fn tracked(&self) -> usize {
+        self.shared().book.proxies()
     }
 }

@@ -190,20 +190,6 @@ impl HealthEngine {
         lock(&self.egress).shared_with(key)
     }
 
-    /// Forgets the verdicts of `key`, which is gone. (Its schedule goes at the next refresh,
-    /// and with it any verdict a probe still in flight delivers.) The proxies that shared
-    /// its egress address no longer do: they are reconciled by the next probe that reports,
-    /// or their next poll.
-    pub fn forget(&self, key: &ProxyKey) {
-        lock(&self.book).forget(key);
-        let _ = lock(&self.egress).forget(key);
-    }
-
-    /// How many proxies the book holds a state for.
-    pub fn tracked(&self) -> usize {
-        lock(&self.book).tracked()
-    }
-
     /// Probes the proxies of `store` on a thread of its own named [`THREAD`], with a
     /// current-thread runtime that its probes run on too (see the module docs), under the
     /// panic boundary, until the returned [`Dedicated`] is stopped; sends the reference of
@@ -431,5 +417,21 @@ impl HealthEngine {
             book.delivered(&report);
             tracing::info!(proxy = %key, healthy = report.verdict.healthy, latency_ms = report.verdict.latency_ms, reason = ?report.reason, "health reported");
         }
+    }
+}
+
+impl crate::per_proxy::PerProxy for HealthEngine {
+    /// Forgets the verdicts of `key`, which is gone. (Its schedule goes at the next refresh,
+    /// and with it any verdict a probe still in flight delivers.) The proxies that shared
+    /// its egress address no longer do: they are reconciled by the next probe that reports,
+    /// or their next poll.
+    fn forget(&self, key: &ProxyKey) {
+        lock(&self.book).forget(key);
+        let _ = lock(&self.egress).forget(key);
+    }
+
+    /// How many proxies the book holds a state for.
+    fn tracked(&self) -> usize {
+        lock(&self.book).tracked()
     }
 }

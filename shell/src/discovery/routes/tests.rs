@@ -10,6 +10,7 @@ use warp::http::StatusCode;
 
 use super::*;
 use crate::discovery::{BODY_LIMIT, Discovery, Limits};
+use crate::per_proxy::PerProxy;
 
 const TOKEN: &str = "s3cret";
 
