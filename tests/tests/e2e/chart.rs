@@ -15,7 +15,7 @@ use std::time::Duration;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, PodSpec, Secret};
 use kube::api::Api;
-use proxy_crd::{ProviderHealth, Proxy};
+use proxy_crd::{Condition, ProviderHealth, Proxy};
 use proxy_tests::bins::{helm, kbin, repo_root};
 use proxy_tests::control_plane::ControlPlane;
 use proxy_tests::gce::{FakeGce, FakeOptions, Method, ServiceAccountKey};
@@ -1078,6 +1078,22 @@ pub(crate) async fn wait_provider_health(
     status: &str,
     log: &dyn Fn() -> String,
 ) -> (String, String) {
+    wait_provider_condition(ns, name, &format!("Healthy={status}"), log, &|c| {
+        c.status == status
+    })
+    .await
+}
+
+/// Waits (60 s at most) until the `Healthy` condition of the ProviderHealth `name` in `ns`
+/// is one `wanted` (described as `what`) accepts; its reason and message. Fails with what it
+/// said last and `log`.
+pub(crate) async fn wait_provider_condition(
+    ns: &str,
+    name: &str,
+    what: &str,
+    log: &dyn Fn() -> String,
+    wanted: &dyn Fn(&Condition) -> bool,
+) -> (String, String) {
     let client = ControlPlane::shared().client().await;
     let api: Api<ProviderHealth> = Api::namespaced(client, ns);
     let mut last = None;
@@ -1088,15 +1104,13 @@ pub(crate) async fn wait_provider_health(
             .unwrap()
             .and_then(|h| h.status)
             .and_then(|s| s.conditions.into_iter().find(|c| c.type_ == "Healthy"));
-        if let Some(condition) = &last
-            && condition.status == status
-        {
+        if let Some(condition) = last.as_ref().filter(|c| wanted(c)) {
             return (condition.reason.clone(), condition.message.clone());
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     panic!(
-        "ProviderHealth {name} not Healthy={status} within 60 s (last: {last:?}); log:\n{}",
+        "ProviderHealth {name} not {what} within 60 s (last: {last:?}); log:\n{}",
         log()
     );
 }
