@@ -287,18 +287,22 @@ async fn bench() -> anyhow::Result<()> {
                 let Some(m) = results.get(&(conns, mode_name(mode), path.name())) else {
                     continue;
                 };
+                // A path that answered nothing has no latency and no cost per request.
+                let answered = |figure: String| if m.rate > 0.0 { figure } else { "-".to_owned() };
                 let added = m.p99.as_secs_f64() - direct.p99.as_secs_f64();
                 println!(
-                    "| {} | {conns} | {} | {:.0} | {:.2} ms | {:.2} ms | {:.2} | {:+.2} ms | {} | {} | {} |",
+                    "| {} | {conns} | {} | {:.0} | {} | {} | {:.2} | {} | {} | {} | {} |",
                     mode_name(mode),
                     path.name(),
                     m.rate,
-                    ms(m.p50),
-                    ms(m.p99),
+                    answered(format!("{:.2} ms", ms(m.p50))),
+                    answered(format!("{:.2} ms", ms(m.p99))),
                     m.rate / direct.rate.max(1e-9),
-                    added * 1000.0,
-                    m.cpu_per_1000
-                        .map_or_else(|| "-".to_owned(), |cpu| format!("{:.0} ms", cpu * 1000.0)),
+                    answered(format!("{:+.2} ms", added * 1000.0)),
+                    m.cpu_per_1000.map_or_else(
+                        || "-".to_owned(),
+                        |cpu| answered(format!("{:.0} ms", cpu * 1000.0))
+                    ),
                     m.reopened,
                     m.errors,
                 );
