@@ -19,8 +19,11 @@ pub struct Feedback {
     /// Whether the connection's next request asks the book again: after a ban, so that a
     /// session moves within the connection too.
     pub lease_again: bool,
-    /// The upstream refused the lease's credentials (407): not the client's answer; the
-    /// gateway retries on another upstream ([`super::UpstreamFailure::Credentials`]).
+    /// The upstream refused the lease's credentials (407): not the client's answer. The
+    /// request's body is gone, so there is no retry: the client gets a 502
+    /// ([`super::UpstreamFailure::Credentials`]) and its next request leases again, with the
+    /// credentials the book holds then (a CONNECT, which has no body yet, is retried on
+    /// another upstream instead).
     pub refused_credentials: bool,
 }
 

@@ -6,8 +6,14 @@
 //!
 //! Connections to the API are pooled and kept alive, so a lease costs one HTTP exchange on
 //! an open connection. Releases are sent in the background (a connection's close never waits
-//! for one); reports of a plain-HTTP answer are awaited, so the client's next request already
-//! finds the session moved.
+//! for one), and a stopping gateway waits for those in flight ([`Book::settle`]); reports of
+//! a plain-HTTP answer are awaited, so the client's next request already finds the session
+//! moved.
+//!
+//! A lease is a [`Pending`] until what releases it holds it (a tunnel, a connection's
+//! upstream): a client that hangs up while its upstream is being dialled drops the request's
+//! future, and the lease with it goes back to the book instead of counting against the
+//! proxy's `maxLeases` until its TTL.
 
 use std::time::{Duration, Instant};
 
@@ -17,6 +23,7 @@ use proxy_core::gateway::{LeaseAsk, Refusal};
 use proxy_core::lease::{NoMatch, ReportResult};
 use serde::Deserialize;
 use serde_json::{Value, json};
+use tokio_util::task::TaskTracker;
 
 use super::metrics::GatewayMetrics;
 
@@ -50,12 +57,43 @@ impl std::fmt::Debug for Leased {
     }
 }
 
+/// A lease just granted, released when dropped unless [`kept`](Pending::keep).
+#[derive(Debug)]
+pub struct Pending<'a> {
+    book: &'a Book,
+    leased: Leased,
+    kept: bool,
+}
+
+impl Pending<'_> {
+    /// The lease.
+    pub fn leased(&self) -> &Leased {
+        &self.leased
+    }
+
+    /// The lease, now in the hands of what releases it.
+    pub fn keep(mut self) -> Leased {
+        self.kept = true;
+        self.leased.clone()
+    }
+}
+
+impl Drop for Pending<'_> {
+    fn drop(&mut self) {
+        if !self.kept {
+            self.book.release_later(&self.leased);
+        }
+    }
+}
+
 /// The discovery API, as the gateway uses it.
 #[derive(Debug, Clone)]
 pub struct Book {
     http: reqwest::Client,
     base: String,
     token: Option<String>,
+    /// The releases in flight.
+    releases: TaskTracker,
 }
 
 #[derive(Deserialize)]
@@ -95,6 +133,7 @@ impl Book {
             http,
             base: base.trim_end_matches('/').to_owned(),
             token,
+            releases: TaskTracker::new(),
         }
     }
 
@@ -108,7 +147,14 @@ impl Book {
 
     /// A lease for `ask`: the session's, or a new one. A refusal the client understands when
     /// there is none: no proxy fits (503 with `Retry-After`), or the book cannot answer.
-    pub async fn lease(&self, ask: &LeaseAsk, metrics: &GatewayMetrics) -> Result<Leased, Refusal> {
+    ///
+    /// A grant whose answer is still on its way when the caller's future is dropped is not
+    /// released: it ends at its TTL.
+    pub async fn lease(
+        &self,
+        ask: &LeaseAsk,
+        metrics: &GatewayMetrics,
+    ) -> Result<Pending<'_>, Refusal> {
         let started = Instant::now();
         let mut body = json!({
             "selector": ask.selector.terms().collect::<std::collections::BTreeMap<_, _>>(),
@@ -160,7 +206,7 @@ impl Book {
                     });
                 }
                 let proxy = granted.proxy;
-                Ok(Leased {
+                let leased = Leased {
                     id: granted.lease_id,
                     proxy: ProxyKey::new(&proxy.namespace, &proxy.name),
                     authorization: match (&proxy.username, &proxy.password) {
@@ -170,6 +216,11 @@ impl Book {
                     host: proxy.host,
                     port: proxy.port,
                     session: ask.session.as_ref().map(|s| s.as_str().to_owned()),
+                };
+                Ok(Pending {
+                    book: self,
+                    leased,
+                    kept: false,
                 })
             }
             409 => Err(Refusal::NoProxy(
@@ -199,12 +250,23 @@ impl Book {
         );
         let id = leased.id.clone();
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            runtime.spawn(async move {
-                if let Err(error) = request.send().await {
-                    tracing::debug!(%error, lease = id, "releasing a gateway lease failed; it expires by itself");
-                }
-            });
+            self.releases.spawn_on(
+                async move {
+                    if let Err(error) = request.send().await {
+                        tracing::debug!(%error, lease = id, "releasing a gateway lease failed; it expires by itself");
+                    }
+                },
+                &runtime,
+            );
         }
+    }
+
+    /// Waits until the releases in flight are sent (each is bounded by the client's
+    /// timeout): the last step of a gateway's shutdown, so that its leases go back to the
+    /// book rather than waiting out their TTL.
+    pub async fn settle(&self) {
+        self.releases.close();
+        self.releases.wait().await;
     }
 
     /// Reports `result` for `target` on `leased` (its session's lease ends on a ban); waits

@@ -189,25 +189,24 @@ impl Connection {
         let (options, _) = self.authenticate(request.headers(), header::PROXY_AUTHORIZATION)?;
         let gateway = &self.gateway;
         let mut attempts = Attempts::default();
+        // Each lease that does not become the tunnel's is released as it is dropped, also
+        // when the client hangs up while its upstream is being dialled.
         let (leased, stream, rest) = loop {
             let ask = options.ask(&target.host, attempts.avoid());
-            let leased = gateway
+            let pending = gateway
                 .book
                 .lease(&ask, &gateway.metrics)
                 .await
                 .map_err(|refused| attempts.lease_refused(refused))?;
-            match upstream::tunnel(&leased, &target, gateway.settings.connect_timeout).await {
-                Ok((stream, rest)) => break (leased, stream, rest),
+            let leased = pending.leased();
+            match upstream::tunnel(leased, &target, gateway.settings.connect_timeout).await {
+                Ok((stream, rest)) => break (pending.keep(), stream, rest),
                 Err(TunnelError::Failed(failure)) => {
-                    gateway.book.release_later(&leased);
                     tracing::debug!(proxy = %leased.proxy, failure = failure.as_str(), "upstream failed before the tunnel opened");
                     attempts.failed(leased.proxy.clone(), failure)?;
                     gateway.metrics.retried();
                 }
-                Err(TunnelError::Refused(status)) => {
-                    gateway.book.release_later(&leased);
-                    return Err(Refusal::TunnelRefused(status));
-                }
+                Err(TunnelError::Refused(status)) => return Err(Refusal::TunnelRefused(status)),
             }
         };
         gateway.metrics.connection(Kind::Connect);
@@ -261,12 +260,15 @@ impl Connection {
                         gateway.book.release_later(&old.leased);
                     }
                     let ask = options.ask(&target.host, attempts.avoid());
-                    let leased = gateway
+                    let pending = gateway
                         .book
                         .lease(&ask, &gateway.metrics)
                         .await
                         .map_err(|refused| attempts.lease_refused(refused))?;
-                    match self.sender(&leased).await {
+                    // Released as it is dropped if the client hangs up meanwhile.
+                    let opened = self.sender(pending.leased()).await;
+                    let leased = pending.keep();
+                    match opened {
                         Ok(sender) => {
                             gateway.metrics.connection(Kind::Http);
                             *slot = Some(Forwarding {

@@ -22,7 +22,8 @@
 //! `--http-request-timeout-seconds`; a tunnel idle for `--idle-timeout-seconds` is closed; a
 //! panic while serving a request is a 500 and counted (`proxy_operator_panics_total{loop=
 //! "gateway"}`), never a dead gateway; on SIGTERM the listener closes, connections finish
-//! their requests and tunnels run on for at most `--shutdown-grace-seconds`.
+//! their requests and tunnels run on for at most `--shutdown-grace-seconds`; then what is
+//! left closes, and the gateway exits once every lease it held is released.
 //!
 //! HTTP/2: the connection's service and the tunnel's copy take any request and any upgraded
 //! stream, so serving HTTP/2's extended CONNECT is a second builder in [`serve`], not a new
@@ -194,10 +195,9 @@ pub async fn serve(
     drop(listener);
     let _ = drain.send(true);
     let open = connections.len();
-    let tunnels = std::mem::take(&mut *locks::lock(&gateway.tunnels));
+    let mut tunnels = std::mem::take(&mut *locks::lock(&gateway.tunnels));
     let finished = tokio::time::timeout(settings.shutdown_grace, async {
         while connections.join_next().await.is_some() {}
-        let mut tunnels = tunnels;
         while tunnels.join_next().await.is_some() {}
     })
     .await;
@@ -209,8 +209,16 @@ pub async fn serve(
     } else {
         tracing::debug!(open, "every gateway connection finished");
     }
+    // The tunnels close and release their leases: those open since the grace began and
+    // those a request opened during it. A connection still open is aborted (its upstream's
+    // lease is released as it is dropped), which also ends a tunnel still waiting for it.
     let _ = gateway.stop.send(true);
     connections.shutdown().await;
+    let late = std::mem::take(&mut *locks::lock(&gateway.tunnels));
+    for mut closing in [tunnels, late] {
+        while closing.join_next().await.is_some() {}
+    }
+    gateway.book.settle().await;
 }
 
 #[cfg(test)]

@@ -90,6 +90,12 @@ struct Bed {
     gateway: SocketAddr,
     metrics: Arc<GatewayMetrics>,
     seen: Vec<(u16, Seen)>,
+    /// The lease book.
+    discovery: Arc<Discovery>,
+    /// Stops the gateway (its SIGTERM).
+    stop: tokio::sync::oneshot::Sender<()>,
+    /// The gateway's serving, which ends once it has stopped.
+    served: tokio::task::JoinHandle<()>,
 }
 
 impl Bed {
@@ -106,6 +112,15 @@ impl Bed {
 
     /// A bed whose fleet is `addrs` (by increasing latency).
     async fn over(addrs: &[SocketAddr], seen: Vec<(u16, Seen)>) -> Self {
+        let settings = Settings {
+            connect_timeout: Duration::from_secs(2),
+            ..Settings::default()
+        };
+        Self::with(addrs, seen, settings).await
+    }
+
+    /// A bed whose fleet is `addrs` and whose gateway has these timeouts.
+    async fn with(addrs: &[SocketAddr], seen: Vec<(u16, Seen)>, settings: Settings) -> Self {
         let discovery = Arc::new(Discovery::new(
             Some(TOKEN),
             LeaseConfig::default(),
@@ -128,7 +143,7 @@ impl Bed {
         let api = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let api_url = format!("http://{}", api.local_addr().unwrap());
         tokio::spawn(discovery::serve(
-            discovery,
+            discovery.clone(),
             api,
             crate::server::Settings::default(),
             std::future::pending(),
@@ -143,19 +158,37 @@ impl Bed {
             Book::new(&api_url, Some(TOKEN.to_owned())),
             Tenants::of([("acme", TENANT_TOKEN)]),
             grammar,
-            Settings {
-                connect_timeout: Duration::from_secs(2),
-                ..Settings::default()
-            },
+            settings,
             metrics.clone(),
         ));
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
-        tokio::spawn(serve(gateway, listener, std::future::pending()));
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let served = tokio::spawn(serve(gateway, listener, async {
+            let _ = stopped.await;
+        }));
         Self {
             gateway: addr,
             metrics,
             seen,
+            discovery,
+            stop,
+            served,
+        }
+    }
+
+    /// Waits until the book holds `n` leases.
+    async fn leases_held(&self, n: usize) {
+        let held = async {
+            while self.discovery.active_leases() != n {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        };
+        if tokio::time::timeout(BOUND, held).await.is_err() {
+            panic!(
+                "the book holds {} leases, not {n}",
+                self.discovery.active_leases()
+            );
         }
     }
 
@@ -470,4 +503,66 @@ async fn requests_that_are_not_proxy_requests_are_400_and_the_gateway_goes_on() 
     let mut client = bed.connect().await;
     let (status, _) = exchange(&mut client, &connect_request("user-acme", TENANT_TOKEN)).await;
     assert_eq!(status, 200);
+}
+
+/// An upstream that accepts connections and never answers, until the test ends.
+async fn silent_upstream() -> (SocketAddr, tokio::task::JoinHandle<()>) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let holding = tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((stream, _)) = listener.accept().await {
+            held.push(stream);
+        }
+    });
+    (addr, holding)
+}
+
+#[tokio::test]
+async fn a_client_that_hangs_up_while_its_upstream_is_dialled_gives_its_lease_back() {
+    // The upstream never answers, and the gateway would wait a minute for it: the client
+    // leaves first, for each kind of request.
+    let (silent, _holding) = silent_upstream().await;
+    let settings = Settings {
+        connect_timeout: Duration::from_secs(60),
+        ..Settings::default()
+    };
+    let bed = Bed::with(&[silent], Vec::new(), settings).await;
+    for request in [
+        connect_request("user-acme", TENANT_TOKEN),
+        get_request("user-acme", "/page"),
+    ] {
+        let mut client = bed.connect().await;
+        client.write_all(request.as_bytes()).await.unwrap();
+        bed.leases_held(1).await;
+        drop(client);
+        bed.leases_held(0).await;
+    }
+}
+
+#[tokio::test]
+async fn a_stopped_gateway_closes_its_tunnels_and_gives_every_lease_back() {
+    let (addr, seen) = upstream().await;
+    let settings = Settings {
+        shutdown_grace: Duration::from_millis(200),
+        ..Settings::default()
+    };
+    let bed = Bed::with(&[addr], vec![(addr.port(), seen)], settings).await;
+    // A tunnel, and a plain-HTTP connection that keeps its upstream: both outlast the grace.
+    let mut tunnel = bed.connect().await;
+    let (status, _) = exchange(&mut tunnel, &connect_request("user-acme", TENANT_TOKEN)).await;
+    assert_eq!(status, 200);
+    let mut kept = bed.connect().await;
+    let (status, _) = exchange(&mut kept, &get_request("user-acme", "/page")).await;
+    assert_eq!(status, 200);
+    bed.leases_held(2).await;
+    let _ = bed.stop.send(());
+    tokio::time::timeout(BOUND, bed.served)
+        .await
+        .expect("the gateway stops within its grace and the book's timeout")
+        .unwrap();
+    assert_eq!(bed.discovery.active_leases(), 0);
+    let mut rest = Vec::new();
+    let read = tokio::time::timeout(BOUND, tunnel.read_to_end(&mut rest)).await;
+    assert!(matches!(read, Ok(Ok(_))), "the tunnel was closed: {read:?}");
 }
