@@ -6,9 +6,11 @@
 //! reports, every refusal. This module carries them out.
 //!
 //! A plain-HTTP connection keeps its upstream (one upstream connection, kept alive) for its
-//! next requests, until a ban answer (429, 401, 403) or a new username makes it ask the book
-//! again; its lease, unless it is a session's, is released when the connection closes. A
-//! tunnel holds its lease until it closes.
+//! next requests to the same site, until a ban answer (429, 401, 403) or a new username makes
+//! it ask the book again; a request to another site asks the book too (the proxy may be
+//! cooling down for that site), and keeps the upstream connection if the answer is the same
+//! proxy. Its lease, unless it is a session's, is released when the connection closes or
+//! moves. A tunnel holds its lease until it closes.
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -45,6 +47,9 @@ struct Forwarding {
     leased: Leased,
     /// The username it was leased for: a request with another one asks the book again.
     username: String,
+    /// The site it was leased for: a request to another one asks the book again, which
+    /// knows the cooldowns of that site.
+    site: String,
     sender: client::SendRequest<Counted<Incoming>>,
     /// The lease's headers, made once per lease rather than once per request.
     headers: LeaseHeaders,
@@ -241,7 +246,9 @@ impl Connection {
             // A new lease that could not be connected to.
             let mut unopened = None;
             let failure = match slot.as_mut() {
-                Some(forwarding) if forwarding.username == username => {
+                Some(forwarding)
+                    if forwarding.username == username && forwarding.site == target.host =>
+                {
                     // The upstream may have closed the kept-alive connection (its idle
                     // timeout): open it again, to the same lease.
                     if forwarding.sender.ready().await.is_ok() {
@@ -256,7 +263,8 @@ impl Connection {
                     }
                 }
                 _ => {
-                    if let Some(old) = slot.take() {
+                    let previous = slot.take();
+                    if let Some(old) = &previous {
                         gateway.book.release_later(&old.leased);
                     }
                     let ask = options.ask(&target.host, attempts.avoid());
@@ -265,16 +273,28 @@ impl Connection {
                         .lease(&ask, &gateway.metrics)
                         .await
                         .map_err(|refused| attempts.lease_refused(refused))?;
-                    // Released as it is dropped if the client hangs up meanwhile.
-                    let opened = self.sender(pending.leased()).await;
+                    // The same proxy for another site keeps its open connection.
+                    let kept =
+                        match previous.filter(|old| old.leased.proxy == pending.leased().proxy) {
+                            Some(mut old) => old.sender.ready().await.is_ok().then_some(old.sender),
+                            None => None,
+                        };
+                    // The lease is released as it is dropped if the client hangs up while
+                    // its upstream is dialled.
+                    let opened = match kept {
+                        Some(sender) => Ok(sender),
+                        None => self.sender(pending.leased()).await.inspect(|_| {
+                            gateway.metrics.connection(Kind::Http);
+                        }),
+                    };
                     let leased = pending.keep();
                     match opened {
                         Ok(sender) => {
-                            gateway.metrics.connection(Kind::Http);
                             *slot = Some(Forwarding {
                                 headers: LeaseHeaders::of(&leased),
                                 leased,
                                 username: username.clone(),
+                                site: target.host.clone(),
                                 sender,
                             });
                             break;

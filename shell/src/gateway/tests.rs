@@ -252,8 +252,12 @@ fn connect_request(username: &str, password: &str) -> String {
 }
 
 fn get_request(username: &str, path: &str) -> String {
+    get_request_to("shop.example", username, path)
+}
+
+fn get_request_to(site: &str, username: &str, path: &str) -> String {
     format!(
-        "GET http://shop.example{path} HTTP/1.1\r\nHost: shop.example\r\nProxy-Authorization: {}\r\nConnection: keep-alive\r\n\r\n",
+        "GET http://{site}{path} HTTP/1.1\r\nHost: {site}\r\nProxy-Authorization: {}\r\nConnection: keep-alive\r\n\r\n",
         basic(username, TENANT_TOKEN)
     )
 }
@@ -404,6 +408,48 @@ async fn a_429_on_plain_http_is_reported_and_moves_the_session_within_the_connec
         bed.metrics
             .encode()
             .contains(r#"proxy_operator_gateway_reports_total{result="rate_limited"} 1"#)
+    );
+}
+
+#[tokio::test]
+async fn a_kept_alive_connection_honours_each_sites_cooldowns() {
+    // One connection for every http:// site, as requests and urllib3 keep it; a session, so
+    // that the book's choices do not wait on a release in flight.
+    let bed = Bed::new(2).await;
+    let mut client = bed.connect().await;
+    let upstream_for = async |client: &mut TcpStream, site: &str, path: &str| {
+        let request = get_request_to(site, "user-acme-session-s1", path);
+        let (status, answer) = exchange(client, &request).await;
+        (status, header(&answer, "x-proxy-upstream"))
+    };
+    assert_eq!(
+        upstream_for(&mut client, "a.example", "/page").await,
+        (200, "crawl/p0".into())
+    );
+    // Another site on the same proxy keeps the upstream connection.
+    assert_eq!(
+        upstream_for(&mut client, "b.example", "/status/429").await,
+        (429, "crawl/p0".into())
+    );
+    // The ban ended the session's lease; p0 cools down for b.example only: a.example may
+    // have it again (a new upstream connection), b.example may not.
+    assert_eq!(
+        upstream_for(&mut client, "a.example", "/page").await,
+        (200, "crawl/p0".into())
+    );
+    assert_eq!(
+        upstream_for(&mut client, "b.example", "/page").await,
+        (200, "crawl/p1".into()),
+        "p0 is cooling down for b.example"
+    );
+    assert_eq!(
+        upstream_for(&mut client, "b.example", "/again").await,
+        (200, "crawl/p1".into())
+    );
+    let text = bed.metrics.encode();
+    assert!(
+        text.contains(r#"proxy_operator_gateway_connections_total{kind="http"} 3"#),
+        "upstream connections: p0, p0 after the ban, p1: {text}"
     );
 }
 
