@@ -13,9 +13,13 @@ use crate::lease::{ReportResult, StatusMeaning, meaning_of};
 /// What to do after an upstream's answer to a plain-HTTP request.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Feedback {
-    /// The report to send, awaited before the answer goes to the client, so that the
-    /// client's next request already sees its effect.
+    /// The report to send.
     pub report: Option<ReportResult>,
+    /// Whether the answer waits for the report: a ban's must land before the client's next
+    /// request, which then finds the proxy cooling down and the session moved; an `error`
+    /// only feeds the site statistics, and the client does not wait for it (nor for a lease
+    /// book that is failing over).
+    pub report_awaited: bool,
     /// Whether the connection's next request asks the book again: after a ban, so that a
     /// session moves within the connection too.
     pub lease_again: bool,
@@ -32,16 +36,19 @@ pub fn after_answer(status: u16) -> Feedback {
     match meaning_of(status) {
         Ok(StatusMeaning::WrongCredentials) => Feedback {
             report: None,
+            report_awaited: false,
             lease_again: true,
             refused_credentials: true,
         },
         Ok(StatusMeaning::Report(ReportResult::Ok)) | Err(_) => Feedback {
             report: None,
+            report_awaited: false,
             lease_again: false,
             refused_credentials: false,
         },
         Ok(meaning @ StatusMeaning::Report(result)) => Feedback {
             report: Some(result),
+            report_awaited: meaning.lease_again(),
             lease_again: meaning.lease_again(),
             refused_credentials: false,
         },
@@ -53,22 +60,36 @@ mod tests {
     use super::*;
 
     #[test]
-    fn bans_are_reported_and_lease_again_errors_are_reported_oks_are_not() {
+    fn bans_are_reported_awaited_and_lease_again_errors_in_the_background_oks_not_at_all() {
         let feedback = |status| {
             let f = after_answer(status);
-            (f.report, f.lease_again, f.refused_credentials)
+            (
+                f.report,
+                f.report_awaited,
+                f.lease_again,
+                f.refused_credentials,
+            )
         };
         assert_eq!(
             feedback(429),
-            (Some(ReportResult::RateLimited), true, false)
+            (Some(ReportResult::RateLimited), true, true, false)
         );
-        assert_eq!(feedback(403), (Some(ReportResult::Blocked), true, false));
-        assert_eq!(feedback(401), (Some(ReportResult::Blocked), true, false));
-        assert_eq!(feedback(503), (Some(ReportResult::Error), false, false));
-        assert_eq!(feedback(407), (None, true, true));
+        assert_eq!(
+            feedback(403),
+            (Some(ReportResult::Blocked), true, true, false)
+        );
+        assert_eq!(
+            feedback(401),
+            (Some(ReportResult::Blocked), true, true, false)
+        );
+        assert_eq!(
+            feedback(503),
+            (Some(ReportResult::Error), false, false, false)
+        );
+        assert_eq!(feedback(407), (None, false, true, true));
         for ok in [200, 204, 301, 404, 410] {
-            assert_eq!(feedback(ok), (None, false, false), "{ok}");
+            assert_eq!(feedback(ok), (None, false, false, false), "{ok}");
         }
-        assert_eq!(feedback(99), (None, false, false));
+        assert_eq!(feedback(99), (None, false, false, false));
     }
 }

@@ -6,9 +6,9 @@
 //!
 //! Connections to the API are pooled and kept alive, so a lease costs one HTTP exchange on
 //! an open connection. Releases are sent in the background (a connection's close never waits
-//! for one), and a stopping gateway waits for those in flight ([`Book::settle`]); reports of
-//! a plain-HTTP answer are awaited, so the client's next request already finds the session
-//! moved.
+//! for one), and a stopping gateway waits for those in flight ([`Book::settle`]). A report of
+//! a ban on plain HTTP is awaited, so the client's next request already finds the session
+//! moved; an `error` report (statistics only) is sent in the background too.
 //!
 //! A lease is a [`Pending`] until what releases it holds it (a tunnel, a connection's
 //! upstream): a client that hangs up while its upstream is being dialled drops the request's
@@ -92,8 +92,8 @@ pub struct Book {
     http: reqwest::Client,
     base: String,
     token: Option<String>,
-    /// The releases in flight.
-    releases: TaskTracker,
+    /// The releases and reports in flight.
+    background: TaskTracker,
 }
 
 #[derive(Deserialize)]
@@ -133,7 +133,7 @@ impl Book {
             http,
             base: base.trim_end_matches('/').to_owned(),
             token,
-            releases: TaskTracker::new(),
+            background: TaskTracker::new(),
         }
     }
 
@@ -249,51 +249,53 @@ impl Book {
             &format!("/v1/leases/{}", leased.id),
         );
         let id = leased.id.clone();
-        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            self.releases.spawn_on(
-                async move {
-                    if let Err(error) = request.send().await {
-                        tracing::debug!(%error, lease = id, "releasing a gateway lease failed; it expires by itself");
-                    }
-                },
-                &runtime,
-            );
-        }
-    }
-
-    /// Waits until the releases in flight are sent (each is bounded by the client's
-    /// timeout): the last step of a gateway's shutdown, so that its leases go back to the
-    /// book rather than waiting out their TTL.
-    pub async fn settle(&self) {
-        self.releases.close();
-        self.releases.wait().await;
+        self.in_background(async move {
+            if let Err(error) = request.send().await {
+                tracing::debug!(%error, lease = id, "releasing a gateway lease failed; it expires by itself");
+            }
+        });
     }
 
     /// Reports `result` for `target` on `leased` (its session's lease ends on a ban); waits
     /// for the book's answer, at most the client timeout.
     pub async fn report(&self, leased: &Leased, result: ReportResult, target: &str) {
-        let body = json!({"result": result, "target": target});
-        let answer = self
-            .request(
-                reqwest::Method::POST,
-                &format!("/v1/leases/{}/report", leased.id),
-            )
-            .json(&body)
-            .send()
-            .await;
-        match answer {
-            Ok(answer) if answer.status().is_success() => {}
-            Ok(answer) => {
-                tracing::warn!(
-                    status = answer.status().as_u16(),
-                    lease = leased.id,
-                    "the lease book refused a report"
-                )
-            }
-            Err(error) => {
-                tracing::warn!(%error, lease = leased.id, "reporting to the lease book failed")
-            }
+        deliver(self.report_request(leased, result, target), &leased.id).await;
+    }
+
+    /// [`report`](Self::report) in the background: for a report that changes nothing the
+    /// client's next request gets (an `error`, for the statistics).
+    pub fn report_later(&self, leased: &Leased, result: ReportResult, target: &str) {
+        let request = self.report_request(leased, result, target);
+        let id = leased.id.clone();
+        self.in_background(async move { deliver(request, &id).await });
+    }
+
+    fn report_request(
+        &self,
+        leased: &Leased,
+        result: ReportResult,
+        target: &str,
+    ) -> reqwest::RequestBuilder {
+        self.request(
+            reqwest::Method::POST,
+            &format!("/v1/leases/{}/report", leased.id),
+        )
+        .json(&json!({"result": result, "target": target}))
+    }
+
+    /// Runs `work` (a call to the book) on the current runtime, tracked for [`settle`](Self::settle).
+    fn in_background(&self, work: impl Future<Output = ()> + Send + 'static) {
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            self.background.spawn_on(work, &runtime);
         }
+    }
+
+    /// Waits until the releases and reports in flight are sent (each is bounded by the
+    /// client's timeout): the last step of a gateway's shutdown, so that its leases go back
+    /// to the book rather than waiting out their TTL.
+    pub async fn settle(&self) {
+        self.background.close();
+        self.background.wait().await;
     }
 
     /// Relays a client's report on its session (`POST /v1/sessions/{name}/report`) with the
@@ -316,5 +318,20 @@ impl Book {
         let status = answer.status().as_u16();
         let body = answer.bytes().await.map_err(|_| Refusal::BookUnavailable)?;
         Ok((status, body))
+    }
+}
+
+/// Sends a report on the lease `id`, and logs what went wrong.
+async fn deliver(request: reqwest::RequestBuilder, id: &str) {
+    match request.send().await {
+        Ok(answer) if answer.status().is_success() => {}
+        Ok(answer) => {
+            tracing::warn!(
+                status = answer.status().as_u16(),
+                lease = id,
+                "the lease book refused a report"
+            )
+        }
+        Err(error) => tracing::warn!(%error, lease = id, "reporting to the lease book failed"),
     }
 }

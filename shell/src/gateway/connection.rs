@@ -355,7 +355,11 @@ impl Connection {
             return Err(Refusal::UpstreamFailed(UpstreamFailure::Credentials));
         }
         if let Some(result) = feedback.report {
-            gateway.book.report(&leased, result, &target.host).await;
+            if feedback.report_awaited {
+                gateway.book.report(&leased, result, &target.host).await;
+            } else {
+                gateway.book.report_later(&leased, result, &target.host);
+            }
             gateway.metrics.reported(match result {
                 proxy_core::lease::ReportResult::RateLimited => "rate_limited",
                 proxy_core::lease::ReportResult::Blocked => "blocked",

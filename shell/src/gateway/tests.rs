@@ -454,6 +454,34 @@ async fn a_kept_alive_connection_honours_each_sites_cooldowns() {
 }
 
 #[tokio::test]
+async fn a_5xx_on_plain_http_keeps_the_upstream_and_reaches_the_books_statistics() {
+    let bed = Bed::new(2).await;
+    let mut client = bed.connect().await;
+    for path in ["/status/503", "/page"] {
+        let (_, answer) = exchange(&mut client, &get_request("user-acme", path)).await;
+        assert_eq!(header(&answer, "x-proxy-upstream"), "crawl/p0", "{answer}");
+    }
+    // Sent in the background: it lands soon after the answer.
+    let p0 = ProxyKey::new("crawl", "p0");
+    let errors = || {
+        let shared = bed.discovery.shared();
+        let sites = shared.book.sites(&p0, jiff::Timestamp::now());
+        sites
+            .iter()
+            .find(|site| site.target == "shop.example")
+            .map_or(0, |site| site.stats.error)
+    };
+    let reported = async {
+        while errors() != 1 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    };
+    tokio::time::timeout(BOUND, reported)
+        .await
+        .expect("the 503 is reported as an error for shop.example");
+}
+
+#[tokio::test]
 async fn a_dead_upstream_is_retried_once_on_another_and_nothing_left_is_a_503() {
     // The lowest latency upstream is a port nothing listens on any more.
     let [dead] = dead_ports().await;
