@@ -591,7 +591,8 @@ pub struct GatewayArgs {
     /// sit idle between requests).
     #[arg(long, default_value = "10", value_parser = duration::parse)]
     pub http_header_timeout_seconds: Duration,
-    /// Seconds an upstream proxy may take to answer a forwarded request's head (504 after).
+    /// Seconds an upstream proxy may take to answer a forwarded request's head once it has
+    /// the whole request, however long its body took to send (504 after).
     #[arg(long, default_value = "30", value_parser = duration::parse)]
     pub http_request_timeout_seconds: Duration,
     /// Seconds connecting to an upstream proxy, and its answer to a CONNECT, may take; past

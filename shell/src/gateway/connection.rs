@@ -324,23 +324,29 @@ impl Connection {
                 .headers
                 .insert(header::PROXY_AUTHORIZATION, authorization.clone());
         }
-        let body = Counted::new(body, gateway.metrics.bytes(Direction::Upstream));
-        let sent = tokio::time::timeout(
-            gateway.settings.request_timeout,
-            forwarding
-                .sender
-                .send_request(Request::from_parts(parts, body)),
-        )
-        .await;
+        let (body, uploaded) =
+            Counted::new(body, gateway.metrics.bytes(Direction::Upstream)).with_end();
+        // The upstream has the request timeout to answer once it has the whole request: an
+        // upload takes as long as it takes.
+        let answer_due = async {
+            if let Some(uploaded) = uploaded {
+                let _ = uploaded.await;
+            }
+            tokio::time::sleep(gateway.settings.request_timeout).await;
+        };
+        let sent = tokio::select! {
+            sent = forwarding.sender.send_request(Request::from_parts(parts, body)) => Some(sent),
+            () = answer_due => None,
+        };
         let answer = match sent {
-            Ok(Ok(answer)) => answer,
+            Some(Ok(answer)) => answer,
             failed => {
                 if let Some(old) = slot.take() {
                     gateway.book.release_later(&old.leased);
                 }
                 return Err(match failed {
-                    Err(_elapsed) => Refusal::UpstreamTimeout,
-                    Ok(_) => Refusal::UpstreamFailed(UpstreamFailure::Closed),
+                    None => Refusal::UpstreamTimeout,
+                    Some(_) => Refusal::UpstreamFailed(UpstreamFailure::Closed),
                 });
             }
         };

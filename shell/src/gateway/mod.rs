@@ -61,7 +61,8 @@ use crate::supervise;
 pub struct Settings {
     /// How long a client may take to send a request's head (and may idle between requests).
     pub header_read_timeout: Duration,
-    /// How long an upstream may take to answer a forwarded request's head.
+    /// How long an upstream may take to answer a forwarded request's head, from the end of
+    /// the request's body.
     pub request_timeout: Duration,
     /// How long connecting to an upstream (and its answer to a CONNECT) may take.
     pub connect_timeout: Duration,

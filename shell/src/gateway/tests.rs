@@ -56,6 +56,11 @@ async fn proxy(mut stream: TcpStream, seen: Seen, port: u16) {
         }
         let head = String::from_utf8_lossy(&head).into_owned();
         seen.lock().unwrap().push(head.clone());
+        // A request's body is read whole before the answer, as an origin does.
+        let mut body = vec![0; content_length(&head)];
+        if stream.read_exact(&mut body).await.is_err() {
+            return;
+        }
         let target = head
             .split_whitespace()
             .nth(1)
@@ -226,22 +231,18 @@ async fn exchange(stream: &mut TcpStream, request: &str) -> (u16, String) {
             answer.push(byte[0]);
         }
         let head = String::from_utf8_lossy(&answer).into_owned();
-        let length = head
-            .lines()
-            .find_map(|l| {
-                l.to_ascii_lowercase()
-                    .strip_prefix("content-length: ")
-                    .map(str::to_owned)
-            })
-            .and_then(|n| n.trim().parse::<usize>().ok())
-            .unwrap_or(0);
-        let mut body = vec![0; length];
+        let mut body = vec![0; content_length(&head)];
         stream.read_exact(&mut body).await.unwrap();
         (head, String::from_utf8_lossy(&body).into_owned())
     };
     let (head, body) = tokio::time::timeout(BOUND, read).await.expect("an answer");
     let status = head.split_whitespace().nth(1).unwrap().parse().unwrap();
     (status, format!("{head}{body}"))
+}
+
+/// The `Content-Length` of a message head, 0 without one.
+fn content_length(head: &str) -> usize {
+    header(head, "content-length").parse().unwrap_or(0)
 }
 
 fn connect_request(username: &str, password: &str) -> String {
@@ -479,6 +480,41 @@ async fn a_5xx_on_plain_http_keeps_the_upstream_and_reaches_the_books_statistics
     tokio::time::timeout(BOUND, reported)
         .await
         .expect("the 503 is reported as an error for shop.example");
+}
+
+#[tokio::test]
+async fn an_upload_longer_than_the_request_timeout_is_answered() {
+    let (addr, seen) = upstream().await;
+    let settings = Settings {
+        request_timeout: Duration::from_millis(300),
+        ..Settings::default()
+    };
+    let bed = Bed::with(&[addr], vec![(addr.port(), seen)], settings).await;
+    let mut client = bed.connect().await;
+    // 1 s of upload, in four parts: the upstream answers once it has them all.
+    let head = format!(
+        "POST http://shop.example/upload HTTP/1.1\r\nHost: shop.example\r\nProxy-Authorization: {}\r\nContent-Length: 8\r\n\r\n",
+        basic("user-acme", TENANT_TOKEN)
+    );
+    client.write_all(head.as_bytes()).await.unwrap();
+    for part in ["ab", "cd", "ef"] {
+        client.write_all(part.as_bytes()).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    let (status, answer) = exchange(&mut client, "gh").await;
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(header(&answer, "x-proxy-upstream"), "crawl/p0");
+    // An upstream that has the whole request and does not answer still times out.
+    let (silent, _holding) = silent_upstream().await;
+    let settings = Settings {
+        request_timeout: Duration::from_millis(300),
+        ..Settings::default()
+    };
+    let bed = Bed::with(&[silent], Vec::new(), settings).await;
+    let mut client = bed.connect().await;
+    let (status, answer) = exchange(&mut client, &get_request("user-acme", "/page")).await;
+    assert_eq!(status, 504, "{answer}");
+    assert_eq!(header(&answer, "x-proxy-error"), "upstream_timeout");
 }
 
 #[tokio::test]
