@@ -17,7 +17,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Either, Full};
-use hyper::body::Incoming;
+use hyper::body::{Body as _, Incoming};
 use hyper::client::conn::http1 as client;
 use hyper::header::{self, HeaderMap, HeaderName, HeaderValue};
 use hyper::{Method, Request, Response, StatusCode};
@@ -319,6 +319,14 @@ impl Connection {
         };
         let (mut parts, body) = request.into_parts();
         strip_hop_by_hop(&mut parts.headers);
+        // hyper frames a body of unknown length as chunked, except on a GET or HEAD, which
+        // it sends with none unless told: a GET with a body (search APIs) keeps it.
+        if !body.is_end_stream() && !parts.headers.contains_key(header::CONTENT_LENGTH) {
+            parts.headers.insert(
+                header::TRANSFER_ENCODING,
+                HeaderValue::from_static("chunked"),
+            );
+        }
         if let Some(authorization) = &forwarding.headers.authorization {
             parts
                 .headers

@@ -55,12 +55,13 @@ async fn proxy(mut stream: TcpStream, seen: Seen, port: u16) {
             }
         }
         let head = String::from_utf8_lossy(&head).into_owned();
-        seen.lock().unwrap().push(head.clone());
         // A request's body is read whole before the answer, as an origin does.
-        let mut body = vec![0; content_length(&head)];
-        if stream.read_exact(&mut body).await.is_err() {
+        let Some(body) = read_body(&mut stream, &head).await else {
             return;
-        }
+        };
+        seen.lock()
+            .unwrap()
+            .push(format!("{head}{}", String::from_utf8_lossy(&body)));
         let target = head
             .split_whitespace()
             .nth(1)
@@ -243,6 +244,30 @@ async fn exchange(stream: &mut TcpStream, request: &str) -> (u16, String) {
 /// The `Content-Length` of a message head, 0 without one.
 fn content_length(head: &str) -> usize {
     header(head, "content-length").parse().unwrap_or(0)
+}
+
+/// The body of a request with `head`, of its `Content-Length` or chunked; `None` if the
+/// connection ended first.
+async fn read_body(stream: &mut TcpStream, head: &str) -> Option<Vec<u8>> {
+    if !header(head, "transfer-encoding").contains("chunked") {
+        let mut body = vec![0; content_length(head)];
+        stream.read_exact(&mut body).await.ok()?;
+        return Some(body);
+    }
+    let mut body = Vec::new();
+    loop {
+        let mut line = Vec::new();
+        while !line.ends_with(b"\r\n") {
+            line.push(stream.read_u8().await.ok()?);
+        }
+        let size = usize::from_str_radix(String::from_utf8_lossy(&line).trim(), 16).ok()?;
+        let mut chunk = vec![0; size + 2];
+        stream.read_exact(&mut chunk).await.ok()?;
+        if size == 0 {
+            return Some(body);
+        }
+        body.extend_from_slice(&chunk[..size]);
+    }
 }
 
 fn connect_request(username: &str, password: &str) -> String {
@@ -515,6 +540,26 @@ async fn an_upload_longer_than_the_request_timeout_is_answered() {
     let (status, answer) = exchange(&mut client, &get_request("user-acme", "/page")).await;
     assert_eq!(status, 504, "{answer}");
     assert_eq!(header(&answer, "x-proxy-error"), "upstream_timeout");
+}
+
+#[tokio::test]
+async fn a_chunked_body_reaches_the_upstream_whatever_the_method() {
+    let (addr, seen) = upstream().await;
+    let bed = Bed::over(&[addr], vec![(addr.port(), seen)]).await;
+    let mut client = bed.connect().await;
+    // A search API's GET with a body, and a POST, both chunked.
+    for method in ["GET", "POST"] {
+        let request = format!(
+            "{method} http://shop.example/_search HTTP/1.1\r\nHost: shop.example\r\nProxy-Authorization: {}\r\nTransfer-Encoding: chunked\r\n\r\n5\r\n{{\"q\":\r\n3\r\n 1}}\r\n0\r\n\r\n",
+            basic("user-acme", TENANT_TOKEN)
+        );
+        let (status, answer) = exchange(&mut client, &request).await;
+        assert_eq!(status, 200, "{answer}");
+        let seen = bed.seen_by(addr.port());
+        let last = seen.last().map(String::as_str).unwrap_or_default();
+        assert!(last.starts_with(method), "{seen:?}");
+        assert!(last.ends_with("\r\n\r\n{\"q\": 1}"), "{method}: {last:?}");
+    }
 }
 
 #[tokio::test]
