@@ -431,11 +431,21 @@ impl Connection {
                 "a report names the session in the username (user-<tenant>-session-<id>)".into(),
             ));
         };
-        let body = http_body_util::Limited::new(request.into_body(), 64 * 1024)
-            .collect()
-            .await
-            .map_err(|_| Refusal::BadRequest("the body is unreadable or over 64 KiB".into()))?
-            .to_bytes();
+        // A body announced and not sent must not hold the connection.
+        let within = self.gateway.settings.header_read_timeout;
+        let body = tokio::time::timeout(
+            within,
+            http_body_util::Limited::new(request.into_body(), 64 * 1024).collect(),
+        )
+        .await
+        .map_err(|_| {
+            Refusal::BadRequest(format!(
+                "the body did not arrive within {} s",
+                within.as_secs_f64()
+            ))
+        })?
+        .map_err(|_| Refusal::BadRequest("the body is unreadable or over 64 KiB".into()))?
+        .to_bytes();
         let (status, body) = self
             .gateway
             .book

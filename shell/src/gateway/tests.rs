@@ -563,6 +563,24 @@ async fn a_chunked_body_reaches_the_upstream_whatever_the_method() {
 }
 
 #[tokio::test]
+async fn a_report_whose_body_never_comes_is_refused_after_the_header_timeout() {
+    let settings = Settings {
+        header_read_timeout: Duration::from_millis(300),
+        ..Settings::default()
+    };
+    let (addr, seen) = upstream().await;
+    let bed = Bed::with(&[addr], vec![(addr.port(), seen)], settings).await;
+    let mut client = bed.connect().await;
+    let request = format!(
+        "POST /v1/report HTTP/1.1\r\nHost: gateway\r\nAuthorization: {}\r\nContent-Length: 100\r\n\r\n{{",
+        basic("user-acme-session-s1", TENANT_TOKEN)
+    );
+    let (status, answer) = exchange(&mut client, &request).await;
+    assert_eq!(status, 400, "{answer}");
+    assert!(answer.contains("did not arrive within 0.3 s"), "{answer}");
+}
+
+#[tokio::test]
 async fn a_dead_upstream_is_retried_once_on_another_and_nothing_left_is_a_503() {
     // The lowest latency upstream is a port nothing listens on any more.
     let [dead] = dead_ports().await;
