@@ -588,7 +588,7 @@ pub struct GatewayArgs {
     #[arg(long, default_value = "3600", value_parser = duration::parse)]
     pub max_lease_ttl_seconds: Duration,
     /// Seconds a client may take to send a request's head (also how long a connection may
-    /// sit idle between requests).
+    /// sit idle between requests, and a `POST /v1/report` its body).
     #[arg(long, default_value = "10", value_parser = duration::parse)]
     pub http_header_timeout_seconds: Duration,
     /// Seconds an upstream proxy may take to answer a forwarded request's head once it has
