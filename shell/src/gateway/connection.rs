@@ -343,6 +343,8 @@ impl Connection {
             tokio::time::sleep(gateway.settings.request_timeout).await;
         };
         let sent = tokio::select! {
+            // The answer first, as `tokio::time::timeout` polls: no random draw per request.
+            biased;
             sent = forwarding.sender.send_request(Request::from_parts(parts, body)) => Some(sent),
             () = answer_due => None,
         };
