@@ -105,6 +105,11 @@ where
     deserializer.deserialize_any(Visitor)
 }
 
+/// A flag's duration, at least 10 ms, so that no loop spins on a zero.
+pub fn at_least_10ms(duration: Duration) -> Duration {
+    duration.max(Duration::from_millis(10))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -12,7 +12,12 @@
 use std::sync::Arc;
 
 use crate::leadership::Leadership;
-use crate::metrics::Metrics;
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use proxy_core::Interruption;
+
+use crate::runtime::metrics::Registry;
 
 /// The field manager of every write this operator makes.
 pub const FIELD_MANAGER: &str = "proxy-operator";
@@ -62,26 +67,60 @@ impl Write {
     }
 }
 
+/// An error that stopped a reconcile, as both controllers' failure policies take it: a write
+/// the gate refused means this replica no longer leads (the next leader reconciles the
+/// object: wait for a change), anything else is a failure (retried). The one mapping from a
+/// reconcile's error to the core's [`Interruption`].
+pub trait Interrupted {
+    /// Whether the gate refused one of the reconcile's writes ([`NotLeader`]).
+    fn refused_by_gate(&self) -> bool;
+
+    /// What the core's failure policy makes of the error.
+    fn interruption(&self) -> Interruption {
+        if self.refused_by_gate() {
+            Interruption::NotLeader
+        } else {
+            Interruption::Failed
+        }
+    }
+}
+
 /// A write the gate refused: this replica no longer holds the leadership.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("no longer the leader: a {} write was dropped", .0.label())]
 pub struct NotLeader(pub Write);
 
+/// Labels of writes the leader gate refused.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct WriteLabels {
+    /// [`Write::label`].
+    kind: &'static str,
+}
+
 /// The leader gate of one operator process.
 #[derive(Clone, Debug)]
 pub struct Gate {
     leadership: Arc<Leadership>,
-    metrics: Arc<Metrics>,
+    /// `proxy_operator_writes_dropped_total{kind}`.
+    dropped: Family<WriteLabels, Counter>,
 }
 
 impl Gate {
     /// A gate that lets writes through while `leadership` holds, and counts refusals in
-    /// `metrics`, where every kind has its series from the start.
-    pub fn new(leadership: Arc<Leadership>, metrics: Arc<Metrics>) -> Self {
-        metrics.count_dropped_writes_from_zero(Write::ALL.map(Write::label));
+    /// `registry`, where every kind has its series from the start.
+    pub fn new(leadership: Arc<Leadership>, registry: &mut Registry) -> Self {
+        let dropped = Family::<WriteLabels, Counter>::default();
+        registry.families().register(
+            "writes_dropped",
+            "Writes of a reconcile refused because this replica's leadership claim had run out, by kind",
+            dropped.clone(),
+        );
+        for kind in Write::ALL.map(Write::label) {
+            drop(dropped.get_or_create(&WriteLabels { kind }));
+        }
         Self {
             leadership,
-            metrics,
+            dropped,
         }
     }
 
@@ -90,7 +129,11 @@ impl Gate {
         if self.leadership.is_leader() {
             Ok(())
         } else {
-            self.metrics.write_dropped(write.label());
+            self.dropped
+                .get_or_create(&WriteLabels {
+                    kind: write.label(),
+                })
+                .inc();
             Err(NotLeader(write))
         }
     }
@@ -102,20 +145,20 @@ mod tests {
 
     use super::*;
 
-    fn gate(leading: bool) -> (Gate, Arc<Metrics>) {
+    fn gate(leading: bool) -> (Gate, Registry) {
         let candidate = Candidate::new("replica-a", Timing::default()).unwrap();
         let leadership = if leading {
             Leadership::unopposed(candidate)
         } else {
             Leadership::new(candidate)
         };
-        let metrics = Arc::new(Metrics::default());
-        (Gate::new(Arc::new(leadership), metrics.clone()), metrics)
+        let mut registry = Registry::default();
+        (Gate::new(Arc::new(leadership), &mut registry), registry)
     }
 
-    fn dropped(metrics: &Metrics, kind: &str) -> String {
+    fn dropped(registry: &Registry, kind: &str) -> String {
         let needle = format!("proxy_operator_writes_dropped_total{{kind=\"{kind}\"}} ");
-        metrics
+        registry
             .encode()
             .lines()
             .find_map(|line| line.strip_prefix(&needle).map(str::to_owned))

@@ -24,16 +24,21 @@ use std::time::Duration;
 use kube::ResourceExt;
 use kube::runtime::reflector::Store;
 use kube::runtime::watcher;
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
 use proxy_core::gc::{
     CacheSync, DeleteFraction, Gate, Plan, Selection, Sweep, WatchSignal, gate, plan, select,
 };
 use proxy_crd::Proxy;
 
+use crate::duration::{self, at_least_10ms};
 use crate::gate::Write;
 use crate::leadership::Leadership;
-use crate::metrics::Metrics;
 use crate::providers::Provider;
 use crate::providers::registry::Registry;
+use crate::runtime::metrics;
 
 /// How the collector runs.
 #[derive(Debug, Clone)]
@@ -105,7 +110,73 @@ pub struct Collector {
     /// Each delete asks the leader gate: leadership can run out during a long sweep.
     pub writes: crate::gate::Gate,
     /// Held back and kept.
-    pub metrics: Arc<Metrics>,
+    pub metrics: GcMetrics,
+}
+
+/// Labels of one provider's sweeps.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ProviderName {
+    /// The provider's name in the providers config.
+    provider: String,
+}
+
+/// Labels of what GC kept, by provider and reason.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct KeptLabels {
+    /// The provider's name in the providers config.
+    provider: String,
+    /// The core's `KeepReason`, snake_case.
+    reason: &'static str,
+}
+
+/// GC's families: what the brake held back and what each sweep kept.
+#[derive(Clone, Debug)]
+pub struct GcMetrics {
+    held_back: Family<ProviderName, Counter>,
+    kept: Family<KeptLabels, Gauge>,
+}
+
+impl GcMetrics {
+    /// The families, registered in `registry`.
+    pub fn register(registry: &mut metrics::Registry) -> Self {
+        let families = registry.families();
+        let held_back = Family::<ProviderName, Counter>::default();
+        families.register(
+            "gc_held_back",
+            "Orphans GC's brake did not delete in a sweep (--gc-max-delete-fraction), summed over sweeps",
+            held_back.clone(),
+        );
+        let kept = Family::<KeptLabels, Gauge>::default();
+        families.register(
+            "gc_kept",
+            "Instances the last GC sweep kept, by provider and reason",
+            kept.clone(),
+        );
+        Self { held_back, kept }
+    }
+
+    /// One sweep of `provider`: `held_back` orphans the brake kept, and how many instances
+    /// it kept for each reason (every reason, so that no series goes stale).
+    fn swept(
+        &self,
+        provider: &str,
+        held_back: usize,
+        kept: impl IntoIterator<Item = (&'static str, usize)>,
+    ) {
+        self.held_back
+            .get_or_create(&ProviderName {
+                provider: provider.to_owned(),
+            })
+            .inc_by(u64::try_from(held_back).unwrap_or(u64::MAX));
+        for (reason, count) in kept {
+            self.kept
+                .get_or_create(&KeptLabels {
+                    provider: provider.to_owned(),
+                    reason,
+                })
+                .set(i64::try_from(count).unwrap_or(i64::MAX));
+        }
+    }
 }
 
 /// Sweeps every `settings.interval` while this replica leads, until the task is dropped.
@@ -183,7 +254,7 @@ impl Collector {
                 kept = %kept.iter().map(|(reason, n)| format!("{reason}={n}")).collect::<Vec<_>>().join(" "),
                 "GC: swept"
             );
-            self.metrics.gc_sweep(
+            self.metrics.swept(
                 name,
                 plan.held_back.len(),
                 kept.into_iter().map(|(reason, n)| (reason.as_str(), n)),
@@ -252,5 +323,62 @@ impl Collector {
             }
         }
         Some(deleted)
+    }
+}
+/// GC's flags.
+#[derive(Debug, clap::Args)]
+#[command(next_help_heading = "Orphan GC")]
+#[group(id = "gc")]
+pub struct Flags {
+    /// Seconds between orphan-GC sweeps.
+    #[arg(long, default_value = "600", value_parser = duration::parse)]
+    pub gc_interval_seconds: Duration,
+    /// Minimum age, in seconds, of an instance GC may delete.
+    #[arg(long, default_value = "600", value_parser = duration::parse)]
+    pub gc_min_age_seconds: Duration,
+    /// The largest share of a provider's instances (of this installation) one GC sweep may
+    /// delete, from 0 (delete nothing, report only) to 1 (no brake). Rounded down: below 1 a
+    /// sweep never deletes every instance, so a lone orphan (1 of 1) is held back, logged
+    /// and counted (`proxy_operator_gc_held_back_total`) for a human.
+    #[arg(long, default_value_t = DeleteFraction::DEFAULT)]
+    pub gc_max_delete_fraction: DeleteFraction,
+    /// Log the orphans GC would delete, delete nothing.
+    #[arg(long)]
+    pub gc_dry_run: bool,
+    /// Run GC although the operator watches one namespace. GC deletes instances whose owner
+    /// it cannot see, so with --namespace it would reap the instances of Proxies in other
+    /// namespaces; allow it only when this installation's Proxies all live in that namespace.
+    #[arg(long)]
+    pub gc_allow_namespaced: bool,
+    /// Do not run orphan GC.
+    #[arg(long, conflicts_with_all = ["gc_allow_namespaced", "gc_dry_run"])]
+    pub no_gc: bool,
+}
+
+impl Flags {
+    /// Refuses a `namespace` the operator watches alone with GC on, unless
+    /// `--gc-allow-namespaced` says the Proxies all live in it: GC takes the instances of
+    /// Proxies it cannot see for orphans.
+    pub fn check_scope(&self, namespace: Option<&str>) -> anyhow::Result<()> {
+        if namespace.is_some() && !self.gc_allow_namespaced && !self.no_gc {
+            anyhow::bail!(
+                "--namespace restricts the cache, so GC would take the instances of Proxies in other \
+                 namespaces for orphans: pass --gc-allow-namespaced if this installation's Proxies all \
+                 live in {:?}, or --no-gc",
+                namespace.unwrap_or_default()
+            );
+        }
+        Ok(())
+    }
+
+    /// How GC runs for `installation`, or `None` with `--no-gc`.
+    pub fn settings(&self, installation: &str) -> Option<GcSettings> {
+        (!self.no_gc).then(|| GcSettings {
+            interval: at_least_10ms(self.gc_interval_seconds),
+            min_age: at_least_10ms(self.gc_min_age_seconds),
+            dry_run: self.gc_dry_run,
+            installation: installation.to_owned(),
+            max_delete_fraction: self.gc_max_delete_fraction,
+        })
     }
 }

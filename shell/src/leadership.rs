@@ -22,7 +22,7 @@
 //! ([`crate::dedicated`], started in [`crate::loops`]): on the shared runtime, under list and
 //! probe load, renews waited until the claim ran out. How long ago this replica last renewed
 //! is `proxy_operator_leadership_renew_age_seconds`, and the interval between its renews
-//! `proxy_operator_leadership_renew_interval_seconds` ([`crate::metrics`]).
+//! `proxy_operator_leadership_renew_interval_seconds` ([`RenewMetrics`]).
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -36,7 +36,10 @@ use kube::api::{Api, PostParams};
 use proxy_core::leadership::{Candidate, Change, Claim, Loss, Plan, Standing, plan};
 use tokio::sync::watch;
 
-use crate::metrics::Metrics;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+
+use crate::duration::{self, at_least_10ms};
+use crate::runtime::metrics::{self, Registry};
 use crate::time::{from_kube, to_kube};
 
 /// The annotation of the leadership Lease that carries the leader's discovery URL: the
@@ -152,7 +155,7 @@ impl Leadership {
 
     /// Runs rounds against the Lease `name` in `namespace` until the task is dropped,
     /// recording each renew in `metrics`.
-    pub async fn run(&self, api: Api<Lease>, name: String, metrics: &Metrics) {
+    pub async fn run(&self, api: Api<Lease>, name: String, metrics: &RenewMetrics) {
         if self.unopposed {
             return;
         }
@@ -235,7 +238,7 @@ impl Leadership {
     }
 
     /// One round: read, plan, write; returns when to run the next one.
-    async fn round(&self, api: &Api<Lease>, name: &str, metrics: &Metrics) -> Timestamp {
+    async fn round(&self, api: &Api<Lease>, name: &str, metrics: &RenewMetrics) -> Timestamp {
         let now = Timestamp::now();
         let existing = match api.get_opt(name).await {
             Ok(existing) => existing,
@@ -285,11 +288,11 @@ impl Leadership {
 
     /// Notes that `claim` was written: its renew time is this replica's last, and the
     /// interval since the one before goes to `metrics`.
-    fn renewed(&self, claim: &Claim, metrics: &Metrics) {
+    fn renewed(&self, claim: &Claim, metrics: &RenewMetrics) {
         let Some(at) = claim.renewed_at else { return };
         let before = crate::locks::lock(&self.renewed_at).replace(at);
         if let Some(interval) = before.and_then(|b| Duration::try_from(at.duration_since(b)).ok()) {
-            metrics.leadership_renewed(interval);
+            metrics.0.observe(interval.as_secs_f64());
         }
     }
 }
@@ -334,17 +337,84 @@ fn spec_of(claim: &Claim) -> LeaseSpec {
 }
 
 /// `proxy_operator_leadership_renew_age_seconds`, while this replica holds its claim.
-impl crate::metrics::Gauges for Leadership {
-    fn encode(&self, encoder: &mut crate::metrics::DescriptorEncoder) -> std::fmt::Result {
+/// `proxy_operator_leadership_renew_interval_seconds`: the time between two successive
+/// renews of this replica's claim.
+#[derive(Clone, Debug)]
+pub struct RenewMetrics(Histogram);
+
+impl RenewMetrics {
+    /// The histogram, registered in `registry`.
+    pub fn register(registry: &mut Registry) -> Self {
+        // 0.25 s to 64 s: a healthy leader renews every retry period (2 s by default), and
+        // its claim runs out at the duration (15 s).
+        let histogram = Histogram::new(exponential_buckets(0.25, 2.0, 9));
+        registry.families().register(
+            "leadership_renew_interval_seconds",
+            "Time between two successive successful writes of this replica's leadership claim (their renew times)",
+            histogram.clone(),
+        );
+        Self(histogram)
+    }
+}
+
+impl metrics::Gauges for Leadership {
+    fn encode(&self, encoder: &mut metrics::DescriptorEncoder) -> std::fmt::Result {
         let Some(age) = self.renew_age(Timestamp::now()) else {
             return Ok(());
         };
-        crate::metrics::gauge(
+        metrics::gauge(
             encoder,
             "leadership_renew_age_seconds",
             "Seconds since this replica last wrote its leadership claim (its renew time); absent while another replica's claim is valid, and without an election",
             age,
         )
+    }
+}
+
+/// The leadership election's flags.
+#[derive(Debug, clap::Args)]
+#[command(next_help_heading = "Leadership")]
+#[group(id = "leadership")]
+pub struct Flags {
+    /// This replica's identity in the leadership Lease (default: hostname and process ID).
+    #[arg(long, env = "POD_NAME")]
+    pub identity: Option<String>,
+    /// Namespace of the leadership Lease.
+    #[arg(long, env = "POD_NAMESPACE", default_value = "default")]
+    pub leadership_namespace: String,
+    /// Name of the leadership Lease.
+    #[arg(long, default_value = "proxy-operator")]
+    pub leadership_name: String,
+    /// Seconds a leader's claim holds after its last renew.
+    #[arg(long, default_value = "15", value_parser = duration::parse)]
+    pub leadership_duration_seconds: Duration,
+    /// Seconds after its last renew at which a leader stops writing.
+    #[arg(long, default_value = "10", value_parser = duration::parse)]
+    pub leadership_renew_deadline_seconds: Duration,
+    /// Seconds between leadership rounds.
+    #[arg(long, default_value = "2", value_parser = duration::parse)]
+    pub leadership_retry_period_seconds: Duration,
+    /// Lead without an election: for a deployment of exactly one replica.
+    #[arg(long)]
+    pub no_leader_election: bool,
+}
+
+impl Flags {
+    /// This replica in the leadership election: `--identity` (default: hostname and process
+    /// ID) with the `--leadership-*` timing.
+    pub fn candidate(&self) -> anyhow::Result<Candidate> {
+        let timing = proxy_core::leadership::Timing::new(
+            self.leadership_duration_seconds,
+            at_least_10ms(self.leadership_renew_deadline_seconds),
+            at_least_10ms(self.leadership_retry_period_seconds),
+        )
+        .map_err(|e| anyhow::anyhow!("--leadership-*: {e}"))?;
+        let identity = self.identity.clone().unwrap_or_else(|| {
+            let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+            format!("{}-{}", host.trim(), std::process::id())
+        });
+        Candidate::new(identity, timing)
+            .ok_or_else(|| anyhow::anyhow!("--identity must not be empty"))
     }
 }
 
@@ -377,9 +447,10 @@ mod tests {
         let candidate =
             Candidate::new("replica-a", proxy_core::leadership::Timing::default()).unwrap();
         let leadership = Arc::new(Leadership::new(candidate));
-        let metrics = Metrics::default();
-        metrics.read_at_scrape(&leadership);
-        let scrape = || metrics.encode();
+        let mut registry = Registry::default();
+        let metrics = RenewMetrics::register(&mut registry);
+        registry.read_at_scrape(&leadership);
+        let scrape = || registry.encode();
         assert!(
             !scrape().contains("proxy_operator_leadership_renew_age_seconds "),
             "an age before the first renew"

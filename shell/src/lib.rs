@@ -1,9 +1,10 @@
 //! The effects shell of proxy-operator: everything that does I/O around the pure
-//! `proxy-core`. Each module is one concern: [`args`] parses the flags, [`wiring`] builds the
-//! parts from them, [`loops`] runs them; `main.rs` only dispatches the subcommands.
+//! `proxy-core`. Two programs share one [`runtime`] layer: [`operator`] (`proxy-operator
+//! run`) and [`gateway`] (`proxy-operator gateway`); each owns its flags, [`cli`] names the
+//! subcommands, and `main.rs` only dispatches them. Each other module is one part or one
+//! concern of the operator (docs/architecture.md draws the layers).
 
-pub mod admin;
-pub mod args;
+pub mod cli;
 pub mod commands;
 pub mod config;
 pub mod controller;
@@ -19,17 +20,14 @@ pub mod gc;
 pub mod health;
 pub mod leadership;
 pub mod locks;
-pub mod loops;
-pub mod metrics;
+pub mod operator;
 pub mod per_proxy;
 pub mod pool;
 pub mod provider_health;
 pub mod providers;
 pub mod recorder;
-pub mod server;
-pub mod supervise;
-pub mod telemetry;
+pub mod runtime;
+pub mod tasks;
 pub mod time;
 pub mod tracked;
-pub mod wiring;
 pub mod writes;

@@ -1,17 +1,18 @@
 //! `proxy-operator`: the effects shell around the pure core (see `docs/architecture.md`).
-//! The flags are [`proxy_operator::args`], `run` is [`proxy_operator::wiring`], the other
+//! It only dispatches: the command line is [`proxy_operator::cli`], each program owns its
+//! flags and its start ([`proxy_operator::operator`], [`proxy_operator::gateway`]), the other
 //! subcommands are [`proxy_operator::commands`].
 
 use std::process::ExitCode;
 
 use clap::Parser;
-use proxy_operator::args::{Cli, Command};
-use proxy_operator::{commands, gateway, wiring};
+use proxy_operator::cli::{Cli, Command};
+use proxy_operator::{commands, gateway, operator};
 
 fn main() -> ExitCode {
     match Cli::parse().command {
-        Command::Run(args) => wiring::run(*args),
-        Command::Gateway(args) => gateway::run::run(*args),
+        Command::Run(args) => operator::run(*args),
+        Command::Gateway(args) => gateway::run(*args),
         Command::CheckConfig { file } => commands::check_config(&file),
         Command::Replay { file, quiet } => commands::replay(&file, quiet),
         Command::Crd { write } => commands::crd(write.as_deref()),

@@ -25,11 +25,12 @@ use proxy_core::{ProviderDown, ProviderError};
 use proxy_crd::{ProviderHealth, ProviderHealthSpec, ProviderHealthStatus, Proxy, ProxySpec};
 use tokio::sync::mpsc;
 
+use crate::duration::{self, at_least_10ms};
 use crate::events::Events;
 use crate::gate::{FIELD_MANAGER, Gate, NotLeader, Write};
 use crate::leadership::Leadership;
 use crate::locks;
-use crate::metrics::Metrics;
+use crate::providers::metrics::ProviderMetrics;
 use crate::providers::registry::Registry;
 use crate::providers::{Checked, Provider};
 
@@ -131,7 +132,7 @@ pub struct Monitor {
     /// Where the checks' Events go.
     pub events: Arc<Events>,
     /// `proxy_operator_provider_up`.
-    pub metrics: Arc<Metrics>,
+    pub metrics: ProviderMetrics,
     /// Rounds run while this replica leads.
     pub leadership: Arc<Leadership>,
     /// Where the `ProviderHealth` objects live: the operator's namespace.
@@ -229,7 +230,7 @@ impl Monitor {
         );
         tracing::debug!(provider = name, ?check, "provider checked");
         board.set(name, assessment.down.clone());
-        self.metrics.provider_up(name, assessment.up);
+        self.metrics.up(name, assessment.up);
         // Without the object's status, a transition time or an Event would be made up.
         let object = match previous {
             Some(_) => self.write(name, assessment.status).await?,
@@ -356,5 +357,34 @@ impl Monitor {
 
     fn api(&self) -> Api<ProviderHealth> {
         Api::namespaced(self.client.clone(), &self.namespace)
+    }
+}
+/// The provider health checks' flags.
+#[derive(Debug, clap::Args)]
+#[command(next_help_heading = "Provider health")]
+#[group(id = "provider_checks")]
+pub struct Flags {
+    /// Seconds between two rounds of provider health checks (each provider's
+    /// `ProviderHealth`), at least 1 s; the leader also checks at the start of its term.
+    #[arg(long, default_value = "60", value_parser = duration::parse)]
+    pub provider_check_interval_seconds: Duration,
+    /// Seconds one provider health check may take before it counts as failed.
+    #[arg(long, default_value = "10", value_parser = duration::parse)]
+    pub provider_check_timeout_seconds: Duration,
+}
+
+impl Flags {
+    /// When and how long the checks run (`--provider-check-*`); a provider that refused the
+    /// operator stays down for `refusal_hold` at least (`--quota-retry-seconds`: both are
+    /// fixed outside the operator).
+    pub fn schedule(&self, refusal_hold: Duration) -> Schedule {
+        Schedule {
+            // Checks call the providers' APIs: never more than once a second.
+            interval: self
+                .provider_check_interval_seconds
+                .max(Duration::from_secs(1)),
+            timeout: at_least_10ms(self.provider_check_timeout_seconds),
+            refusal_hold: at_least_10ms(refusal_hold),
+        }
     }
 }

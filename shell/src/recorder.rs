@@ -23,7 +23,11 @@
 //! Recording costs a serialization and a compression per decide call; `bench-record`
 //! measures them against the decide call itself (`docs/benchmarks.md`).
 
+mod flags;
+pub mod http;
 mod packing;
+
+pub use self::flags::Flags;
 
 use std::collections::{BTreeMap, VecDeque};
 use std::io::Write;
@@ -379,16 +383,16 @@ struct PartLabels {
 
 /// `proxy_operator_recording_records` and `proxy_operator_recording_bytes{part}`: what the
 /// recorder holds against `--record-budget-bytes`.
-impl crate::metrics::Gauges for Recorder {
-    fn encode(&self, encoder: &mut crate::metrics::DescriptorEncoder) -> std::fmt::Result {
+impl crate::runtime::metrics::Gauges for Recorder {
+    fn encode(&self, encoder: &mut crate::runtime::metrics::DescriptorEncoder) -> std::fmt::Result {
         let usage = self.usage();
-        crate::metrics::gauge(
+        crate::runtime::metrics::gauge(
             encoder,
             "recording_records",
             "Decide calls the recorder keeps in memory, for GET /debug/recording",
             usage.records,
         )?;
-        crate::metrics::gauges(
+        crate::runtime::metrics::gauges(
             encoder,
             "recording_bytes",
             "Bytes the recorder keeps in memory within --record-budget-bytes: the compressed records with what keeping each costs (lines) and the dictionaries they are compressed against",

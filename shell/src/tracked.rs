@@ -102,9 +102,9 @@ struct StoreLabels {
 }
 
 /// `proxy_operator_tracked_proxies{store}`.
-impl crate::metrics::Gauges for Tracked {
-    fn encode(&self, encoder: &mut crate::metrics::DescriptorEncoder) -> std::fmt::Result {
-        crate::metrics::gauges(
+impl crate::runtime::metrics::Gauges for Tracked {
+    fn encode(&self, encoder: &mut crate::runtime::metrics::DescriptorEncoder) -> std::fmt::Result {
+        crate::runtime::metrics::gauges(
             encoder,
             "tracked_proxies",
             "Proxies each per-Proxy store of this process holds state for (freed when the Proxy goes)",
@@ -132,9 +132,11 @@ mod tests {
 
     use crate::controller::versions::Versions;
     use crate::discovery::Discovery;
+    use crate::health::ProbeMetrics;
     use crate::leadership::Leadership;
-    use crate::metrics::Metrics;
     use crate::recorder::Recorder;
+    use crate::runtime::metrics::Registry;
+    use crate::runtime::supervise::Panics;
 
     /// A Proxy as the cache holds it after a reconcile: probed healthy.
     fn proxy(name: &str) -> Proxy {
@@ -160,19 +162,21 @@ mod tests {
         versions: Arc<Versions>,
         health: Arc<HealthEngine>,
         discovery: Arc<Discovery>,
-        metrics: Arc<Metrics>,
+        metrics: Arc<ProbeMetrics>,
     }
 
     impl Stores {
         fn new() -> Self {
-            let metrics = Arc::new(Metrics::default());
+            let mut registry = Registry::default();
+            let metrics = Arc::new(ProbeMetrics::register(&mut registry));
+            let panics = Panics::register(&mut registry, []);
             let prober = Prober::new(None, 1).unwrap();
             let candidate = proxy_core::leadership::Candidate::new("test", Default::default());
             let leadership = Leadership::unopposed(candidate.unwrap());
             Self {
                 recorder: Arc::new(Recorder::new(record_header(), 4, usize::MAX, None).unwrap()),
                 versions: Arc::new(Versions::new(leadership.subscribe())),
-                health: Arc::new(HealthEngine::new(prober, 1, metrics.clone())),
+                health: Arc::new(HealthEngine::new(prober, 1, metrics.clone(), panics)),
                 discovery: Arc::new(Discovery::new(
                     Some("token"),
                     LeaseConfig::default(),

@@ -75,7 +75,7 @@ const TEST_LOG_FILTER: &str = "info,proxy_operator=debug,kube=warn";
 static LOG_AS_DEPLOYED: AtomicBool = AtomicBool::new(false);
 
 /// The operators this process starts from now on log as deployed: the operator's default
-/// filter (`proxy_operator::telemetry::DEFAULT_FILTER`, the chart's `logLevel`) instead of the
+/// filter (`proxy_operator::runtime::telemetry::DEFAULT_FILTER`, the chart's `logLevel`) instead of the
 /// tests' debug events. Benchmarks call it first: what they measure is the operator as it
 /// runs in a cluster.
 pub fn log_as_deployed() {
@@ -277,7 +277,7 @@ impl Operator {
             .env(
                 "RUST_LOG",
                 if LOG_AS_DEPLOYED.load(Ordering::Relaxed) {
-                    proxy_operator::telemetry::DEFAULT_FILTER
+                    proxy_operator::runtime::telemetry::DEFAULT_FILTER
                 } else {
                     TEST_LOG_FILTER
                 },

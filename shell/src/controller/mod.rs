@@ -9,9 +9,13 @@
 
 pub mod changes;
 pub mod execute;
+mod flags;
+pub mod metrics;
 pub mod observe;
 pub mod slim;
 pub mod versions;
+
+pub use self::flags::Flags;
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -26,21 +30,22 @@ use kube::runtime::reflector::{self, ObjectRef};
 use kube::runtime::{WatchStreamExt, watcher};
 use proxy_core::record::DecideRecord;
 use proxy_core::{
-    ErrorClass, Followup, Hold, Interruption, Next, Outcome, ProxyKey, Reconcile, Requeue, Timing,
-    Wake,
+    ErrorClass, Followup, Hold, Next, Outcome, ProxyKey, Reconcile, Requeue, Timing, Wake,
 };
 use proxy_crd::{CLOUD_INIT_SECRET_LABEL, Proxy};
 
 use self::execute::Executor;
+use self::metrics::ReconcileMetrics;
 use crate::discovery::Discovery;
+use crate::gate::Interrupted;
 use crate::health::HealthEngine;
 use crate::leadership::Leadership;
-use crate::metrics::Metrics;
 use crate::provider_health::Board;
 use crate::providers::labels;
 use crate::providers::registry::Registry;
 use crate::recorder::Recorder;
-use crate::supervise::{self, Loop, Panicked};
+use crate::runtime::supervise::{self, Panicked, Panics};
+use crate::tasks::Loop;
 use crate::writes::Writer;
 
 /// What every reconcile shares.
@@ -55,7 +60,9 @@ pub struct Context {
     /// The health engine, whose delivered verdicts the reconciles read.
     pub health: Arc<HealthEngine>,
     /// Reconcile durations and errors.
-    pub metrics: Arc<Metrics>,
+    pub metrics: ReconcileMetrics,
+    /// Where a reconcile's panic is counted.
+    pub panics: Panics,
     /// Only the leader reconciles.
     pub leadership: Arc<Leadership>,
     /// Every decide call, for replay.
@@ -141,13 +148,11 @@ impl Error {
             Self::Panicked(_) => "panic",
         }
     }
+}
 
-    /// What the core's backoff makes of it.
-    fn interruption(&self) -> Interruption {
-        match self {
-            Self::Execute(execute::Error::NotLeader(_)) => Interruption::NotLeader,
-            Self::Observe(_) | Self::Execute(_) | Self::Panicked(_) => Interruption::Failed,
-        }
+impl Interrupted for Error {
+    fn refused_by_gate(&self) -> bool {
+        matches!(self, Self::Execute(execute::Error::NotLeader(_)))
     }
 }
 
@@ -174,13 +179,14 @@ impl Context {
         timing: Timing,
         health: Arc<HealthEngine>,
         provider_health: Arc<Board>,
-        metrics: Arc<Metrics>,
+        (metrics, panics): (ReconcileMetrics, Panics),
         leadership: Arc<Leadership>,
         recorder: Arc<Recorder>,
     ) -> Self {
         let versions = Arc::new(versions::Versions::new(leadership.subscribe()));
         Self {
             metrics,
+            panics,
             writer,
             providers,
             timing,
@@ -387,16 +393,16 @@ async fn reconcile(cached: Arc<Proxy>, ctx: Arc<Context>) -> Result<controller::
     let started = Instant::now();
     let object = ProxyKey::of(&cached);
     let result = supervise::guard(
-        Loop::Reconcile,
+        Loop::Reconcile.label(),
         object.as_str(),
-        &ctx.metrics,
+        &ctx.panics,
         reconcile_once(cached, &ctx),
     )
     .await
     .unwrap_or_else(|panicked| Err(panicked.into()));
-    ctx.metrics.reconcile(started.elapsed().as_secs_f64());
+    ctx.metrics.reconciled(started.elapsed().as_secs_f64());
     if let Err(error) = &result {
-        ctx.metrics.reconcile_error(error.metric_label());
+        ctx.metrics.error(error.metric_label());
     }
     result
 }
@@ -425,7 +431,7 @@ async fn reconcile_once(
         Next::Call(pending) => {
             let outcome = execute.provider_call(pending.request()).await?;
             if let Outcome::Failed { error, .. } = &outcome {
-                ctx.metrics.reconcile_error(error.class.label());
+                ctx.metrics.error(error.class.label());
                 if error.class == ErrorClass::Refused {
                     ctx.provider_health
                         .refuse(pending.request().provider(), error);

@@ -20,14 +20,17 @@
 //! Hardening, outermost first: a request log; a panic in a handler is a 500 JSON answer and
 //! the server keeps serving; bodies above 64 KiB are refused (413) without being buffered;
 //! a bearer token, compared in constant time, on everything but `/healthz`. Under them, the
-//! server's timeouts and bounded shutdown ([`crate::server`]).
+//! server's timeouts and bounded shutdown ([`crate::runtime::server`]).
 
 mod error;
+mod flags;
 pub mod forward;
 pub mod owner_label;
 pub mod ownership;
 pub mod refusals;
 mod routes;
+
+pub use self::flags::Flags;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -44,7 +47,7 @@ use proxy_crd::Proxy;
 
 use crate::credentials::{Credentials, CredentialsCache};
 use crate::leadership::Leadership;
-use crate::server::{BearerToken, Settings};
+use crate::runtime::server::{BearerToken, Settings};
 
 pub use error::ApiError;
 pub use routes::routes;
@@ -349,26 +352,27 @@ impl From<ApiError> for Elsewhere {
 }
 
 /// Serves the API on `listener` until `shutdown` resolves, then finishes the requests in
-/// flight within the shutdown grace (see [`crate::server`]).
+/// flight within the shutdown grace (see [`crate::runtime::server`]).
 pub async fn serve(
     discovery: Arc<Discovery>,
     listener: tokio::net::TcpListener,
     settings: Settings,
     shutdown: impl std::future::Future<Output = ()>,
 ) {
-    crate::server::serve("discovery", routes(discovery), listener, settings, shutdown).await;
+    crate::runtime::server::serve("discovery", routes(discovery), listener, settings, shutdown)
+        .await;
 }
 
 /// `proxy_operator_leases_active` and `proxy_operator_leases_retained`.
-impl crate::metrics::Gauges for Discovery {
-    fn encode(&self, encoder: &mut crate::metrics::DescriptorEncoder) -> std::fmt::Result {
-        crate::metrics::gauge(
+impl crate::runtime::metrics::Gauges for Discovery {
+    fn encode(&self, encoder: &mut crate::runtime::metrics::DescriptorEncoder) -> std::fmt::Result {
+        crate::runtime::metrics::gauge(
             encoder,
             "leases_active",
             "Crawler leases held on this replica's proxies",
             self.active_leases(),
         )?;
-        crate::metrics::gauge(
+        crate::runtime::metrics::gauge(
             encoder,
             "leases_retained",
             "Ended leases kept for late reports (at most --max-retained-leases: at the bound, late reports on the oldest answer unknown_lease)",

@@ -29,7 +29,11 @@ use kube::api::{Api, ObjectMeta, PostParams};
 use proxy_core::lease::{Checkpoint, Standing};
 
 use super::Discovery;
-use crate::metrics::Metrics;
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+
+use crate::runtime::metrics::Registry;
 
 /// The ConfigMap key that holds the checkpoint (JSON).
 pub const CHECKPOINT_KEY: &str = "book.json";
@@ -56,7 +60,7 @@ pub struct Store {
     api: Api<ConfigMap>,
     name: String,
     interval: Duration,
-    metrics: Arc<Metrics>,
+    metrics: SaveMetrics,
     /// The `resourceVersion` last read or written: the precondition of the next write.
     version: Mutex<Option<String>>,
     /// This replica's Pod, labelled while it owns the book (`None`: no Pod known, e.g.
@@ -79,7 +83,7 @@ impl Store {
         api: Api<ConfigMap>,
         name: String,
         interval: Duration,
-        metrics: Arc<Metrics>,
+        metrics: SaveMetrics,
     ) -> Self {
         Self {
             api,
@@ -268,11 +272,11 @@ async fn save(discovery: &Discovery, store: &Store) {
     match store.write(encode(checkpoint)).await {
         Ok(()) => {
             discovery.shared().journal.saved(ticket);
-            store.metrics.lease_book_save("saved");
+            store.metrics.count("saved");
         }
         Err(WriteError::Conflict) => {
             discovery.shared().journal.failed(ticket);
-            store.metrics.lease_book_save("conflict");
+            store.metrics.count("conflict");
             tracing::warn!("another replica saved the lease book since this one did: merging it");
             match store.load().await {
                 Ok(Some(theirs)) => merge(
@@ -286,7 +290,7 @@ async fn save(discovery: &Discovery, store: &Store) {
         }
         Err(WriteError::Other(error)) => {
             discovery.shared().journal.failed(ticket);
-            store.metrics.lease_book_save("failed");
+            store.metrics.count("failed");
             tracing::warn!(%error, "cannot save the lease book; retrying");
         }
     }
@@ -341,6 +345,37 @@ pub async fn save_at_shutdown(discovery: &Discovery, store: &Store) {
         shared.journal.changed(jiff::Timestamp::now());
     }
     save(discovery, store).await;
+}
+
+/// Labels of the lease book's saves.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct SaveLabels {
+    /// `saved`, `conflict` (another replica wrote first: its book was merged) or `failed`.
+    result: &'static str,
+}
+
+/// `proxy_operator_lease_book_saves_total{result}`.
+#[derive(Clone, Debug)]
+pub struct SaveMetrics(Family<SaveLabels, Counter>);
+
+impl SaveMetrics {
+    /// The family, registered in `registry`, each result at 0 from the start.
+    pub fn register(registry: &mut Registry) -> Self {
+        let saves = Family::<SaveLabels, Counter>::default();
+        registry.families().register(
+            "lease_book_saves",
+            "Saves of the lease book to its ConfigMap by the replica that owns it, by result (saved, conflict, failed)",
+            saves.clone(),
+        );
+        for result in ["saved", "conflict", "failed"] {
+            drop(saves.get_or_create(&SaveLabels { result }));
+        }
+        Self(saves)
+    }
+
+    fn count(&self, result: &'static str) {
+        self.0.get_or_create(&SaveLabels { result }).inc();
+    }
 }
 
 #[cfg(test)]

@@ -131,9 +131,13 @@ impl Connection {
             method: request.method().clone(),
             uri: request.uri().clone(),
         };
-        let answer =
-            crate::supervise::catch("gateway", what, || metrics.panicked(), self.answer(request))
-                .await;
+        let answer = crate::runtime::supervise::catch(
+            "gateway",
+            what,
+            || metrics.panicked(),
+            self.answer(request),
+        )
+        .await;
         Ok(answer.unwrap_or_else(|_| {
             plain(
                 StatusCode::INTERNAL_SERVER_ERROR,

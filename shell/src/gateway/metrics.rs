@@ -1,5 +1,6 @@
-//! The gateway's metrics, on its admin port (`--metrics-addr`, `GET /metrics`): its own
-//! registry, since a gateway replica runs no controller, prober or lease book. Names carry
+//! The gateway's metrics, on its admin port (`--metrics-addr`, `GET /metrics`): the gateway
+//! program's whole registry ([`Registry`]), since a gateway replica runs no controller,
+//! prober or lease book. Names carry
 //! `proxy_operator_gateway_`, except the panics, which share the operator's
 //! `proxy_operator_panics_total{loop}` so that one alert covers both.
 //!
@@ -16,8 +17,11 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
-use prometheus_client::registry::Registry;
 use proxy_core::gateway::Refusal;
+
+use crate::runtime::admin::Scrape;
+use crate::runtime::metrics::Registry;
+use crate::runtime::supervise::Panics;
 
 /// What kind of client request got an upstream.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -68,11 +72,6 @@ pub struct ResultLabels {
     pub result: &'static str,
 }
 
-#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct PanicLabels {
-    r#loop: &'static str,
-}
-
 /// Every metric of one gateway process.
 #[derive(Debug)]
 pub struct GatewayMetrics {
@@ -87,7 +86,7 @@ pub struct GatewayMetrics {
     retries: Counter,
     reports: Family<ResultLabels, Counter>,
     lease_seconds: Histogram,
-    panics: Family<PanicLabels, Counter>,
+    panics: Panics,
 }
 
 /// A family's two series, one per [`Kind`], taken from it once: the same atomics the
@@ -118,7 +117,8 @@ impl ByKind {
 impl Default for GatewayMetrics {
     fn default() -> Self {
         let mut root = Registry::default();
-        let registry = root.sub_registry_with_prefix("proxy_operator");
+        let panics = Panics::register(&mut root, ["gateway"]);
+        let registry = root.families();
         let connections = Family::<KindLabels, Counter>::default();
         registry.register(
             "gateway_connections",
@@ -173,12 +173,6 @@ impl Default for GatewayMetrics {
             "Time to get a lease from the lease book (the discovery API), per client connection",
             lease_seconds.clone(),
         );
-        let panics = Family::<PanicLabels, Counter>::default();
-        registry.register(
-            "panics",
-            "Panics caught at the panic boundary, by what panicked (in the gateway: one client connection)",
-            panics.clone(),
-        );
         for grant in ["new", "resumed", "moved"] {
             drop(sessions.get_or_create(&GrantLabels { grant }));
         }
@@ -188,7 +182,6 @@ impl Default for GatewayMetrics {
         for result in ["rate_limited", "blocked", "error"] {
             drop(reports.get_or_create(&ResultLabels { result }));
         }
-        drop(panics.get_or_create(&PanicLabels { r#loop: "gateway" }));
         let direction = |direction| bytes.get_or_create(&DirectionLabels { direction }).clone();
         Self {
             registry: root,
@@ -263,17 +256,18 @@ impl GatewayMetrics {
 
     /// A client connection's task panicked.
     pub fn panicked(&self) {
-        self.panics
-            .get_or_create(&PanicLabels { r#loop: "gateway" })
-            .inc();
+        self.panics.count("gateway");
     }
 
     /// The metrics in the Prometheus text format.
     pub fn encode(&self) -> String {
-        let mut text = String::new();
-        // Writing to a String fails only if a metric's encoder does, and ours do not.
-        let _ = prometheus_client::encoding::text::encode(&mut text, &self.registry);
-        text
+        self.registry.encode()
+    }
+}
+
+impl Scrape for GatewayMetrics {
+    fn encode(&self) -> String {
+        self.registry.encode()
     }
 }
 

@@ -14,9 +14,10 @@
 //! - [`upstream`]: a connection to an upstream proxy, and a tunnel through it;
 //! - `tunnel`: a tunnel's bytes both ways, with the idle timeout;
 //! - [`book`]: the lease book's client; [`tenants`]: the tenants' tokens;
-//! - [`metrics`]: the gateway's own registry; [`run`]: the subcommand's wiring.
+//! - [`metrics`]: the gateway's own registry; [`run`](mod@run): the subcommand's wiring,
+//!   from its flags ([`Args`]).
 //!
-//! Hardening, as the other servers have it ([`crate::server`]): a client must send a
+//! Hardening, as the other servers have it ([`crate::runtime::server`]): a client must send a
 //! request's head within `--http-header-timeout-seconds` (also the idle limit between
 //! requests); an upstream must connect within `--connect-timeout-seconds` and answer within
 //! `--http-request-timeout-seconds`; a tunnel idle for `--idle-timeout-seconds` is closed; a
@@ -29,6 +30,7 @@
 //! stream, so serving HTTP/2's extended CONNECT is a second builder in [`serve`], not a new
 //! data path.
 
+mod args;
 pub mod book;
 pub mod connection;
 mod counted;
@@ -49,12 +51,14 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 
+pub use self::args::Args;
 use self::book::Book;
 use self::connection::Connection;
 use self::metrics::GatewayMetrics;
+pub use self::run::run;
 use self::tenants::Tenants;
 use crate::locks;
-use crate::supervise;
+use crate::runtime::supervise;
 
 /// The gateway's timeouts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -1,44 +1,28 @@
-//! `proxy-operator gateway`: builds the gateway from its flags ([`crate::args::GatewayArgs`])
-//! and serves until SIGTERM or SIGINT. Everything that can refuse a start (the tenants, the
-//! username labels, the listeners) is tried before the first connection is accepted.
+//! `proxy-operator gateway`: builds the gateway from its flags ([`super::Args`]) on the
+//! shared [`runtime`](crate::runtime) and serves until SIGTERM or SIGINT. Everything that can
+//! refuse a start (the tenants, the username labels, the listeners) is tried before the first
+//! connection is accepted.
 
-use std::convert::Infallible;
 use std::process::ExitCode;
 use std::sync::Arc;
 
 use anyhow::anyhow;
-use warp::http::StatusCode;
-use warp::reply::Response;
-use warp::{Filter, Reply};
 
+use super::args::Args;
 use super::book::Book;
 use super::metrics::GatewayMetrics;
 use super::tenants::Tenants;
 use super::{Gateway, serve};
-use crate::args::GatewayArgs;
-use crate::telemetry::{self, LogFormat};
+use crate::runtime::server::probes;
+use crate::runtime::signals::{self, stopped};
 
 /// Runs the gateway until a shutdown signal; the exit code says whether it started.
-pub fn run(args: GatewayArgs) -> ExitCode {
-    let _telemetry = telemetry::init(args.log_format.unwrap_or_else(LogFormat::detect));
-    let runtime = match tokio::runtime::Runtime::new() {
-        Ok(runtime) => runtime,
-        Err(error) => {
-            eprintln!("proxy-operator gateway: cannot start the async runtime: {error}");
-            return ExitCode::FAILURE;
-        }
-    };
-    match runtime.block_on(gateway(args)) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(error) => {
-            eprintln!("proxy-operator gateway: {error:#}");
-            ExitCode::FAILURE
-        }
-    }
+pub fn run(args: Args) -> ExitCode {
+    crate::runtime::start("proxy-operator gateway", args.log_format, gateway(args))
 }
 
-async fn gateway(args: GatewayArgs) -> anyhow::Result<()> {
-    let signals = crate::loops::shutdown_signals()?;
+async fn gateway(args: Args) -> anyhow::Result<()> {
+    let signals = signals::shutdown_signals()?;
     let tenants = Tenants::load(&args.tenants_dir)
         .map_err(|e| anyhow!("--tenants-dir {}: {e}", args.tenants_dir.display()))?;
     if tenants.is_empty() {
@@ -67,9 +51,16 @@ async fn gateway(args: GatewayArgs) -> anyhow::Result<()> {
         .map_err(|e| anyhow!("--metrics-addr {}: {e}", args.metrics_addr))?;
     tracing::info!(addr = %admin.local_addr()?, "gateway metrics and probes listening");
     let reload = tokio::spawn(tenants.reload(args.tenants_dir.clone()));
-    let admin = tokio::spawn(crate::server::serve(
+    // The admin port: `GET /metrics`, and `GET /healthz` and `GET /readyz` for kubelet (the
+    // gateway is ready once it serves: it keeps no state to load).
+    let routes = crate::runtime::admin::routes(
+        metrics,
+        probes::filter(Arc::new(|| Ok(()))),
+        "GET /metrics, /healthz or /readyz",
+    );
+    let admin = tokio::spawn(crate::runtime::server::serve(
         "gateway-admin",
-        admin_routes(metrics),
+        routes,
         admin,
         args.http(),
         stopped(signals.clone()),
@@ -79,42 +70,4 @@ async fn gateway(args: GatewayArgs) -> anyhow::Result<()> {
     admin.await?;
     tracing::info!("gateway stopped");
     Ok(())
-}
-
-/// Resolves at the first shutdown signal.
-async fn stopped(mut signals: tokio::sync::watch::Receiver<bool>) {
-    let _ = signals.wait_for(|signalled| *signalled).await;
-}
-
-/// The admin port: `GET /metrics`, and `GET /healthz` and `GET /readyz` for kubelet (the
-/// gateway is ready once it serves: it keeps no state to load).
-fn admin_routes(
-    metrics: Arc<GatewayMetrics>,
-) -> impl Filter<Extract = (Response,), Error = Infallible> + Clone {
-    let scrape = warp::path!("metrics").and(warp::get()).map(move || {
-        warp::reply::with_header(
-            metrics.encode(),
-            "content-type",
-            "application/openmetrics-text; version=1.0.0; charset=utf-8",
-        )
-        .into_response()
-    });
-    let probe = warp::path!("healthz")
-        .or(warp::path!("readyz"))
-        .unify()
-        .and(warp::get())
-        .map(|| warp::reply::with_status("ok\n", StatusCode::OK).into_response());
-    scrape
-        .or(probe)
-        .unify()
-        .recover(|_: warp::Rejection| async {
-            Ok::<_, Infallible>(
-                warp::reply::with_status(
-                    "no such endpoint: GET /metrics, /healthz or /readyz\n",
-                    StatusCode::NOT_FOUND,
-                )
-                .into_response(),
-            )
-        })
-        .unify()
 }

@@ -151,7 +151,7 @@ impl Bed {
         tokio::spawn(discovery::serve(
             discovery.clone(),
             api,
-            crate::server::Settings::default(),
+            crate::runtime::server::Settings::default(),
             std::future::pending(),
         ));
         let metrics = Arc::new(GatewayMetrics::default());

@@ -37,7 +37,13 @@
 //! health probing), so once a second is cheap even on a large fleet, and a new proxy waits at
 //! most that long for its first probe.
 
+mod flags;
+mod metrics;
 pub mod probe;
+
+pub use self::flags::Flags;
+
+pub use self::metrics::ProbeMetrics;
 
 use std::hash::{BuildHasher, RandomState};
 use std::sync::{Arc, Mutex};
@@ -59,8 +65,9 @@ use crate::credentials::{Credentials, CredentialsCache};
 use crate::dedicated::Dedicated;
 use crate::leadership::Leadership;
 use crate::locks::lock;
-use crate::metrics::Metrics;
-use crate::supervise::{self, Loop};
+use crate::per_proxy::PerProxy;
+use crate::runtime::supervise::{self, Panics};
+use crate::tasks::Loop;
 
 /// Probes at once by default: enough for thousands of proxies at a 30 s interval even when
 /// many of them hang until their timeout.
@@ -87,7 +94,8 @@ pub struct HealthEngine {
     egress: Mutex<EgressBook>,
     prober: Prober,
     permits: Arc<Semaphore>,
-    metrics: Arc<Metrics>,
+    metrics: Arc<ProbeMetrics>,
+    panics: Panics,
 }
 
 /// Why the engine's loop woke up.
@@ -157,16 +165,27 @@ impl Clock {
 }
 
 impl HealthEngine {
-    /// An engine that probes with `prober`, at most `concurrency` probes at once, and
-    /// records every probe in `metrics`.
-    pub fn new(prober: Prober, concurrency: usize, metrics: Arc<Metrics>) -> Self {
+    /// An engine that probes with `prober`, at most `concurrency` probes at once, records
+    /// every probe in `metrics`, and counts a panic of its loop or a probe in `panics`.
+    pub fn new(
+        prober: Prober,
+        concurrency: usize,
+        metrics: Arc<ProbeMetrics>,
+        panics: Panics,
+    ) -> Self {
         Self {
             book: Mutex::default(),
             egress: Mutex::default(),
             prober,
             permits: Arc::new(Semaphore::new(concurrency.max(1))),
             metrics,
+            panics,
         }
+    }
+
+    /// The probes' metrics, also a per-Proxy store to free ([`PerProxy`]).
+    pub fn metrics(&self) -> &Arc<ProbeMetrics> {
+        &self.metrics
     }
 
     /// The verdict last delivered to the controller for `proxy`, if it is still the same
@@ -202,9 +221,9 @@ impl HealthEngine {
         reconcile: mpsc::Sender<ObjectRef<Proxy>>,
         leadership: Arc<Leadership>,
     ) -> std::io::Result<Dedicated> {
-        let metrics = self.metrics.clone();
+        let panics = self.panics.clone();
         Dedicated::spawn(THREAD, move || {
-            supervise::forever(Loop::Health, metrics, move || {
+            supervise::forever(Loop::Health.label(), panics, move || {
                 self.clone().run(
                     store.clone(),
                     credentials.clone(),
@@ -285,7 +304,7 @@ impl HealthEngine {
         }
         if !schedule.is_empty() {
             for key in schedule.clear() {
-                self.metrics.forget_proxy(&key);
+                self.metrics.forget(&key);
             }
             *lock(&self.book) = HealthBook::new();
             *lock(&self.egress) = EgressBook::new();
@@ -307,7 +326,7 @@ impl HealthEngine {
         let gone = schedule.refresh(listed, now, &mut lock(&self.book));
         for gone in gone {
             tracing::debug!(proxy = %gone, "no longer probed");
-            self.metrics.forget_proxy(&gone);
+            self.metrics.forget(&gone);
             let _ = lock(&self.egress).forget(&gone);
         }
     }
@@ -335,8 +354,8 @@ impl HealthEngine {
                 probe,
                 ..
             } = start;
-            let (prober, finished, metrics) =
-                (self.prober.clone(), finished.clone(), self.metrics.clone());
+            let (prober, finished, panics) =
+                (self.prober.clone(), finished.clone(), self.panics.clone());
             let credentials = credentials_of(&key);
             // Under the panic boundary: a probe task that died would leave its proxy in
             // flight, never probed again.
@@ -344,9 +363,9 @@ impl HealthEngine {
                 let at = jiff::Timestamp::now();
                 let object = key.to_string();
                 let probed = supervise::guard(
-                    Loop::Health,
+                    Loop::Health.label(),
                     &object,
-                    &metrics,
+                    &panics,
                     prober.probe(&probe, credentials.as_ref()),
                 )
                 .await;

@@ -21,7 +21,7 @@ use kube::{Resource, ResourceExt};
 use proxy_core::conditions::{HEALTHY, TRUE};
 use proxy_core::pool::{Demand, Health, Member, PoolObserved};
 use proxy_core::record::PoolRecord;
-use proxy_core::{Interruption, ProxyKey, Wake};
+use proxy_core::{ProxyKey, Wake};
 use proxy_crd::pool::{
     DO_NOT_DISRUPT_ANNOTATION, DRAINING_ANNOTATION, POOL_LABEL, TEMPLATE_HASH_ANNOTATION,
 };
@@ -29,13 +29,17 @@ use proxy_crd::{Proxy, ProxyPool, ProxyPoolStatus};
 
 mod execute;
 mod expectations;
+pub mod metrics;
 
 use self::expectations::Expectations;
+use self::metrics::{PoolErrors, PoolFigures};
 use crate::discovery::Discovery;
-use crate::gate::{NotLeader, Write};
+use crate::gate::{Interrupted, NotLeader, Write};
 use crate::leadership::Leadership;
-use crate::metrics::Metrics;
 use crate::recorder::Recorder;
+use crate::runtime::metrics::Registry;
+use crate::runtime::supervise::Panics;
+use crate::tasks::Loop;
 use crate::writes::{StatusError, Writer};
 
 /// Why a pool reconcile did not finish.
@@ -47,9 +51,9 @@ pub enum Error {
     /// A Proxy the pool would create exists, and another owns it.
     #[error("a Proxy named {0} exists and is not this pool's: its name is skipped")]
     NameTaken(String),
-    /// The reconcile panicked (caught at the panic boundary, [`crate::supervise`]).
+    /// The reconcile panicked (caught at the panic boundary, [`crate::runtime::supervise`]).
     #[error(transparent)]
-    Panicked(#[from] crate::supervise::Panicked),
+    Panicked(#[from] crate::runtime::supervise::Panicked),
     /// An API call failed.
     #[error("{what} {name}: {source}")]
     Api {
@@ -62,6 +66,27 @@ pub enum Error {
     },
 }
 
+impl Interrupted for Error {
+    fn refused_by_gate(&self) -> bool {
+        matches!(self, Self::NotLeader(_))
+    }
+}
+
+impl Error {
+    /// Every [`metric_label`](Self::metric_label), so that each has a series from the start.
+    pub const CLASSES: [&'static str; 4] = ["kube_api", "name_taken", "not_leader", "panic"];
+
+    /// The `class` label of `proxy_operator_pool_errors_total`.
+    pub fn metric_label(&self) -> &'static str {
+        match self {
+            Self::NotLeader(_) => "not_leader",
+            Self::NameTaken(_) => "name_taken",
+            Self::Panicked(_) => "panic",
+            Self::Api { .. } => "kube_api",
+        }
+    }
+}
+
 /// What pool reconciles share: only what they use.
 pub struct PoolContext {
     /// Writes the pool's status and Events, and its Proxies, through the leader gate.
@@ -70,8 +95,13 @@ pub struct PoolContext {
     leadership: Arc<Leadership>,
     /// Every pool decision, for replay.
     recorder: Arc<Recorder>,
-    /// The panic boundary's counts.
-    metrics: Arc<Metrics>,
+    /// Where a reconcile's panic is counted.
+    panics: Panics,
+    /// The reconciles that failed, by class.
+    errors: PoolErrors,
+    /// Where the pools' figures are read from at scrape time, once the controller has its
+    /// cache.
+    registry: Arc<Registry>,
     /// The Proxy cache.
     pub proxies: Store<Proxy>,
     /// The lease book, for active leases and bans.
@@ -85,20 +115,24 @@ pub struct PoolContext {
 impl PoolContext {
     /// A context for the pool controller: it writes with `writer` while `leadership` holds,
     /// records its decisions in `recorder`, reads the Proxy cache `proxies` and the lease book
-    /// of `discovery`.
+    /// of `discovery`, and counts its panics and failures into `metrics` and the registry
+    /// that holds them.
     pub fn new(
         writer: Writer,
         leadership: Arc<Leadership>,
         recorder: Arc<Recorder>,
-        metrics: Arc<Metrics>,
+        metrics: (Panics, PoolErrors, Arc<Registry>),
         proxies: Store<Proxy>,
         discovery: Arc<Discovery>,
     ) -> Self {
+        let (panics, errors, registry) = metrics;
         Self {
             writer,
             leadership,
             recorder,
-            metrics,
+            panics,
+            errors,
+            registry,
             proxies,
             discovery,
             expectations: Expectations::default(),
@@ -131,7 +165,8 @@ pub async fn run(
         None => Api::all(pools.writer.client.clone()),
     };
     let controller = Controller::new(api, watcher::Config::default());
-    pools.metrics.watch_pools(controller.store());
+    let figures = Arc::new(PoolFigures(controller.store()));
+    pools.registry.read_at_scrape(&figures);
     let elections = pools.leadership.elections();
     controller
         .reconcile_on(members)
@@ -149,11 +184,7 @@ pub async fn run(
 /// The core's policy for a pool reconcile that stopped early
 /// ([`proxy_core::pool::after_interruption`]).
 fn error_policy(pool: Arc<ProxyPool>, error: &Error, _: Arc<PoolContext>) -> controller::Action {
-    let interruption = match error {
-        Error::NotLeader(_) => Interruption::NotLeader,
-        Error::Api { .. } | Error::NameTaken(_) | Error::Panicked(_) => Interruption::Failed,
-    };
-    match proxy_core::pool::after_interruption(interruption) {
+    match proxy_core::pool::after_interruption(error.interruption()) {
         Wake::OnChange => controller::Action::await_change(),
         Wake::After(delay) => {
             tracing::warn!(pool = %pool.name_any(), %error, ?delay, "pool reconcile failed, retrying");
@@ -170,14 +201,18 @@ async fn reconcile(
     pools: Arc<PoolContext>,
 ) -> Result<controller::Action, Error> {
     let object = ProxyKey::new(pool.namespace().unwrap_or_default(), pool.name_any());
-    crate::supervise::guard(
-        crate::supervise::Loop::Pool,
+    let result = crate::runtime::supervise::guard(
+        Loop::Pool.label(),
         object.as_str(),
-        &pools.metrics,
+        &pools.panics,
         reconcile_once(pool, &pools),
     )
     .await
-    .unwrap_or_else(|panicked| Err(panicked.into()))
+    .unwrap_or_else(|panicked| Err(panicked.into()));
+    if let Err(error) = &result {
+        pools.errors.count(error.metric_label());
+    }
+    result
 }
 
 /// One pool decision, executed.

@@ -21,16 +21,16 @@ use proxy_core::{CreateRequest, InstanceState, ProviderError, ProxyKey};
 use tokio::sync::Semaphore;
 use tracing::Instrument;
 
+use super::metrics::ProviderMetrics;
 use super::{Checked, Provider};
 use crate::deadline::within;
-use crate::metrics::Metrics;
 
 /// A provider with metrics and tracing around every call.
 #[derive(Debug)]
 pub struct Metered {
     name: String,
     inner: Arc<dyn Provider>,
-    metrics: Arc<Metrics>,
+    metrics: ProviderMetrics,
     deadline: Duration,
     /// The calls of reconciles in flight at once (`--max-concurrent-provider-calls`);
     /// `None`: unbounded.
@@ -51,7 +51,7 @@ impl Metered {
     pub fn new(
         name: String,
         inner: Arc<dyn Provider>,
-        metrics: Arc<Metrics>,
+        metrics: ProviderMetrics,
         bounds: Bounds,
     ) -> Self {
         Self {
@@ -99,7 +99,7 @@ impl Metered {
     /// Counts a call in flight until the guard drops: when the call returns, or when its
     /// future is dropped (a cancelled reconcile).
     fn in_flight(&self) -> InFlight<'_> {
-        self.metrics.provider_call_started(&self.name);
+        self.metrics.call_started(&self.name);
         InFlight(self)
     }
 
@@ -108,7 +108,7 @@ impl Metered {
             Ok(_) => "ok",
             Err(error) => error.class.label(),
         };
-        self.metrics.provider_request(&self.name, op, outcome);
+        self.metrics.request(&self.name, op, outcome);
         if let Err(error) = result {
             tracing::warn!(provider = %self.name, op, class = outcome, message = %error.message, "provider call failed");
         }
@@ -120,7 +120,7 @@ struct InFlight<'a>(&'a Metered);
 
 impl Drop for InFlight<'_> {
     fn drop(&mut self) {
-        self.0.metrics.provider_call_finished(&self.0.name);
+        self.0.metrics.call_finished(&self.0.name);
     }
 }
 

@@ -5,9 +5,9 @@ use std::sync::Arc;
 
 use super::Provider;
 use super::metered::{Bounds, Metered};
+use super::metrics::ProviderMetrics;
 use super::types::{Env, ProviderSettings};
 use super::unstarted::Unstarted;
-use crate::metrics::Metrics;
 
 /// The configured providers, by name.
 #[derive(Debug, Clone, Default)]
@@ -25,7 +25,7 @@ impl Registry {
     pub async fn build<'a>(
         configured: impl IntoIterator<Item = (&'a str, &'a ProviderSettings)>,
         env: &Env,
-        metrics: &Arc<Metrics>,
+        metrics: &ProviderMetrics,
         bounds: Bounds,
     ) -> Self {
         let mut providers: BTreeMap<String, Arc<dyn Provider>> = BTreeMap::new();

@@ -415,7 +415,7 @@ async fn discovery_api(squids: &[SocketAddr]) -> anyhow::Result<String> {
     tokio::spawn(discovery::serve(
         discovery,
         listener,
-        proxy_operator::server::Settings::default(),
+        proxy_operator::runtime::server::Settings::default(),
         std::future::pending(),
     ));
     Ok(url)
@@ -442,7 +442,10 @@ fn start_gateway(
         .arg("--tenants-dir")
         .arg(&tenants)
         .env("DISCOVERY_TOKEN", TOKEN)
-        .env("RUST_LOG", proxy_operator::telemetry::DEFAULT_FILTER)
+        .env(
+            "RUST_LOG",
+            proxy_operator::runtime::telemetry::DEFAULT_FILTER,
+        )
         .stdin(std::process::Stdio::null())
         .stdout(log.try_clone()?)
         .stderr(log)

@@ -7,7 +7,7 @@
 
 use std::process::ExitCode;
 
-use proxy_operator::telemetry::{self, LogFormat};
+use proxy_operator::runtime::telemetry::{self, LogFormat};
 use tracing::Instrument as _;
 
 // The workload every child runs: two reconciles, each with a provider operation, shaped like

@@ -42,10 +42,12 @@ use kube::runtime::watcher;
 use proxy_core::leadership::{self, Candidate};
 use proxy_core::probe_schedule::ProbeSpec;
 use proxy_crd::Proxy;
+use proxy_operator::health::ProbeMetrics;
 use proxy_operator::health::probe::Prober;
 use proxy_operator::health::{DEFAULT_CONCURRENCY, HealthEngine};
 use proxy_operator::leadership::Leadership;
-use proxy_operator::metrics::Metrics;
+use proxy_operator::runtime::metrics::Registry;
+use proxy_operator::runtime::supervise::Panics;
 use proxy_tests::probe_origin::{ProbeOrigin, Request};
 use proxy_tests::process_usage::cpu_seconds;
 use proxy_tests::squid::{Squid, next_loopback_addr};
@@ -222,8 +224,10 @@ impl Bed {
         }
         let prober = Prober::new(Some(self.origin.ca_pem.as_bytes()), concurrency)?;
         // The engine records every probe in the operator's metrics, as in production.
-        let metrics = Arc::new(Metrics::default());
-        let engine = Arc::new(HealthEngine::new(prober, concurrency, metrics));
+        let mut registry = Registry::default();
+        let metrics = Arc::new(ProbeMetrics::register(&mut registry));
+        let panics = Panics::register(&mut registry, ["health"]);
+        let engine = Arc::new(HealthEngine::new(prober, concurrency, metrics, panics));
         // The controller's side of the channel: only drained here, until the engine stops.
         let (reconcile, mut requests) = mpsc::channel(1024);
         std::thread::spawn(move || while requests.blocking_recv().is_some() {});

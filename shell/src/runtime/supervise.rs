@@ -11,7 +11,10 @@
 //! requeues the object with its backoff) and every loop under [`forever`] (the loop starts
 //! again after a backoff). Both log the panic at error level with what it was about (the
 //! Proxy's `namespace/name`, or the loop's name) and count it in
-//! `proxy_operator_panics_total{loop}`.
+//! `proxy_operator_panics_total{loop}` ([`Panics`]). The gateway serves each request under
+//! [`catch`], and counts its panics in the same family, so that one alert covers both
+//! programs. Which loops a program has is the program's: it names them when it registers
+//! [`Panics`], so that each has its series from the start.
 //!
 //! Unwind safety: the futures are wrapped in [`AssertUnwindSafe`]. What a panicking task
 //! shares with the rest of the process is behind mutexes whose critical sections are single
@@ -23,67 +26,48 @@
 use std::any::Any;
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::FutureExt;
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
 use proxy_core::backoff::{restart_attempt, retry_delay};
 
-use crate::metrics::Metrics;
+use super::metrics::Registry;
 
-/// What runs under the boundary: the `loop` label of `proxy_operator_panics_total`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Loop {
-    /// One reconcile of one Proxy.
-    Reconcile,
-    /// One reconcile of one ProxyPool.
-    Pool,
-    /// The health engine (its schedule, and each probe).
-    Health,
-    /// Orphan garbage collection.
-    Gc,
-    /// Keeping the discovery API's lease book in step with the cache.
-    DiscoverySync,
-    /// The leadership rounds.
-    Leadership,
-    /// The provider health checks.
-    ProviderHealth,
-    /// Taking the lease book over and saving it ([`crate::discovery::ownership`]).
-    LeaseBook,
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PanicLabels {
+    r#loop: &'static str,
 }
 
-impl Loop {
-    /// Every loop, so that each has a series from the start.
-    pub const ALL: [Self; 8] = [
-        Self::Reconcile,
-        Self::Pool,
-        Self::Health,
-        Self::Gc,
-        Self::DiscoverySync,
-        Self::Leadership,
-        Self::ProviderHealth,
-        Self::LeaseBook,
-    ];
+/// `proxy_operator_panics_total{loop}`: panics caught at the boundary, by what panicked.
+#[derive(Clone, Debug)]
+pub struct Panics(Family<PanicLabels, Counter>);
 
-    /// The metric label and the name in logs.
-    pub fn label(self) -> &'static str {
-        match self {
-            Self::Reconcile => "reconcile",
-            Self::Pool => "pool",
-            Self::Health => "health",
-            Self::Gc => "gc",
-            Self::DiscoverySync => "discovery_sync",
-            Self::Leadership => "leadership",
-            Self::ProviderHealth => "provider_health",
-            Self::LeaseBook => "lease_book",
+impl Panics {
+    /// The family, registered in `registry`, with a series at 0 for each of `loops` from the
+    /// start, so that an alert on an increase sees the first panic.
+    pub fn register(
+        registry: &mut Registry,
+        loops: impl IntoIterator<Item = &'static str>,
+    ) -> Self {
+        let family = Family::<PanicLabels, Counter>::default();
+        registry.families().register(
+            "panics",
+            "Panics caught at the panic boundary, by what panicked (a reconcile, a request, or a loop that was restarted)",
+            family.clone(),
+        );
+        for r#loop in loops {
+            drop(family.get_or_create(&PanicLabels { r#loop }));
         }
+        Self(family)
     }
-}
 
-/// Gives every loop its series of `proxy_operator_panics_total` in `metrics` from the start,
-/// at 0, so that an alert on an increase sees the first panic.
-pub fn count_from_zero(metrics: &Metrics) {
-    metrics.count_panics_from_zero(Loop::ALL.map(Loop::label));
+    /// Counts a panic of `task`.
+    pub fn count(&self, task: &'static str) {
+        self.0.get_or_create(&PanicLabels { r#loop: task }).inc();
+    }
 }
 
 /// A panic caught at the boundary, with its message.
@@ -95,18 +79,18 @@ pub struct Panicked(pub String);
 /// a Proxy's `namespace/name`, a loop's name), counted under `task`, and returned as
 /// [`Panicked`].
 pub async fn guard<T>(
-    task: Loop,
+    task: &'static str,
     object: &str,
-    metrics: &Metrics,
+    panics: &Panics,
     work: impl Future<Output = T>,
 ) -> Result<T, Panicked> {
-    catch(task.label(), object, || metrics.panic(task.label()), work).await
+    catch(task, object, || panics.count(task), work).await
 }
 
-/// [`guard`] for a process without the operator's [`Metrics`] (the gateway): a panic inside
-/// `work` is logged with `label` and `object`, `counted` is called, and it is returned as
-/// [`Panicked`]. `object` is only formatted when something panicked, so a caller on a hot
-/// path (one gateway request) can pass what describes it without writing it out each time.
+/// [`guard`] with a count of its own: a panic inside `work` is logged with `label` and
+/// `object`, `counted` is called, and it is returned as [`Panicked`]. `object` is only
+/// formatted when something panicked, so a caller on a hot path (one gateway request) can
+/// pass what describes it without writing it out each time.
 pub async fn catch<T>(
     label: &'static str,
     object: impl std::fmt::Display,
@@ -122,10 +106,10 @@ pub async fn catch<T>(
 }
 
 /// Runs the loop `start` makes until it returns. Each time it panics, the panic is logged
-/// and counted, and the loop starts again after the core's backoff
+/// and counted under `task`, and the loop starts again after the core's backoff
 /// ([`retry_delay`]: 0.5 s, doubling up to 5 minutes; a loop that ran for longer than that
 /// before it panicked starts over at 0.5 s).
-pub async fn forever<F, Fut>(task: Loop, metrics: Arc<Metrics>, mut start: F)
+pub async fn forever<F, Fut>(task: &'static str, panics: Panics, mut start: F)
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = ()>,
@@ -133,17 +117,12 @@ where
     let mut attempt = 0;
     loop {
         let started = Instant::now();
-        if guard(task, task.label(), &metrics, start()).await.is_ok() {
+        if guard(task, task, &panics, start()).await.is_ok() {
             return;
         }
         attempt = restart_attempt(attempt, started.elapsed());
         let delay: Duration = retry_delay(attempt);
-        tracing::warn!(
-            r#loop = task.label(),
-            ?delay,
-            attempt,
-            "restarting the loop"
-        );
+        tracing::warn!(r#loop = task, ?delay, attempt, "restarting the loop");
         tokio::time::sleep(delay).await;
     }
 }
@@ -159,13 +138,14 @@ fn message(payload: &(dyn Any + Send)) -> String {
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Arc;
     use std::sync::atomic::{AtomicU32, Ordering};
 
     use super::*;
 
-    fn panics_of(metrics: &Metrics, task: Loop) -> String {
-        let series = format!(r#"proxy_operator_panics_total{{loop="{}"}} "#, task.label());
-        metrics
+    fn panics_of(registry: &Registry, task: &str) -> String {
+        let series = format!(r#"proxy_operator_panics_total{{loop="{task}"}} "#);
+        registry
             .encode()
             .lines()
             .find_map(|l| l.strip_prefix(&series).map(str::to_owned))
@@ -174,9 +154,9 @@ mod tests {
 
     #[tokio::test]
     async fn a_panicking_future_is_an_error_that_is_counted() {
-        let metrics = Metrics::default();
-        count_from_zero(&metrics);
-        let result: Result<u32, Panicked> = guard(Loop::Reconcile, "ns/p1", &metrics, async {
+        let mut registry = Registry::default();
+        let panics = Panics::register(&mut registry, ["reconcile", "health"]);
+        let result: Result<u32, Panicked> = guard("reconcile", "ns/p1", &panics, async {
             let index = std::hint::black_box(3usize);
             let slots = [1u32, 2];
             slots[index]
@@ -186,21 +166,22 @@ mod tests {
             panic!("the panic was not caught: {result:?}");
         };
         assert!(message.contains("index out of bounds"), "{message}");
-        assert_eq!(panics_of(&metrics, Loop::Reconcile), "1");
-        assert_eq!(panics_of(&metrics, Loop::Health), "0");
+        assert_eq!(panics_of(&registry, "reconcile"), "1");
+        assert_eq!(panics_of(&registry, "health"), "0");
 
-        let fine = guard(Loop::Reconcile, "ns/p2", &metrics, async { 7 }).await;
+        let fine = guard("reconcile", "ns/p2", &panics, async { 7 }).await;
         assert_eq!(fine, Ok(7));
-        assert_eq!(panics_of(&metrics, Loop::Reconcile), "1");
+        assert_eq!(panics_of(&registry, "reconcile"), "1");
     }
 
     #[tokio::test]
     async fn a_loop_that_panics_is_started_again_until_it_returns() {
-        let metrics = Arc::new(Metrics::default());
+        let mut registry = Registry::default();
+        let panics = Panics::register(&mut registry, ["gc"]);
         let starts = Arc::new(AtomicU32::new(0));
         let counted = starts.clone();
         let began = Instant::now();
-        forever(Loop::Gc, metrics.clone(), move || {
+        forever("gc", panics, move || {
             let start = counted.fetch_add(1, Ordering::SeqCst) + 1;
             async move {
                 tokio::task::yield_now().await;
@@ -209,7 +190,7 @@ mod tests {
         })
         .await;
         assert_eq!(starts.load(Ordering::SeqCst), 3);
-        assert_eq!(panics_of(&metrics, Loop::Gc), "2");
+        assert_eq!(panics_of(&registry, "gc"), "2");
         // Two restarts: after 0.5 s, then after 1 s.
         assert!(began.elapsed() >= Duration::from_millis(1500));
     }

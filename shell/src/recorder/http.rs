@@ -1,6 +1,6 @@
-//! The admin port (`--metrics-addr`): `GET /metrics` for Prometheus, open to every scraper,
-//! and `GET /debug/recording[?object=namespace/name][&since=<RFC 3339 time>]`, the records
-//! the recorder keeps, streamed as a file `proxy-operator replay` reads.
+//! The recorder's HTTP face, on the operator's admin port (`--metrics-addr`, beside `GET
+//! /metrics`): `GET /debug/recording[?object=namespace/name][&since=<RFC 3339 time>]`, the
+//! records the recorder keeps, streamed as a file `proxy-operator replay` reads.
 //!
 //! A recording holds every recorded Proxy's spec and status, so it is not for everyone who
 //! can scrape metrics: with a bearer token set (`--discovery-token`) it takes that token;
@@ -13,11 +13,11 @@ use std::sync::Arc;
 
 use warp::http::StatusCode;
 use warp::reply::Response;
-use warp::{Filter, Reply};
+use warp::{Filter, Rejection, Reply};
 
-use crate::metrics::Metrics;
-use crate::recorder::{Filter as Records, Recorder};
-use crate::server::{BearerToken, Peer, Settings};
+use super::{Filter as Records, Recorder};
+use crate::runtime::metrics::Registry;
+use crate::runtime::server::{BearerToken, Peer, Settings};
 
 /// Why a request for a recording is refused, if it is.
 fn refusal(
@@ -72,21 +72,12 @@ fn records(query: &BTreeMap<String, String>) -> Result<Records, String> {
     Ok(filter)
 }
 
-/// The admin port's routes.
-pub fn routes(
-    metrics: Arc<Metrics>,
+/// `GET /debug/recording`, with the token (or a loopback client) it takes.
+pub fn route(
     recorder: Arc<Recorder>,
     token: BearerToken,
-) -> impl Filter<Extract = (Response,), Error = Infallible> + Clone {
-    let scrape = warp::path!("metrics").and(warp::get()).map(move || {
-        warp::reply::with_header(
-            metrics.encode(),
-            "content-type",
-            "application/openmetrics-text; version=1.0.0; charset=utf-8",
-        )
-        .into_response()
-    });
-    let recording = warp::path!("debug" / "recording")
+) -> impl Filter<Extract = (Response,), Error = Rejection> + Clone {
+    warp::path!("debug" / "recording")
         .and(warp::get())
         .and(warp::header::optional::<String>("authorization"))
         .and(warp::ext::optional::<Peer>())
@@ -114,39 +105,26 @@ pub fn routes(
                 )
                 .into_response()
             },
-        );
-    scrape
-        .or(recording)
-        .unify()
-        .recover(|_: warp::Rejection| async {
-            Ok::<_, Infallible>(
-                warp::reply::with_status(
-                    "no such endpoint: GET /metrics or GET /debug/recording\n",
-                    StatusCode::NOT_FOUND,
-                )
-                .into_response(),
-            )
-        })
-        .unify()
+        )
 }
 
-/// Serves the admin port on `listener` until `shutdown` resolves (see [`crate::server`]).
-pub async fn serve(
-    metrics: Arc<Metrics>,
+/// Serves the operator's admin port on `listener` until `shutdown` resolves (see
+/// [`crate::runtime::server`]): the admin router's `GET /metrics` of `registry`, and the
+/// recording.
+pub async fn serve_admin(
+    registry: Arc<Registry>,
     recorder: Arc<Recorder>,
     token: BearerToken,
     listener: tokio::net::TcpListener,
     settings: Settings,
     shutdown: impl std::future::Future<Output = ()>,
 ) {
-    crate::server::serve(
-        "admin",
-        routes(metrics, recorder, token),
-        listener,
-        settings,
-        shutdown,
-    )
-    .await;
+    let routes = crate::runtime::admin::routes(
+        registry,
+        route(recorder, token),
+        "GET /metrics or GET /debug/recording",
+    );
+    crate::runtime::server::serve("admin", routes, listener, settings, shutdown).await;
 }
 
 #[cfg(test)]

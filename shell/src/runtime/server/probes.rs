@@ -12,13 +12,14 @@ use std::sync::Arc;
 
 use warp::http::StatusCode;
 use warp::reply::Response;
-use warp::{Filter, Reply};
+use warp::{Filter, Rejection, Reply};
 
 /// Whether the operator is ready, and if not, why (shown in the 503's body).
 pub type Readiness = Arc<dyn Fn() -> Result<(), String> + Send + Sync>;
 
-/// The probe port's routes.
-pub fn routes(ready: Readiness) -> impl Filter<Extract = (Response,), Error = Infallible> + Clone {
+/// `GET /healthz` and `GET /readyz`, rejecting anything else: for a port that serves more
+/// (the gateway's admin port, [`super::super::admin`]).
+pub fn filter(ready: Readiness) -> impl Filter<Extract = (Response,), Error = Rejection> + Clone {
     let healthz = warp::path!("healthz")
         .and(warp::get())
         .map(|| warp::reply::with_status("ok\n", StatusCode::OK).into_response());
@@ -32,10 +33,13 @@ pub fn routes(ready: Readiness) -> impl Filter<Extract = (Response,), Error = In
             )
             .into_response(),
         });
-    healthz
-        .or(readyz)
-        .unify()
-        .recover(|_: warp::Rejection| async {
+    healthz.or(readyz).unify()
+}
+
+/// The probe port's routes: [`filter`], and a 404 for anything else.
+pub fn routes(ready: Readiness) -> impl Filter<Extract = (Response,), Error = Infallible> + Clone {
+    filter(ready)
+        .recover(|_: Rejection| async {
             Ok::<_, Infallible>(
                 warp::reply::with_status(
                     "no such endpoint: GET /healthz or GET /readyz\n",

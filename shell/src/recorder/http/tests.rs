@@ -1,5 +1,5 @@
-//! The admin port through the real server on a loopback listener: metrics stay open,
-//! recordings take the token (or, without one, a loopback client).
+//! The operator's admin port through the real server on a loopback listener: metrics stay
+//! open, recordings take the token (or, without one, a loopback client).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -26,8 +26,8 @@ async fn start(token: Option<&str>) -> (String, oneshot::Sender<()>) {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
     let (stop, stopped) = oneshot::channel::<()>();
-    tokio::spawn(serve(
-        Arc::new(Metrics::default()),
+    tokio::spawn(serve_admin(
+        Arc::new(Registry::default()),
         recorder(),
         BearerToken::new(token),
         listener,
@@ -80,11 +80,7 @@ async fn without_a_token_the_recording_answers_a_loopback_client() {
 #[tokio::test]
 async fn without_a_token_the_recording_refuses_a_client_from_elsewhere() {
     // The one case a loopback listener cannot produce: the peer the server would attach.
-    let routes = routes(
-        Arc::new(Metrics::default()),
-        recorder(),
-        BearerToken::new(None),
-    );
+    let routes = route(recorder(), BearerToken::new(None));
     let from = |addr: &str| {
         warp::test::request()
             .path("/debug/recording")
