@@ -159,6 +159,7 @@ pub fn classify(error: kube::Error) -> ProviderError {
 pub fn listed(pod: Pod) -> ListedInstance {
     let metadata = pod.metadata;
     ListedInstance {
+        deleting: metadata.deletion_timestamp.is_some(),
         provider_id: format!(
             "{}/{}",
             metadata.namespace.unwrap_or_default(),
