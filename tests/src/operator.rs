@@ -394,7 +394,21 @@ impl Operator {
 }
 
 impl Drop for Operator {
+    /// Kills the operator, then checks its log: every JSON line it wrote parses as one
+    /// value with each key once per object ([`crate::log_lines`]), in every test that runs
+    /// an operator. A test already failing is not failed a second time (a panic while
+    /// panicking aborts the process).
     fn drop(&mut self) {
         self.kill();
+        if std::thread::panicking() {
+            return;
+        }
+        let bad = crate::log_lines::bad_json_lines(&self.log(), 5);
+        assert!(
+            bad.is_empty(),
+            "the operator wrote JSON log lines a log pipeline cannot read ({}):\n{}",
+            self.log.display(),
+            bad.join("\n")
+        );
     }
 }

@@ -342,6 +342,30 @@ fn without_an_endpoint_nothing_is_exported_but_logs_carry_trace_ids() {
 }
 
 #[test]
+fn every_json_line_has_each_key_once_and_keeps_every_value() {
+    let stdout = run_child("without-endpoint", &[]);
+    let lines: Vec<&str> = stdout.lines().filter(|l| l.starts_with('{')).collect();
+    assert!(!lines.is_empty(), "{stdout}");
+    for line in &lines {
+        assert_eq!(proxy_tests::log_lines::problem(line), None, "{line}");
+    }
+    // A field named like the message keeps its value under a key of its own, and so does a
+    // span field named like the span's name.
+    let parsed = json_lines(&stdout);
+    for proxy in ["default/alpha", "default/beta"] {
+        let failed = parsed
+            .iter()
+            .find(|l| {
+                l["fields"]["message"] == "provider call failed" && l["spans"][0]["proxy"] == proxy
+            })
+            .unwrap_or_else(|| panic!("no 'provider call failed' line of {proxy} in:\n{stdout}"));
+        assert_eq!(failed["fields"]["message_2"], "HTTP 503", "{failed}");
+        assert_eq!(failed["span"]["name"], "compute", "{failed}");
+        assert_eq!(failed["span"]["name_2"], "instances.insert", "{failed}");
+    }
+}
+
+#[test]
 fn text_lines_end_with_the_trace_ids() {
     let stdout = run_child("text", &[]);
     let line = stdout

@@ -110,7 +110,7 @@ impl Metered {
         };
         self.metrics.provider_request(&self.name, op, outcome);
         if let Err(error) = result {
-            tracing::warn!(provider = %self.name, op, class = outcome, message = %error.message, "provider call failed");
+            tracing::warn!(provider = %self.name, op, class = outcome, error = %error.message, "provider call failed");
         }
     }
 }
@@ -150,7 +150,7 @@ impl Provider for Metered {
         // A create the provider accepted and failed later (GCE's insert operation ended
         // with an error) shows only here: said as loudly as a failed create call.
         if let Ok(InstanceState::CreateFailed(error)) = &result {
-            tracing::warn!(provider = %self.name, provider_id, class = error.class.label(), message = %error.message, "an accepted create failed");
+            tracing::warn!(provider = %self.name, provider_id, class = error.class.label(), error = %error.message, "an accepted create failed");
         }
         result
     }
