@@ -264,7 +264,7 @@ mod tests {
 
     fn settings() -> KubernetesSettings {
         KubernetesSettings {
-            image: "ubuntu/squid:5.2-22.04_beta".into(),
+            image: "ubuntu/squid:6.6-24.04_beta".into(),
             allowed_source_cidrs: vec!["10.0.0.0/8".into()],
         }
     }
@@ -289,7 +289,7 @@ mod tests {
         let container = &pod.spec.unwrap().containers[0];
         assert_eq!(
             container.image.as_deref(),
-            Some("ubuntu/squid:5.2-22.04_beta")
+            Some("ubuntu/squid:6.6-24.04_beta")
         );
         assert_eq!(container.ports.as_ref().unwrap()[0].container_port, 3130);
         let env = &container.env.as_ref().unwrap()[0];
