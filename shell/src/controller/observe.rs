@@ -113,6 +113,12 @@ pub(crate) async fn observe(proxy: &Proxy, kept: Kept, ctx: &Context) -> Result<
         },
         cloud_init: resolve_cloud_init(proxy, ctx).await?,
         provider_configured: provider.is_some(),
+        placement_problem: proxy
+            .spec
+            .provider
+            .as_deref()
+            .filter(|_| proxy.spec.mode == Mode::Managed)
+            .and_then(|name| ctx.providers.placement_problem(name, &proxy.spec)),
         provider_down: ctx.provider_health.down(&proxy.spec),
         credentials: proxy.spec.mode == Mode::Managed
             && proxy

@@ -66,6 +66,15 @@ impl Registry {
             .is_some_and(|settings| settings.enforces_credentials(spec))
     }
 
+    /// What the provider `name` refuses in `spec.placement`
+    /// ([`ProviderSettings::placement_problem`]); `None` for a provider that is not
+    /// configured (the core says so on its own).
+    pub fn placement_problem(&self, name: &str, spec: &proxy_crd::ProxySpec) -> Option<String> {
+        self.settings
+            .get(name)
+            .and_then(|settings| settings.placement_problem(spec))
+    }
+
     /// Every provider with its name, in name order.
     pub fn iter(&self) -> impl Iterator<Item = (&str, &Arc<dyn Provider>)> {
         self.providers

@@ -156,6 +156,18 @@ impl ProviderSettings {
         }
     }
 
+    /// What a provider of this type refuses in `spec.placement`, as the Proxy is to be
+    /// told (`proxy_core::Observed::placement_problem`): the first `parameters` key it does
+    /// not use. The kubernetes and kvm providers take none (every key would enter the spec
+    /// hash and replace a machine for nothing); gcp takes [`settings::GCP_PARAMETERS`].
+    pub fn placement_problem(&self, spec: &proxy_crd::ProxySpec) -> Option<String> {
+        let known: &[&str] = match self {
+            Self::Gcp(_) => &settings::GCP_PARAMETERS,
+            Self::Kubernetes(_) | Self::Kvm(_) => &[],
+        };
+        settings::unknown_parameter(self.type_name(), known, spec.placement.as_ref())
+    }
+
     /// Whether an instance of this type for `spec` enforces the proxy's credentials, that is
     /// runs the squid config the operator generates ([`super::squid`]): a Pod always does; a
     /// VM unless the Proxy brings a cloud-init of its own, which configures its own squid

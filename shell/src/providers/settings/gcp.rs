@@ -67,6 +67,10 @@ pub enum GcpCredentials {
     None,
 }
 
+/// The `placement.parameters` a gcp Proxy may set: the boot disk's size, and whether the VM
+/// is a spot VM.
+pub const GCP_PARAMETERS: [&str; 2] = ["diskSizeGb", "provisioningModel"];
+
 /// The machine type of a gcp VM when neither the Proxy nor the config names one: the
 /// smallest shared-core type with a full vCPU's burst, enough for squid.
 pub const DEFAULT_GCP_MACHINE_TYPE: &str = "e2-small";
