@@ -984,6 +984,9 @@ fn retry_unchanged(
     error: &ProviderError,
     call: Option<ProviderCall>,
 ) -> Step {
+    if let Some(wait) = paced(error) {
+        return paced_by_the_provider(status, observed, fallback, what, error, call, wait);
+    }
     let (requeue, when, delay) = match error.class {
         ErrorClass::Quota | ErrorClass::Stockout => {
             let retry = observed.timing.quota_retry;
@@ -1011,6 +1014,47 @@ fn retry_unchanged(
         Some(call) => step.with_hold(HoldChange::Set(hold_of(observed, call, delay))),
         None => step,
     }
+}
+
+/// The wait of a rate limit of the whole provider ([`crate::pacing`]): its pacing holds
+/// every call of it back for that long, whichever Proxy's call met the limit. `None` for any
+/// other failure, and for a rate limit that names no wait (that one backs off as any
+/// transient failure).
+fn paced(error: &ProviderError) -> Option<Duration> {
+    error
+        .retry_after()
+        .filter(|_| error.class == ErrorClass::Transient)
+        .map(|wait| wait.max(crate::backoff::FIRST_RETRY))
+}
+
+/// A call or a lookup the provider's pacing held back, or that met its rate limit: nothing
+/// is wrong with this Proxy. Its failure count is kept (`Requeue::Held`), no Event is
+/// emitted (a burst of rate limits would otherwise be one per Proxy per attempt), and it
+/// looks again when the provider takes calls again. A lookup changes nothing in the status:
+/// the last known state stands (a Ready proxy stays Ready); a held call says that it waits,
+/// and is held back until then.
+fn paced_by_the_provider(
+    status: &ProxyStatus,
+    observed: &Observed,
+    fallback: Provisioning,
+    what: &str,
+    error: &ProviderError,
+    call: Option<ProviderCall>,
+    wait: Duration,
+) -> Step {
+    let kept = kept(status, fallback);
+    let Some(call) = call else {
+        return Step::set(kept, Requeue::Held(wait));
+    };
+    let facts = Provisioning {
+        message: format!(
+            "{what} waits: the provider is rate-limited, and calls it as its rate limits \
+             allow: {}",
+            error.message
+        ),
+        ..kept
+    };
+    Step::set(facts, Requeue::Held(wait)).with_hold(HoldChange::Set(hold_of(observed, call, wait)))
 }
 
 /// The provisioning facts `status` already states, for a step that changes nothing about

@@ -71,6 +71,13 @@ pub const CALL_ANSWERS: &[CallAnswer] = &[
         leads_with: Some("rate-limited: "),
     },
     CallAnswer {
+        name: "a rate limit with a RetryInfo detail (the wait it asks for: 23.5 s)",
+        http_status: 403,
+        body: r#"{"error":{"code":403,"message":"Quota exceeded for quota metric 'Read requests' and limit 'Read requests per minute' of service 'compute.googleapis.com'.","status":"PERMISSION_DENIED","details":[{"@type":"type.googleapis.com/google.rpc.ErrorInfo","reason":"RATE_LIMIT_EXCEEDED","domain":"googleapis.com","metadata":{"service":"compute.googleapis.com"}},{"@type":"type.googleapis.com/google.rpc.RetryInfo","retryDelay":"23.500s"}]}}"#,
+        class: ErrorClass::Transient,
+        leads_with: Some("rate-limited: "),
+    },
+    CallAnswer {
         name: "a regional CPU quota",
         http_status: 403,
         body: r#"{"error":{"code":403,"message":"Quota 'CPUS' exceeded.  Limit: 8.0 in region europe-west1.","errors":[{"message":"Quota 'CPUS' exceeded.  Limit: 8.0 in region europe-west1.","domain":"usageLimits","reason":"quotaExceeded"}]}}"#,

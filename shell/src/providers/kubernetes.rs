@@ -145,17 +145,25 @@ pub fn classify(error: kube::Error) -> ProviderError {
             code: Some(status.code),
             reason: status.reason.clone(),
             message: status.message.clone(),
+            retry_after: status
+                .details
+                .as_ref()
+                .map(|details| details.retry_after_seconds)
+                .filter(|seconds| *seconds > 0)
+                .map(|seconds| std::time::Duration::from_secs(u64::from(seconds))),
         },
         other => KubeAnswer {
             code: None,
             reason: String::new(),
             message: other.to_string(),
+            retry_after: None,
         },
     };
     answer.classify()
 }
 
-/// A listed Pod as the GC reads it: its provider ID, its labels, its creation time.
+/// A listed Pod as the GC reads it: its provider ID, its labels, its creation time, and
+/// whether it is being deleted already.
 pub fn listed(pod: Pod) -> ListedInstance {
     let metadata = pod.metadata;
     ListedInstance {
