@@ -39,7 +39,7 @@ pub use pool::{
     Autoscale, AutoscaleStatus, CircuitBreaker, Disruption, IntOrPercent, ProxyPool, ProxyPoolSpec,
     ProxyPoolStatus, ProxyTemplate, Recycle, SpreadEntry, TemplateMetadata,
 };
-pub use provider_health::{ProviderHealth, ProviderHealthSpec, ProviderHealthStatus};
+pub use provider_health::{ProviderHealth, ProviderHealthSpec, ProviderHealthStatus, ScopePacing};
 
 /// API group of every resource this operator serves.
 pub const GROUP: &str = "crawl.example.com";
