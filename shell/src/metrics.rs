@@ -86,6 +86,15 @@ pub struct ProviderName {
     pub provider: String,
 }
 
+/// Labels of one quota scope of one provider (its pacing, `providers/pace.rs`).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ScopeLabels {
+    /// The provider's name in the providers config.
+    pub provider: String,
+    /// `read` or `write`.
+    pub scope: &'static str,
+}
+
 /// Labels of what GC kept, by provider and reason.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct KeptLabels {
@@ -138,6 +147,9 @@ pub struct Metrics {
     provider_in_flight: Family<ProviderName, Gauge>,
     provider_in_flight_max: Family<ProviderName, Gauge>,
     provider_up: Family<ProviderName, Gauge>,
+    provider_rate_limits: Family<ScopeLabels, Counter>,
+    provider_calls_paced: Family<ScopeLabels, Counter>,
+    provider_pause: Family<ScopeLabels, Gauge<f64, std::sync::atomic::AtomicU64>>,
     gc_held_back: Family<ProviderName, Counter>,
     gc_kept: Family<KeptLabels, Gauge>,
     writes_dropped: Family<WriteLabels, Counter>,
@@ -285,6 +297,25 @@ impl Default for Metrics {
             "1 when the provider passed its last health check, 0 when it failed, timed out or could not be started; absent for a provider without a check",
             provider_up.clone(),
         );
+        let provider_rate_limits = Family::<ScopeLabels, Counter>::default();
+        registry.register(
+            "provider_rate_limits",
+            "Provider calls answered with a rate limit, by provider and quota scope (read, write): each closes the scope for every caller",
+            provider_rate_limits.clone(),
+        );
+        let provider_calls_paced = Family::<ScopeLabels, Counter>::default();
+        registry.register(
+            "provider_calls_paced",
+            "Provider calls not sent because the provider's pacing held them back (a rate limit's pause, or the scope's budget per minute), by provider and quota scope",
+            provider_calls_paced.clone(),
+        );
+        let provider_pause =
+            Family::<ScopeLabels, Gauge<f64, std::sync::atomic::AtomicU64>>::default();
+        registry.register(
+            "provider_pause_seconds",
+            "The pause the provider's pacing set after the last call of a quota scope ended: 0 once a call passed, else the wait after the rate limits in a row",
+            provider_pause.clone(),
+        );
         let gc_held_back = Family::<ProviderName, Counter>::default();
         registry.register(
             "gc_held_back",
@@ -333,6 +364,9 @@ impl Default for Metrics {
             provider_in_flight,
             provider_in_flight_max,
             provider_up,
+            provider_rate_limits,
+            provider_calls_paced,
+            provider_pause,
             gc_held_back,
             gc_kept,
             writes_dropped,
@@ -483,6 +517,50 @@ impl Metrics {
                 self.provider_up.remove(&labels);
             }
         }
+    }
+
+    /// Every scope of a paced `provider` has its series from the start, at 0, so that an
+    /// alert on an increase sees the first rate limit.
+    pub fn pace_from_zero(&self, provider: &str, scopes: impl IntoIterator<Item = &'static str>) {
+        for scope in scopes {
+            let labels = ScopeLabels {
+                provider: provider.to_owned(),
+                scope,
+            };
+            drop(self.provider_rate_limits.get_or_create(&labels));
+            drop(self.provider_calls_paced.get_or_create(&labels));
+            drop(self.provider_pause.get_or_create(&labels));
+        }
+    }
+
+    /// A call of `provider`'s `scope` met a rate limit.
+    pub fn provider_rate_limited(&self, provider: &str, scope: &'static str) {
+        self.provider_rate_limits
+            .get_or_create(&ScopeLabels {
+                provider: provider.to_owned(),
+                scope,
+            })
+            .inc();
+    }
+
+    /// A call of `provider`'s `scope` was held back by its pacing, not sent.
+    pub fn provider_call_paced(&self, provider: &str, scope: &'static str) {
+        self.provider_calls_paced
+            .get_or_create(&ScopeLabels {
+                provider: provider.to_owned(),
+                scope,
+            })
+            .inc();
+    }
+
+    /// The pause `provider`'s `scope` is in after its last call ended.
+    pub fn provider_pause(&self, provider: &str, scope: &'static str, pause: std::time::Duration) {
+        self.provider_pause
+            .get_or_create(&ScopeLabels {
+                provider: provider.to_owned(),
+                scope,
+            })
+            .set(pause.as_secs_f64());
     }
 
     /// A provider call ended (returned, failed or was cancelled).

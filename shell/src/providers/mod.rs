@@ -26,6 +26,7 @@ pub mod kubernetes;
 #[cfg(feature = "kvm")]
 pub mod kvm;
 pub mod metered;
+pub mod pace;
 pub mod registry;
 pub mod settings;
 pub mod squid;

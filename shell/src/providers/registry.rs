@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use super::Provider;
 use super::metered::{Bounds, Metered};
+use super::pace::Pace;
 use super::types::{Env, ProviderSettings};
 use super::unstarted::Unstarted;
 use crate::metrics::Metrics;
@@ -14,6 +15,8 @@ use crate::metrics::Metrics;
 pub struct Registry {
     providers: BTreeMap<String, Arc<dyn Provider>>,
     settings: BTreeMap<String, ProviderSettings>,
+    /// The pacing of each provider whose type paces its calls.
+    paces: BTreeMap<String, Arc<Pace>>,
     owned_pods: bool,
 }
 
@@ -30,20 +33,33 @@ impl Registry {
     ) -> Self {
         let mut providers: BTreeMap<String, Arc<dyn Provider>> = BTreeMap::new();
         let mut settings = BTreeMap::new();
+        let mut paces = BTreeMap::new();
         for (name, configured) in configured {
-            let provider = match configured.start(env).await {
+            let pace = configured
+                .budgets()
+                .map(|budgets| Arc::new(Pace::new(name, budgets, metrics.clone())));
+            let provider = match configured.start(env, pace.as_ref()).await {
                 Ok(provider) => provider,
                 Err(why) => {
                     tracing::error!(provider = %name, r#type = configured.type_name(), %why, "provider could not be started: its ProviderHealth shows why, and each check tries again");
-                    Arc::new(Unstarted::new(configured.clone(), env.clone(), why))
+                    Arc::new(Unstarted::new(
+                        configured.clone(),
+                        env.clone(),
+                        pace.clone(),
+                        why,
+                    ))
                 }
             };
+            if let Some(pace) = pace {
+                paces.insert(name.to_owned(), pace);
+            }
             let metered = Metered::new(name.to_owned(), provider, metrics.clone(), bounds);
             providers.insert(name.to_owned(), Arc::new(metered));
             settings.insert(name.to_owned(), configured.clone());
         }
         Self {
             providers,
+            paces,
             owned_pods: settings
                 .values()
                 .any(ProviderSettings::instances_are_owned_pods),
@@ -85,5 +101,10 @@ impl Registry {
     /// The provider named `name`.
     pub fn get(&self, name: &str) -> Option<&Arc<dyn Provider>> {
         self.providers.get(name)
+    }
+
+    /// The pacing of the provider named `name`, when its type paces its calls.
+    pub fn pace(&self, name: &str) -> Option<&Arc<Pace>> {
+        self.paces.get(name)
     }
 }
