@@ -370,6 +370,11 @@ impl FakeGce {
         }
     }
 
+    /// How long until the next quota window starts (and refills every quota).
+    pub fn next_window_in(&self) -> Duration {
+        self.store.next_window_in()
+    }
+
     /// How many deletes were refused with `400 resourceNotReady` (their VM was stopping).
     pub fn not_ready_answers(&self) -> u64 {
         self.store.not_ready()

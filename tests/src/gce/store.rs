@@ -860,6 +860,13 @@ impl Store {
         self.lock().rate_limited.get(&method).copied().unwrap_or(0)
     }
 
+    pub fn next_window_in(&self) -> Duration {
+        let window = self.options.quotas.window.max(Duration::from_nanos(1));
+        let elapsed = self.started.elapsed().as_nanos();
+        let into = elapsed % window.as_nanos();
+        Duration::from_nanos(u64::try_from(window.as_nanos() - into).unwrap_or(u64::MAX))
+    }
+
     pub fn not_ready(&self) -> u64 {
         self.lock().not_ready
     }
