@@ -157,6 +157,10 @@ pub struct Durations {
     /// while its insert's operation runs, as GCE's eventually consistent reads do: a client
     /// that concludes "gone" from a 404 right after its insert is wrong.
     pub invisible_after_insert: Duration,
+    /// How long a RUNNING instance's squid takes to start while its natIP already shows, as
+    /// on GCE, where cloud-init installs and starts it after the VM runs. Zero (the
+    /// default): the natIP shows only once squid accepts.
+    pub boot: Duration,
 }
 
 impl Default for Durations {
@@ -168,6 +172,7 @@ impl Default for Durations {
             stopping: Duration::from_millis(150),
             deleting: Duration::from_millis(150),
             invisible_after_insert: Duration::from_millis(200),
+            boot: Duration::ZERO,
         }
     }
 }

@@ -570,9 +570,23 @@ impl Store {
         };
         let mode = self.options.vm.clone();
         let label = format!("gce-{}-{}-{id}", key.0, key.1);
-        let booted = tokio::task::spawn_blocking(move || Vm::boot(&mode, &label, &metadata, squid))
-            .await
-            .unwrap_or_else(|e| Err(anyhow::anyhow!("VM boot panicked: {e}")));
+        let addr = Vm::address();
+        let boot = self.durations().boot;
+        if !boot.is_zero() {
+            // As GCE does: the external IP shows once the VM runs, and the guest's squid
+            // starts when its cloud-init gets to it.
+            if let Some(i) = self.lock().instances.get_mut(key).filter(|i| i.id == id)
+                && !i.withhold_nat_ip
+            {
+                i.nat_ip = Some(addr);
+                i.running_at.get_or_insert_with(Instant::now);
+            }
+            tokio::time::sleep(boot).await;
+        }
+        let booted =
+            tokio::task::spawn_blocking(move || Vm::boot(&mode, &label, &metadata, squid, addr))
+                .await
+                .unwrap_or_else(|e| Err(anyhow::anyhow!("VM boot panicked: {e}")));
         // A VM nobody wants any more (deleted or stopped while booting, or the fake closed).
         let unwanted = {
             let mut state = self.lock();

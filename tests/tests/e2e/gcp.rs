@@ -402,3 +402,68 @@ async fn gc_reaps_an_orphan_vm_and_leaves_live_and_foreign_vms_alone() {
     assert!(live_vm.is_some(), "the live Proxy's VM stays: {names:?}");
     assert!(ready(&bed.proxies.get("live").await.unwrap()));
 }
+
+/// The `Healthy` condition's status of `proxy` for the machine at `ip`, when the status
+/// publishes that address.
+fn healthy_at(proxy: &Proxy, ip: &str) -> Option<String> {
+    let status = proxy.status.as_ref()?;
+    (status.ip.as_deref() == Some(ip)).then_some(())?;
+    let condition = status.conditions.iter().find(|c| c.type_ == "Healthy")?;
+    Some(format!("{}/{}", condition.status, condition.reason))
+}
+
+/// Samples `name` every 100 ms until it is Ready at an address other than `old_ip`; every
+/// `Healthy` the status showed for the machine at its new address, in order.
+async fn healthy_of_the_new_machine(bed: &Bed, name: &str, old_ip: Option<&str>) -> Vec<String> {
+    let mut seen: Vec<String> = Vec::new();
+    for _ in 0..300 {
+        let proxy = bed.proxies.get(name).await.unwrap();
+        if let Some(at) = ip(&proxy).filter(|at| Some(at.as_str()) != old_ip)
+            && let Some(healthy) = healthy_at(&proxy, &at)
+        {
+            if seen.last() != Some(&healthy) {
+                seen.push(healthy);
+            }
+            if ready(&proxy) {
+                return seen;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!(
+        "{name}: not Ready at a new address within 30 s (seen: {seen:?}); operator log:\n{}",
+        bed.operator.log()
+    );
+}
+
+#[tokio::test]
+async fn a_new_vm_and_its_replacement_await_their_first_probe_while_squid_starts() {
+    // As on GCE, a VM's natIP shows once it runs, and its squid starts 3 s later (cloud-init
+    // installs it). Until a probe reaches it, the Proxy has no verdict ("awaiting probe"):
+    // before issue 50 the first probe, refused, made a replacement Unhealthy for a probe.
+    let bed = Bed::with_gce("gcp-boot", &[]).await;
+    bed.gce().set_durations(Durations {
+        boot: Duration::from_secs(3),
+        ..Durations::default()
+    });
+    bed.create("b1", gcp_spec(&bed, json!({}))).await;
+    let first = healthy_of_the_new_machine(&bed, "b1", None).await;
+    assert!(
+        !first.iter().any(|h| h.starts_with("False")),
+        "the new VM was Unhealthy while its squid started: {first:?}; operator log:\n{}",
+        bed.operator.log()
+    );
+    let before = bed.proxies.get("b1").await.unwrap();
+    let old = vm_of(&bed, &before).unwrap();
+    bed.gce()
+        .stop_out_of_band(&old.zone, &old.name)
+        .await
+        .unwrap();
+    let replaced = healthy_of_the_new_machine(&bed, "b1", ip(&before).as_deref()).await;
+    assert!(
+        !replaced.iter().any(|h| h.starts_with("False")),
+        "the replacement was Unhealthy while its squid started: {replaced:?}; operator \
+         log:\n{}",
+        bed.operator.log()
+    );
+}
