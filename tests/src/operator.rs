@@ -204,6 +204,34 @@ impl Operator {
         )
     }
 
+    /// As [`Operator::start_with_providers`], with `envs` in its environment (an OTLP
+    /// endpoint, say).
+    #[expect(
+        clippy::too_many_arguments,
+        reason = "start_with_providers' arguments and the environment"
+    )]
+    pub fn start_with_env(
+        plane: &ControlPlane,
+        namespace: &str,
+        binary: &Path,
+        polls: Polls,
+        probe_ca_pem: Option<&str>,
+        more_providers: &str,
+        extra_args: &[&str],
+        envs: &[(&str, &str)],
+    ) -> Self {
+        Self::start_in(
+            &plane.kubeconfig,
+            namespace,
+            binary,
+            polls,
+            probe_ca_pem,
+            more_providers,
+            extra_args,
+            envs,
+        )
+    }
+
     /// As [`Operator::start_with_providers`], but the operator talks to the API server with
     /// `kubeconfig` (a user with less than the admin's rights, for RBAC tests).
     pub fn start_with_kubeconfig(
@@ -214,6 +242,33 @@ impl Operator {
         probe_ca_pem: Option<&str>,
         more_providers: &str,
         extra_args: &[&str],
+    ) -> Self {
+        Self::start_in(
+            kubeconfig,
+            namespace,
+            binary,
+            polls,
+            probe_ca_pem,
+            more_providers,
+            extra_args,
+            &[],
+        )
+    }
+
+    /// Starts the operator: every other constructor's body.
+    #[expect(
+        clippy::too_many_arguments,
+        reason = "start_with_kubeconfig's arguments and the environment"
+    )]
+    fn start_in(
+        kubeconfig: &Path,
+        namespace: &str,
+        binary: &Path,
+        polls: Polls,
+        probe_ca_pem: Option<&str>,
+        more_providers: &str,
+        extra_args: &[&str],
+        envs: &[(&str, &str)],
     ) -> Self {
         let dir = subdir(&format!("operator-{namespace}"));
         let config = dir.join("providers.yaml");
@@ -281,7 +336,8 @@ impl Operator {
                 } else {
                     TEST_LOG_FILTER
                 },
-            );
+            )
+            .envs(envs.iter().copied());
         let launch = Launch {
             program: binary.to_owned(),
             args: command.get_args().map(ToOwned::to_owned).collect(),
@@ -344,9 +400,9 @@ impl Operator {
         None
     }
 
-    /// The sum of the samples of metric `name` over its series whose labels contain
-    /// `labels` (`""`: every series), scraped now.
-    pub async fn metric_sum(&self, name: &str, labels: &str) -> u64 {
+    /// The samples of metric `name` over its series whose labels contain `labels` (`""`:
+    /// every series), scraped now.
+    async fn metric_samples(&self, name: &str, labels: &str) -> Vec<f64> {
         let text = reqwest::get(&self.metrics)
             .await
             .expect("the metrics endpoint answers")
@@ -358,7 +414,22 @@ impl Operator {
             .filter_map(|line| line.rsplit_once(' '))
             .filter(|(id, _)| (*id == name || id.starts_with(&series)) && id.contains(labels))
             .filter_map(|(_, value)| value.parse::<f64>().ok())
-            .sum::<f64>() as u64
+            .collect()
+    }
+
+    /// The sum of the samples of metric `name` over its series whose labels contain
+    /// `labels` (`""`: every series), scraped now.
+    pub async fn metric_sum(&self, name: &str, labels: &str) -> u64 {
+        self.metric_samples(name, labels).await.iter().sum::<f64>() as u64
+    }
+
+    /// The largest sample of metric `name` over its series whose labels contain `labels`;
+    /// `None` when the operator has no such series (an older build).
+    pub async fn metric_max(&self, name: &str, labels: &str) -> Option<f64> {
+        self.metric_samples(name, labels)
+            .await
+            .into_iter()
+            .reduce(f64::max)
     }
 
     /// `GET /debug/recording` on the admin port with the discovery token: the recording of

@@ -8,7 +8,12 @@ use std::time::Duration;
 use kube::api::{DeleteParams, Patch, PatchParams};
 use kube::runtime::wait::{await_condition, conditions};
 use proxy_crd::{Phase, Proxy};
-use proxy_tests::gce::{AddInstance, Durations, InsertFault, Method, Observed};
+use proxy_tests::control_plane::ControlPlane;
+use proxy_tests::gce::{
+    AddInstance, Durations, FakeGce, FakeOptions, InsertFault, Method, Observed,
+};
+use proxy_tests::operator::{Operator, Polls, binary};
+use proxy_tests::otlp;
 use serde_json::{Value, json};
 
 use crate::operated::{Bed, GCP, provisioned};
@@ -465,5 +470,69 @@ async fn a_new_vm_and_its_replacement_await_their_first_probe_while_squid_starts
         "the replacement was Unhealthy while its squid started: {replaced:?}; operator \
          log:\n{}",
         bed.operator.log()
+    );
+}
+
+#[tokio::test]
+async fn each_compute_call_is_a_child_span_of_its_provider_call_under_the_reconcile() {
+    // The OTLP export, as a collector sees it: the reconcile's span, the provider call's
+    // span under it, and a span per Compute API call under that one (issue 50).
+    let ground = crate::operated::ground(ControlPlane::shared(), "gcp-otlp").await;
+    let gce = FakeGce::start(FakeOptions::with_squid(ground.origin.hosts_file.clone()))
+        .await
+        .unwrap();
+    let (collector, received) = otlp::serve().await.unwrap();
+    let endpoint = format!("http://{collector}");
+    let operator = Operator::start_with_env(
+        ControlPlane::shared(),
+        &ground.ns,
+        binary(),
+        Polls::FAST,
+        Some(&ground.origin.ca_pem),
+        &gce.provider_entry(GCP),
+        &[],
+        &[
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint),
+            ("OTEL_EXPORTER_OTLP_PROTOCOL", "http/json"),
+            ("OTEL_BSP_SCHEDULE_DELAY", "200"),
+        ],
+    );
+    let proxies: kube::Api<Proxy> = kube::Api::namespaced(ground.client.clone(), &ground.ns);
+    let spec = json!({"mode": "Managed", "provider": GCP, "healthCheck": {
+        "probeURL": ground.origin.url("/generate_204"), "intervalSeconds": 2, "timeoutSeconds": 1}});
+    let proxy: Proxy = serde_json::from_value(json!({
+        "apiVersion": "crawl.example.com/v1alpha1", "kind": "Proxy",
+        "metadata": {"name": "traced"}, "spec": spec
+    }))
+    .unwrap();
+    proxies.create(&Default::default(), &proxy).await.unwrap();
+    let key = format!("{}/traced", ground.ns);
+    let mut last = Vec::new();
+    for _ in 0..150 {
+        let spans = otlp::exported_spans(&received.lock().unwrap().clone());
+        let by_id = |id: &str| spans.iter().find(|s| s.span_id == id);
+        let insert = spans
+            .iter()
+            .find(|s| s.name == "instances.insert" && s.text("method") == Some("instances.insert"));
+        let chain = insert.and_then(|insert| {
+            let provider = by_id(&insert.parent_span_id)?;
+            let reconcile = by_id(&provider.parent_span_id)?;
+            Some((insert, provider, reconcile))
+        });
+        if let Some((insert, provider, reconcile)) = chain {
+            assert_eq!(provider.name, "provider", "{provider:?}");
+            assert_eq!(provider.text("op"), Some("create"), "{provider:?}");
+            assert_eq!(reconcile.name, "reconcile", "{reconcile:?}");
+            assert_eq!(reconcile.text("proxy"), Some(key.as_str()), "{reconcile:?}");
+            assert_eq!(insert.trace_id, reconcile.trace_id, "one trace");
+            return;
+        }
+        last = spans;
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    panic!(
+        "no instances.insert span under a provider span under the reconcile within 30 s: \
+         {last:#?}; operator log:\n{}",
+        operator.log()
     );
 }
