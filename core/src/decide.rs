@@ -985,7 +985,8 @@ fn retry_unchanged(
     call: Option<ProviderCall>,
 ) -> Step {
     if let Some(wait) = paced(error) {
-        return paced_by_the_provider(status, observed, fallback, what, error, call, wait);
+        let facts = kept(status, fallback);
+        return paced_by_the_provider(observed, facts, what, error, call, wait);
     }
     let (requeue, when, delay) = match error.class {
         ErrorClass::Quota | ErrorClass::Stockout => {
@@ -1032,17 +1033,15 @@ fn paced(error: &ProviderError) -> Option<Duration> {
 /// emitted (a burst of rate limits would otherwise be one per Proxy per attempt), and it
 /// looks again when the provider takes calls again. A lookup changes nothing in the status:
 /// the last known state stands (a Ready proxy stays Ready); a held call says that it waits,
-/// and is held back until then.
+/// and is held back until then. `kept` is what the status states about the instance.
 fn paced_by_the_provider(
-    status: &ProxyStatus,
     observed: &Observed,
-    fallback: Provisioning,
+    kept: Provisioning,
     what: &str,
     error: &ProviderError,
     call: Option<ProviderCall>,
     wait: Duration,
 ) -> Step {
-    let kept = kept(status, fallback);
     let Some(call) = call else {
         return Step::set(kept, Requeue::Held(wait));
     };

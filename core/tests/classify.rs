@@ -5,7 +5,9 @@
 use std::time::Duration;
 
 use proxy_core::classify::{GceAnswer, KubeAnswer, LibvirtAnswer};
-use proxy_core::testing::gce::{CALL_ANSWERS, OPERATION_ANSWERS, assert_classified};
+use proxy_core::testing::gce::{
+    CALL_ANSWERS, OPERATION_ANSWERS, assert_classified, assert_rate_limit,
+};
 use proxy_core::{Cause, ErrorClass};
 
 #[test]
@@ -65,13 +67,7 @@ fn a_rate_limit_of_the_project_is_the_whole_providers_and_carries_the_wait_it_na
     // says "rate-limited" is about every call of the provider.
     for answer in CALL_ANSWERS {
         let got = GceAnswer::from_body(answer.http_status, answer.body.as_bytes()).classify();
-        let said = answer.leads_with == Some("rate-limited: ");
-        assert_eq!(got.is_rate_limit(), said, "{}: {got:?}", answer.name);
-        let hint = answer
-            .body
-            .contains("RetryInfo")
-            .then(|| Duration::from_millis(23_500));
-        assert_eq!(got.retry_after(), hint, "{}", answer.name);
+        assert_rate_limit(answer, &got);
     }
     // Too many operations on one VM is about that VM: transient, not the provider's.
     for answer in OPERATION_ANSWERS {

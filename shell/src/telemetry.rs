@@ -18,8 +18,9 @@
 //!   (16 hex digits)** of the innermost span: top-level keys in [`LogFormat::Json`], a
 //!   ` trace_id=… span_id=…` suffix in [`LogFormat::Text`]. When spans are exported these are
 //!   the IDs of the exported spans, so a log line leads straight to its trace.
-//! * **A JSON line is valid JSON with each key once** ([`json_line`]): a field named like
-//!   the message, or like a span's `name`, is kept under a numbered key, not written twice.
+//! * **A JSON line is valid JSON with each key once** (`telemetry/json_line.rs`): a field
+//!   named like the message, or like a span's `name`, is kept under a numbered key, not
+//!   written twice.
 //! * **OTLP export only when configured.** When `OTEL_EXPORTER_OTLP_ENDPOINT` (or the
 //!   traces-specific `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`) is set and not empty, and
 //!   `OTEL_SDK_DISABLED` is not `true`, spans are exported over OTLP/HTTP with service name

@@ -50,6 +50,20 @@ async fn provider(gce: &FakeGce) -> GcpProvider {
         .unwrap()
 }
 
+/// Creates `n` VMs at once, of Proxies whose UIDs start with `prefix`, and waits until
+/// each runs; their provider IDs.
+async fn running_fleet(provider: &GcpProvider, prefix: &str, n: usize) -> Vec<String> {
+    let creates = (0..n).map(|i| {
+        let request = request(&format!("{prefix}-{i}"));
+        async move { provider.create(&request, None).await }
+    });
+    let ids = futures::future::try_join_all(creates).await.unwrap();
+    for id in &ids {
+        until(provider, id, running).await;
+    }
+    ids
+}
+
 /// Every call the fake answered so far.
 fn all_calls(gce: &FakeGce) -> u64 {
     Method::ALL.iter().map(|m| gce.calls(*m)).sum()
@@ -226,19 +240,7 @@ async fn gc_lists_our_vms_with_the_cores_label_keys_even_with_a_zone_down() {
 async fn the_gets_of_a_fleet_share_one_list() {
     let gce = fake().await;
     let provider = provider(&gce).await;
-    let ids: Vec<String> = futures::future::try_join_all((0..10).map(|i| {
-        let provider = &provider;
-        async move {
-            provider
-                .create(&request(&format!("uid-fleet-{i}")), None)
-                .await
-        }
-    }))
-    .await
-    .unwrap();
-    for id in &ids {
-        until(&provider, id, running).await;
-    }
+    let ids = running_fleet(&provider, "uid-fleet", 10).await;
     // A second later every earlier list is too old: ten gets at once make one list, no get.
     tokio::time::sleep(Duration::from_millis(1100)).await;
     let (lists, gets) = (gce.calls(Method::AggregatedList), gce.calls(Method::Get));
@@ -281,19 +283,7 @@ async fn the_polls_after_an_insert_make_no_get_of_the_vm() {
 async fn a_rate_limit_pauses_every_call_of_the_provider_not_each_poll_on_its_own() {
     let gce = fake().await;
     let provider = provider(&gce).await;
-    let ids: Vec<String> = futures::future::try_join_all((0..5).map(|i| {
-        let provider = &provider;
-        async move {
-            provider
-                .create(&request(&format!("uid-rl-{i}")), None)
-                .await
-        }
-    }))
-    .await
-    .unwrap();
-    for id in &ids {
-        until(&provider, id, running).await;
-    }
+    let ids = running_fleet(&provider, "uid-rl", 5).await;
     tokio::time::sleep(Duration::from_millis(1100)).await;
     gce.set_rate_limited(true);
     let before = all_calls(&gce);

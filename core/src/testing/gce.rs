@@ -24,6 +24,19 @@ pub fn assert_classified(
     }
 }
 
+/// Asserts that `got`, what the call answer `answer` was classified as, is a rate limit of
+/// the whole provider exactly when the table says so (its message leads with
+/// `rate-limited: `), with the wait its `RetryInfo` names (23.5 s in the table).
+pub fn assert_rate_limit(answer: &CallAnswer, got: &ProviderError) {
+    let said = answer.leads_with == Some("rate-limited: ");
+    assert_eq!(got.is_rate_limit(), said, "{}: {got:?}", answer.name);
+    let hint = answer
+        .body
+        .contains("RetryInfo")
+        .then(|| std::time::Duration::from_millis(23_500));
+    assert_eq!(got.retry_after(), hint, "{}", answer.name);
+}
+
 /// One answer of a call: its HTTP status, its body, the class it must get, and a text the
 /// classified message must start with (the Proxy field to fix), if any.
 #[derive(Clone, Copy, Debug)]

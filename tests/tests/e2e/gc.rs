@@ -256,6 +256,7 @@ async fn gc_waits_for_a_proxy_cache_it_cannot_list() {
         None,
         "",
         &["--gc-interval-seconds", "1", "--gc-min-age-seconds", "1"],
+        &[],
     );
 
     // Several sweeps are due (one a second); wait until the operator has said five times

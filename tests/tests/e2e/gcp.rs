@@ -483,8 +483,8 @@ async fn each_compute_call_is_a_child_span_of_its_provider_call_under_the_reconc
         .unwrap();
     let (collector, received) = otlp::serve().await.unwrap();
     let endpoint = format!("http://{collector}");
-    let operator = Operator::start_with_env(
-        ControlPlane::shared(),
+    let operator = Operator::start_with_kubeconfig(
+        &ControlPlane::shared().kubeconfig,
         &ground.ns,
         binary(),
         Polls::FAST,

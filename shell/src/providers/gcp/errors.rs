@@ -83,7 +83,9 @@ mod tests {
     use super::*;
     use google_cloud_compute_v1::model::Operation;
     use proxy_core::ErrorClass;
-    use proxy_core::testing::gce::{CALL_ANSWERS, OPERATION_ANSWERS, assert_classified};
+    use proxy_core::testing::gce::{
+        CALL_ANSWERS, OPERATION_ANSWERS, assert_classified, assert_rate_limit,
+    };
 
     /// A GCE error answer as the client hands it over: the body parsed into a status when it
     /// parses (what `gaxi::http::to_http_error` does), the raw body when it does not.
@@ -127,13 +129,7 @@ mod tests {
     fn a_rate_limit_through_the_client_is_the_providers_with_the_wait_it_names() {
         for answer in CALL_ANSWERS {
             let got = classify(&client_error(answer.http_status, answer.body));
-            let said = answer.leads_with == Some("rate-limited: ");
-            assert_eq!(got.is_rate_limit(), said, "{}: {got:?}", answer.name);
-            let hint = answer
-                .body
-                .contains("RetryInfo")
-                .then(|| Duration::from_millis(23_500));
-            assert_eq!(got.retry_after(), hint, "{}", answer.name);
+            assert_rate_limit(answer, &got);
         }
     }
 }
