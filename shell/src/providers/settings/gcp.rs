@@ -87,7 +87,8 @@ impl Default for GcpBudget {
 
 /// The reads per minute of a gcp provider when the config names none: four fifths of the
 /// 1 500 a minute GCE gives a project by default for its read group, so that the operator
-/// leaves room for the project's other clients (gcloud, the console, other tools).
+/// leaves room for the project's other clients (gcloud, the console, other tools); with the
+/// quarter-minute burst the pacing allows, no minute holds more than 1 500.
 pub const DEFAULT_GCP_READS_PER_MINUTE: u32 = 1_200;
 
 /// The writes per minute of a gcp provider when the config names none: as many as reads,
