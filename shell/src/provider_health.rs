@@ -450,3 +450,45 @@ impl Monitor {
         Api::namespaced(self.client.clone(), &self.namespace)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn down(message: &str) -> Option<ProviderDown> {
+        Some(ProviderDown {
+            message: message.to_owned(),
+        })
+    }
+
+    #[test]
+    fn a_call_that_succeeds_rechecks_a_provider_its_check_holds_down_and_only_that() {
+        let board = Board::default();
+        // Up: nothing to check again.
+        board.answered("gcp-eu");
+        assert!(board.rechecks().is_empty());
+        // Held down by its check: the next success checks it again, once.
+        board.set(
+            "gcp-eu",
+            down("provider gcp-eu failed its check: connection refused"),
+        );
+        board.answered("gcp-eu");
+        board.answered("gcp-eu");
+        assert_eq!(board.rechecks(), BTreeSet::from(["gcp-eu".to_owned()]));
+        assert!(board.rechecks().is_empty(), "taken");
+        // A refused call stands until its own hold ends: no check before.
+        let refused = ProviderError::refused("401 UNAUTHENTICATED");
+        board.refuse("pods", &refused);
+        board.answered("pods");
+        assert!(board.rechecks().is_empty());
+    }
+
+    #[test]
+    fn transient_check_failures_are_counted_per_provider_and_forgotten_with_the_leadership() {
+        let board = Board::default();
+        board.set_transient("gcp-eu", 2);
+        assert_eq!((board.transient("gcp-eu"), board.transient("pods")), (2, 0));
+        board.clear();
+        assert_eq!(board.transient("gcp-eu"), 0);
+    }
+}
