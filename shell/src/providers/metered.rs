@@ -109,8 +109,16 @@ impl Metered {
             Err(error) => error.class.label(),
         };
         self.metrics.provider_request(&self.name, op, outcome);
-        if let Err(error) = result {
-            tracing::warn!(provider = %self.name, op, class = outcome, error = %error.message, "provider call failed");
+        match result {
+            // The provider's pacing said it once, when the limit came (`providers::pace`):
+            // not once more per Proxy and attempt while the pause lasts.
+            Err(error) if error.is_rate_limit() => {
+                tracing::debug!(provider = %self.name, op, error = %error.message, "provider call rate-limited");
+            }
+            Err(error) => {
+                tracing::warn!(provider = %self.name, op, class = outcome, error = %error.message, "provider call failed");
+            }
+            Ok(_) => {}
         }
     }
 }
