@@ -204,9 +204,11 @@ pub enum Requeue {
     Backoff,
     /// Nothing to do until the object, its Secret or its health changes.
     AwaitChange,
-    /// A wait a failed provider call earned still binds ([`Hold`]): look again
-    /// after this long. Unlike [`Requeue::After`], the object's failure count is kept, so a
-    /// backoff that events interrupt still grows.
+    /// A wait still binds: the one a failed provider call earned ([`Hold`]), or the
+    /// provider's pacing after a rate limit ([`crate::pacing`]): look again after this long.
+    /// Unlike [`Requeue::After`], the object's failure count is kept, so a backoff that
+    /// events interrupt still grows, and a rate limit of the provider counts no failure of
+    /// the Proxy's.
     Held(
         #[serde(with = "jiff::fmt::serde::unsigned_duration::friendly::compact::required")]
         Duration,

@@ -27,7 +27,7 @@ mod gce;
 mod kubernetes;
 mod libvirt;
 
-pub use gce::GceAnswer;
+pub use gce::{GceAnswer, proto_duration};
 pub use kubernetes::KubeAnswer;
 pub use libvirt::LibvirtAnswer;
 

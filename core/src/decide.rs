@@ -20,7 +20,6 @@ use crate::observed::{
     CloudInitView, Hold, InstanceView, Observed, Outcome, ProviderCall, instance_id,
 };
 use crate::pool::spread::zone_of;
-use crate::provider_health::ProviderDown;
 use crate::spec_hash::{HashInput, spec_hash};
 use crate::status::{self, Provisioning};
 
@@ -113,6 +112,14 @@ use crate::status::{self, Provisioning};
 ///   ([`Requeue::Held`]); only a spec edit or a deletion requested since lifts the hold.
 /// - A refusal of the operator itself ([`ErrorClass::Refused`]) never latches: the Proxy
 ///   says `ProviderUnhealthy` and waits for the provider, as when its check fails.
+/// - A rate limit of the whole provider that names its wait (the provider's pacing,
+///   [`crate::pacing`]) is no failure of the Proxy's: a lookup that met it changes nothing
+///   in the status, a call that met it (or that the pacing held back) says that it waits
+///   and is held back for that wait, no Event is emitted, the failure count is kept, and
+///   the Proxy looks again when the provider takes calls again ([`Requeue::Held`]).
+/// - A placement the provider refuses ([`Observed::placement_problem`]: a parameter its
+///   type does not use) creates nothing (`PermanentError`, naming the field) and replaces
+///   no machine that serves or starts; the machine of an unchanged spec is left alone.
 /// - After a stockout, the next create of a Proxy without `placement.zone` avoids the zones
 ///   that were out ([`CreateRequest::avoid_zones`]).
 pub fn decide(spec: &ProxySpec, status: &ProxyStatus, observed: &Observed) -> Decision {
@@ -461,21 +468,46 @@ fn managed(spec: &ProxySpec, status: &ProxyStatus, observed: &Observed) -> Step 
         }
     };
     let Some(provider_id) = instance_id(status) else {
-        return create(spec, observed, provider, &machine);
+        return match &observed.placement_problem {
+            Some(problem) => Step::set(
+                facts(
+                    None,
+                    ProvisionedReason::PermanentError,
+                    format!("{problem}; nothing is created until the spec changes"),
+                ),
+                Requeue::AwaitChange,
+            ),
+            None => create(spec, observed, provider, &machine),
+        };
     };
     match HashState::of(&observed.object.spec_hash_annotation, &machine.hash) {
         // Deleting a machine that serves before its successor can be created would only
-        // lose capacity: while the provider is down, the old machine stays and says why.
-        HashState::Differs => match &observed.provider_down {
-            // Once the delete went out, the replacement goes on: the machine is on its way.
-            Some(down)
-                if may_serve(&observed.instance)
-                    && provisioned_reason(status) != Some(ProvisionedReason::Replacing) =>
-            {
-                replacement_held(observe(status, observed, provider, provider_id), down)
+        // lose capacity: while the provider is down, or the new spec is one it refuses,
+        // the old machine stays and says why.
+        HashState::Differs => {
+            let waits_for = match (&observed.placement_problem, &observed.provider_down) {
+                (Some(problem), _) => Some(format!(
+                    "{problem}; the spec changed, and the instance is replaced once the spec \
+                     is fixed"
+                )),
+                (None, Some(down)) => Some(format!(
+                    "{}; the spec changed, and the instance is replaced once a check passes",
+                    down.message
+                )),
+                (None, None) => None,
+            };
+            match waits_for {
+                // Once the delete went out, the replacement goes on: the machine is on its
+                // way.
+                Some(why)
+                    if may_serve(&observed.instance)
+                        && provisioned_reason(status) != Some(ProvisionedReason::Replacing) =>
+                {
+                    replacement_held(observe(status, observed, provider, provider_id), why)
+                }
+                _ => replace(observed, provider, provider_id),
             }
-            _ => replace(observed, provider, provider_id),
-        },
+        }
         // Instances created before the annotation existed (or whose annotation was removed)
         // are adopted: otherwise the first release that adds a field to the hash input
         // would replace the whole fleet.
@@ -610,20 +642,18 @@ fn may_serve(instance: &InstanceView) -> bool {
     }
 }
 
-/// A replacement that waits for the provider: `step` observes the old instance as if the
-/// spec had not changed, and when it serves or starts, its message says why the
-/// replacement waits (any other step, a failed lookup say, keeps its own message).
-fn replacement_held(mut step: Step, down: &ProviderDown) -> Step {
+/// A replacement that waits (for the provider, or for a spec it can make): `step` observes
+/// the old instance as if the spec had not changed, and when it serves or starts, its
+/// message says why the replacement waits (any other step, a failed lookup say, keeps its
+/// own message).
+fn replacement_held(mut step: Step, why: String) -> Step {
     if let NextStatus::Set(facts) = &mut step.status
         && matches!(
             facts.reason,
             ProvisionedReason::Created | ProvisionedReason::Provisioning
         )
     {
-        facts.message = format!(
-            "{}; the spec changed, and the instance is replaced once a check passes",
-            down.message
-        );
+        facts.message = why;
     }
     step
 }
@@ -954,6 +984,10 @@ fn retry_unchanged(
     error: &ProviderError,
     call: Option<ProviderCall>,
 ) -> Step {
+    if let Some(wait) = paced(error) {
+        let facts = kept(status, fallback);
+        return paced_by_the_provider(observed, facts, what, error, call, wait);
+    }
     let (requeue, when, delay) = match error.class {
         ErrorClass::Quota | ErrorClass::Stockout => {
             let retry = observed.timing.quota_retry;
@@ -981,6 +1015,45 @@ fn retry_unchanged(
         Some(call) => step.with_hold(HoldChange::Set(hold_of(observed, call, delay))),
         None => step,
     }
+}
+
+/// The wait of a rate limit of the whole provider ([`crate::pacing`]): its pacing holds
+/// every call of it back for that long, whichever Proxy's call met the limit. `None` for any
+/// other failure, and for a rate limit that names no wait (that one backs off as any
+/// transient failure).
+fn paced(error: &ProviderError) -> Option<Duration> {
+    error
+        .retry_after()
+        .filter(|_| error.class == ErrorClass::Transient)
+        .map(|wait| wait.max(crate::backoff::FIRST_RETRY))
+}
+
+/// A call or a lookup the provider's pacing held back, or that met its rate limit: nothing
+/// is wrong with this Proxy. Its failure count is kept (`Requeue::Held`), no Event is
+/// emitted (a burst of rate limits would otherwise be one per Proxy per attempt), and it
+/// looks again when the provider takes calls again. A lookup changes nothing in the status:
+/// the last known state stands (a Ready proxy stays Ready); a held call says that it waits,
+/// and is held back until then. `kept` is what the status states about the instance.
+fn paced_by_the_provider(
+    observed: &Observed,
+    kept: Provisioning,
+    what: &str,
+    error: &ProviderError,
+    call: Option<ProviderCall>,
+    wait: Duration,
+) -> Step {
+    let Some(call) = call else {
+        return Step::set(kept, Requeue::Held(wait));
+    };
+    let facts = Provisioning {
+        message: format!(
+            "{what} waits: the provider is rate-limited, and calls it as its rate limits \
+             allow: {}",
+            error.message
+        ),
+        ..kept
+    };
+    Step::set(facts, Requeue::Held(wait)).with_hold(HoldChange::Set(hold_of(observed, call, wait)))
 }
 
 /// The provisioning facts `status` already states, for a step that changes nothing about

@@ -5,6 +5,8 @@
 //! conditions, events and a requeue. What to do about a failure depends only on its
 //! [`ErrorClass`].
 
+use std::time::Duration;
+
 use serde::{Deserialize, Serialize};
 
 /// How a provider failure is handled.
@@ -83,6 +85,38 @@ pub struct ProviderError {
     /// `None`, so recordings made before it existed replay unchanged.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub zone: Option<String>,
+    /// What a transient failure says about the provider as a whole rather than about this
+    /// one call, when it says something ([`Cause`]): a rate limit slows every call to the
+    /// provider ([`crate::pacing`]), and an unreachable provider is down for its health
+    /// check ([`crate::provider_health`]). Left out of a recording when `None`, so
+    /// recordings made before it existed replay unchanged.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cause: Option<Cause>,
+}
+
+/// What a failed call says about the provider as a whole.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", rename_all_fields = "camelCase")]
+pub enum Cause {
+    /// A rate limit: the provider asks every caller to slow down (GCE's per-minute rate
+    /// quotas are per project, so the answer is about the provider, not about the Proxy
+    /// whose call happened to receive it).
+    RateLimited {
+        /// How long to wait before calling again: the hint the answer carried (a
+        /// `Retry-After`, a `google.rpc.RetryInfo`), as the classifier read it; then, once
+        /// the provider's pacing has taken the answer in, the wait it decided
+        /// ([`crate::pacing::Pacer`]). `None` when neither said.
+        #[serde(
+            default,
+            skip_serializing_if = "Option::is_none",
+            with = "jiff::fmt::serde::unsigned_duration::friendly::compact::optional"
+        )]
+        retry_after: Option<Duration>,
+    },
+    /// No answer came: the provider could not be reached (a refused connection, a name
+    /// that does not resolve, a TLS failure). A call that timed out is not this: a slow
+    /// provider still answers.
+    Unreachable,
 }
 
 impl ProviderError {
@@ -92,6 +126,7 @@ impl ProviderError {
             class,
             message: message.into(),
             zone: None,
+            cause: None,
         }
     }
 
@@ -121,5 +156,35 @@ impl ProviderError {
     /// A failure that repeats until the spec changes.
     pub fn permanent(message: impl Into<String>) -> Self {
         Self::new(ErrorClass::Permanent, message)
+    }
+
+    /// A rate limit (transient, [`Cause::RateLimited`]), with the wait the answer asked for
+    /// when it asked for one.
+    pub fn rate_limited(message: impl Into<String>, retry_after: Option<Duration>) -> Self {
+        Self {
+            cause: Some(Cause::RateLimited { retry_after }),
+            ..Self::transient(message)
+        }
+    }
+
+    /// No answer came: the provider could not be reached (transient, [`Cause::Unreachable`]).
+    pub fn unreachable(message: impl Into<String>) -> Self {
+        Self {
+            cause: Some(Cause::Unreachable),
+            ..Self::transient(message)
+        }
+    }
+
+    /// Whether this is a rate limit ([`Cause::RateLimited`]).
+    pub fn is_rate_limit(&self) -> bool {
+        matches!(self.cause, Some(Cause::RateLimited { .. }))
+    }
+
+    /// The wait a rate limit asks for, when it names one.
+    pub fn retry_after(&self) -> Option<Duration> {
+        match &self.cause {
+            Some(Cause::RateLimited { retry_after }) => *retry_after,
+            Some(Cause::Unreachable) | None => None,
+        }
     }
 }

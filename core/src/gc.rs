@@ -49,18 +49,23 @@
 //!    installation sharing the project, and reported as [`KeepReason::NoInstallation`] so
 //!    that a human can decide. An empty installation identity of ours matches nothing, so
 //!    a misconfigured operator reaps nothing.
-//! 3. **It carries a non-empty [`labels::PROXY_UID`].** Without it nothing can say whom the
+//! 3. **Its delete is not under way already** ([`ListedInstance::deleting`]). A VM GCE is
+//!    still stopping after a delete is listed until it is gone: deleting it again would
+//!    count one delete twice (and GCE refuses it with `resourceNotReady` meanwhile), and
+//!    counting it among ours would widen the brake's allowance with a machine that is
+//!    already leaving. It is kept as [`KeepReason::Deleting`], not ours.
+//! 4. **It carries a non-empty [`labels::PROXY_UID`].** Without it nothing can say whom the
 //!    instance belongs to.
-//! 4. **Its UID matches no `Proxy` object at all.** An object being deleted still counts as
+//! 5. **Its UID matches no `Proxy` object at all.** An object being deleted still counts as
 //!    live: its finalizer owns the deletion of its instance, and GC racing the finalizer
 //!    would delete twice, or delete the instance of an object whose deletion is then
 //!    cancelled by a failing finalizer. A UID is orphan-eligible only once the object is
 //!    fully gone. Checked before age so that the report's "too young" counts only suspects.
-//! 5. **Its creation time is known.** A provider that cannot tell (`None`) or that reports a
+//! 6. **Its creation time is known.** A provider that cannot tell (`None`) or that reports a
 //!    zero time (the UNIX epoch, or any time before it: Go's zero time is year 1) gives no
 //!    age. The code this replaces read a zero creation time as "infinitely old" and made
 //!    such an instance collectable at once (seed 004); here it is never old.
-//! 6. **It is at least `min_age` old at `now`.** This covers the window between a create and
+//! 7. **It is at least `min_age` old at `now`.** This covers the window between a create and
 //!    the moment the cache shows the `Proxy`, and clock skew between the cloud and us. A
 //!    creation time in the future is not old.
 //!
@@ -107,6 +112,9 @@ pub struct ListedInstance {
     /// When it was created, if the provider knows. A time at or before the UNIX epoch counts
     /// as unknown.
     pub created_at: Option<Timestamp>,
+    /// Whether a delete of it is under way: the provider's own delete still runs (a VM GCE
+    /// is stopping), or the instance is already going away (a Pod being deleted).
+    pub deleting: bool,
 }
 
 /// What one sweep compares the listed instances against.
@@ -145,6 +153,8 @@ pub enum KeepReason {
     NoInstallation,
     /// [`labels::INSTALLATION`] names another installation (or ours is empty).
     OtherInstallation,
+    /// A delete of it is under way ([`ListedInstance::deleting`]): it is leaving already.
+    Deleting,
     /// [`labels::PROXY_UID`] is missing or empty.
     NoUid,
     /// A `Proxy` object with this UID exists (perhaps being deleted).
@@ -157,10 +167,11 @@ pub enum KeepReason {
 
 impl KeepReason {
     /// Every reason, in rule order.
-    pub const ALL: [Self; 7] = [
+    pub const ALL: [Self; 8] = [
         Self::NotManaged,
         Self::NoInstallation,
         Self::OtherInstallation,
+        Self::Deleting,
         Self::NoUid,
         Self::Live,
         Self::UnknownAge,
@@ -172,7 +183,9 @@ impl KeepReason {
     pub fn is_ours(self) -> bool {
         match self {
             Self::NoUid | Self::Live | Self::UnknownAge | Self::TooYoung => true,
-            Self::NotManaged | Self::NoInstallation | Self::OtherInstallation => false,
+            Self::NotManaged | Self::NoInstallation | Self::OtherInstallation | Self::Deleting => {
+                false
+            }
         }
     }
 
@@ -182,7 +195,11 @@ impl KeepReason {
     pub fn needs_human(self) -> bool {
         match self {
             Self::NoInstallation | Self::NoUid | Self::UnknownAge => true,
-            Self::NotManaged | Self::OtherInstallation | Self::Live | Self::TooYoung => false,
+            Self::NotManaged
+            | Self::OtherInstallation
+            | Self::Deleting
+            | Self::Live
+            | Self::TooYoung => false,
         }
     }
 
@@ -192,6 +209,7 @@ impl KeepReason {
             Self::NotManaged => "not_managed",
             Self::NoInstallation => "no_installation",
             Self::OtherInstallation => "other_installation",
+            Self::Deleting => "deleting",
             Self::NoUid => "no_uid",
             Self::Live => "live",
             Self::UnknownAge => "unknown_age",
@@ -272,6 +290,9 @@ fn judge(instance: &ListedInstance, sweep: &Sweep) -> Result<Orphan, KeepReason>
             return Err(KeepReason::OtherInstallation);
         }
         Some(_) => {}
+    }
+    if instance.deleting {
+        return Err(KeepReason::Deleting);
     }
     let uid = uid_of(instance).ok_or(KeepReason::NoUid)?;
     if sweep.live.contains(uid) {

@@ -37,6 +37,12 @@
 //!   new proxy whose first probe passes is leasable after that probe instead of after
 //!   `successThreshold` of them, and one whose first probe fails says so at once instead of
 //!   showing "awaiting probe" for `failureThreshold` intervals.
+//! - **...but a machine not up yet gives none.** A new machine (a new Managed proxy's, or a
+//!   replacement's) whose port refuses the connection is still starting: a VM shows its
+//!   address before its cloud-init has started squid. Such refusals decide no first verdict
+//!   until `failureThreshold` of them come in a row: the proxy says "awaiting probe" until
+//!   its first probe after its machine is up, rather than `Unhealthy` for one probe (issue
+//!   50). Any other failure, and every failure of an External proxy, decides at once.
 //! - **A verdict flips exactly when the opposite run reaches its threshold**: a success
 //!   resets the failures and a failure resets the successes, so only consecutive results
 //!   count. The comparison is "at least", so a threshold lowered below a run already in
@@ -298,9 +304,9 @@ impl ProxyHealth {
         };
     }
 
-    /// Counts `ok` and returns the verdict that follows.
-    fn observe(&mut self, ok: bool, thresholds: Thresholds) -> bool {
-        if ok {
+    /// Counts `probe` and returns the verdict that follows; `None` while there is none yet.
+    fn observe(&mut self, probe: &Probe, thresholds: Thresholds) -> Option<bool> {
+        if probe.ok {
             self.successes = self.successes.saturating_add(1);
             self.failures = 0;
         } else {
@@ -308,12 +314,25 @@ impl ProxyHealth {
             self.successes = 0;
         }
         let verdict = match self.verdict {
-            None => ok,
+            // A machine whose port refuses the probe is not up yet (its squid still starts:
+            // a VM shows its address before its cloud-init ran): no first verdict, until
+            // a probe reaches it or `failureThreshold` refusals in a row.
+            None if self.still_starting(probe) && self.failures < thresholds.failure => {
+                return None;
+            }
+            None => probe.ok,
             Some(true) => self.failures < thresholds.failure,
             Some(false) => self.successes >= thresholds.success,
         };
         self.verdict = Some(verdict);
-        verdict
+        Some(verdict)
+    }
+
+    /// Whether `probe` found a machine that is not up yet: a new machine (a Managed proxy's,
+    /// [`Target::since`]) refused the connection. An External proxy's endpoint that refuses
+    /// is as down as it looks.
+    fn still_starting(&self, probe: &Probe) -> bool {
+        self.target.since.is_some() && probe.failure == Some(ProbeFailure::ConnectionRefused)
     }
 
     /// Why `probe`, which left the verdict at `verdict`, must be reported, if it must.
@@ -383,7 +402,7 @@ impl HealthBook {
         if state.target != *target {
             *state = ProxyHealth::fresh(target.clone());
         }
-        let verdict = state.observe(probe.ok, thresholds);
+        let verdict = state.observe(&probe, thresholds)?;
         state.observe_latency(&probe, verdict);
         let reason = state.due(&probe, verdict)?;
         // A probe that learned nothing about the egress keeps the last known address.

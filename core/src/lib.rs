@@ -47,6 +47,8 @@
 //! - [`probe_schedule`]: which proxy is probed when;
 //! - [`provider_health`]: what a provider's health check means, for its `ProviderHealth`
 //!   object and for the Proxies that use it;
+//! - [`pacing`]: how fast a provider is called: one budget and one backoff per provider and
+//!   quota scope, so that a rate limit slows the whole provider, not each Proxy on its own;
 //! - [`naming`], [`spec_hash`]: the instance name, the credentials Secret's name, and the
 //!   spec hash;
 //! - [`egress`]: whether a proxy leaves from the address it publishes, and which proxies
@@ -79,6 +81,7 @@ pub mod leadership;
 pub mod lease;
 pub mod naming;
 pub mod observed;
+pub mod pacing;
 pub mod phase;
 pub mod pool;
 pub mod probe_failure;
@@ -95,7 +98,7 @@ pub mod wake;
 pub use action::{Action, CreateRequest, Decision, MetadataWrite, ProviderRequest, Requeue};
 pub use banned::BlockedSites;
 pub use decide::{FIRST_VERDICT_SLACK, decide};
-pub use error::{ErrorClass, ProviderError};
+pub use error::{Cause, ErrorClass, ProviderError};
 pub use event::{Event, EventType};
 pub use instance::InstanceState;
 pub use key::{InvalidProxyKey, KeyProblem, ProxyKey};

@@ -29,6 +29,16 @@ pub struct Observed {
     pub cloud_init: CloudInitView,
     /// Whether `spec.provider` names a provider in the operator's providers config.
     pub provider_configured: bool,
+    /// What the provider refuses in `spec.placement`, as the Proxy is to be told, naming the
+    /// field first (`spec.placement.parameters.gpu: the kubernetes provider takes no
+    /// parameters`): a key of `parameters` its type does not use. The API server cannot
+    /// refuse it (which parameters count depends on the provider the Proxy names), and
+    /// every key enters the spec hash, so an ignored one would replace a machine for
+    /// nothing. `decide` creates nothing from such a spec and replaces no serving machine
+    /// with it. Left out of a recording when `None`, so recordings made before it existed
+    /// replay unchanged.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub placement_problem: Option<String>,
     /// What the provider health monitor concluded about `spec.provider`, when its last
     /// check failed: new machines wait (see [`ProviderDown`]). `None` while the check
     /// passes, before the first check and for a provider without one. Left out of a

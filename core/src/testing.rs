@@ -139,6 +139,7 @@ impl Observed {
                 content: CLOUD_INIT.to_owned(),
             },
             provider_configured: true,
+            placement_problem: None,
             provider_down: None,
             credentials: false,
             egress_shared_with: Vec::new(),
@@ -151,6 +152,12 @@ impl Observed {
             failures: 0,
             hold: None,
         }
+    }
+
+    /// With the provider refusing `problem` in the spec's placement.
+    pub fn placement_problem(mut self, problem: &str) -> Self {
+        self.placement_problem = Some(problem.to_owned());
+        self
     }
 
     /// With `hold` kept from the last decision.

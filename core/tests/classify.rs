@@ -2,9 +2,13 @@
 //! (`proxy_core::classify`): GCE's real bodies and operations
 //! (`proxy_core::testing::gce`), libvirt's error numbers, and the Kubernetes API's statuses.
 
-use proxy_core::ErrorClass;
+use std::time::Duration;
+
 use proxy_core::classify::{GceAnswer, KubeAnswer, LibvirtAnswer};
-use proxy_core::testing::gce::{CALL_ANSWERS, OPERATION_ANSWERS, assert_classified};
+use proxy_core::testing::gce::{
+    CALL_ANSWERS, OPERATION_ANSWERS, assert_classified, assert_rate_limit,
+};
+use proxy_core::{Cause, ErrorClass};
 
 #[test]
 fn every_gce_call_answer_gets_its_class_and_names_what_to_fix() {
@@ -49,12 +53,42 @@ fn a_rate_limit_is_transient_whichever_part_of_the_answer_says_it() {
             status: Some("PERMISSION_DENIED".to_owned()),
             reasons: reasons.clone(),
             message: "Quota exceeded for quota metric 'Queries'".to_owned(),
+            retry_after: None,
         };
-        assert_eq!(
-            answer.classify().class,
-            ErrorClass::Transient,
-            "{reasons:?}"
-        );
+        let got = answer.classify();
+        assert_eq!(got.class, ErrorClass::Transient, "{reasons:?}");
+        assert!(got.is_rate_limit(), "{reasons:?}: {got:?}");
+    }
+}
+
+#[test]
+fn a_rate_limit_of_the_project_is_the_whole_providers_and_carries_the_wait_it_names() {
+    // GCE counts its rate quotas per project and per minute: every answer of the table that
+    // says "rate-limited" is about every call of the provider.
+    for answer in CALL_ANSWERS {
+        let got = GceAnswer::from_body(answer.http_status, answer.body.as_bytes()).classify();
+        assert_rate_limit(answer, &got);
+    }
+    // Too many operations on one VM is about that VM: transient, not the provider's.
+    for answer in OPERATION_ANSWERS {
+        let operation: serde_json::Value = serde_json::from_str(answer.body).unwrap();
+        let got = GceAnswer::from_operation(&operation).classify();
+        assert!(!got.is_rate_limit(), "{}: {got:?}", answer.name);
+    }
+}
+
+#[test]
+fn a_protobuf_duration_is_read_as_it_is_written() {
+    let cases = [
+        ("23s", Some(Duration::from_secs(23))),
+        ("1.500s", Some(Duration::from_millis(1_500))),
+        ("0s", Some(Duration::ZERO)),
+        ("23", None),
+        ("-1s", None),
+        ("soon", None),
+    ];
+    for (text, want) in cases {
+        assert_eq!(proxy_core::classify::proto_duration(text), want, "{text:?}");
     }
 }
 
@@ -69,10 +103,11 @@ fn user_data_is_never_quoted_back() {
 }
 
 #[test]
-fn no_answer_at_all_is_transient() {
-    let got = GceAnswer::none("instances.insert did not answer within 30s").classify();
+fn no_answer_at_all_is_transient_and_says_the_provider_is_unreachable() {
+    let got = GceAnswer::none("connection refused").classify();
     assert_eq!(got.class, ErrorClass::Transient);
-    assert!(got.message.contains("did not answer"), "{got:?}");
+    assert_eq!(got.cause, Some(Cause::Unreachable), "{got:?}");
+    assert!(got.message.contains("connection refused"), "{got:?}");
 }
 
 #[test]
@@ -207,8 +242,23 @@ fn kubernetes_statuses_are_classified_by_code_reason_and_message() {
             code,
             reason: reason.to_owned(),
             message: message.to_owned(),
+            retry_after: None,
         }
         .classify();
         assert_eq!(got.class, class, "{code:?} {reason}: {got:?}");
+        let cause = match code {
+            Some(429) => Some(Cause::RateLimited { retry_after: None }),
+            None => Some(Cause::Unreachable),
+            Some(_) => None,
+        };
+        assert_eq!(got.cause, cause, "{code:?} {reason}");
     }
+    let paced = KubeAnswer {
+        code: Some(429),
+        reason: "TooManyRequests".to_owned(),
+        message: "too many requests, please try again later".to_owned(),
+        retry_after: Some(Duration::from_secs(1)),
+    }
+    .classify();
+    assert_eq!(paced.retry_after(), Some(Duration::from_secs(1)));
 }

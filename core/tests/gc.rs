@@ -43,7 +43,13 @@ fn orphan(provider_id: &str) -> ListedInstance {
             ("crawl.example.com/proxy-name".to_owned(), "px-1".to_owned()),
         ]),
         created_at: Some(at(NOW - 3600)),
+        deleting: false,
     }
+}
+
+fn being_deleted(mut instance: ListedInstance) -> ListedInstance {
+    instance.deleting = true;
+    instance
 }
 
 fn with_label(mut instance: ListedInstance, key: &str, value: &str) -> ListedInstance {
@@ -124,7 +130,18 @@ fn each_rule_keeps_or_reaps() {
             with_label(orphan("i"), labels::INSTALLATION, "Cluster-A"),
             Err(KeepReason::OtherInstallation),
         ),
-        // Rule 3: a non-empty Proxy UID.
+        // Rule 3: its delete is not under way already.
+        (
+            "a delete of it still runs (a VM stopping after GC's delete)",
+            being_deleted(orphan("i")),
+            Err(KeepReason::Deleting),
+        ),
+        (
+            "another installation's, being deleted",
+            being_deleted(with_label(orphan("i"), labels::INSTALLATION, THEIRS)),
+            Err(KeepReason::OtherInstallation),
+        ),
+        // Rule 4: a non-empty Proxy UID.
         (
             "no proxy-uid label",
             without_label(orphan("i"), labels::PROXY_UID),
@@ -135,13 +152,13 @@ fn each_rule_keeps_or_reaps() {
             with_label(orphan("i"), labels::PROXY_UID, ""),
             Err(KeepReason::NoUid),
         ),
-        // Rule 4: no Proxy object has the UID (the live set holds deleting objects too).
+        // Rule 5: no Proxy object has the UID (the live set holds deleting objects too).
         (
             "its Proxy exists (or is being deleted)",
             with_label(orphan("i"), labels::PROXY_UID, LIVE_UID),
             Err(KeepReason::Live),
         ),
-        // Rule 5: a known creation time.
+        // Rule 6: a known creation time.
         (
             "unknown creation time",
             created(orphan("i"), None),
@@ -162,7 +179,7 @@ fn each_rule_keeps_or_reaps() {
             created(orphan("i"), Some(Timestamp::from_second(1).unwrap())),
             Ok(()),
         ),
-        // Rule 6: at least the minimum age.
+        // Rule 7: at least the minimum age.
         (
             "one second younger than the minimum age",
             created(orphan("i"), Some(at(NOW - 599))),
@@ -233,6 +250,7 @@ fn the_first_failing_rule_is_the_reason() {
         provider_id: "i".to_owned(),
         labels: BTreeMap::new(),
         created_at: None,
+        deleting: true,
     };
     assert_eq!(
         verdict(everything_wrong, &sweep()),
@@ -327,6 +345,7 @@ fn kept_by_reason_counts_every_reason() {
             (KeepReason::NotManaged, 0),
             (KeepReason::NoInstallation, 0),
             (KeepReason::OtherInstallation, 0),
+            (KeepReason::Deleting, 0),
             (KeepReason::NoUid, 0),
             (KeepReason::Live, 2),
             (KeepReason::UnknownAge, 1),
@@ -344,6 +363,29 @@ fn kept_by_reason_counts_every_reason() {
         Selection::default().kept_by_reason().len(),
         KeepReason::ALL.len()
     );
+}
+
+#[test]
+fn a_vm_still_stopping_after_the_last_sweeps_delete_is_counted_once() {
+    // Sweep 1 deleted vm-a and vm-b; GCE still lists them, stopping, at sweep 2. They are
+    // neither deleted again nor ours: the brake's base is what stays.
+    let listing = vec![
+        being_deleted(orphan("vm-a")),
+        being_deleted(orphan("vm-b")),
+        orphan("vm-c"),
+        orphan("vm-d"),
+    ];
+    let selection = select(&listing, &sweep());
+    let orphans: Vec<&str> = selection
+        .orphans
+        .iter()
+        .map(|o| o.provider_id.as_str())
+        .collect();
+    assert_eq!(orphans, ["vm-c", "vm-d"]);
+    assert_eq!(selection.kept_by_reason()[&KeepReason::Deleting], 2);
+    let plan = proxy_core::gc::plan(&selection, proxy_core::gc::DeleteFraction::DEFAULT);
+    assert_eq!(plan.ours, 2, "the leaving VMs do not widen the allowance");
+    assert_eq!(plan.delete.len(), 1);
 }
 
 #[test]
@@ -371,6 +413,7 @@ fn names_are_pinned() {
             "not_managed",
             "no_installation",
             "other_installation",
+            "deleting",
             "no_uid",
             "live",
             "unknown_age",

@@ -65,9 +65,10 @@ fn instance() -> impl Strategy<Value = ListedInstance> {
         uid(),
         created_at(),
         any::<bool>(),
+        prop::bool::weighted(0.1),
     )
         .prop_map(
-            |(provider_id, managed, installation, uid, created_at, noise)| {
+            |(provider_id, managed, installation, uid, created_at, noise, deleting)| {
                 let mut labels = BTreeMap::new();
                 for (key, value) in [
                     (labels::MANAGED, managed),
@@ -85,6 +86,7 @@ fn instance() -> impl Strategy<Value = ListedInstance> {
                     provider_id,
                     labels,
                     created_at,
+                    deleting,
                 }
             },
         )
@@ -117,7 +119,7 @@ fn is_orphan(instance: &ListedInstance, sweep: &Sweep) -> bool {
             && (sweep.now.as_second() - created.as_second()) as u64 >= sweep.min_age.as_secs()
             && created <= sweep.now
     });
-    managed && ours && gone && old
+    managed && ours && !instance.deleting && gone && old
 }
 
 fn label(instance: &ListedInstance, key: &str) -> Option<String> {
@@ -251,6 +253,7 @@ proptest! {
             provider_id: "doomed".to_owned(),
             labels,
             created_at: Some(sweep.now.checked_sub(age).unwrap()),
+            deleting: false,
         };
         let mut listing = listing;
         listing.push(doomed);

@@ -116,6 +116,53 @@ fn the_first_result_is_the_first_verdict_and_is_reported() {
     }
 }
 
+/// A probe whose connection the proxy's address refused: nothing listens on its port.
+fn refused(secs: i64) -> Probe {
+    Probe {
+        ok: false,
+        latency_ms: 1,
+        at: t(secs),
+        failure: Some(ProbeFailure::ConnectionRefused),
+        egress: None,
+    }
+}
+
+#[test]
+fn a_new_machine_whose_port_refuses_gets_no_verdict_until_it_is_up() {
+    // A VM shows its address before its cloud-init started squid: a replacement (or a new
+    // Proxy) says "awaiting probe" until its first probe after its machine is up, not
+    // Unhealthy for a probe (issue 50). A machine is a target with a `since`.
+    let machine = Target {
+        since: Some("2026-01-01T00:00:00Z".to_owned()),
+        ..target()
+    };
+    let thresholds = Thresholds::new(3, 1);
+    // (the probes, the verdict last reported after them)
+    let cases: [(&[Probe], Option<bool>); 5] = [
+        (&[refused(0)], None),
+        (&[refused(0), refused(5)], None),
+        (&[refused(0), refused(5), ok(10, 40)], Some(true)),
+        // A machine that never comes up is Unhealthy after the failure threshold.
+        (&[refused(0), refused(5), refused(10)], Some(false)),
+        // Any other failure decides at once, as before.
+        (&[refused(0), fail(5)], Some(false)),
+    ];
+    for (probes, want) in cases {
+        let mut book = HealthBook::new();
+        for probe in probes {
+            if let Some(report) = book.record(&key(), &machine, *probe, thresholds) {
+                assert!(book.delivered(&report));
+            }
+        }
+        let got = book.reported(&key(), UID).map(|v| v.healthy);
+        assert_eq!(got, want, "{probes:?}");
+    }
+    // An External proxy's endpoint that refuses is as down as it looks: at once.
+    let mut book = HealthBook::new();
+    let first = book.record(&key(), &target(), refused(0), thresholds);
+    assert_eq!(first.map(|r| r.verdict.healthy), Some(false));
+}
+
 #[test]
 fn healthy_turns_unhealthy_exactly_at_the_failure_threshold() {
     for threshold in 1..=4 {

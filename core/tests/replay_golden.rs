@@ -545,6 +545,7 @@ impl Story {
                 content: SECRET.to_owned(),
             },
             provider_configured: true,
+            placement_problem: None,
             provider_down: None,
             credentials: false,
             egress_shared_with: Vec::new(),

@@ -39,7 +39,7 @@ pub use pool::{
     Autoscale, AutoscaleStatus, CircuitBreaker, Disruption, IntOrPercent, ProxyPool, ProxyPoolSpec,
     ProxyPoolStatus, ProxyTemplate, Recycle, SpreadEntry, TemplateMetadata,
 };
-pub use provider_health::{ProviderHealth, ProviderHealthSpec, ProviderHealthStatus};
+pub use provider_health::{ProviderHealth, ProviderHealthSpec, ProviderHealthStatus, ScopePacing};
 
 /// API group of every resource this operator serves.
 pub const GROUP: &str = "crawl.example.com";
@@ -189,6 +189,10 @@ pub enum Mode {
     External,
 }
 
+/// The most keys `placement.parameters` may hold (the API server refuses more), as the
+/// seed's API bounded it: every key enters the spec hash and the recording.
+pub const MAX_PARAMETERS: u32 = 32;
+
 /// Where and what a provider creates. Which fields matter depends on the provider: `gcp`
 /// uses `zone`, `machineType` and `image`; `kvm` uses `host`, `image` and `machineType`;
 /// `kubernetes` uses `image` (the squid image) and nothing else. A field that is set is not
@@ -213,8 +217,12 @@ pub struct Placement {
     #[schemars(length(min = 1))]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub host: Option<String>,
-    /// Provider-specific settings that have no field of their own, as string pairs.
+    /// Provider-specific settings that have no field of their own, as string pairs: gcp
+    /// takes `diskSizeGb` and `provisioningModel`; kubernetes and kvm take none. A key the
+    /// Proxy's provider does not use is refused by the operator (the Proxy says which);
+    /// at most 32 keys.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(extend("maxProperties" = MAX_PARAMETERS))]
     pub parameters: BTreeMap<String, String>,
 }
 

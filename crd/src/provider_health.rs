@@ -81,4 +81,33 @@ pub struct ProviderHealthStatus {
     /// passed counted them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub instances: Option<i64>,
+    /// How the operator paces its calls to the provider, per quota scope (`read`, `write`),
+    /// as it stood at the last check: one budget and one backoff per scope, shared by every
+    /// Proxy, so that a rate limit slows the whole provider. Absent for a provider that is
+    /// not paced.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["scope"]))]
+    pub pacing: Vec<ScopePacing>,
+}
+
+/// The pacing of one quota scope of a provider.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ScopePacing {
+    /// `read` (get, list, an operation's state) or `write` (insert, delete).
+    pub scope: String,
+    /// The calls per minute the operator allows itself in this scope; absent: no budget.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget_per_minute: Option<i64>,
+    /// How many calls the budget would let through at once.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spare: Option<i64>,
+    /// Rate-limit answers in a row (0 once a call passed since the last one).
+    #[serde(default)]
+    pub rate_limits: i64,
+    /// Until when the calls of this scope wait after the last rate limit (RFC 3339); absent
+    /// when they do not wait.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("format" = "date-time"))]
+    pub paused_until: Option<String>,
 }

@@ -214,7 +214,7 @@ impl Collector {
             let listed = match provider.list_by_tag().await {
                 Ok(listed) => listed,
                 Err(error) => {
-                    tracing::warn!(provider = name, class = error.class.label(), message = %error.message, "GC: listing failed; next provider");
+                    tracing::warn!(provider = name, class = error.class.label(), error = %error.message, "GC: listing failed; next provider");
                     continue;
                 }
             };
@@ -318,7 +318,7 @@ impl Collector {
                     tracing::warn!(provider = name, provider_id = %orphan.provider_id, uid = %orphan.uid, "GC: deleted orphan");
                 }
                 Err(error) => {
-                    tracing::warn!(provider = name, provider_id = %orphan.provider_id, uid = %orphan.uid, message = %error.message, "GC: delete failed");
+                    tracing::warn!(provider = name, provider_id = %orphan.provider_id, uid = %orphan.uid, error = %error.message, "GC: delete failed");
                 }
             }
         }

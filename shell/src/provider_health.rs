@@ -6,12 +6,17 @@
 //! - `proxy_operator_provider_up{provider}`;
 //! - an Event on the `ProviderHealth` object whenever its verdict flips;
 //! - the [`Board`] the reconciles read: while a provider is down, the core holds the creates
-//!   and replacements of its Proxies, and when it comes back they are reconciled at once.
+//!   and replacements of its Proxies, and when it comes back they are reconciled at once;
+//! - each scope's pacing, for a provider that paces its calls (`ProviderHealth`
+//!   `status.pacing`).
 //!
-//! What a result means is the core's ([`proxy_core::provider_health::assess`]); this module
-//! runs the checks and carries out the assessment.
+//! What a result means is the core's ([`proxy_core::provider_health::assess`]: checks are
+//! judged like calls, a rate limit or a lone transient failure is no outage); this module
+//! runs the checks and carries out the assessment. A provider held down by its check is
+//! checked again as soon as a call of a reconcile succeeds ([`Board::answered`]), so that
+//! its creates resume then rather than a check interval later.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -22,8 +27,10 @@ use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Resource, ResourceExt};
 use proxy_core::provider_health::{Check, Refusal, assess};
 use proxy_core::{ProviderDown, ProviderError};
-use proxy_crd::{ProviderHealth, ProviderHealthSpec, ProviderHealthStatus, Proxy, ProxySpec};
-use tokio::sync::mpsc;
+use proxy_crd::{
+    ProviderHealth, ProviderHealthSpec, ProviderHealthStatus, Proxy, ProxySpec, ScopePacing,
+};
+use tokio::sync::{Notify, mpsc};
 
 use crate::duration::{self, at_least_10ms};
 use crate::events::Events;
@@ -46,6 +53,13 @@ pub struct Board {
     down: Mutex<BTreeMap<String, ProviderDown>>,
     /// The last refused call of each provider that still stands ([`Refusal`]).
     refusals: Mutex<BTreeMap<String, Refusal>>,
+    /// Transient failures of each provider's check in a row
+    /// ([`proxy_core::provider_health::Assessment::transient`]).
+    transient: Mutex<BTreeMap<String, u32>>,
+    /// The providers held down whose calls succeeded since: the monitor checks them now.
+    recheck: Mutex<BTreeSet<String>>,
+    /// Wakes the monitor for [`Board::recheck`].
+    answered: Notify,
 }
 
 impl Board {
@@ -72,9 +86,30 @@ impl Board {
     /// until a check passes after the refusal's hold ([`Refusal::applied_to`]).
     pub fn refuse(&self, provider: &str, error: &ProviderError) {
         let (refusal, down) = Refusal::of(provider, error, jiff::Timestamp::now());
-        tracing::warn!(provider, message = %error.message, "the provider refused a call: its proxies wait until a check passes");
+        tracing::warn!(provider, error = %error.message, "the provider refused a call: its proxies wait until a check passes");
         self.set(provider, Some(down));
         locks::lock(&self.refusals).insert(provider.to_owned(), refusal);
+    }
+
+    /// A call of a reconcile to `provider` succeeded: a provider its check holds down answers
+    /// again, and is checked at once ([`Monitor`]), so that its creates resume now rather
+    /// than at the next interval. A standing refusal is the check's to clear, after its hold.
+    pub fn answered(&self, provider: &str) {
+        if !self.holds(provider) || locks::lock(&self.refusals).contains_key(provider) {
+            return;
+        }
+        if locks::lock(&self.recheck).insert(provider.to_owned()) {
+            tracing::info!(
+                provider,
+                "a call of a provider held down succeeded: checking it now"
+            );
+            self.answered.notify_one();
+        }
+    }
+
+    /// The providers to check again now, and forgets them.
+    fn rechecks(&self) -> BTreeSet<String> {
+        std::mem::take(&mut *locks::lock(&self.recheck))
     }
 
     /// What `check` of `provider` means with its last refusal, if one still stands for
@@ -96,6 +131,20 @@ impl Board {
     fn clear(&self) {
         locks::lock(&self.down).clear();
         locks::lock(&self.refusals).clear();
+        locks::lock(&self.transient).clear();
+        locks::lock(&self.recheck).clear();
+    }
+
+    /// The transient check failures of `provider` in a row before this check.
+    fn transient(&self, provider: &str) -> u32 {
+        locks::lock(&self.transient)
+            .get(provider)
+            .copied()
+            .unwrap_or(0)
+    }
+
+    fn set_transient(&self, provider: &str, transient: u32) {
+        locks::lock(&self.transient).insert(provider.to_owned(), transient);
     }
 }
 
@@ -174,10 +223,19 @@ pub async fn run(monitor: Arc<Monitor>) {
         if let Err(NotLeader(_)) = monitor.round().await {
             tracing::debug!("provider checks stopped: no longer the leader");
         }
-        tokio::select! {
-            () = tokio::time::sleep(monitor.schedule.interval) => {}
-            // A new term starts with a round of its own.
-            _ = elected.changed() => {}
+        let next_round = tokio::time::Instant::now() + monitor.schedule.interval;
+        loop {
+            tokio::select! {
+                () = tokio::time::sleep_until(next_round) => break,
+                // A new term starts with a round of its own.
+                _ = elected.changed() => break,
+                // A provider held down answered a reconcile's call: check it now.
+                () = monitor.board.answered.notified() => {
+                    if let Err(NotLeader(_)) = monitor.recheck().await {
+                        break;
+                    }
+                }
+            }
         }
     }
 }
@@ -194,6 +252,16 @@ impl Monitor {
             result?;
         }
         self.prune().await
+    }
+
+    /// Checks the providers held down whose calls succeeded since the last check.
+    async fn recheck(&self) -> Result<(), NotLeader> {
+        for name in self.board.rechecks() {
+            if let Some(provider) = self.providers.get(&name) {
+                self.check(&name, provider.as_ref()).await?;
+            }
+        }
+        Ok(())
     }
 
     /// One provider's check, and everything that follows from it.
@@ -227,13 +295,19 @@ impl Monitor {
             board.holds(name),
             &check,
             jiff::Timestamp::now(),
+            board.transient(name),
         );
         tracing::debug!(provider = name, ?check, "provider checked");
         board.set(name, assessment.down.clone());
+        board.set_transient(name, assessment.transient);
         self.metrics.up(name, assessment.up);
+        let status = ProviderHealthStatus {
+            pacing: self.pacing(name),
+            ..assessment.status
+        };
         // Without the object's status, a transition time or an Event would be made up.
         let object = match previous {
-            Some(_) => self.write(name, assessment.status).await?,
+            Some(_) => self.write(name, status).await?,
             None => None,
         };
         if let (Some(event), Some(object)) = (assessment.event, object) {
@@ -250,6 +324,24 @@ impl Monitor {
             self.wake_proxies_of(name).await;
         }
         Ok(())
+    }
+
+    /// Each quota scope's pacing of provider `name`, as it stands now; empty for a provider
+    /// that does not pace its calls.
+    fn pacing(&self, name: &str) -> Vec<ScopePacing> {
+        let Some(pace) = self.providers.pace(name) else {
+            return Vec::new();
+        };
+        pace.view()
+            .into_iter()
+            .map(|shown| ScopePacing {
+                scope: shown.view.scope.as_str().to_owned(),
+                budget_per_minute: shown.view.budget.map(i64::from),
+                spare: shown.view.spare.map(i64::from),
+                rate_limits: i64::from(shown.view.rate_limits),
+                paused_until: shown.paused_until.map(proxy_core::conditions::format_time),
+            })
+            .collect()
     }
 
     /// Writes the object (spec and labels) and its status; the object as written, unless a
@@ -386,5 +478,47 @@ impl Flags {
             timeout: at_least_10ms(self.provider_check_timeout_seconds),
             refusal_hold: at_least_10ms(refusal_hold),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn down(message: &str) -> Option<ProviderDown> {
+        Some(ProviderDown {
+            message: message.to_owned(),
+        })
+    }
+
+    #[test]
+    fn a_call_that_succeeds_rechecks_a_provider_its_check_holds_down_and_only_that() {
+        let board = Board::default();
+        // Up: nothing to check again.
+        board.answered("gcp-eu");
+        assert!(board.rechecks().is_empty());
+        // Held down by its check: the next success checks it again, once.
+        board.set(
+            "gcp-eu",
+            down("provider gcp-eu failed its check: connection refused"),
+        );
+        board.answered("gcp-eu");
+        board.answered("gcp-eu");
+        assert_eq!(board.rechecks(), BTreeSet::from(["gcp-eu".to_owned()]));
+        assert!(board.rechecks().is_empty(), "taken");
+        // A refused call stands until its own hold ends: no check before.
+        let refused = ProviderError::refused("401 UNAUTHENTICATED");
+        board.refuse("pods", &refused);
+        board.answered("pods");
+        assert!(board.rechecks().is_empty());
+    }
+
+    #[test]
+    fn transient_check_failures_are_counted_per_provider_and_forgotten_with_the_leadership() {
+        let board = Board::default();
+        board.set_transient("gcp-eu", 2);
+        assert_eq!((board.transient("gcp-eu"), board.transient("pods")), (2, 0));
+        board.clear();
+        assert_eq!(board.transient("gcp-eu"), 0);
     }
 }

@@ -11,6 +11,9 @@
 //! - [`gateway`]: the gateway (`proxy-operator gateway`) as a real process, with a tenant.
 //! - [`probe_origin`]: a local HTTPS origin with its own CA, named `probe.test`, that squid
 //!   reaches through a hosts file.
+//! - [`otlp`]: a local OTLP/HTTP receiver, and the spans it got.
+//! - [`log_lines`]: the check every [`operator::Operator`] makes of its JSON log when it
+//!   stops: each line one JSON value, each key once per object.
 //!
 //! Every process the bed starts carries the run directory in its command line, and
 //! `tests/bed/reap.sh` kills them all when the test process ends, however it ends.
@@ -22,7 +25,9 @@ pub mod gateway;
 pub mod gce;
 pub mod leadership_load;
 pub mod libvirt;
+pub mod log_lines;
 pub mod operator;
+pub mod otlp;
 pub mod pod_runner;
 pub mod ports;
 pub mod probe_origin;

@@ -104,6 +104,8 @@ pub struct Operator {
     _ports: [Port; 3],
     /// How it was started, for [`Operator::start_again`].
     launch: Launch,
+    /// Whether its log is checked when it stops (see its `Drop`).
+    check_log: bool,
 }
 
 /// A command line to start the operator with, again if need be.
@@ -201,11 +203,17 @@ impl Operator {
             probe_ca_pem,
             more_providers,
             extra_args,
+            &[],
         )
     }
 
     /// As [`Operator::start_with_providers`], but the operator talks to the API server with
-    /// `kubeconfig` (a user with less than the admin's rights, for RBAC tests).
+    /// `kubeconfig` (a user with less than the admin's rights, for RBAC tests), and has
+    /// `envs` in its environment (an OTLP endpoint, say).
+    #[expect(
+        clippy::too_many_arguments,
+        reason = "start_with_providers' arguments, the kubeconfig and the environment"
+    )]
     pub fn start_with_kubeconfig(
         kubeconfig: &Path,
         namespace: &str,
@@ -214,6 +222,7 @@ impl Operator {
         probe_ca_pem: Option<&str>,
         more_providers: &str,
         extra_args: &[&str],
+        envs: &[(&str, &str)],
     ) -> Self {
         let dir = subdir(&format!("operator-{namespace}"));
         let config = dir.join("providers.yaml");
@@ -281,7 +290,8 @@ impl Operator {
                 } else {
                     TEST_LOG_FILTER
                 },
-            );
+            )
+            .envs(envs.iter().copied());
         let launch = Launch {
             program: binary.to_owned(),
             args: command.get_args().map(ToOwned::to_owned).collect(),
@@ -299,7 +309,15 @@ impl Operator {
             identity,
             _ports: ports,
             launch,
+            check_log: true,
         }
+    }
+
+    /// Its log is not checked when it stops: a benchmark that runs an older build, whose log
+    /// lines are what they were, measures it all the same.
+    pub fn without_log_check(mut self) -> Self {
+        self.check_log = false;
+        self
     }
 
     /// Starts the operator again with the same command line: the same identity, ports and
@@ -344,9 +362,9 @@ impl Operator {
         None
     }
 
-    /// The sum of the samples of metric `name` over its series whose labels contain
-    /// `labels` (`""`: every series), scraped now.
-    pub async fn metric_sum(&self, name: &str, labels: &str) -> u64 {
+    /// The samples of metric `name` over its series whose labels contain `labels` (`""`:
+    /// every series), scraped now.
+    async fn metric_samples(&self, name: &str, labels: &str) -> Vec<f64> {
         let text = reqwest::get(&self.metrics)
             .await
             .expect("the metrics endpoint answers")
@@ -358,7 +376,22 @@ impl Operator {
             .filter_map(|line| line.rsplit_once(' '))
             .filter(|(id, _)| (*id == name || id.starts_with(&series)) && id.contains(labels))
             .filter_map(|(_, value)| value.parse::<f64>().ok())
-            .sum::<f64>() as u64
+            .collect()
+    }
+
+    /// The sum of the samples of metric `name` over its series whose labels contain
+    /// `labels` (`""`: every series), scraped now.
+    pub async fn metric_sum(&self, name: &str, labels: &str) -> u64 {
+        self.metric_samples(name, labels).await.iter().sum::<f64>() as u64
+    }
+
+    /// The largest sample of metric `name` over its series whose labels contain `labels`;
+    /// `None` when the operator has no such series (an older build).
+    pub async fn metric_max(&self, name: &str, labels: &str) -> Option<f64> {
+        self.metric_samples(name, labels)
+            .await
+            .into_iter()
+            .reduce(f64::max)
     }
 
     /// `GET /debug/recording` on the admin port with the discovery token: the recording of
@@ -394,7 +427,21 @@ impl Operator {
 }
 
 impl Drop for Operator {
+    /// Kills the operator, then checks its log: every JSON line it wrote parses as one
+    /// value with each key once per object ([`crate::log_lines`]), in every test that runs
+    /// an operator. A test already failing is not failed a second time (a panic while
+    /// panicking aborts the process).
     fn drop(&mut self) {
         self.kill();
+        if std::thread::panicking() || !self.check_log {
+            return;
+        }
+        let bad = crate::log_lines::bad_json_lines(&self.log(), 5);
+        assert!(
+            bad.is_empty(),
+            "the operator wrote JSON log lines a log pipeline cannot read ({}):\n{}",
+            self.log.display(),
+            bad.join("\n")
+        );
     }
 }

@@ -18,7 +18,9 @@ use google_cloud_gax::paginator::ItemPaginator as _;
 use google_cloud_gax::retry_policy::{Aip194Strict, RetryPolicyExt as _};
 use google_cloud_lro::Poller as _;
 use proxy_operator::providers::squid::cloud_config;
-use proxy_tests::gce::{AddInstance, Durations, FakeGce, FakeOptions, Fault, InsertFault, Method};
+use proxy_tests::gce::{
+    AddInstance, Durations, FakeGce, FakeOptions, Fault, InsertFault, Method, Quotas,
+};
 use proxy_tests::probe_origin::ProbeOrigin;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -751,4 +753,106 @@ async fn the_fake_is_as_unkind_as_gce() {
             .contains("projects/debian-cloud/global/images/family/debian-12"),
         "{missing}"
     );
+}
+
+#[tokio::test]
+async fn per_minute_quotas_per_project_count_reads_and_writes_apart_and_refill() {
+    // A window of 2 s instead of a minute, so that the refill shows in a test.
+    let fake = FakeGce::start(FakeOptions {
+        quotas: Quotas {
+            reads: Some(3),
+            writes: Some(2),
+            window: Duration::from_secs(2),
+            retry_info: true,
+        },
+        ..FakeOptions::address_only()
+    })
+    .await
+    .unwrap();
+    // Start at the beginning of a window, so that the reads share it.
+    tokio::time::sleep(fake.next_window_in() + Duration::from_millis(20)).await;
+    let raw = reqwest::Client::new();
+    let url = format!(
+        "{}/compute/v1/projects/{PROJECT}/zones/{ZONE}/instances/none",
+        fake.endpoint()
+    );
+    let answer = |n| {
+        let raw = raw.clone();
+        let url = url.clone();
+        async move {
+            let response = raw.get(&url).send().await.unwrap();
+            let status = response.status().as_u16();
+            let body: serde_json::Value = response.json().await.unwrap();
+            (n, status, body)
+        }
+    };
+    let mut answers = Vec::new();
+    for n in 0..5 {
+        answers.push(answer(n).await);
+    }
+    let statuses: Vec<u16> = answers.iter().map(|(_, s, _)| *s).collect();
+    assert_eq!(
+        statuses,
+        [404, 404, 404, 403, 403],
+        "three reads, then the limit"
+    );
+    let (_, _, with_errors) = &answers[3];
+    let (_, _, details_only) = &answers[4];
+    // Both body shapes, by turns.
+    assert_eq!(
+        with_errors["error"]["errors"][0]["reason"],
+        "rateLimitExceeded"
+    );
+    assert!(
+        details_only["error"].get("errors").is_none(),
+        "{details_only}"
+    );
+    for (_, _, body) in &answers[3..] {
+        let details = body["error"]["details"].as_array().unwrap();
+        assert_eq!(details[0]["reason"], "RATE_LIMIT_EXCEEDED", "{body}");
+        assert_eq!(
+            details[0]["metadata"]["quota_metric"],
+            "compute.googleapis.com/global_reads"
+        );
+        let delay = details
+            .iter()
+            .find_map(|d| d["retryDelay"].as_str())
+            .unwrap_or_else(|| panic!("a RetryInfo: {body}"));
+        let seconds: f64 = delay.trim_end_matches('s').parse().unwrap();
+        assert!(seconds > 0.0 && seconds <= 2.0, "{delay}");
+    }
+    assert_eq!(fake.rate_limited(Method::Get), 2);
+    // Writes are counted apart: the client's inserts go on.
+    let gce = client(&fake).await;
+    insert(&gce, "vm-q1", "").send().await.unwrap();
+    insert(&gce, "vm-q2", "").send().await.unwrap();
+    let third = insert(&gce, "vm-q3", "").send().await.unwrap_err();
+    assert_eq!(third.http_status_code(), Some(403));
+    assert_eq!(reason(&third), "RATE_LIMIT_EXCEEDED");
+    // The next window refills both.
+    tokio::time::sleep(fake.next_window_in() + Duration::from_millis(20)).await;
+    insert(&gce, "vm-q3", "").send().await.unwrap();
+    assert_eq!(answer(9).await.1, 404);
+}
+
+#[tokio::test]
+async fn a_burst_of_rate_limits_answers_every_call_in_both_shapes_and_is_counted() {
+    let fake = address_only_fake().await;
+    let url = format!(
+        "{}/compute/v1/projects/{PROJECT}/aggregated/instances",
+        fake.endpoint()
+    );
+    fake.set_rate_limited(true);
+    let mut shapes = Vec::new();
+    for _ in 0..4 {
+        let response = reqwest::get(&url).await.unwrap();
+        assert_eq!(response.status(), 403);
+        let body: serde_json::Value = response.json().await.unwrap();
+        shapes.push(body["error"].get("errors").is_some());
+    }
+    assert_eq!(shapes, [true, false, true, false]);
+    assert_eq!(fake.rate_limited(Method::AggregatedList), 4);
+    fake.set_rate_limited(false);
+    assert_eq!(reqwest::get(&url).await.unwrap().status(), 200);
+    assert_eq!(fake.rate_limited(Method::AggregatedList), 4);
 }

@@ -3,12 +3,17 @@
 //! reconciles rely on, with the fake's call counts showing what each answer cost. The
 //! operator end to end is in `e2e/gcp.rs`.
 
+use std::sync::Arc;
 use std::time::Duration;
 
+use proxy_core::pacing::Budgets;
 use proxy_core::{CreateRequest, InstanceState};
 use proxy_operator::providers::Provider;
 use proxy_operator::providers::gcp::GcpProvider;
-use proxy_operator::providers::settings::{GcpCredentials, GcpSettings};
+use proxy_operator::providers::metrics::ProviderMetrics;
+use proxy_operator::providers::pace::Pace;
+use proxy_operator::providers::settings::{GcpBudget, GcpCredentials, GcpSettings};
+use proxy_operator::runtime::metrics::Registry;
 use proxy_tests::gce::{FakeGce, FakeOptions, InsertFault, Method};
 
 const ZONE: &str = "europe-west1-b";
@@ -30,13 +35,43 @@ fn settings(gce: &FakeGce) -> GcpSettings {
         endpoint: Some(gce.endpoint()),
         credentials: GcpCredentials::None,
         request_timeout_seconds: 5,
+        budget: GcpBudget::default(),
     }
 }
 
 async fn provider(gce: &FakeGce) -> GcpProvider {
-    GcpProvider::start(settings(gce), "install-1".into())
+    let budget = GcpBudget::default();
+    let budgets = Budgets {
+        read: Some(budget.reads_per_minute),
+        write: Some(budget.writes_per_minute),
+    };
+    let pace = Arc::new(Pace::new(
+        "gcp-eu",
+        budgets,
+        ProviderMetrics::register(&mut Registry::default()),
+    ));
+    GcpProvider::start(settings(gce), "install-1".into(), pace)
         .await
         .unwrap()
+}
+
+/// Creates `n` VMs at once, of Proxies whose UIDs start with `prefix`, and waits until
+/// each runs; their provider IDs.
+async fn running_fleet(provider: &GcpProvider, prefix: &str, n: usize) -> Vec<String> {
+    let creates = (0..n).map(|i| {
+        let request = request(&format!("{prefix}-{i}"));
+        async move { provider.create(&request, None).await }
+    });
+    let ids = futures::future::try_join_all(creates).await.unwrap();
+    for id in &ids {
+        until(provider, id, running).await;
+    }
+    ids
+}
+
+/// Every call the fake answered so far.
+fn all_calls(gce: &FakeGce) -> u64 {
+    Method::ALL.iter().map(|m| gce.calls(*m)).sum()
 }
 
 fn request(uid: &str) -> CreateRequest {
@@ -210,19 +245,7 @@ async fn gc_lists_our_vms_with_the_cores_label_keys_even_with_a_zone_down() {
 async fn the_gets_of_a_fleet_share_one_list() {
     let gce = fake().await;
     let provider = provider(&gce).await;
-    let ids: Vec<String> = futures::future::try_join_all((0..10).map(|i| {
-        let provider = &provider;
-        async move {
-            provider
-                .create(&request(&format!("uid-fleet-{i}")), None)
-                .await
-        }
-    }))
-    .await
-    .unwrap();
-    for id in &ids {
-        until(&provider, id, running).await;
-    }
+    let ids = running_fleet(&provider, "uid-fleet", 10).await;
     // A second later every earlier list is too old: ten gets at once make one list, no get.
     tokio::time::sleep(Duration::from_millis(1100)).await;
     let (lists, gets) = (gce.calls(Method::AggregatedList), gce.calls(Method::Get));
@@ -239,4 +262,93 @@ async fn the_gets_of_a_fleet_share_one_list() {
     provider.delete(&ids[0]).await.unwrap();
     until(&provider, &ids[0], |s| *s == InstanceState::NotFound).await;
     assert!(gce.calls(Method::Get) > gets);
+}
+
+#[tokio::test]
+async fn the_polls_after_an_insert_make_no_get_of_the_vm() {
+    // Issue 50: each create cost an `instances.get` that answered 404 a moment after the
+    // insert, which changes no decision. The list, asked after the insert, shows the VM;
+    // until it does, the insert's operation says where it stands.
+    let gce = fake().await;
+    let provider = provider(&gce).await;
+    let id = provider.create(&request("uid-8"), None).await.unwrap();
+    assert_eq!(
+        provider.get(&id).await.unwrap(),
+        InstanceState::Provisioning
+    );
+    until(&provider, &id, running).await;
+    assert_eq!(
+        gce.calls(Method::Get),
+        0,
+        "no get of a VM this process inserted"
+    );
+}
+
+#[tokio::test]
+async fn a_rate_limit_pauses_every_call_of_the_provider_not_each_poll_on_its_own() {
+    let gce = fake().await;
+    let provider = provider(&gce).await;
+    let ids = running_fleet(&provider, "uid-rl", 5).await;
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    gce.set_rate_limited(true);
+    let before = all_calls(&gce);
+    // Five polls at once, three times: the first list meets the limit, and every call
+    // after it waits for the pause instead of being sent (before: a get each, each with
+    // its own backoff).
+    for _ in 0..3 {
+        let states = futures::future::join_all(ids.iter().map(|id| provider.get(id))).await;
+        for state in &states {
+            let error = state.as_ref().expect_err("rate-limited");
+            assert!(error.is_rate_limit(), "{error:?}");
+            let wait = error.retry_after().expect("the pause is said");
+            assert!(
+                wait > Duration::ZERO && wait <= Duration::from_secs(1),
+                "{wait:?}"
+            );
+        }
+        let created = provider.create(&request("uid-rl-new"), None).await;
+        assert!(created.is_err_and(|e| e.is_rate_limit()));
+    }
+    let sent = all_calls(&gce) - before;
+    assert_eq!(
+        sent, 2,
+        "one read and one write met the limit, nothing else was sent"
+    );
+    // The pause over, the next poll lists again, and the limit lifted: one list for all.
+    gce.set_rate_limited(false);
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let lists = gce.calls(Method::AggregatedList);
+    let states = futures::future::join_all(ids.iter().map(|id| provider.get(id))).await;
+    assert!(
+        states
+            .iter()
+            .all(|s| matches!(s, Ok(InstanceState::Running(_)))),
+        "{states:?}"
+    );
+    assert_eq!(gce.calls(Method::AggregatedList) - lists, 1);
+    assert_eq!(gce.calls(Method::Get), 0);
+}
+
+#[tokio::test]
+async fn with_a_zone_down_the_polls_share_the_lists_of_the_zones_that_answer() {
+    let gce = fake().await;
+    let provider = provider(&gce).await;
+    let id = provider.create(&request("uid-9"), None).await.unwrap();
+    until(&provider, &id, running).await;
+    gce.set_zone_unreachable("us-central1-a", true);
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let lists = gce.calls(Method::List);
+    let states = futures::future::join_all((0..5).map(|_| provider.get(&id))).await;
+    assert!(
+        states
+            .iter()
+            .all(|s| matches!(s, Ok(InstanceState::Running(_)))),
+        "{states:?}"
+    );
+    assert_eq!(
+        gce.calls(Method::List) - lists,
+        2,
+        "one list of each configured zone, for all five polls"
+    );
+    assert_eq!(gce.calls(Method::Get), 0);
 }

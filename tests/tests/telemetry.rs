@@ -7,16 +7,13 @@
 //! test, and the test asserts on the child's standard output (the log lines `init` writes
 //! there) and on what the receiver got.
 
-use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
+use proxy_tests::otlp::{self, ExportedSpan, exported_spans};
 use serde_json::Value;
-use warp::Filter as _;
 
 // ---------------------------------------------------------------------------------------------
 // Parent side.
@@ -106,18 +103,12 @@ fn hex_id(line: &Value, key: &str, digits: usize) -> String {
     id.to_owned()
 }
 
-/// A local OTLP/HTTP receiver recording every POST.
+/// A local OTLP/HTTP receiver ([`otlp::serve`]) on a runtime of its own: the tests here are
+/// synchronous, each running a child process.
 struct Receiver {
     addr: SocketAddr,
-    received: Arc<Mutex<Vec<Received>>>,
+    received: otlp::Received,
     _runtime: tokio::runtime::Runtime,
-}
-
-#[derive(Debug, Clone)]
-struct Received {
-    path: String,
-    content_type: Option<String>,
-    body: Bytes,
 }
 
 impl Receiver {
@@ -127,27 +118,7 @@ impl Receiver {
             .enable_all()
             .build()
             .expect("receiver runtime");
-        let listener = runtime
-            .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
-            .expect("bind the receiver");
-        let addr = listener.local_addr().expect("receiver address");
-        let received = Arc::new(Mutex::new(Vec::new()));
-        let store = received.clone();
-        let route = warp::post()
-            .and(warp::path::full())
-            .and(warp::header::optional::<String>("content-type"))
-            .and(warp::body::bytes())
-            .map(
-                move |path: warp::path::FullPath, content_type: Option<String>, body: Bytes| {
-                    store.lock().expect("receiver store").push(Received {
-                        path: path.as_str().to_owned(),
-                        content_type,
-                        body,
-                    });
-                    warp::reply::with_header("{}", "content-type", "application/json")
-                },
-            );
-        runtime.spawn(warp::serve(route).incoming(listener).run());
+        let (addr, received) = runtime.block_on(otlp::serve()).expect("start the receiver");
         Receiver {
             addr,
             received,
@@ -155,67 +126,9 @@ impl Receiver {
         }
     }
 
-    fn received(&self) -> Vec<Received> {
+    fn received(&self) -> Vec<otlp::Request> {
         self.received.lock().expect("receiver store").clone()
     }
-}
-
-/// One exported span, flattened out of an OTLP/JSON `ExportTraceServiceRequest`.
-#[derive(Debug)]
-struct ExportedSpan {
-    service_name: Option<String>,
-    name: String,
-    trace_id: String,
-    span_id: String,
-    parent_span_id: String,
-    attributes: HashMap<String, Value>,
-}
-
-fn attributes(list: &Value) -> HashMap<String, Value> {
-    list.as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(|kv| Some((kv["key"].as_str()?.to_owned(), kv["value"].clone())))
-        .collect()
-}
-
-fn exported_spans(received: &[Received]) -> Vec<ExportedSpan> {
-    let mut spans = Vec::new();
-    for request in received {
-        let body: Value = serde_json::from_slice(&request.body).unwrap_or_else(|e| {
-            panic!(
-                "OTLP body is not JSON ({e}): {}",
-                String::from_utf8_lossy(&request.body)
-            )
-        });
-        for resource_spans in body["resourceSpans"].as_array().into_iter().flatten() {
-            let resource = attributes(&resource_spans["resource"]["attributes"]);
-            let service_name = resource
-                .get("service.name")
-                .and_then(|v| v["stringValue"].as_str())
-                .map(str::to_owned);
-            for scope_spans in resource_spans["scopeSpans"]
-                .as_array()
-                .into_iter()
-                .flatten()
-            {
-                for span in scope_spans["spans"].as_array().into_iter().flatten() {
-                    spans.push(ExportedSpan {
-                        service_name: service_name.clone(),
-                        name: span["name"].as_str().unwrap_or_default().to_owned(),
-                        trace_id: span["traceId"].as_str().unwrap_or_default().to_owned(),
-                        span_id: span["spanId"].as_str().unwrap_or_default().to_owned(),
-                        parent_span_id: span["parentSpanId"]
-                            .as_str()
-                            .unwrap_or_default()
-                            .to_owned(),
-                        attributes: attributes(&span["attributes"]),
-                    });
-                }
-            }
-        }
-    }
-    spans
 }
 
 fn exported<'a>(spans: &'a [ExportedSpan], name: &str, proxy: &str) -> &'a ExportedSpan {
@@ -339,6 +252,30 @@ fn without_an_endpoint_nothing_is_exported_but_logs_carry_trace_ids() {
 
     let outside = log_line(&lines, "outside any span", None);
     assert!(outside.get("trace_id").is_none(), "{outside}");
+}
+
+#[test]
+fn every_json_line_has_each_key_once_and_keeps_every_value() {
+    let stdout = run_child("without-endpoint", &[]);
+    let lines: Vec<&str> = stdout.lines().filter(|l| l.starts_with('{')).collect();
+    assert!(!lines.is_empty(), "{stdout}");
+    for line in &lines {
+        assert_eq!(proxy_tests::log_lines::problem(line), None, "{line}");
+    }
+    // A field named like the message keeps its value under a key of its own, and so does a
+    // span field named like the span's name.
+    let parsed = json_lines(&stdout);
+    for proxy in ["default/alpha", "default/beta"] {
+        let failed = parsed
+            .iter()
+            .find(|l| {
+                l["fields"]["message"] == "provider call failed" && l["spans"][0]["proxy"] == proxy
+            })
+            .unwrap_or_else(|| panic!("no 'provider call failed' line of {proxy} in:\n{stdout}"));
+        assert_eq!(failed["fields"]["message_2"], "HTTP 503", "{failed}");
+        assert_eq!(failed["span"]["name"], "compute", "{failed}");
+        assert_eq!(failed["span"]["name_2"], "instances.insert", "{failed}");
+    }
 }
 
 #[test]

@@ -12,9 +12,10 @@
 //!
 //! | answer | class |
 //! |---|---|
-//! | no answer (timeout, refused connection) | transient |
+//! | no answer (refused connection, DNS, TLS) | transient, unreachable ([`Cause::Unreachable`]) |
 //! | `ZONE_RESOURCE_POOL_EXHAUSTED` (`_WITH_DETAILS`), in the call or the operation | stockout, with the zone |
-//! | 429, or a rate-limit reason (`rateLimitExceeded`, `userRateLimitExceeded`, `RATE_LIMIT_EXCEEDED`, `RESOURCE_OPERATION_RATE_EXCEEDED`) | transient |
+//! | 429, or a rate-limit reason (`rateLimitExceeded`, `userRateLimitExceeded`, `RATE_LIMIT_EXCEEDED`) | transient, a rate limit of the whole provider ([`Cause::RateLimited`]) with the wait a `RetryInfo` detail or a `Retry-After` header names |
+//! | `RESOURCE_OPERATION_RATE_EXCEEDED` (too many operations on one VM) | transient |
 //! | `quotaExceeded` / `QUOTA_EXCEEDED`, `dailyLimitExceeded` | quota |
 //! | `resourceNotReady`, `resourceInUseByAnotherResource`, `conditionNotMet` (a VM mid-transition) | transient |
 //! | 401 | refused |
@@ -29,6 +30,11 @@
 //!
 //! 404 of a `get` or `delete` and 409 `alreadyExists` of an insert are not errors: the
 //! provider answers them as "not found" and "the VM is there" before anything is classified.
+//!
+//! [`Cause::RateLimited`]: crate::error::Cause::RateLimited
+//! [`Cause::Unreachable`]: crate::error::Cause::Unreachable
+
+use std::time::Duration;
 
 use serde_json::Value;
 
@@ -51,6 +57,9 @@ pub struct GceAnswer {
     pub reasons: Vec<String>,
     /// What it says, for humans.
     pub message: String,
+    /// How long the answer asks the caller to wait: a `google.rpc.RetryInfo` detail's
+    /// `retryDelay`, or the HTTP `Retry-After` header; `None` when it names no wait.
+    pub retry_after: Option<Duration>,
 }
 
 /// Reasons of a zone without capacity for the machine.
@@ -58,13 +67,16 @@ const STOCKOUT: [&str; 2] = [
     "zoneresourcepoolexhausted",
     "zoneresourcepoolexhaustedwithdetails",
 ];
-/// Reasons of a rate limit: too many calls, not too many resources.
-const RATE_LIMITS: [&str; 4] = [
+/// Reasons of a rate limit: too many calls, not too many resources. GCE counts its rate
+/// quotas per project and per minute, so one of these is about every call of the provider.
+const RATE_LIMITS: [&str; 3] = [
     "ratelimitexceeded",
     "userratelimitexceeded",
-    "resourceoperationrateexceeded",
     "toomanyrequests",
 ];
+/// The reason of too many operations on one resource (a VM inserted and deleted in a loop):
+/// transient like a rate limit, but about that resource, not the project.
+const RESOURCE_RATE_LIMIT: &str = "resourceoperationrateexceeded";
 /// Reasons of a used-up quota.
 const QUOTA: [&str; 2] = ["quotaexceeded", "dailylimitexceeded"];
 /// Reasons of a resource in the middle of a transition (a VM stopping, deleted out of band):
@@ -143,6 +155,12 @@ fn named(path: &str) -> Named {
     }
 }
 
+/// A protobuf `Duration` in its JSON form (`"23s"`, `"1.500s"`); `None` when it is not one.
+pub fn proto_duration(text: &str) -> Option<Duration> {
+    let seconds: f64 = text.strip_suffix('s')?.parse().ok()?;
+    Duration::try_from_secs_f64(seconds).ok()
+}
+
 /// The first quoted resource path in `message`, from its `projects/` on (GCE quotes both
 /// `projects/p/global/images/x` and full URLs).
 fn resource_in(message: &str) -> Option<&str> {
@@ -184,6 +202,7 @@ impl GceAnswer {
                 status: None,
                 reasons: Vec::new(),
                 message: bounded(String::from_utf8_lossy(body).trim(), 300),
+                retry_after: None,
             };
         };
         let text =
@@ -200,11 +219,25 @@ impl GceAnswer {
         };
         let mut reasons = listed("errors");
         reasons.extend(listed("details"));
+        let retry_after = error
+            .get("details")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter(|detail| {
+                detail
+                    .get("@type")
+                    .and_then(Value::as_str)
+                    .is_some_and(|t| t.ends_with("google.rpc.RetryInfo"))
+            })
+            .find_map(|detail| detail.get("retryDelay").and_then(Value::as_str))
+            .and_then(proto_duration);
         Self {
             http_status: Some(http_status),
             status: text(error, "status"),
             reasons,
             message: text(error, "message").unwrap_or_default(),
+            retry_after,
         }
     }
 
@@ -247,13 +280,14 @@ impl GceAnswer {
             status: None,
             reasons,
             message: format!("operation {name}: {message}"),
+            retry_after: None,
         }
     }
 
     /// The class of this answer, and the message the Proxy shows (see the module's table).
     pub fn classify(&self) -> ProviderError {
         let Some(code) = self.http_status else {
-            return ProviderError::transient(format!("compute API: {}", self.message));
+            return ProviderError::unreachable(format!("compute API: {}", self.message));
         };
         let reasons: Vec<String> = self.reasons.iter().map(|r| canonical(r)).collect();
         let has = |words: &[&str]| reasons.iter().any(|r| words.contains(&r.as_str()));
@@ -268,6 +302,12 @@ impl GceAnswer {
             return ProviderError::stockout(zone_in(&self.message), described);
         }
         if code == 429 || has(&RATE_LIMITS) {
+            return ProviderError::rate_limited(
+                format!("rate-limited: {described}"),
+                self.retry_after,
+            );
+        }
+        if has(&[RESOURCE_RATE_LIMIT]) {
             return ProviderError::transient(format!("rate-limited: {described}"));
         }
         if has(&QUOTA) {

@@ -3,12 +3,18 @@
 //!
 //! | answer | class |
 //! |---|---|
-//! | no answer (timeout, refused connection) | transient |
+//! | no answer (refused connection, DNS, TLS) | transient, unreachable ([`Cause::Unreachable`]) |
+//! | 429 `TooManyRequests` (API Priority and Fairness) | transient, a rate limit ([`Cause::RateLimited`]) with the `retryAfterSeconds` the `Status` names |
 //! | 403 `exceeded quota` (a ResourceQuota of the namespace) | quota |
 //! | 401, and 403 from RBAC (`User "..." cannot create resource "pods"`) | refused: the operator's ServiceAccount |
 //! | 403 `NamespaceTerminating` (the Proxy's namespace is going away) | transient |
 //! | any other 403 (an admission policy), 400 `BadRequest`, 422 `Invalid` | permanent |
-//! | anything else (409, 429 from API Priority and Fairness, 5xx, 504 `Timeout`) | transient |
+//! | anything else (409, 5xx, 504 `Timeout`) | transient |
+//!
+//! [`Cause::Unreachable`]: crate::error::Cause::Unreachable
+//! [`Cause::RateLimited`]: crate::error::Cause::RateLimited
+
+use std::time::Duration;
 
 use crate::error::ProviderError;
 
@@ -21,13 +27,15 @@ pub struct KubeAnswer {
     pub reason: String,
     /// The `Status`'s `message`, or why no answer came.
     pub message: String,
+    /// The `Status`'s `details.retryAfterSeconds`, when it names a wait.
+    pub retry_after: Option<Duration>,
 }
 
 impl KubeAnswer {
     /// The class of this answer (see the module's table).
     pub fn classify(&self) -> ProviderError {
         let Some(code) = self.code else {
-            return ProviderError::transient(format!("Kubernetes API: {}", self.message));
+            return ProviderError::unreachable(format!("Kubernetes API: {}", self.message));
         };
         let described = format!("{} ({code} {})", self.message, self.reason);
         let rbac = self.message.contains("cannot ") && self.message.contains("User \"");
@@ -41,6 +49,7 @@ impl KubeAnswer {
                 "the operator's ServiceAccount may not do this (RBAC): {described}"
             )),
             400 | 403 | 422 => ProviderError::permanent(described),
+            429 => ProviderError::rate_limited(described, self.retry_after),
             _ => ProviderError::transient(described),
         }
     }

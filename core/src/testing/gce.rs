@@ -24,6 +24,19 @@ pub fn assert_classified(
     }
 }
 
+/// Asserts that `got`, what the call answer `answer` was classified as, is a rate limit of
+/// the whole provider exactly when the table says so (its message leads with
+/// `rate-limited: `), with the wait its `RetryInfo` names (23.5 s in the table).
+pub fn assert_rate_limit(answer: &CallAnswer, got: &ProviderError) {
+    let said = answer.leads_with == Some("rate-limited: ");
+    assert_eq!(got.is_rate_limit(), said, "{}: {got:?}", answer.name);
+    let hint = answer
+        .body
+        .contains("RetryInfo")
+        .then(|| std::time::Duration::from_millis(23_500));
+    assert_eq!(got.retry_after(), hint, "{}", answer.name);
+}
+
 /// One answer of a call: its HTTP status, its body, the class it must get, and a text the
 /// classified message must start with (the Proxy field to fix), if any.
 #[derive(Clone, Copy, Debug)]
@@ -67,6 +80,13 @@ pub const CALL_ANSWERS: &[CallAnswer] = &[
         name: "429",
         http_status: 429,
         body: r#"{"error":{"code":429,"message":"Rate Limit Exceeded","errors":[{"message":"Rate Limit Exceeded","domain":"usageLimits","reason":"rateLimitExceeded"}],"status":"RESOURCE_EXHAUSTED"}}"#,
+        class: ErrorClass::Transient,
+        leads_with: Some("rate-limited: "),
+    },
+    CallAnswer {
+        name: "a rate limit with a RetryInfo detail (the wait it asks for: 23.5 s)",
+        http_status: 403,
+        body: r#"{"error":{"code":403,"message":"Quota exceeded for quota metric 'Read requests' and limit 'Read requests per minute' of service 'compute.googleapis.com'.","status":"PERMISSION_DENIED","details":[{"@type":"type.googleapis.com/google.rpc.ErrorInfo","reason":"RATE_LIMIT_EXCEEDED","domain":"googleapis.com","metadata":{"service":"compute.googleapis.com"}},{"@type":"type.googleapis.com/google.rpc.RetryInfo","retryDelay":"23.500s"}]}}"#,
         class: ErrorClass::Transient,
         leads_with: Some("rate-limited: "),
     },

@@ -430,11 +430,16 @@ async fn reconcile_once(
         Next::Done(plan) => plan,
         Next::Call(pending) => {
             let outcome = execute.provider_call(pending.request()).await?;
-            if let Outcome::Failed { error, .. } = &outcome {
-                ctx.metrics.error(error.class.label());
-                if error.class == ErrorClass::Refused {
-                    ctx.provider_health
-                        .refuse(pending.request().provider(), error);
+            let provider = pending.request().provider();
+            match &outcome {
+                Outcome::Failed { error, .. } => {
+                    ctx.metrics.error(error.class.label());
+                    if error.class == ErrorClass::Refused {
+                        ctx.provider_health.refuse(provider, error);
+                    }
+                }
+                Outcome::Created { .. } | Outcome::Deleted => {
+                    ctx.provider_health.answered(provider);
                 }
             }
             let second = pending.after(outcome);

@@ -89,11 +89,20 @@ pub(crate) async fn observe(proxy: &Proxy, kept: Kept, ctx: &Context) -> Result<
         _ => (InstanceView::NotLookedUp, None),
     };
     // A lookup that refused the operator (its credentials) holds the provider's Proxies as a
-    // refused create does.
-    if let (InstanceView::Error(error), Some(name)) = (&instance, proxy.spec.provider.as_deref())
-        && error.class == proxy_core::ErrorClass::Refused
-    {
-        ctx.provider_health.refuse(name, error);
+    // refused create does; one that succeeded says the provider answers.
+    if let Some(name) = proxy.spec.provider.as_deref() {
+        match &instance {
+            InstanceView::Error(error) if error.class == proxy_core::ErrorClass::Refused => {
+                ctx.provider_health.refuse(name, error);
+            }
+            InstanceView::Error(_) | InstanceView::NotLookedUp => {}
+            InstanceView::Provisioning
+            | InstanceView::Running { .. }
+            | InstanceView::Stopped
+            | InstanceView::Terminated
+            | InstanceView::NotFound
+            | InstanceView::CreateFailed(_) => ctx.provider_health.answered(name),
+        }
     }
     Ok(Observed {
         now: jiff::Timestamp::now(),
@@ -113,6 +122,12 @@ pub(crate) async fn observe(proxy: &Proxy, kept: Kept, ctx: &Context) -> Result<
         },
         cloud_init: resolve_cloud_init(proxy, ctx).await?,
         provider_configured: provider.is_some(),
+        placement_problem: proxy
+            .spec
+            .provider
+            .as_deref()
+            .filter(|_| proxy.spec.mode == Mode::Managed)
+            .and_then(|name| ctx.providers.placement_problem(name, &proxy.spec)),
         provider_down: ctx.provider_health.down(&proxy.spec),
         credentials: proxy.spec.mode == Mode::Managed
             && proxy

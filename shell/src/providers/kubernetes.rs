@@ -145,20 +145,29 @@ pub fn classify(error: kube::Error) -> ProviderError {
             code: Some(status.code),
             reason: status.reason.clone(),
             message: status.message.clone(),
+            retry_after: status
+                .details
+                .as_ref()
+                .map(|details| details.retry_after_seconds)
+                .filter(|seconds| *seconds > 0)
+                .map(|seconds| std::time::Duration::from_secs(u64::from(seconds))),
         },
         other => KubeAnswer {
             code: None,
             reason: String::new(),
             message: other.to_string(),
+            retry_after: None,
         },
     };
     answer.classify()
 }
 
-/// A listed Pod as the GC reads it: its provider ID, its labels, its creation time.
+/// A listed Pod as the GC reads it: its provider ID, its labels, its creation time, and
+/// whether it is being deleted already.
 pub fn listed(pod: Pod) -> ListedInstance {
     let metadata = pod.metadata;
     ListedInstance {
+        deleting: metadata.deletion_timestamp.is_some(),
         provider_id: format!(
             "{}/{}",
             metadata.namespace.unwrap_or_default(),
@@ -263,7 +272,7 @@ mod tests {
 
     fn settings() -> KubernetesSettings {
         KubernetesSettings {
-            image: "ubuntu/squid:5.2-22.04_beta".into(),
+            image: "ubuntu/squid:6.6-24.04_beta".into(),
             allowed_source_cidrs: vec!["10.0.0.0/8".into()],
         }
     }
@@ -288,7 +297,7 @@ mod tests {
         let container = &pod.spec.unwrap().containers[0];
         assert_eq!(
             container.image.as_deref(),
-            Some("ubuntu/squid:5.2-22.04_beta")
+            Some("ubuntu/squid:6.6-24.04_beta")
         );
         assert_eq!(container.ports.as_ref().unwrap()[0].container_port, 3130);
         let env = &container.env.as_ref().unwrap()[0];

@@ -109,8 +109,16 @@ impl Metered {
             Err(error) => error.class.label(),
         };
         self.metrics.request(&self.name, op, outcome);
-        if let Err(error) = result {
-            tracing::warn!(provider = %self.name, op, class = outcome, message = %error.message, "provider call failed");
+        match result {
+            // The provider's pacing said it once, when the limit came (`providers::pace`):
+            // not once more per Proxy and attempt while the pause lasts.
+            Err(error) if error.is_rate_limit() => {
+                tracing::debug!(provider = %self.name, op, error = %error.message, "provider call rate-limited");
+            }
+            Err(error) => {
+                tracing::warn!(provider = %self.name, op, class = outcome, error = %error.message, "provider call failed");
+            }
+            Ok(_) => {}
         }
     }
 }
@@ -150,7 +158,7 @@ impl Provider for Metered {
         // A create the provider accepted and failed later (GCE's insert operation ended
         // with an error) shows only here: said as loudly as a failed create call.
         if let Ok(InstanceState::CreateFailed(error)) = &result {
-            tracing::warn!(provider = %self.name, provider_id, class = error.class.label(), message = %error.message, "an accepted create failed");
+            tracing::warn!(provider = %self.name, provider_id, class = error.class.label(), error = %error.message, "an accepted create failed");
         }
         result
     }

@@ -1,7 +1,9 @@
 //! The providers' metrics: every call by provider, operation and result
 //! (`proxy_operator_provider_requests_total`), the calls in flight and their high-water mark
 //! (counted by [`super::metered::Metered`]), and each provider's health verdict
-//! (`proxy_operator_provider_up`, set by the provider health monitor).
+//! (`proxy_operator_provider_up`, set by the provider health monitor), and each paced
+//! provider's rate limits, held-back calls and pause per quota scope (set by
+//! [`super::pace::Pace`]).
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -36,13 +38,37 @@ impl ProviderName {
     }
 }
 
-/// The families of the providers' calls and health.
+/// Labels of one quota scope of one provider (its pacing, `providers/pace.rs`).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ScopeLabels {
+    /// The provider's name in the providers config.
+    provider: String,
+    /// `read` or `write`.
+    scope: &'static str,
+}
+
+impl ScopeLabels {
+    fn of(provider: &str, scope: &'static str) -> Self {
+        Self {
+            provider: provider.to_owned(),
+            scope,
+        }
+    }
+}
+
+/// A gauge of seconds.
+type Seconds = Gauge<f64, std::sync::atomic::AtomicU64>;
+
+/// The families of the providers' calls, health and pacing.
 #[derive(Clone, Debug)]
 pub struct ProviderMetrics {
     requests: Family<RequestLabels, Counter>,
     in_flight: Family<ProviderName, Gauge>,
     in_flight_max: Family<ProviderName, Gauge>,
     up: Family<ProviderName, Gauge>,
+    rate_limits: Family<ScopeLabels, Counter>,
+    calls_paced: Family<ScopeLabels, Counter>,
+    pause: Family<ScopeLabels, Seconds>,
 }
 
 impl ProviderMetrics {
@@ -73,11 +99,32 @@ impl ProviderMetrics {
             "1 when the provider passed its last health check, 0 when it failed, timed out or could not be started; absent for a provider without a check",
             up.clone(),
         );
+        let rate_limits = Family::<ScopeLabels, Counter>::default();
+        families.register(
+            "provider_rate_limits",
+            "Provider calls answered with a rate limit, by provider and quota scope (read, write): each closes the scope for every caller",
+            rate_limits.clone(),
+        );
+        let calls_paced = Family::<ScopeLabels, Counter>::default();
+        families.register(
+            "provider_calls_paced",
+            "Provider calls not sent because the provider's pacing held them back (a rate limit's pause, or the scope's budget per minute), by provider and quota scope",
+            calls_paced.clone(),
+        );
+        let pause = Family::<ScopeLabels, Seconds>::default();
+        families.register(
+            "provider_pause_seconds",
+            "The pause the provider's pacing set after the last call of a quota scope ended: 0 once a call passed, else the wait after the rate limits in a row",
+            pause.clone(),
+        );
         Self {
             requests,
             in_flight,
             in_flight_max,
             up,
+            rate_limits,
+            calls_paced,
+            pause,
         }
     }
 
@@ -121,6 +168,38 @@ impl ProviderMetrics {
                 self.up.remove(&labels);
             }
         }
+    }
+
+    /// Every scope of a paced `provider` has its series from the start, at 0, so that an
+    /// alert on an increase sees the first rate limit.
+    pub fn pace_from_zero(&self, provider: &str, scopes: impl IntoIterator<Item = &'static str>) {
+        for scope in scopes {
+            let labels = ScopeLabels::of(provider, scope);
+            drop(self.rate_limits.get_or_create(&labels));
+            drop(self.calls_paced.get_or_create(&labels));
+            drop(self.pause.get_or_create(&labels));
+        }
+    }
+
+    /// A call of `provider`'s `scope` met a rate limit.
+    pub fn rate_limited(&self, provider: &str, scope: &'static str) {
+        self.rate_limits
+            .get_or_create(&ScopeLabels::of(provider, scope))
+            .inc();
+    }
+
+    /// A call of `provider`'s `scope` was held back by its pacing, not sent.
+    pub fn call_paced(&self, provider: &str, scope: &'static str) {
+        self.calls_paced
+            .get_or_create(&ScopeLabels::of(provider, scope))
+            .inc();
+    }
+
+    /// The pause `provider`'s `scope` is in after its last call ended.
+    pub fn pause(&self, provider: &str, scope: &'static str, pause: std::time::Duration) {
+        self.pause
+            .get_or_create(&ScopeLabels::of(provider, scope))
+            .set(pause.as_secs_f64());
     }
 }
 

@@ -27,6 +27,7 @@ pub mod kubernetes;
 pub mod kvm;
 pub mod metered;
 pub mod metrics;
+pub mod pace;
 pub mod registry;
 pub mod settings;
 pub mod squid;

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use super::Provider;
 use super::metered::{Bounds, Metered};
 use super::metrics::ProviderMetrics;
+use super::pace::Pace;
 use super::types::{Env, ProviderSettings};
 use super::unstarted::Unstarted;
 
@@ -14,6 +15,8 @@ use super::unstarted::Unstarted;
 pub struct Registry {
     providers: BTreeMap<String, Arc<dyn Provider>>,
     settings: BTreeMap<String, ProviderSettings>,
+    /// The pacing of each provider whose type paces its calls.
+    paces: BTreeMap<String, Arc<Pace>>,
     owned_pods: bool,
 }
 
@@ -30,20 +33,33 @@ impl Registry {
     ) -> Self {
         let mut providers: BTreeMap<String, Arc<dyn Provider>> = BTreeMap::new();
         let mut settings = BTreeMap::new();
+        let mut paces = BTreeMap::new();
         for (name, configured) in configured {
-            let provider = match configured.start(env).await {
+            let pace = configured
+                .budgets()
+                .map(|budgets| Arc::new(Pace::new(name, budgets, metrics.clone())));
+            let provider = match configured.start(env, pace.as_ref()).await {
                 Ok(provider) => provider,
                 Err(why) => {
                     tracing::error!(provider = %name, r#type = configured.type_name(), %why, "provider could not be started: its ProviderHealth shows why, and each check tries again");
-                    Arc::new(Unstarted::new(configured.clone(), env.clone(), why))
+                    Arc::new(Unstarted::new(
+                        configured.clone(),
+                        env.clone(),
+                        pace.clone(),
+                        why,
+                    ))
                 }
             };
+            if let Some(pace) = pace {
+                paces.insert(name.to_owned(), pace);
+            }
             let metered = Metered::new(name.to_owned(), provider, metrics.clone(), bounds);
             providers.insert(name.to_owned(), Arc::new(metered));
             settings.insert(name.to_owned(), configured.clone());
         }
         Self {
             providers,
+            paces,
             owned_pods: settings
                 .values()
                 .any(ProviderSettings::instances_are_owned_pods),
@@ -66,6 +82,15 @@ impl Registry {
             .is_some_and(|settings| settings.enforces_credentials(spec))
     }
 
+    /// What the provider `name` refuses in `spec.placement`
+    /// ([`ProviderSettings::placement_problem`]); `None` for a provider that is not
+    /// configured (the core says so on its own).
+    pub fn placement_problem(&self, name: &str, spec: &proxy_crd::ProxySpec) -> Option<String> {
+        self.settings
+            .get(name)
+            .and_then(|settings| settings.placement_problem(spec))
+    }
+
     /// Every provider with its name, in name order.
     pub fn iter(&self) -> impl Iterator<Item = (&str, &Arc<dyn Provider>)> {
         self.providers
@@ -76,5 +101,10 @@ impl Registry {
     /// The provider named `name`.
     pub fn get(&self, name: &str) -> Option<&Arc<dyn Provider>> {
         self.providers.get(name)
+    }
+
+    /// The pacing of the provider named `name`, when its type paces its calls.
+    pub fn pace(&self, name: &str) -> Option<&Arc<Pace>> {
+        self.paces.get(name)
     }
 }

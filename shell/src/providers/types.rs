@@ -17,6 +17,7 @@ use serde::de::DeserializeOwned;
 use super::Provider;
 use super::gcp::GcpProvider;
 use super::kubernetes::KubernetesProvider;
+use super::pace::Pace;
 use super::settings::{self, GcpSettings, KubernetesSettings, KvmSettings, Problem};
 
 /// The settings of one configured provider, by type.
@@ -114,9 +115,26 @@ impl ProviderSettings {
         }))
     }
 
-    /// Starts the provider these settings describe. An error says why, for the provider's
+    /// How a provider of these settings paces its calls ([`Pace`]): its budgets per quota
+    /// scope; `None` for a type whose calls are not paced.
+    pub fn budgets(&self) -> Option<proxy_core::pacing::Budgets> {
+        match self {
+            Self::Gcp(gcp) => Some(proxy_core::pacing::Budgets {
+                read: Some(gcp.budget.reads_per_minute),
+                write: Some(gcp.budget.writes_per_minute),
+            }),
+            Self::Kubernetes(_) | Self::Kvm(_) => None,
+        }
+    }
+
+    /// Starts the provider these settings describe, its calls paced by `pace` (made for
+    /// the settings' [`ProviderSettings::budgets`]). An error says why, for the provider's
     /// `ProviderHealth`: the operator starts anyway, and tries again at every check.
-    pub fn start<'a>(&'a self, env: &'a Env) -> BoxFuture<'a, Result<Arc<dyn Provider>, String>> {
+    pub fn start<'a>(
+        &'a self,
+        env: &'a Env,
+        pace: Option<&'a Arc<Pace>>,
+    ) -> BoxFuture<'a, Result<Arc<dyn Provider>, String>> {
         Box::pin(async move {
             let provider: Arc<dyn Provider> = match self {
                 Self::Kubernetes(settings) => Arc::new(KubernetesProvider::new(
@@ -124,11 +142,20 @@ impl ProviderSettings {
                     settings.clone(),
                     env.installation.clone(),
                 )),
-                Self::Gcp(settings) => Arc::new(
-                    GcpProvider::start(settings.clone(), env.installation.clone())
+                Self::Gcp(settings) => {
+                    // Made by the registry for every type with budgets: answered, not
+                    // unwrapped, should that ever not hold.
+                    let pace = pace.ok_or("the gcp provider was started without its pacing")?;
+                    Arc::new(
+                        GcpProvider::start(
+                            settings.clone(),
+                            env.installation.clone(),
+                            pace.clone(),
+                        )
                         .await
                         .map_err(|e| e.to_string())?,
-                ),
+                    )
+                }
                 #[cfg(feature = "kvm")]
                 Self::Kvm(settings) => Arc::new(super::kvm::KvmProvider::new(
                     settings.clone(),
@@ -154,6 +181,18 @@ impl ProviderSettings {
             Self::Kubernetes(_) => true,
             Self::Gcp(_) | Self::Kvm(_) => false,
         }
+    }
+
+    /// What a provider of this type refuses in `spec.placement`, as the Proxy is to be
+    /// told (`proxy_core::Observed::placement_problem`): the first `parameters` key it does
+    /// not use. The kubernetes and kvm providers take none (every key would enter the spec
+    /// hash and replace a machine for nothing); gcp takes [`settings::GCP_PARAMETERS`].
+    pub fn placement_problem(&self, spec: &proxy_crd::ProxySpec) -> Option<String> {
+        let known: &[&str] = match self {
+            Self::Gcp(_) => &settings::GCP_PARAMETERS,
+            Self::Kubernetes(_) | Self::Kvm(_) => &[],
+        };
+        settings::unknown_parameter(self.type_name(), known, spec.placement.as_ref())
     }
 
     /// Whether an instance of this type for `spec` enforces the proxy's credentials, that is

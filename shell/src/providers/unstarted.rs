@@ -14,6 +14,7 @@ use async_trait::async_trait;
 use proxy_core::gc::ListedInstance;
 use proxy_core::{CreateRequest, InstanceState, ProviderError};
 
+use super::pace::Pace;
 use super::types::{Env, ProviderSettings};
 use super::{Checked, Provider};
 use crate::locks;
@@ -22,6 +23,7 @@ use crate::locks;
 pub struct Unstarted {
     settings: ProviderSettings,
     env: Env,
+    pace: Option<Arc<Pace>>,
     state: Mutex<State>,
 }
 
@@ -40,11 +42,12 @@ impl std::fmt::Debug for Unstarted {
 }
 
 impl Unstarted {
-    /// The provider of `settings`, whose first start failed saying `why`.
-    pub fn new(settings: ProviderSettings, env: Env, why: String) -> Self {
+    /// The provider of `settings`, paced by `pace`, whose first start failed saying `why`.
+    pub fn new(settings: ProviderSettings, env: Env, pace: Option<Arc<Pace>>, why: String) -> Self {
         Self {
             settings,
             env,
+            pace,
             state: Mutex::new(State::Failing(why)),
         }
     }
@@ -87,7 +90,7 @@ impl Provider for Unstarted {
         if let Ok(provider) = self.started() {
             return provider.check().await;
         }
-        match self.settings.start(&self.env).await {
+        match self.settings.start(&self.env, self.pace.as_ref()).await {
             Ok(provider) => {
                 *locks::lock(&self.state) = State::Started(provider.clone());
                 tracing::info!(r#type = self.settings.type_name(), "provider started");

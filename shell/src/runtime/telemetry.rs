@@ -18,6 +18,9 @@
 //!   (16 hex digits)** of the innermost span: top-level keys in [`LogFormat::Json`], a
 //!   ` trace_id=… span_id=…` suffix in [`LogFormat::Text`]. When spans are exported these are
 //!   the IDs of the exported spans, so a log line leads straight to its trace.
+//! * **A JSON line is valid JSON with each key once** (`telemetry/json_line.rs`): a field
+//!   named like the message, or like a span's `name`, is kept under a numbered key, not
+//!   written twice.
 //! * **OTLP export only when configured.** When `OTEL_EXPORTER_OTLP_ENDPOINT` (or the
 //!   traces-specific `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`) is set and not empty, and
 //!   `OTEL_SDK_DISABLED` is not `true`, spans are exported over OTLP/HTTP with service name
@@ -43,6 +46,8 @@
 //!
 //! Sampling follows the SDK defaults (`OTEL_TRACES_SAMPLER`, else parent-based always-on).
 //! The filter is `RUST_LOG` (default `info,kube=warn`) and applies to logs and spans alike.
+
+mod json_line;
 
 use std::io::IsTerminal;
 
@@ -159,7 +164,7 @@ where
             Some(
                 fmt::layer()
                     .json()
-                    .event_format(WithTraceIds::json(fmt::format().json()))
+                    .event_format(json_line::JsonLine)
                     .with_writer(writer),
             ),
             None,
@@ -169,7 +174,7 @@ where
             Some(
                 fmt::layer()
                     .with_ansi(false)
-                    .event_format(WithTraceIds::text(fmt::format().with_ansi(false)))
+                    .event_format(WithTraceIds(fmt::format().with_ansi(false)))
                     .with_writer(writer),
             ),
         ),
@@ -211,23 +216,10 @@ fn resource() -> Resource {
     }
 }
 
-/// An event formatter adding the trace ID and span ID of the event's innermost span to the
-/// line `inner` formats.
+/// A text event formatter adding the trace ID and span ID of the event's innermost span to
+/// the line `inner` formats.
 #[derive(Debug)]
-struct WithTraceIds<F> {
-    inner: F,
-    json: bool,
-}
-
-impl<F> WithTraceIds<F> {
-    fn json(inner: F) -> Self {
-        WithTraceIds { inner, json: true }
-    }
-
-    fn text(inner: F) -> Self {
-        WithTraceIds { inner, json: false }
-    }
-}
+struct WithTraceIds<F>(F);
 
 impl<S, N, F> FormatEvent<S, N> for WithTraceIds<F>
 where
@@ -242,32 +234,19 @@ where
         event: &Event<'_>,
     ) -> std::fmt::Result {
         let Some(ids) = event_span_context(ctx) else {
-            return self.inner.format_event(ctx, writer, event);
+            return self.0.format_event(ctx, writer, event);
         };
-        // Both inner formats end the line with `\n` (JSON: after the closing `}`): format into
-        // a buffer and add the IDs before that end.
+        // The inner format ends the line with `\n`: format into a buffer and add the IDs
+        // before that end.
         let mut line = String::new();
-        self.inner
-            .format_event(ctx, Writer::new(&mut line), event)?;
+        self.0.format_event(ctx, Writer::new(&mut line), event)?;
         let body = line.trim_end_matches('\n');
-        let (trace_id, span_id) = (ids.trace_id(), ids.span_id());
-        if self.json {
-            match body.strip_suffix('}') {
-                Some(object) if object.len() > 1 => {
-                    writeln!(
-                        writer,
-                        r#"{object},"trace_id":"{trace_id}","span_id":"{span_id}"}}"#
-                    )
-                }
-                Some(_empty) => writeln!(
-                    writer,
-                    r#"{{"trace_id":"{trace_id}","span_id":"{span_id}"}}"#
-                ),
-                None => writer.write_str(&line),
-            }
-        } else {
-            writeln!(writer, "{body} trace_id={trace_id} span_id={span_id}")
-        }
+        writeln!(
+            writer,
+            "{body} trace_id={} span_id={}",
+            ids.trace_id(),
+            ids.span_id()
+        )
     }
 }
 

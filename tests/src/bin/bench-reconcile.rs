@@ -305,7 +305,7 @@ async fn main() -> anyhow::Result<()> {
             let name = proxy_core::naming::instance_name(p.metadata.uid.as_deref().unwrap_or_default());
             async move {
                 let pod: Pod = serde_json::from_value(json!({"metadata": {"name": name}, "spec": {"containers": [
-                    {"name": "squid", "image": "ubuntu/squid:5.2-22.04_beta", "ports": [{"containerPort": 3128}]}]}}))?;
+                    {"name": "squid", "image": "ubuntu/squid:6.6-24.04_beta", "ports": [{"containerPort": 3128}]}]}}))?;
                 pods.create(&PostParams::default(), &pod).await?;
                 anyhow::Ok(())
             }

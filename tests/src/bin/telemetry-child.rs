@@ -37,6 +37,11 @@ async fn reconcile(key: String) {
     async {
         tokio::task::yield_now().await;
         tracing::info!("creating machine");
+        // A field named like the message, in a span with a field named like the span's
+        // name: each must come out under a key of its own.
+        let call = tracing::info_span!("compute", name = "instances.insert");
+        let _entered = call.enter();
+        tracing::warn!(message = "HTTP 503", "provider call failed");
     }
     .instrument(span)
     .await;

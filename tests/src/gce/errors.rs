@@ -63,6 +63,47 @@ impl GceError {
         }
     }
 
+    /// 403 for a call over the project's per-minute quota of its group (reads or writes,
+    /// `limit` a minute), as [`GceError::rate_limited_with_details`] says it, naming the
+    /// group's quota metric; with a `RetryInfo` of `retry` when given.
+    pub fn over_quota(
+        write: bool,
+        limit: u32,
+        details_only: bool,
+        retry: Option<std::time::Duration>,
+    ) -> Self {
+        let (metric, quota, said) = if write {
+            (
+                "compute.googleapis.com/global_writes",
+                "GlobalWritesPerMinutePerProject",
+                "Write requests",
+            )
+        } else {
+            (
+                "compute.googleapis.com/global_reads",
+                "GlobalReadsPerMinutePerProject",
+                "Read requests",
+            )
+        };
+        let mut error = Self::rate_limited_with_details(details_only);
+        error.message = format!(
+            "Quota exceeded for quota metric '{said}' and limit '{said} per minute' of service \
+             'compute.googleapis.com' for consumer 'project_number:1'."
+        );
+        error.details[0] = json!({"@type": "type.googleapis.com/google.rpc.ErrorInfo",
+            "reason": "RATE_LIMIT_EXCEEDED", "domain": "googleapis.com",
+            "metadata": {"service": "compute.googleapis.com", "quota_metric": metric,
+                         "quota_limit": quota, "consumer": "projects/1",
+                         "quota_limit_value": limit.to_string()}});
+        if let Some(retry) = retry {
+            error
+                .details
+                .push(json!({"@type": "type.googleapis.com/google.rpc.RetryInfo",
+                "retryDelay": format!("{:.3}s", retry.as_secs_f64())}));
+        }
+        error
+    }
+
     /// 400 for a call on an instance in the middle of a transition (stopping, being
     /// deleted).
     pub fn not_ready(resource: &str) -> Self {

@@ -31,6 +31,15 @@
 //! ignored and no credentials are needed, unless a test requires a service account's
 //! self-signed JWT ([`FakeGce::require_service_account`], `auth.rs`).
 //!
+//! Rate quotas, as GCE documents them: per project and per minute, for reads (`get`,
+//! `list`, `aggregatedList`, the operations) and writes (`insert`, `delete`) apart, counted
+//! in windows that start together ([`Quotas`], 1 500 of each a minute by default, GCE's
+//! default for a project). A call over its group's quota is answered `403
+//! rateLimitExceeded`, as Google's front end says it, alternately in its two body shapes:
+//! `errors[]` next to an `ErrorInfo` `RATE_LIMIT_EXCEEDED` in `details[]`, and `details[]`
+//! alone; with a `RetryInfo` (the time to the next window) when [`Quotas::retry_info`] is
+//! set. [`FakeGce::set_rate_limited`] answers every call so for a while (a burst).
+//!
 //! Lifecycles ([`Durations`], changeable while running) are in `store.rs`; the VM runner that
 //! turns a RUNNING instance into a squid configured from its cloud-config is `vm.rs`. Faults
 //! are injected through [`FakeGce`]'s methods: tests run the fake in their own process, the
@@ -71,6 +80,36 @@ pub struct FakeOptions {
     pub durations: Durations,
     /// What a RUNNING instance runs.
     pub vm: VmMode,
+    /// The project's rate quotas.
+    pub quotas: Quotas,
+}
+
+/// A project's per-minute rate quotas, per group of methods, as GCE enforces them.
+#[derive(Debug, Clone)]
+pub struct Quotas {
+    /// Read calls (`get`, `list`, `aggregatedList`, the operations) per window; `None`: no
+    /// limit.
+    pub reads: Option<u32>,
+    /// Write calls (`insert`, `delete`) per window; `None`: no limit.
+    pub writes: Option<u32>,
+    /// The window: a minute, as GCE's (a test may shorten it to see a refill sooner).
+    pub window: Duration,
+    /// Whether an answer over the quota carries a `google.rpc.RetryInfo` naming the time to
+    /// the next window (GCE's per-minute answers are not documented to carry one; other
+    /// Google APIs send it).
+    pub retry_info: bool,
+}
+
+impl Default for Quotas {
+    /// 1 500 reads and 1 500 writes a minute: GCE's default per-project quota of a group.
+    fn default() -> Self {
+        Self {
+            reads: Some(1_500),
+            writes: Some(1_500),
+            window: Duration::from_secs(60),
+            retry_info: false,
+        }
+    }
 }
 
 impl FakeOptions {
@@ -88,6 +127,7 @@ impl FakeOptions {
                 .to_vec(),
             durations: Durations::default(),
             vm: VmMode::Squid { hosts_file },
+            quotas: Quotas::default(),
         }
     }
 
@@ -117,6 +157,10 @@ pub struct Durations {
     /// while its insert's operation runs, as GCE's eventually consistent reads do: a client
     /// that concludes "gone" from a 404 right after its insert is wrong.
     pub invisible_after_insert: Duration,
+    /// How long a RUNNING instance's squid takes to start while its natIP already shows, as
+    /// on GCE, where cloud-init installs and starts it after the VM runs. Zero (the
+    /// default): the natIP shows only once squid accepts.
+    pub boot: Duration,
 }
 
 impl Default for Durations {
@@ -128,6 +172,7 @@ impl Default for Durations {
             stopping: Duration::from_millis(150),
             deleting: Duration::from_millis(150),
             invisible_after_insert: Duration::from_millis(200),
+            boot: Duration::ZERO,
         }
     }
 }
@@ -157,6 +202,9 @@ pub enum Fault {
     RateLimitWithDetails,
     /// The same rate limit said in `details` only.
     RateLimitDetailsOnly,
+    /// A per-minute rate limit, in the two body shapes by turns (the one of
+    /// [`Fault::RateLimitWithDetails`], then the one of [`Fault::RateLimitDetailsOnly`]).
+    RateLimitBothShapes,
     /// 401: the credentials are not accepted (a revoked key, an expired token).
     Unauthenticated,
     /// 403 `forbidden`: the caller lacks the method's IAM permission.
@@ -176,6 +224,11 @@ pub enum Method {
 }
 
 impl Method {
+    /// Whether GCE counts the method among writes (a mutation) rather than reads.
+    pub fn is_write(self) -> bool {
+        matches!(self, Self::Insert | Self::Delete)
+    }
+
     /// Every method.
     pub const ALL: [Method; 7] = [
         Self::Insert,
@@ -311,6 +364,31 @@ impl FakeGce {
     /// missing permission), until it is set back to `None`.
     pub fn set_outage_with(&self, method: Method, fault: Option<Fault>) {
         self.store.set_outage(method, fault);
+    }
+
+    /// Every request of every method answers a rate limit, in both body shapes by turns,
+    /// while `on` (a burst of rate limits, whatever the quotas say).
+    pub fn set_rate_limited(&self, on: bool) {
+        for method in Method::ALL {
+            self.store
+                .set_outage(method, on.then_some(Fault::RateLimitBothShapes));
+        }
+    }
+
+    /// How long until the next quota window starts (and refills every quota).
+    pub fn next_window_in(&self) -> Duration {
+        self.store.next_window_in()
+    }
+
+    /// How many deletes were refused with `400 resourceNotReady` (their VM was stopping).
+    pub fn not_ready_answers(&self) -> u64 {
+        self.store.not_ready()
+    }
+
+    /// How many requests were answered with a rate limit (injected, or over a quota), by
+    /// method.
+    pub fn rate_limited(&self, method: Method) -> u64 {
+        self.store.rate_limited(method)
     }
 
     /// Every insert takes `latency` longer before it is answered while it is `Some` (a slow

@@ -22,7 +22,7 @@ use super::auth::ServiceAccountKey;
 use super::errors::{GceError, quota_message, region_of};
 use super::validate::admit_instance;
 use super::vm::Vm;
-use super::{AddInstance, Durations, FakeOptions, Fault, InsertFault, Method, Observed};
+use super::{AddInstance, Durations, FakeOptions, Fault, InsertFault, Method, Observed, Quotas};
 
 /// An instance or operation: (zone, name).
 pub(super) type Key = (String, String);
@@ -135,6 +135,12 @@ pub(super) struct State {
     withhold_next: u32,
     pub unreachable: BTreeSet<String>,
     calls: BTreeMap<Method, u64>,
+    /// Requests answered with a rate limit, by method.
+    rate_limited: BTreeMap<Method, u64>,
+    /// Deletes refused with `resourceNotReady` (the VM was stopping).
+    not_ready: u64,
+    /// The quota window now counting, and the reads and writes it counted.
+    window: QuotaWindow,
     /// Every insert that reached the store (past the injected request faults), by instance
     /// name: when, and in which zone.
     inserts: Vec<(String, Instant, String)>,
@@ -145,6 +151,17 @@ pub(super) struct State {
     /// Requests that carried it, and why the last refused one was refused.
     authenticated: u64,
     last_refusal: Option<String>,
+}
+
+/// The calls one quota window counted.
+#[derive(Debug, Default)]
+struct QuotaWindow {
+    /// Which window (since the fake started).
+    number: u64,
+    reads: u32,
+    writes: u32,
+    /// How many rate-limit answers went out, for their body shapes' turns.
+    answered: u64,
 }
 
 impl State {
@@ -160,6 +177,8 @@ impl State {
 pub(super) struct Store {
     options: FakeOptions,
     state: Mutex<State>,
+    /// When the fake started: quota windows count from here.
+    started: Instant,
 }
 
 fn now() -> String {
@@ -175,6 +194,7 @@ impl Store {
         Self {
             options,
             state: Mutex::new(state),
+            started: Instant::now(),
         }
     }
 
@@ -224,29 +244,86 @@ impl Store {
         (state.authenticated, state.last_refusal.clone())
     }
 
-    /// Counts a call and answers it with an injected fault if one is due.
+    /// Counts a call and answers it with an injected fault if one is due, else with a rate
+    /// limit when its group's quota for the window is spent.
     pub fn admit(&self, method: Method) -> Result<(), GceError> {
         let mut state = self.lock();
         *state.calls.entry(method).or_default() += 1;
-        if let Some(fault) = state.outages.get(&method) {
-            return Err(self.fault(*fault, method));
+        let injected = match state.outages.get(&method) {
+            Some(fault) => Some(*fault),
+            None => {
+                let due = state
+                    .request_faults
+                    .iter()
+                    .position(|(_, only)| only.is_none_or(|m| m == method));
+                due.and_then(|i| state.request_faults.remove(i))
+                    .map(|(fault, _)| fault)
+            }
+        };
+        if let Some(fault) = injected {
+            return Err(self.fault(&mut state, fault, method));
         }
-        let due = state
-            .request_faults
-            .iter()
-            .position(|(_, only)| only.is_none_or(|m| m == method));
-        match due.and_then(|i| state.request_faults.remove(i)) {
-            Some((fault, _)) => Err(self.fault(fault, method)),
-            None => Ok(()),
+        self.spend_quota(&mut state, method)
+    }
+
+    /// Counts `method` in the window now counting; a rate limit when its group's quota for
+    /// the window is spent (a refused call spends none).
+    fn spend_quota(&self, state: &mut State, method: Method) -> Result<(), GceError> {
+        let Quotas {
+            reads,
+            writes,
+            window,
+            retry_info,
+        } = self.options.quotas.clone();
+        let elapsed = self.started.elapsed();
+        let number = (elapsed.as_nanos() / window.as_nanos().max(1)) as u64;
+        if state.window.number != number {
+            state.window = QuotaWindow {
+                number,
+                answered: state.window.answered,
+                ..QuotaWindow::default()
+            };
         }
+        let (used, limit) = if method.is_write() {
+            (&mut state.window.writes, writes)
+        } else {
+            (&mut state.window.reads, reads)
+        };
+        if limit.is_none_or(|limit| *used < limit) {
+            *used += 1;
+            return Ok(());
+        }
+        let next = window.saturating_mul(u32::try_from(number + 1).unwrap_or(u32::MAX));
+        let retry = retry_info.then(|| next.saturating_sub(elapsed));
+        let details_only = !state.window.answered.is_multiple_of(2);
+        state.window.answered += 1;
+        *state.rate_limited.entry(method).or_default() += 1;
+        Err(GceError::over_quota(
+            method.is_write(),
+            limit.unwrap_or(0),
+            details_only,
+            retry,
+        ))
     }
 
     /// The answer of an injected `fault` to a call of `method`.
-    fn fault(&self, fault: Fault, method: Method) -> GceError {
+    fn fault(&self, state: &mut State, fault: Fault, method: Method) -> GceError {
+        match fault {
+            Fault::RateLimitWithDetails
+            | Fault::RateLimitDetailsOnly
+            | Fault::RateLimitBothShapes => {
+                *state.rate_limited.entry(method).or_default() += 1;
+            }
+            Fault::Backend(_) | Fault::Unauthenticated | Fault::PermissionDenied => {}
+        }
         match fault {
             Fault::Backend(code) => GceError::backend(code),
             Fault::RateLimitWithDetails => GceError::rate_limited_with_details(false),
             Fault::RateLimitDetailsOnly => GceError::rate_limited_with_details(true),
+            Fault::RateLimitBothShapes => {
+                state.window.answered += 1;
+                GceError::rate_limited_with_details(state.window.answered.is_multiple_of(2))
+            }
             Fault::Unauthenticated => GceError::unauthenticated(),
             Fault::PermissionDenied => {
                 let permission = match method {
@@ -493,9 +570,23 @@ impl Store {
         };
         let mode = self.options.vm.clone();
         let label = format!("gce-{}-{}-{id}", key.0, key.1);
-        let booted = tokio::task::spawn_blocking(move || Vm::boot(&mode, &label, &metadata, squid))
-            .await
-            .unwrap_or_else(|e| Err(anyhow::anyhow!("VM boot panicked: {e}")));
+        let addr = Vm::address();
+        let boot = self.durations().boot;
+        if !boot.is_zero() {
+            // As GCE does: the external IP shows once the VM runs, and the guest's squid
+            // starts when its cloud-init gets to it.
+            if let Some(i) = self.lock().instances.get_mut(key).filter(|i| i.id == id)
+                && !i.withhold_nat_ip
+            {
+                i.nat_ip = Some(addr);
+                i.running_at.get_or_insert_with(Instant::now);
+            }
+            tokio::time::sleep(boot).await;
+        }
+        let booted =
+            tokio::task::spawn_blocking(move || Vm::boot(&mode, &label, &metadata, squid, addr))
+                .await
+                .unwrap_or_else(|e| Err(anyhow::anyhow!("VM boot panicked: {e}")));
         // A VM nobody wants any more (deleted or stopped while booting, or the fake closed).
         let unwanted = {
             let mut state = self.lock();
@@ -547,15 +638,21 @@ impl Store {
             .instances
             .get(&key)
             .is_some_and(|i| self.visible(i, &state));
-        let instance = state
+        let stopping = state
             .instances
-            .get_mut(&key)
+            .get(&key)
             .filter(|_| visible)
-            .ok_or_else(|| GceError::not_found(&resource))?;
+            .ok_or_else(|| GceError::not_found(&resource))?
+            .status
+            == Status::Stopping;
         // Stopping (out of band, or deleted already): GCE refuses until it settled.
-        if instance.status == Status::Stopping {
+        if stopping {
+            state.not_ready += 1;
             return Err(GceError::not_ready(&resource));
         }
+        let Some(instance) = state.instances.get_mut(&key) else {
+            return Err(GceError::not_found(&resource));
+        };
         instance.status = Status::Stopping;
         instance.deleting = true;
         instance.nat_ip = None;
@@ -771,6 +868,21 @@ impl Store {
 
     pub fn calls(&self, method: Method) -> u64 {
         self.lock().calls.get(&method).copied().unwrap_or(0)
+    }
+
+    pub fn rate_limited(&self, method: Method) -> u64 {
+        self.lock().rate_limited.get(&method).copied().unwrap_or(0)
+    }
+
+    pub fn next_window_in(&self) -> Duration {
+        let window = self.options.quotas.window.max(Duration::from_nanos(1));
+        let elapsed = self.started.elapsed().as_nanos();
+        let into = elapsed % window.as_nanos();
+        Duration::from_nanos(u64::try_from(window.as_nanos() - into).unwrap_or(u64::MAX))
+    }
+
+    pub fn not_ready(&self) -> u64 {
+        self.lock().not_ready
     }
 
     pub fn inserts(&self) -> Vec<(String, Instant, String)> {

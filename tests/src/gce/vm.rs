@@ -40,10 +40,21 @@ pub(super) struct Vm {
 }
 
 impl Vm {
-    /// Boots the guest of instance `label` (unique in this process) from its `metadata`,
-    /// returning once its squid accepts connections. Blocks: run it off the runtime.
-    pub fn boot(mode: &VmMode, label: &str, metadata: &Value, squid: bool) -> anyhow::Result<Self> {
-        let addr = next_loopback_addr();
+    /// An address for the next guest.
+    pub fn address() -> Ipv4Addr {
+        next_loopback_addr()
+    }
+
+    /// Boots the guest of instance `label` (unique in this process) at `addr` from its
+    /// `metadata`, returning once its squid accepts connections. Blocks: run it off the
+    /// runtime.
+    pub fn boot(
+        mode: &VmMode,
+        label: &str,
+        metadata: &Value,
+        squid: bool,
+        addr: Ipv4Addr,
+    ) -> anyhow::Result<Self> {
         let squid = match mode {
             VmMode::Squid { hosts_file } if squid => {
                 let squid = match squid_config(metadata)? {

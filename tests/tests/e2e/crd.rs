@@ -800,3 +800,58 @@ async fn a_proxy_pool_gets_its_defaults_printer_columns_and_scale_subresource() 
         .await
         .unwrap();
 }
+
+/// `placement.parameters` as `n` keys.
+fn parameters(n: usize) -> Value {
+    let keys: serde_json::Map<String, Value> = (0..n)
+        .map(|i| (format!("key{i}"), json!("value")))
+        .collect();
+    json!({"mode": "Managed", "provider": "pods", "placement": {"parameters": keys}})
+}
+
+#[tokio::test]
+async fn placement_parameters_hold_at_most_32_keys() {
+    let bed = Bed::new("crd-params").await;
+    bed.create("thirty-two", parameters(32)).await.unwrap();
+    assert_refused(
+        bed.create("thirty-three", parameters(33)).await,
+        "spec.placement.parameters: Too many: 33: must have at most 32 items",
+    );
+}
+
+/// A kvm provider whose one host nothing answers at: its Proxies are decided on before any
+/// call (and the provider is down, which a refused placement does not wait for).
+const KVM_NOWHERE: &str = "  - name: lab\n    type: kvm\n    kvm:\n      hosts:\n        \
+     - name: nowhere\n          uri: \"qemu+unix:///session?socket=/nonexistent/libvirt-sock\"\n          \
+     storagePool: default\n          baseImage: base.qcow2\n          address: {dhcp: {}}\n";
+
+#[tokio::test]
+async fn a_parameter_its_provider_does_not_use_is_refused_naming_the_key() {
+    // The API server cannot know which parameters a provider takes: the operator refuses
+    // the spec, says which key, and makes nothing (before issue 50 the key was ignored, and
+    // adding one replaced the machine for nothing).
+    let mut bed = crate::operated::Bed::with_providers("params", KVM_NOWHERE, &[]).await;
+    for (name, provider) in [("pod", "pods"), ("vm", "lab")] {
+        let spec = json!({"mode": "Managed", "provider": provider,
+                          "placement": {"parameters": {"gpu": "yes"}}});
+        bed.create(name, spec).await;
+    }
+    for (name, type_) in [("pod", "kubernetes"), ("vm", "kvm")] {
+        let refused = bed
+            .wait_for(name, "refused", |p| {
+                crate::operated::condition(p, "Provisioned")
+                    .is_some_and(|(_, reason)| reason == "PermanentError")
+            })
+            .await;
+        let status = refused.status.unwrap();
+        assert_eq!(status.phase, Some(proxy_crd::Phase::Failed), "{name}");
+        let message = &status.conditions[0].message;
+        assert!(
+            message.starts_with(&format!(
+                "spec.placement.parameters.gpu: not a {type_} parameter (it takes none)"
+            )),
+            "{name}: {message}"
+        );
+    }
+    assert_eq!(bed.pod_count().await, 0, "no Pod for a refused spec");
+}

@@ -25,7 +25,7 @@ fn labelled_pod(name: &str, uid: &str, installation: &str) -> Pod {
             "crawl.example.com/proxy-uid": uid,
             "crawl.example.com/installation": installation,
         }},
-        "spec": {"containers": [{"name": "squid", "image": "ubuntu/squid:5.2-22.04_beta", "ports": [{"containerPort": 3128}]}]}
+        "spec": {"containers": [{"name": "squid", "image": "ubuntu/squid:6.6-24.04_beta", "ports": [{"containerPort": 3128}]}]}
     }))
     .unwrap()
 }
@@ -256,6 +256,7 @@ async fn gc_waits_for_a_proxy_cache_it_cannot_list() {
         None,
         "",
         &["--gc-interval-seconds", "1", "--gc-min-age-seconds", "1"],
+        &[],
     );
 
     // Several sweeps are due (one a second); wait until the operator has said five times

@@ -8,7 +8,12 @@ use std::time::Duration;
 use kube::api::{DeleteParams, Patch, PatchParams};
 use kube::runtime::wait::{await_condition, conditions};
 use proxy_crd::{Phase, Proxy};
-use proxy_tests::gce::{AddInstance, Durations, InsertFault, Method, Observed};
+use proxy_tests::control_plane::ControlPlane;
+use proxy_tests::gce::{
+    AddInstance, Durations, FakeGce, FakeOptions, InsertFault, Method, Observed,
+};
+use proxy_tests::operator::{Operator, Polls, binary};
+use proxy_tests::otlp;
 use serde_json::{Value, json};
 
 use crate::operated::{Bed, GCP, provisioned};
@@ -401,4 +406,133 @@ async fn gc_reaps_an_orphan_vm_and_leaves_live_and_foreign_vms_alone() {
     let live_vm = vm_of(&bed, &live);
     assert!(live_vm.is_some(), "the live Proxy's VM stays: {names:?}");
     assert!(ready(&bed.proxies.get("live").await.unwrap()));
+}
+
+/// The `Healthy` condition's status of `proxy` for the machine at `ip`, when the status
+/// publishes that address.
+fn healthy_at(proxy: &Proxy, ip: &str) -> Option<String> {
+    let status = proxy.status.as_ref()?;
+    (status.ip.as_deref() == Some(ip)).then_some(())?;
+    let condition = status.conditions.iter().find(|c| c.type_ == "Healthy")?;
+    Some(format!("{}/{}", condition.status, condition.reason))
+}
+
+/// Samples `name` every 100 ms until it is Ready at an address other than `old_ip`; every
+/// `Healthy` the status showed for the machine at its new address, in order.
+async fn healthy_of_the_new_machine(bed: &Bed, name: &str, old_ip: Option<&str>) -> Vec<String> {
+    let mut seen: Vec<String> = Vec::new();
+    for _ in 0..300 {
+        let proxy = bed.proxies.get(name).await.unwrap();
+        if let Some(at) = ip(&proxy).filter(|at| Some(at.as_str()) != old_ip)
+            && let Some(healthy) = healthy_at(&proxy, &at)
+        {
+            if seen.last() != Some(&healthy) {
+                seen.push(healthy);
+            }
+            if ready(&proxy) {
+                return seen;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!(
+        "{name}: not Ready at a new address within 30 s (seen: {seen:?}); operator log:\n{}",
+        bed.operator.log()
+    );
+}
+
+#[tokio::test]
+async fn a_new_vm_and_its_replacement_await_their_first_probe_while_squid_starts() {
+    // As on GCE, a VM's natIP shows once it runs, and its squid starts 3 s later (cloud-init
+    // installs it). Until a probe reaches it, the Proxy has no verdict ("awaiting probe"):
+    // before issue 50 the first probe, refused, made a replacement Unhealthy for a probe.
+    let bed = Bed::with_gce("gcp-boot", &[]).await;
+    bed.gce().set_durations(Durations {
+        boot: Duration::from_secs(3),
+        ..Durations::default()
+    });
+    bed.create("b1", gcp_spec(&bed, json!({}))).await;
+    let first = healthy_of_the_new_machine(&bed, "b1", None).await;
+    assert!(
+        !first.iter().any(|h| h.starts_with("False")),
+        "the new VM was Unhealthy while its squid started: {first:?}; operator log:\n{}",
+        bed.operator.log()
+    );
+    let before = bed.proxies.get("b1").await.unwrap();
+    let old = vm_of(&bed, &before).unwrap();
+    bed.gce()
+        .stop_out_of_band(&old.zone, &old.name)
+        .await
+        .unwrap();
+    let replaced = healthy_of_the_new_machine(&bed, "b1", ip(&before).as_deref()).await;
+    assert!(
+        !replaced.iter().any(|h| h.starts_with("False")),
+        "the replacement was Unhealthy while its squid started: {replaced:?}; operator \
+         log:\n{}",
+        bed.operator.log()
+    );
+}
+
+#[tokio::test]
+async fn each_compute_call_is_a_child_span_of_its_provider_call_under_the_reconcile() {
+    // The OTLP export, as a collector sees it: the reconcile's span, the provider call's
+    // span under it, and a span per Compute API call under that one (issue 50).
+    let ground = crate::operated::ground(ControlPlane::shared(), "gcp-otlp").await;
+    let gce = FakeGce::start(FakeOptions::with_squid(ground.origin.hosts_file.clone()))
+        .await
+        .unwrap();
+    let (collector, received) = otlp::serve().await.unwrap();
+    let endpoint = format!("http://{collector}");
+    let operator = Operator::start_with_kubeconfig(
+        &ControlPlane::shared().kubeconfig,
+        &ground.ns,
+        binary(),
+        Polls::FAST,
+        Some(&ground.origin.ca_pem),
+        &gce.provider_entry(GCP),
+        &[],
+        &[
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint),
+            ("OTEL_EXPORTER_OTLP_PROTOCOL", "http/json"),
+            ("OTEL_BSP_SCHEDULE_DELAY", "200"),
+        ],
+    );
+    let proxies: kube::Api<Proxy> = kube::Api::namespaced(ground.client.clone(), &ground.ns);
+    let spec = json!({"mode": "Managed", "provider": GCP, "healthCheck": {
+        "probeURL": ground.origin.url("/generate_204"), "intervalSeconds": 2, "timeoutSeconds": 1}});
+    let proxy: Proxy = serde_json::from_value(json!({
+        "apiVersion": "crawl.example.com/v1alpha1", "kind": "Proxy",
+        "metadata": {"name": "traced"}, "spec": spec
+    }))
+    .unwrap();
+    proxies.create(&Default::default(), &proxy).await.unwrap();
+    let key = format!("{}/traced", ground.ns);
+    let mut last = Vec::new();
+    for _ in 0..150 {
+        let spans = otlp::exported_spans(&received.lock().unwrap().clone());
+        let by_id = |id: &str| spans.iter().find(|s| s.span_id == id);
+        let insert = spans
+            .iter()
+            .find(|s| s.name == "instances.insert" && s.text("method") == Some("instances.insert"));
+        let chain = insert.and_then(|insert| {
+            let provider = by_id(&insert.parent_span_id)?;
+            let reconcile = by_id(&provider.parent_span_id)?;
+            Some((insert, provider, reconcile))
+        });
+        if let Some((insert, provider, reconcile)) = chain {
+            assert_eq!(provider.name, "provider", "{provider:?}");
+            assert_eq!(provider.text("op"), Some("create"), "{provider:?}");
+            assert_eq!(reconcile.name, "reconcile", "{reconcile:?}");
+            assert_eq!(reconcile.text("proxy"), Some(key.as_str()), "{reconcile:?}");
+            assert_eq!(insert.trace_id, reconcile.trace_id, "one trace");
+            return;
+        }
+        last = spans;
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    panic!(
+        "no instances.insert span under a provider span under the reconcile within 30 s: \
+         {last:#?}; operator log:\n{}",
+        operator.log()
+    );
 }

@@ -164,6 +164,10 @@ async fn rate_limit_bursts_of_both_body_shapes_leave_every_ready_proxy_ready() {
         Method::Insert,
         Method::OperationsGet,
     ];
+    // Counted from the fault: the rate-limit answers the bursts gave, and every call made
+    // during them.
+    let limited_before: u64 = methods.iter().map(|m| bed.gce().rate_limited(*m)).sum();
+    let calls_before: u64 = Method::ALL.iter().map(|m| bed.gce().calls(*m)).sum();
     let mut samples = 0;
     for fault in [Fault::RateLimitWithDetails, Fault::RateLimitDetailsOnly] {
         for method in methods {
@@ -195,8 +199,26 @@ async fn rate_limit_bursts_of_both_body_shapes_leave_every_ready_proxy_ready() {
         bed.gce().set_outage_with(method, None);
     }
     assert!(samples > 40, "{samples} samples");
-    let limited = bed.gce().calls(Method::Get) + bed.gce().calls(Method::AggregatedList);
-    assert!(limited > 4, "the bursts were never met: {limited} lookups");
+    let limited = methods
+        .iter()
+        .map(|m| bed.gce().rate_limited(*m))
+        .sum::<u64>()
+        - limited_before;
+    let calls = Method::ALL.iter().map(|m| bed.gce().calls(*m)).sum::<u64>() - calls_before;
+    eprintln!("8 s of rate limits: {calls} calls, {limited} answered with a rate limit");
+    assert!(
+        limited > 0,
+        "the bursts were never met: no call was answered with a rate limit ({calls} calls)"
+    );
+    // Issue 50: the limit paces every call of the provider, not each Proxy on its own. In
+    // 8 s of rate limits, a pause of 1 s doubling makes at most 4 reads and 4 writes meet
+    // them; before, each of the four Proxies looked its VM up on its own backoff.
+    assert!(
+        calls <= 8,
+        "{calls} calls during 8 s of rate limits ({limited} of them answered with one); \
+         operator log:\n{}",
+        bed.operator.log()
+    );
     bed.wait_for("r4", "Ready once the limit lifted", ready)
         .await;
     for name in ["r1", "r2", "r3"] {
@@ -216,6 +238,7 @@ async fn a_vm_deleted_out_of_band_is_replaced_never_failed() {
     bed.create("o1", gcp_spec(&bed, json!({}))).await;
     let before = bed.wait_for("o1", "Ready", ready).await;
     let old = vm_of(&bed, &before).unwrap();
+    let not_ready_before = bed.gce().not_ready_answers();
     bed.gce().delete_out_of_band(&old.zone, &old.name).unwrap();
     let deletes_before = bed.gce().calls(Method::Delete);
     let old_ip = ip(&before);
@@ -226,7 +249,15 @@ async fn a_vm_deleted_out_of_band_is_replaced_never_failed() {
     assert_eq!(ip(&after), new.nat_ip.map(|ip| ip.to_string()));
     assert!(
         bed.gce().calls(Method::Delete) > deletes_before,
-        "the operator's delete met the stopping VM"
+        "the operator deleted the stopped VM"
+    );
+    // The case this test is about: a delete refused with 400 resourceNotReady while the VM
+    // stops, counted from the out-of-band delete (before issue 53 nothing asserted that any
+    // delete met it).
+    assert!(
+        bed.gce().not_ready_answers() > not_ready_before,
+        "no delete of the operator met the stopping VM (resourceNotReady); operator log:\n{}",
+        bed.operator.log()
     );
 }
 

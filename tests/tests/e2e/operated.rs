@@ -113,12 +113,19 @@ impl Bed {
 
     /// A bed whose operator polls at `polls`.
     pub async fn new_polling(prefix: &str, polls: Polls, extra_args: &[&str]) -> Self {
-        Self::build(ControlPlane::shared(), prefix, false, polls, extra_args).await
+        Self::build(
+            ControlPlane::shared(),
+            prefix,
+            (false, ""),
+            polls,
+            extra_args,
+        )
+        .await
     }
 
     /// A bed on `plane` (a private one, for a test that restarts it).
     pub async fn on(plane: &'static ControlPlane, prefix: &str, extra_args: &[&str]) -> Self {
-        Self::build(plane, prefix, false, Polls::FAST, extra_args).await
+        Self::build(plane, prefix, (false, ""), Polls::FAST, extra_args).await
     }
 
     /// A bed whose operator also has the gcp provider [`GCP`], on a local Compute Engine
@@ -127,7 +134,21 @@ impl Bed {
         Self::build(
             ControlPlane::shared(),
             prefix,
-            true,
+            (true, ""),
+            Polls::FAST,
+            extra_args,
+        )
+        .await
+    }
+
+    /// A bed whose operator also has the providers `more_providers` (entries of the
+    /// `providers:` list, as YAML lines) after `pods`.
+    pub async fn with_providers(prefix: &str, more_providers: &str, extra_args: &[&str]) -> Self {
+        let plane = ControlPlane::shared();
+        Self::build(
+            plane,
+            prefix,
+            (false, more_providers),
             Polls::FAST,
             extra_args,
         )
@@ -136,13 +157,22 @@ impl Bed {
 
     /// [`Bed::with_gce`], with the operator polling at `polls`.
     pub async fn with_gce_polling(prefix: &str, polls: Polls, extra_args: &[&str]) -> Self {
-        Self::build(ControlPlane::shared(), prefix, true, polls, extra_args).await
+        Self::build(
+            ControlPlane::shared(),
+            prefix,
+            (true, ""),
+            polls,
+            extra_args,
+        )
+        .await
     }
 
+    /// A bed on `plane` whose operator has, after `pods`, the gcp provider [`GCP`] on a
+    /// local Compute Engine API when `providers.0`, then the entries `providers.1`.
     async fn build(
         plane: &'static ControlPlane,
         prefix: &str,
-        gce: bool,
+        (gce, also): (bool, &str),
         polls: Polls,
         extra_args: &[&str],
     ) -> Self {
@@ -163,7 +193,8 @@ impl Bed {
         let more_providers = gce
             .as_ref()
             .map(|gce| gce.provider_entry(GCP))
-            .unwrap_or_default();
+            .unwrap_or_default()
+            + also;
         let operator = start_operator_on(plane, &ns, &origin, &more_providers, polls, extra_args);
         Self {
             ns: ns.clone(),

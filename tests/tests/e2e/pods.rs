@@ -14,7 +14,7 @@ use serde_json::json;
 fn squid_pod(name: &str) -> Pod {
     serde_json::from_value(json!({
         "metadata": {"name": name},
-        "spec": {"containers": [{"name": "squid", "image": "ubuntu/squid:5.2-22.04_beta",
+        "spec": {"containers": [{"name": "squid", "image": "ubuntu/squid:6.6-24.04_beta",
                                   "ports": [{"containerPort": 3128}]}]}
     }))
     .unwrap()

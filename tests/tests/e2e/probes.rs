@@ -44,6 +44,7 @@ async fn readyz_waits_for_the_proxy_cache_and_healthz_does_not() {
         None,
         "",
         &[],
+        &[],
     );
     let readyz = format!("{}/readyz", operator.probes);
     let healthz = format!("{}/healthz", operator.probes);

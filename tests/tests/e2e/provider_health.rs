@@ -9,7 +9,7 @@ use std::time::Duration;
 use k8s_openapi::api::events::v1::Event;
 use kube::Api;
 use proxy_crd::{Phase, ProviderHealth, Proxy};
-use proxy_tests::gce::Method;
+use proxy_tests::gce::{Fault, Method};
 use proxy_tests::operator::Polls;
 use serde_json::json;
 
@@ -163,4 +163,81 @@ async fn provider_health_flips_with_the_provider_and_creates_wait_while_it_is_do
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     assert_eq!(counts, want, "checks every second, but one Event per flip");
+}
+
+#[tokio::test]
+async fn a_check_that_meets_a_rate_limit_leaves_the_provider_healthy_refused_credentials_do_not() {
+    // Issue 50: a check that met a burst of rate limits marked the provider down, and new
+    // Proxies waited a whole check interval. A rate limit is no outage: the provider
+    // answered, and its calls are paced. Refused credentials are one: down at once.
+    let bed = Bed::with_gce("ph-rate", &["--provider-check-interval-seconds", "1"]).await;
+    let api: Api<ProviderHealth> = Api::namespaced(bed.proxies.clone().into_client(), &bed.ns);
+    wait_healthy(&bed, &api, GCP, "True").await;
+
+    bed.gce().set_rate_limited(true);
+    let limited_before = bed.gce().rate_limited(Method::AggregatedList);
+    let (mut reasons, mut paused) = (Vec::new(), false);
+    // Four checks' worth of rate limits: never down.
+    for _ in 0..40 {
+        let (status, reason, message) = healthy(&api, GCP).await.unwrap();
+        assert_eq!(
+            status,
+            "True",
+            "a rate limit marked the provider down: {reason}: {message}; operator log:\n{}",
+            bed.operator.log()
+        );
+        if reasons.last() != Some(&reason) {
+            reasons.push(reason);
+        }
+        let pacing = api.get(GCP).await.unwrap().status.unwrap().pacing;
+        paused |= pacing
+            .iter()
+            .any(|s| s.scope == "read" && s.rate_limits > 0 && s.paused_until.is_some());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(
+        bed.gce().rate_limited(Method::AggregatedList) > limited_before,
+        "the checks never met the rate limit"
+    );
+    assert!(
+        reasons.iter().any(|r| r == "CheckRateLimited"),
+        "{reasons:?}"
+    );
+    assert!(
+        paused,
+        "the ProviderHealth never showed the read scope paused"
+    );
+    let metrics = scrape(&bed.operator.metrics).await;
+    assert!(
+        metrics.contains(r#"proxy_operator_provider_up{provider="gcp-eu"} 1"#),
+        "{metrics}"
+    );
+    bed.gce().set_rate_limited(false);
+    let (reason, _) = wait_passed(&bed, &api).await;
+    assert_eq!(reason, "CheckPassed");
+
+    // The key is revoked: the first check that meets it marks the provider down.
+    bed.gce()
+        .set_outage_with(Method::AggregatedList, Some(Fault::Unauthenticated));
+    let (reason, message) = wait_healthy(&bed, &api, GCP, "False").await;
+    assert_eq!(reason, "CheckFailed");
+    assert!(message.contains("credentials"), "{message}");
+    bed.gce().set_outage_with(Method::AggregatedList, None);
+    wait_healthy(&bed, &api, GCP, "True").await;
+}
+
+/// Waits until the provider's last check passed again; its reason and message.
+async fn wait_passed(bed: &Bed, api: &Api<ProviderHealth>) -> (String, String) {
+    for _ in 0..300 {
+        if let Some((_, reason, message)) = healthy(api, GCP).await
+            && reason == "CheckPassed"
+        {
+            return (reason, message);
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!(
+        "{GCP}: no passing check within 30 s of the rate limit lifting; operator log:\n{}",
+        bed.operator.log()
+    );
 }

@@ -522,7 +522,7 @@ async fn a_permanent_provider_error_latches_failed_until_a_spec_fix() {
     assert_eq!(still.status, failed.status, "a latched proxy is left alone");
     assert!(bed.pod_count().await == 0);
 
-    let fix = json!({"spec": {"placement": {"image": "ubuntu/squid:5.2-22.04_beta"}}});
+    let fix = json!({"spec": {"placement": {"image": "ubuntu/squid:6.6-24.04_beta"}}});
     bed.proxies
         .patch("f1", &PatchParams::default(), &Patch::Merge(&fix))
         .await

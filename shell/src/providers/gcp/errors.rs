@@ -16,6 +16,8 @@
 //! 404 and 409 are not errors here: the provider turns them into `NotFound` and "already
 //! exists" before it gets to classifying.
 
+use std::time::Duration;
+
 use google_cloud_gax::error::rpc::{Code, StatusDetails};
 use proxy_core::ProviderError;
 use proxy_core::classify::GceAnswer;
@@ -28,11 +30,11 @@ pub fn classify(error: &google_cloud_compute_v1::Error) -> ProviderError {
 /// The whole answer of a failed call.
 fn answer_of(error: &google_cloud_compute_v1::Error) -> GceAnswer {
     let Some(code) = error.http_status_code() else {
-        // No HTTP answer: a timeout, a refused connection, a TLS or credentials failure.
+        // No HTTP answer: a refused connection, a TLS or credentials failure.
         return GceAnswer::none(error.to_string());
     };
-    if let Some(status) = error.status() {
-        return GceAnswer {
+    let answer = match (error.status(), error.http_payload()) {
+        (Some(status), _) => GceAnswer {
             http_status: Some(code),
             status: (status.code != Code::Unknown).then(|| status.code.name().to_owned()),
             reasons: status
@@ -44,16 +46,30 @@ fn answer_of(error: &google_cloud_compute_v1::Error) -> GceAnswer {
                 })
                 .collect(),
             message: status.message.clone(),
-        };
-    }
-    match error.http_payload() {
-        Some(body) => GceAnswer::from_body(code, body),
-        None => GceAnswer {
+            retry_after: status.details.iter().find_map(|detail| match detail {
+                StatusDetails::RetryInfo(info) => info
+                    .retry_delay
+                    .and_then(|delay| Duration::try_from(delay).ok()),
+                _ => None,
+            }),
+        },
+        (None, Some(body)) => GceAnswer::from_body(code, body),
+        (None, None) => GceAnswer {
             http_status: Some(code),
             message: error.to_string(),
             ..GceAnswer::default()
         },
+    };
+    GceAnswer {
+        retry_after: answer.retry_after.or_else(|| retry_after_header(error)),
+        ..answer
     }
+}
+
+/// The wait an HTTP `Retry-After` header names, in seconds (its date form is not read).
+fn retry_after_header(error: &google_cloud_compute_v1::Error) -> Option<Duration> {
+    let value = error.http_headers()?.get("retry-after")?.to_str().ok()?;
+    value.trim().parse().ok().map(Duration::from_secs)
 }
 
 /// Classifies an insert operation that ended with `error`.
@@ -67,7 +83,9 @@ mod tests {
     use super::*;
     use google_cloud_compute_v1::model::Operation;
     use proxy_core::ErrorClass;
-    use proxy_core::testing::gce::{CALL_ANSWERS, OPERATION_ANSWERS, assert_classified};
+    use proxy_core::testing::gce::{
+        CALL_ANSWERS, OPERATION_ANSWERS, assert_classified, assert_rate_limit,
+    };
 
     /// A GCE error answer as the client hands it over: the body parsed into a status when it
     /// parses (what `gaxi::http::to_http_error` does), the raw body when it does not.
@@ -100,8 +118,18 @@ mod tests {
     }
 
     #[test]
-    fn no_answer_at_all_is_transient() {
+    fn no_answer_at_all_is_transient_and_unreachable() {
         let refused = google_cloud_compute_v1::Error::io("connection refused");
-        assert_eq!(classify(&refused).class, ErrorClass::Transient);
+        let got = classify(&refused);
+        assert_eq!(got.class, ErrorClass::Transient);
+        assert_eq!(got.cause, Some(proxy_core::Cause::Unreachable));
+    }
+
+    #[test]
+    fn a_rate_limit_through_the_client_is_the_providers_with_the_wait_it_names() {
+        for answer in CALL_ANSWERS {
+            let got = classify(&client_error(answer.http_status, answer.body));
+            assert_rate_limit(answer, &got);
+        }
     }
 }

@@ -15,7 +15,7 @@ use proxy_core::{CreateRequest, ProviderError};
 
 use super::id::InstanceId;
 use super::labels;
-use crate::providers::settings::GcpSettings;
+use crate::providers::settings::{GCP_PARAMETERS, GcpSettings, unknown_parameter};
 use crate::providers::squid;
 
 /// The zone of a Proxy without `placement.zone`: the first of `zones` that had no stockout
@@ -31,9 +31,6 @@ pub fn unpinned_zone(zones: &[String], avoid: &[String]) -> Option<String> {
         .cloned()
 }
 
-/// The `placement.parameters` a gcp Proxy may set.
-const PARAMETERS: [&str; 2] = ["diskSizeGb", "provisioningModel"];
-
 /// Where the VM goes and what to insert there; `passwd` is the proxy's credentials for the
 /// generated cloud-init (see [`squid::cloud_config`]).
 pub fn body(
@@ -43,6 +40,9 @@ pub fn body(
     installation: &str,
 ) -> Result<(InstanceId, Instance), ProviderError> {
     let placement = request.placement.clone().unwrap_or_default();
+    if let Some(unknown) = unknown_parameter("gcp", &GCP_PARAMETERS, Some(&placement)) {
+        return Err(ProviderError::permanent(unknown));
+    }
     let zone = match placement.zone {
         Some(zone) if settings.zones.contains(&zone) => zone,
         Some(zone) => {
@@ -56,16 +56,6 @@ pub fn body(
             ProviderError::permanent(format!("provider {:?} has no zones", request.provider))
         })?,
     };
-    if let Some(unknown) = placement
-        .parameters
-        .keys()
-        .find(|key| !PARAMETERS.contains(&key.as_str()))
-    {
-        return Err(ProviderError::permanent(format!(
-            "spec.placement.parameters.{unknown}: not a gcp parameter (known: {})",
-            PARAMETERS.join(", ")
-        )));
-    }
     let machine_type = placement
         .machine_type
         .unwrap_or_else(|| settings.machine_type.clone());
@@ -163,7 +153,7 @@ mod tests {
     use proxy_crd::Placement;
 
     use super::*;
-    use crate::providers::settings::GcpCredentials;
+    use crate::providers::settings::{GcpBudget, GcpCredentials};
 
     fn settings() -> GcpSettings {
         GcpSettings {
@@ -178,6 +168,7 @@ mod tests {
             endpoint: None,
             credentials: GcpCredentials::Adc,
             request_timeout_seconds: 30,
+            budget: GcpBudget::default(),
         }
     }
 

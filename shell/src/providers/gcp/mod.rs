@@ -22,11 +22,21 @@
 //!   whole) the configured zones are listed one by one, and one failing zone does not blind
 //!   GC to the others.
 //!
-//! - `get` is answered from one aggregated list of this installation's VMs that many gets
-//!   share (at most [`SNAPSHOT_AGE`] old; the first get after that lists again while the
-//!   others wait for it), so a fleet's polls cost one call a second, not one per proxy. Only a
-//!   VM the list shows is answered from it: a VM it does not show (just inserted, gone, or the
-//!   list failed) is asked for alone, so absence is never concluded from a list.
+//! - `get` is answered from one list of this installation's VMs that many gets share
+//!   ([`snapshot`]: at most [`SNAPSHOT_AGE`] old, and asked after the insert of the VM
+//!   looked for; the first get after that lists again while the others wait for it), so a
+//!   fleet's polls cost one call a second, not one per proxy. When the aggregated list
+//!   fails, the configured zones are listed one by one instead, shared the same way; when a
+//!   rate limit fails it, every get shares that failure: no Proxy asks for its VM alone.
+//!   Only a VM the list shows is answered from it: a VM it does not show is, when this
+//!   process inserted it, the insert's operation's to say (running, done and not shown yet,
+//!   or failed); otherwise asked for alone, so absence is never concluded from a list.
+//!
+//! Every call goes through the provider's pacing ([`Pace`]: `instances.insert` and
+//! `instances.delete` in the write scope, every other call in the read scope, as GCE counts
+//! its per-project rate quotas), runs in a span of its own (`compute`, named after the
+//! method, under the operation's `provider` span), and is made once: the client's own
+//! retries are off, every retry is the operator's, paced.
 //!
 //! Every call is bounded by `gcp.requestTimeoutSeconds`. Errors are classified in
 //! [`errors`]; the insert body is built in [`insert`]; the labels GCE allows in [`labels`].
@@ -35,11 +45,12 @@ pub mod errors;
 pub mod id;
 pub mod insert;
 pub mod labels;
+pub mod snapshot;
 pub mod state;
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::future::Future;
-use std::sync::{Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
@@ -47,12 +58,18 @@ use google_cloud_compute_v1::client::Instances;
 use google_cloud_compute_v1::model::operation::Status as OperationStatus;
 use google_cloud_compute_v1::model::{Instance, Operation};
 use proxy_core::gc::ListedInstance;
+use proxy_core::pacing::Scope;
 use proxy_core::{CreateRequest, ErrorClass, InstanceState, ProviderError};
 use sha2::{Digest, Sha256};
+use tracing::Instrument;
 
 use self::id::InstanceId;
+use self::snapshot::{Listed, Shown, Snapshot};
+use super::pace::Pace;
 use super::{Checked, Provider};
 use crate::providers::settings::{GcpCredentials, GcpSettings};
+
+pub use self::snapshot::SNAPSHOT_AGE;
 
 /// Why the gcp provider could not start.
 #[derive(Debug, thiserror::Error)]
@@ -83,19 +100,17 @@ pub struct GcpProvider {
     incarnations: Mutex<HashMap<String, u32>>,
     /// The last list of this installation's VMs, which `get` answers from.
     snapshot: tokio::sync::Mutex<Option<Snapshot>>,
+    /// The pacing every call goes through.
+    pace: Arc<Pace>,
 }
 
-/// How old a list may be and still answer a `get`: about what a direct get would cost in
-/// latency, and far below any poll interval.
-pub const SNAPSHOT_AGE: Duration = Duration::from_secs(1);
-
-/// This installation's VMs as one list showed them, by provider ID.
-struct Snapshot {
-    /// When the list was asked for.
-    asked: Instant,
-    vms: HashMap<String, Instance>,
+/// How a call that was sent ended without an answer to hand on.
+enum Sent {
+    /// GCE answered with an error.
+    Answered(google_cloud_compute_v1::Error),
+    /// No answer within the request timeout.
+    TimedOut,
 }
-
 impl std::fmt::Debug for GcpProvider {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("GcpProvider")
@@ -105,12 +120,20 @@ impl std::fmt::Debug for GcpProvider {
 }
 
 impl GcpProvider {
-    /// A provider with these settings, labelling its VMs as made by `installation`.
-    pub async fn start(settings: GcpSettings, installation: String) -> Result<Self, StartError> {
+    /// A provider with these settings, labelling its VMs as made by `installation`, whose
+    /// calls go through `pace`.
+    pub async fn start(
+        settings: GcpSettings,
+        installation: String,
+        pace: Arc<Pace>,
+    ) -> Result<Self, StartError> {
         if !labels::is_legal_value(&installation) || installation.is_empty() {
             return Err(StartError::Installation(installation));
         }
-        let mut builder = Instances::builder();
+        // Every retry is the operator's, paced: the client's own (up to ten of an idempotent
+        // call, for a minute) would be calls nothing counts.
+        let mut builder =
+            Instances::builder().with_retry_policy(google_cloud_gax::retry_policy::NeverRetry);
         if let Some(endpoint) = &settings.endpoint {
             builder = builder.with_endpoint(endpoint.trim_end_matches('/'));
         }
@@ -132,21 +155,41 @@ impl GcpProvider {
             deleting: Mutex::default(),
             incarnations: Mutex::default(),
             snapshot: tokio::sync::Mutex::default(),
+            pace,
         })
     }
 
-    /// Runs one API call under the request timeout.
+    /// Runs one API call, `what` of `scope`, when the pacing lets it, in a span of its own,
+    /// under the request timeout. The outer error is the call's when it was held back, met a
+    /// rate limit or timed out; the inner one GCE's other answers, for the caller to read
+    /// (a 404, a 409) before it classifies them.
     async fn call<T>(
         &self,
-        what: &str,
+        scope: Scope,
+        what: &'static str,
         call: impl Future<Output = Result<T, google_cloud_compute_v1::Error>>,
     ) -> Result<Result<T, google_cloud_compute_v1::Error>, ProviderError> {
-        tokio::time::timeout(self.timeout, call).await.map_err(|_| {
-            ProviderError::transient(format!(
+        let timeout = self.timeout;
+        let sent = async move {
+            // Made when the call is sent: a call held back has no span.
+            let span = tracing::info_span!("compute", otel.name = what, method = what);
+            match tokio::time::timeout(timeout, call).instrument(span).await {
+                Ok(answer) => answer.map_err(Sent::Answered),
+                Err(_) => Err(Sent::TimedOut),
+            }
+        };
+        let rate_limit = |sent: &Sent| match sent {
+            Sent::Answered(error) => Some(errors::classify(error)).filter(|e| e.is_rate_limit()),
+            Sent::TimedOut => None,
+        };
+        match self.pace.call(scope, what, sent, rate_limit).await? {
+            Ok(answer) => Ok(Ok(answer)),
+            Err(Sent::Answered(error)) => Ok(Err(error)),
+            Err(Sent::TimedOut) => Err(ProviderError::transient(format!(
                 "compute API: {what} did not answer within {}s",
-                self.timeout.as_secs()
-            ))
-        })
+                timeout.as_secs()
+            ))),
+        }
     }
 
     /// The operation `name` in `zone`, as GCE reports it now.
@@ -158,7 +201,7 @@ impl GcpProvider {
             .set_zone(zone)
             .set_operation(name)
             .send();
-        self.call("zoneOperations.get", get)
+        self.call(Scope::Read, "zoneOperations.get", get)
             .await?
             .map_err(|e| errors::classify(&e))
     }
@@ -213,6 +256,8 @@ impl GcpProvider {
 /// An insert GCE accepted whose VM this process has not seen yet.
 #[derive(Clone, Debug)]
 struct Pending {
+    /// When the insert was sent: a list asked before cannot show its VM.
+    submitted: Instant,
     /// The insert's operation.
     operation: String,
     /// When the operation was seen `DONE` without an error: the VM exists, even while GCE's
@@ -305,6 +350,7 @@ impl Provider for GcpProvider {
         // request ID it already knows (an earlier incarnation of this VM, before a restart
         // of the operator made it forget). That request ID is spent: take the next one.
         for _ in 0..REPLAYS {
+            let submitted = Instant::now();
             let insert = self
                 .client
                 .insert()
@@ -313,10 +359,11 @@ impl Provider for GcpProvider {
                 .set_request_id(request_id(request, &id.zone, self.incarnation(&key)))
                 .set_body(body.clone())
                 .send();
-            match self.call("instances.insert", insert).await? {
+            match self.call(Scope::Write, "instances.insert", insert).await? {
                 Ok(operation) => match (outcome(&operation), operation.name) {
                     (Outcome::Running, Some(operation)) => {
                         let pending = Pending {
+                            submitted,
                             operation,
                             done: None,
                         };
@@ -338,11 +385,29 @@ impl Provider for GcpProvider {
 
     async fn get(&self, provider_id: &str) -> Result<InstanceState, ProviderError> {
         let id = InstanceId::parse(provider_id)?;
-        if let Some(instance) = self.listed(provider_id).await {
-            lock(&self.inserting).remove(provider_id);
-            return Ok(state::state_of(&instance));
+        let pending = lock(&self.inserting).get(provider_id).cloned();
+        // A list asked before the insert cannot show its VM: one asked after it is waited for.
+        let since = pending.as_ref().map(|p| p.submitted);
+        match self.shown(provider_id, &id.zone, since).await {
+            Shown::Vm(instance) => {
+                lock(&self.inserting).remove(provider_id);
+                return Ok(state::state_of(&instance));
+            }
+            // Every poll shares the list's failure: after a rate limit, no Proxy asks for its
+            // VM alone (the storm issue 50 measured).
+            Shown::Unknown(error) => return Err(error),
+            Shown::Absent => {}
         }
-        // Not in a fresh list: ask for this VM alone.
+        // Not in a list that covers its zone. An insert of ours whose VM is not shown yet:
+        // its operation says where it stands (a get would answer 404, which changes nothing).
+        if pending.is_some() {
+            return Ok(match self.settled(&id, provider_id).await? {
+                Settled::Running | Settled::Unseen => InstanceState::Provisioning,
+                Settled::Failed(error) => InstanceState::CreateFailed(in_zone(error, &id.zone)),
+                Settled::Gone => InstanceState::NotFound,
+            });
+        }
+        // Absence is never concluded from a list: ask for this VM alone.
         let get = self
             .client
             .get()
@@ -350,20 +415,9 @@ impl Provider for GcpProvider {
             .set_zone(&id.zone)
             .set_instance(&id.name)
             .send();
-        match self.call("instances.get", get).await? {
-            Ok(instance) => {
-                lock(&self.inserting).remove(provider_id);
-                Ok(state::state_of(&instance))
-            }
-            Err(e) if e.http_status_code() == Some(404) => {
-                match self.settled(&id, provider_id).await? {
-                    Settled::Running | Settled::Unseen => Ok(InstanceState::Provisioning),
-                    Settled::Failed(error) => {
-                        Ok(InstanceState::CreateFailed(in_zone(error, &id.zone)))
-                    }
-                    Settled::Gone => Ok(InstanceState::NotFound),
-                }
-            }
+        match self.call(Scope::Read, "instances.get", get).await? {
+            Ok(instance) => Ok(state::state_of(&instance)),
+            Err(e) if e.http_status_code() == Some(404) => Ok(InstanceState::NotFound),
             Err(e) => Err(errors::classify(&e)),
         }
     }
@@ -399,7 +453,7 @@ impl Provider for GcpProvider {
             .set_instance(&id.name)
             .set_request_id(uuid::Uuid::new_v4().to_string())
             .send();
-        match self.call("instances.delete", delete).await? {
+        match self.call(Scope::Write, "instances.delete", delete).await? {
             Ok(operation) => {
                 // The VM was found: it is no longer an insert's.
                 lock(&self.inserting).remove(provider_id);
@@ -427,14 +481,29 @@ impl Provider for GcpProvider {
         InstanceId::parse(provider_id).ok().map(|id| id.zone)
     }
 
+    /// Every managed VM, each marked `deleting` while a delete of this process still runs
+    /// (GCE lists a VM it is stopping until it is gone: GC deletes it once, not at every
+    /// sweep meanwhile).
     async fn list_by_tag(&self) -> Result<Vec<ListedInstance>, ProviderError> {
-        match self.list_everywhere(&labels::managed_filter()).await {
-            Ok(vms) => Ok(vms.into_iter().map(state::listed).collect()),
+        let filter = labels::managed_filter();
+        let vms = match self.list_everywhere(&filter).await {
+            Ok(vms) => vms,
+            Err(error) if error.is_rate_limit() => return Err(error),
             Err(error) => {
-                tracing::warn!(message = %error.message, "the aggregated list failed: listing the configured zones one by one");
-                self.list_configured_zones().await
+                tracing::warn!(error = %error.message, "the aggregated list failed: listing the configured zones one by one");
+                let (vms, _) = self.list_configured_zones(&filter).await?;
+                vms
             }
-        }
+        };
+        let deleting = lock(&self.deleting);
+        Ok(vms
+            .into_iter()
+            .map(|vm| {
+                let mut listed = state::listed(vm);
+                listed.deleting = deleting.contains_key(&listed.provider_id);
+                listed
+            })
+            .collect())
     }
 
     /// One `aggregatedList` of the managed VMs: the API answers and the credentials may list
@@ -463,7 +532,7 @@ impl GcpProvider {
                 .set_or_clear_page_token(page_token.take())
                 .send();
             let page = self
-                .call("instances.aggregatedList", page)
+                .call(Scope::Read, "instances.aggregatedList", page)
                 .await?
                 .map_err(|e| errors::classify(&e))?;
             if !page.unreachables.is_empty() {
@@ -477,61 +546,69 @@ impl GcpProvider {
         }
     }
 
-    /// The VM `provider_id` as a list at most [`SNAPSHOT_AGE`] old shows it; `None` when it
-    /// does not, or when that list failed.
-    async fn listed(&self, provider_id: &str) -> Option<Instance> {
+    /// What the shared list of this installation's VMs says about `provider_id` in `zone`:
+    /// a list at most [`SNAPSHOT_AGE`] old, asked at or after `since` (the VM's insert), is
+    /// listed anew when there is none (one get lists while the others wait for it).
+    async fn shown(&self, provider_id: &str, zone: &str, since: Option<Instant>) -> Shown {
         let mut snapshot = self.snapshot.lock().await;
-        if snapshot
-            .as_ref()
-            .is_none_or(|s| s.asked.elapsed() > SNAPSHOT_AGE)
-        {
+        if snapshot.as_ref().is_none_or(|s| !s.answers(since)) {
             let asked = Instant::now();
-            let filter = labels::installation_filter(&self.installation);
-            *snapshot = match self.list_everywhere(&filter).await {
-                Ok(vms) => Some(Snapshot {
-                    asked,
-                    vms: vms
-                        .into_iter()
-                        .map(|vm| (state::provider_id_of(&vm), vm))
-                        .collect(),
-                }),
-                // Remembered as a list that shows nothing: until it is too old, every get asks
-                // for its VM alone instead of listing again.
-                Err(error) => {
-                    tracing::debug!(message = %error.message, "listing for gets failed: asking for each VM alone");
-                    Some(Snapshot {
-                        asked,
-                        vms: HashMap::new(),
-                    })
-                }
-            };
+            *snapshot = Some(Snapshot::new(asked, self.list_ours().await));
         }
-        snapshot.as_ref()?.vms.get(provider_id).cloned()
+        match snapshot.as_ref() {
+            Some(snapshot) => snapshot.shows(provider_id, zone),
+            None => Shown::Absent,
+        }
     }
 
-    /// Our VMs in the configured zones, one `instances.list` per zone: what GC sees when the
-    /// aggregated list fails (client 4.1.0 cannot ask it for partial success). A zone that
-    /// fails is left out of this sweep (GC only deletes what it was shown); when every zone
-    /// fails, so does the list.
-    async fn list_configured_zones(&self) -> Result<Vec<ListedInstance>, ProviderError> {
+    /// This installation's VMs: one aggregated list, or, when it fails but for a rate
+    /// limit, the configured zones one by one (the zones that answered are the list's).
+    async fn list_ours(&self) -> Result<Listed, ProviderError> {
+        let filter = labels::installation_filter(&self.installation);
+        match self.list_everywhere(&filter).await {
+            Ok(vms) => Ok(Listed::everywhere(vms)),
+            Err(error) if error.is_rate_limit() => Err(error),
+            Err(error) => {
+                tracing::debug!(error = %error.message, "the aggregated list for gets failed: listing the configured zones one by one");
+                let (vms, zones) = self.list_configured_zones(&filter).await?;
+                Ok(Listed::in_zones(vms, zones))
+            }
+        }
+    }
+
+    /// The VMs `filter` selects in the configured zones, one `instances.list` per zone: what
+    /// is seen when the aggregated list fails (client 4.1.0 cannot ask it for partial
+    /// success), with the zones that answered. A zone that fails is left out (GC only
+    /// deletes what it was shown, and a get in it shares its failure); when every zone
+    /// fails, so does the list. A rate limit ends the listing: the other zones' lists would
+    /// meet it too.
+    async fn list_configured_zones(
+        &self,
+        filter: &str,
+    ) -> Result<(Vec<Instance>, BTreeSet<String>), ProviderError> {
         let mut listed = Vec::new();
+        let mut zones = BTreeSet::new();
         let mut last_error = None;
         for zone in &self.settings.zones {
-            match self.list_zone(zone).await {
-                Ok(vms) => listed.extend(vms),
+            match self.list_zone(zone, filter).await {
+                Ok(vms) => {
+                    listed.extend(vms);
+                    zones.insert(zone.clone());
+                }
+                Err(error) if error.is_rate_limit() => return Err(error),
                 Err(error) => {
-                    tracing::warn!(zone, message = %error.message, "GC cannot see the VMs of this zone in this sweep");
+                    tracing::warn!(zone, error = %error.message, "the VMs of this zone are not in this list");
                     last_error = Some(error);
                 }
             }
         }
         match last_error {
-            Some(error) if listed.is_empty() => Err(error),
-            _ => Ok(listed),
+            Some(error) if zones.is_empty() => Err(error),
+            _ => Ok((listed, zones)),
         }
     }
 
-    async fn list_zone(&self, zone: &str) -> Result<Vec<ListedInstance>, ProviderError> {
+    async fn list_zone(&self, zone: &str, filter: &str) -> Result<Vec<Instance>, ProviderError> {
         let mut listed = Vec::new();
         let mut page_token = None;
         loop {
@@ -540,14 +617,14 @@ impl GcpProvider {
                 .list()
                 .set_project(&self.settings.project)
                 .set_zone(zone)
-                .set_filter(labels::managed_filter())
+                .set_filter(filter)
                 .set_or_clear_page_token(page_token.take())
                 .send();
             let page = self
-                .call("instances.list", page)
+                .call(Scope::Read, "instances.list", page)
                 .await?
                 .map_err(|e| errors::classify(&e))?;
-            listed.extend(page.items.into_iter().map(state::listed));
+            listed.extend(page.items);
             match page.next_page_token {
                 Some(token) if !token.is_empty() => page_token = Some(token),
                 _ => return Ok(listed),

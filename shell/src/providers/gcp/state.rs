@@ -52,9 +52,11 @@ pub fn provider_id_of(instance: &Instance) -> String {
 }
 
 /// A VM of an aggregated list, as GC reads it: its provider ID, its labels in the core's
-/// keys, and its creation time (`None` when GCE did not say or it does not parse).
+/// keys, and its creation time (`None` when GCE did not say or it does not parse). Whether
+/// a delete of it runs is the provider's to say (`deleting`, false here).
 pub fn listed(instance: Instance) -> ListedInstance {
     ListedInstance {
+        deleting: false,
         provider_id: provider_id_of(&instance),
         labels: labels::from_instance(&instance.labels),
         created_at: instance

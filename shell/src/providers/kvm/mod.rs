@@ -527,6 +527,8 @@ fn listed(host: &Host, connection: &Connect) -> Result<Vec<ListedInstance>, Prov
             provider_id: format!("{}/{name}", host.settings.name),
             labels: metadata.labels,
             created_at: metadata.created_at.parse().ok(),
+            // A domain's delete is done when the call returns.
+            deleting: false,
         });
     }
     Ok(found)

@@ -54,6 +54,53 @@ pub struct GcpSettings {
         deserialize_with = "crate::duration::deserialize_whole_seconds"
     )]
     pub request_timeout_seconds: u64,
+    /// The calls per minute the operator allows itself against the Compute API, for all of
+    /// this provider's Proxies together, per group of methods GCE counts its per-project
+    /// rate quotas in (default [`GcpBudget::default`]). A rate-limit answer pauses the whole
+    /// group for every Proxy, whatever this says (`proxy_core::pacing`).
+    #[serde(default)]
+    pub budget: GcpBudget,
+}
+
+/// The calls per minute of a gcp provider, per group of methods.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct GcpBudget {
+    /// `instances.get`, `instances.list`, `instances.aggregatedList` and
+    /// `zoneOperations.get` calls per minute (default [`DEFAULT_GCP_READS_PER_MINUTE`]).
+    #[serde(default = "default_reads_per_minute")]
+    pub reads_per_minute: u32,
+    /// `instances.insert` and `instances.delete` calls per minute (default
+    /// [`DEFAULT_GCP_WRITES_PER_MINUTE`]).
+    #[serde(default = "default_writes_per_minute")]
+    pub writes_per_minute: u32,
+}
+
+impl Default for GcpBudget {
+    fn default() -> Self {
+        Self {
+            reads_per_minute: DEFAULT_GCP_READS_PER_MINUTE,
+            writes_per_minute: DEFAULT_GCP_WRITES_PER_MINUTE,
+        }
+    }
+}
+
+/// The reads per minute of a gcp provider when the config names none: four fifths of the
+/// 1 500 a minute GCE gives a project by default for its read group, so that the operator
+/// leaves room for the project's other clients (gcloud, the console, other tools); with the
+/// quarter-minute burst the pacing allows, no minute holds more than 1 500.
+pub const DEFAULT_GCP_READS_PER_MINUTE: u32 = 1_200;
+
+/// The writes per minute of a gcp provider when the config names none: as many as reads,
+/// four fifths of GCE's default 1 500 a minute per project.
+pub const DEFAULT_GCP_WRITES_PER_MINUTE: u32 = 1_200;
+
+fn default_reads_per_minute() -> u32 {
+    DEFAULT_GCP_READS_PER_MINUTE
+}
+
+fn default_writes_per_minute() -> u32 {
+    DEFAULT_GCP_WRITES_PER_MINUTE
 }
 
 /// Where the gcp provider's credentials come from.
@@ -66,6 +113,10 @@ pub enum GcpCredentials {
     /// No credentials at all: a local test server.
     None,
 }
+
+/// The `placement.parameters` a gcp Proxy may set: the boot disk's size, and whether the VM
+/// is a spot VM.
+pub const GCP_PARAMETERS: [&str; 2] = ["diskSizeGb", "provisioningModel"];
 
 /// The machine type of a gcp VM when neither the Proxy nor the config names one: the
 /// smallest shared-core type with a full vCPU's burst, enough for squid.
@@ -168,6 +219,17 @@ pub(crate) fn problems(gcp: &GcpSettings) -> Vec<(String, String)> {
     }
     if gcp.request_timeout_seconds == 0 {
         problems.push(("requestTimeoutSeconds".into(), "must be at least 1".into()));
+    }
+    for (key, per_minute) in [
+        ("budget.readsPerMinute", gcp.budget.reads_per_minute),
+        ("budget.writesPerMinute", gcp.budget.writes_per_minute),
+    ] {
+        if per_minute == 0 {
+            problems.push((
+                key.into(),
+                "must be at least 1: a provider that may make no call can create nothing".into(),
+            ));
+        }
     }
     problems
 }

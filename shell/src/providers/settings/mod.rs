@@ -8,7 +8,10 @@ mod kubernetes;
 mod kvm;
 
 pub(crate) use gcp::problems as gcp_problems;
-pub use gcp::{DEFAULT_GCP_IMAGE, DEFAULT_GCP_MACHINE_TYPE, GcpCredentials, GcpSettings};
+pub use gcp::{
+    DEFAULT_GCP_IMAGE, DEFAULT_GCP_MACHINE_TYPE, DEFAULT_GCP_READS_PER_MINUTE,
+    DEFAULT_GCP_WRITES_PER_MINUTE, GCP_PARAMETERS, GcpBudget, GcpCredentials, GcpSettings,
+};
 pub use kubernetes::{DEFAULT_SQUID_IMAGE, KubernetesSettings};
 pub(crate) use kvm::validate as validate_kvm;
 pub use kvm::{
@@ -23,6 +26,29 @@ pub const DEFAULT_ALLOWED_SOURCE_CIDRS: [&str; 4] = [
     "192.168.0.0/16",
     "127.0.0.0/8",
 ];
+
+/// The first key of `placement.parameters` that a provider of type `type_name`, which
+/// takes the parameters `known`, does not use, said as the Proxy is to be told:
+/// `spec.placement.parameters.gpu: not a gcp parameter (it takes diskSizeGb,
+/// provisioningModel)`. `None` when it uses every key.
+pub fn unknown_parameter(
+    type_name: &str,
+    known: &[&str],
+    placement: Option<&proxy_crd::Placement>,
+) -> Option<String> {
+    let unknown = placement?
+        .parameters
+        .keys()
+        .find(|key| !known.contains(&key.as_str()))?;
+    let takes = if known.is_empty() {
+        "it takes none".to_owned()
+    } else {
+        format!("it takes {}", known.join(", "))
+    };
+    Some(format!(
+        "spec.placement.parameters.{unknown}: not a {type_name} parameter ({takes})"
+    ))
+}
 
 /// One problem in a providers config.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -1,0 +1,501 @@
+//! Provider-wide pacing: one budget and one backoff per provider and quota scope.
+//!
+//! A cloud API counts its rate quotas per project, not per caller: GCE enforces them per
+//! project and per minute, for each group of methods apart (reads, `get` and `list`; writes,
+//! `insert` and `delete`), and answers a call over the quota with `403 rateLimitExceeded`
+//! until the quota refills at the start of the next minute. A rate-limit answer is
+//! therefore about the provider, not about the Proxy whose call happened to receive it.
+//! Before this module each Proxy backed off on its own, from 0.5 s: when the shared list
+//! of a fleet failed, every Proxy asked for its own VM on its own schedule, and a
+//! 25-second burst of rate limits turned 13 calls a minute into 4 or 5 a second, a storm
+//! that keeps a project's quota spent.
+//!
+//! A [`Pacer`] holds one provider's pacing, per [`Scope`]:
+//!
+//! - **a budget**: the calls per minute the operator allows itself in the scope (a
+//!   provider's setting, [`Budgets`]), spent as a generic cell rate algorithm: one call per
+//!   `60 s / budget`, and up to [`BURST`]'s worth more at once after a quiet while. So no
+//!   minute holds more than `budget × 5/4` calls, whenever it starts (1 500 of a budget of
+//!   1 200: GCE's default quota of a group). A call over the budget waits, it is not sent;
+//! - **a backoff**: every rate-limit answer in the scope closes it for every caller, for
+//!   [`pause`] of the rate limits in a row (1 s doubling, at most [`LONGEST_PAUSE`], a
+//!   minute, by which GCE has refilled any per-minute quota), or for the wait the answer
+//!   named when that is longer (a `RetryInfo`, a `Retry-After`, at most [`LONGEST_HINT`]).
+//!   Calls admitted before a rate limit that come back rate-limited too are the same event,
+//!   not new ones ([`Ticket`]): four calls in flight when the quota ran out count one rate
+//!   limit, not four. The first call admitted after the last rate limit that is not
+//!   rate-limited ends the run.
+//!
+//! # Driving it
+//!
+//! The shell keeps one pacer per provider behind a lock and, before every call of the
+//! provider's backend, asks [`Pacer::admit`]: [`Admission::Go`] with a ticket, or
+//! [`Admission::Wait`] until a moment (the call is not made; the caller reports a rate
+//! limit whose [`retry_after`](crate::Cause::RateLimited::retry_after) is the time left,
+//! and the core requeues the Proxy then, without counting a failure of its own). After the
+//! call it hands the ticket back to [`Pacer::record`] with how the call [`Ended`]. Time is a
+//! [`Moment`] on the shell's monotonic clock; the core has none.
+//!
+//! [`Pacer::view`] is the state each scope is in, for the provider's `ProviderHealth` and
+//! the metrics.
+
+use std::fmt;
+use std::time::Duration;
+
+use crate::probe_schedule::Moment;
+
+/// The first pause after a rate limit.
+pub const FIRST_PAUSE: Duration = Duration::from_secs(1);
+
+/// The longest pause the backoff alone makes: GCE refills a per-minute quota at the start of
+/// the next minute, so waiting longer gains nothing.
+pub const LONGEST_PAUSE: Duration = Duration::from_secs(60);
+
+/// The part of a minute's budget that may go at once, on top of the steady rate, after a
+/// quiet while: a quarter.
+pub const BURST: Duration = Duration::from_secs(15);
+
+/// The longest wait an answer's own hint is followed for.
+pub const LONGEST_HINT: Duration = Duration::from_secs(300);
+
+/// A group of methods a cloud API counts its rate quota in, apart from the others.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Scope {
+    /// Calls that read: `get`, `list`, an operation's state.
+    Read,
+    /// Calls that change something: `insert`, `delete`.
+    Write,
+}
+
+impl Scope {
+    /// Every scope.
+    pub const ALL: [Self; 2] = [Self::Read, Self::Write];
+
+    /// The lowercase name metrics and `ProviderHealth` use: `read`, `write`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Read => "read",
+            Self::Write => "write",
+        }
+    }
+}
+
+impl fmt::Display for Scope {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The calls per minute a provider allows itself, per scope; `None`: no budget (only the
+/// backoff after rate limits paces the scope).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Budgets {
+    /// Reads per minute.
+    pub read: Option<u32>,
+    /// Writes per minute.
+    pub write: Option<u32>,
+}
+
+/// The pause after `strikes` rate limits in a row: [`FIRST_PAUSE`], doubling, at most
+/// [`LONGEST_PAUSE`]; nothing before the first.
+pub fn pause(strikes: u32) -> Duration {
+    if strikes == 0 {
+        return Duration::ZERO;
+    }
+    let doublings = (strikes - 1).min(16);
+    FIRST_PAUSE
+        .saturating_mul(1 << doublings)
+        .min(LONGEST_PAUSE)
+}
+
+/// What [`Pacer::admit`] allows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Admission {
+    /// Make the call now, and hand the ticket back to [`Pacer::record`] when it ended.
+    Go(Ticket),
+    /// Do not make it before `until`.
+    Wait {
+        /// When the scope takes calls again (at the earliest).
+        until: Moment,
+        /// Why it waits.
+        why: Why,
+    },
+}
+
+/// Why a call waits.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Why {
+    /// The scope backs off after a rate-limit answer.
+    RateLimited,
+    /// The scope's budget for the minute is spent.
+    Budget,
+}
+
+/// A call [`Pacer::admit`] let through: its scope, and how many rate limits the scope had
+/// counted when it was admitted (a call admitted before a rate limit says nothing about
+/// whether the limit lifted since).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Ticket {
+    scope: Scope,
+    era: u64,
+}
+
+impl Ticket {
+    /// The scope of the call.
+    pub fn scope(self) -> Scope {
+        self.scope
+    }
+}
+
+/// How an admitted call ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Ended {
+    /// With a rate limit, naming `retry_after` when it named a wait.
+    RateLimited {
+        /// The wait the answer asked for.
+        retry_after: Option<Duration>,
+    },
+    /// With anything else: an answer (a success, or an error that is not a rate limit), or
+    /// no answer at all.
+    Otherwise,
+}
+
+/// The state of one scope, as [`Pacer::view`] shows it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ScopeView {
+    /// Which scope.
+    pub scope: Scope,
+    /// Its budget, in calls per minute, when it has one.
+    pub budget: Option<u32>,
+    /// How many calls the budget lets through at once now (a quarter of a minute's worth,
+    /// and one, when none was made lately), when it has one.
+    pub spare: Option<u32>,
+    /// Rate-limit answers in a row (0 once a call passed since the last).
+    pub rate_limits: u32,
+    /// Until when calls wait after the last rate limit, when that is still ahead.
+    pub paused_until: Option<Moment>,
+}
+
+/// One provider's pacing: a budget and a backoff per scope.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Pacer {
+    read: Lane,
+    write: Lane,
+}
+
+/// The pacing of one scope.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Lane {
+    /// Calls per minute, when the scope has a budget.
+    budget: Option<u32>,
+    /// The budget's theoretical arrival time: the moment by which the calls admitted so far
+    /// would have been spread at the budget's rate.
+    spent_until: Moment,
+    /// Rate limits in a row.
+    strikes: u32,
+    /// How many rate limits the scope counted since the start.
+    era: u64,
+    /// No call before this moment (after a rate limit).
+    paused_until: Moment,
+}
+
+impl Lane {
+    fn new(budget: Option<u32>) -> Self {
+        Self {
+            budget: budget.filter(|b| *b > 0),
+            spent_until: Moment::EPOCH,
+            strikes: 0,
+            era: 0,
+            paused_until: Moment::EPOCH,
+        }
+    }
+
+    /// The time one call of the budget stands for, and how far ahead of now the budget may
+    /// be spent ([`BURST`]).
+    fn cell(budget: u32) -> (Duration, Duration) {
+        (Duration::from_secs(60) / budget.max(1), BURST)
+    }
+}
+
+impl Pacer {
+    /// A pacer with these budgets and no rate limit seen.
+    pub fn new(budgets: Budgets) -> Self {
+        Self {
+            read: Lane::new(budgets.read),
+            write: Lane::new(budgets.write),
+        }
+    }
+
+    fn lane(&mut self, scope: Scope) -> &mut Lane {
+        match scope {
+            Scope::Read => &mut self.read,
+            Scope::Write => &mut self.write,
+        }
+    }
+
+    /// Whether a call of `scope` may be made at `now` (and spends the budget for it when it
+    /// may).
+    pub fn admit(&mut self, scope: Scope, now: Moment) -> Admission {
+        let lane = self.lane(scope);
+        if lane.paused_until > now {
+            return Admission::Wait {
+                until: lane.paused_until,
+                why: Why::RateLimited,
+            };
+        }
+        if let Some(budget) = lane.budget {
+            let (interval, burst) = Lane::cell(budget);
+            let earliest = Moment::after(lane.spent_until.since_epoch().saturating_sub(burst));
+            if earliest > now {
+                return Admission::Wait {
+                    until: earliest,
+                    why: Why::Budget,
+                };
+            }
+            lane.spent_until = lane.spent_until.max(now) + interval;
+        }
+        Admission::Go(Ticket {
+            scope,
+            era: lane.era,
+        })
+    }
+
+    /// The call `ticket` admitted ended at `now`, as `ended` says. Returns how long the
+    /// scope now waits (zero when it does not).
+    pub fn record(&mut self, ticket: Ticket, ended: Ended, now: Moment) -> Duration {
+        let lane = self.lane(ticket.scope);
+        match ended {
+            Ended::RateLimited { retry_after } => {
+                // Calls admitted before the last rate limit met the same limit: no new one.
+                if ticket.era == lane.era {
+                    lane.strikes = lane.strikes.saturating_add(1);
+                    lane.era += 1;
+                }
+                let hint = retry_after.unwrap_or_default().min(LONGEST_HINT);
+                let until = now + pause(lane.strikes).max(hint);
+                lane.paused_until = lane.paused_until.max(until);
+            }
+            // A call admitted after the last rate limit got through: the limit lifted.
+            Ended::Otherwise if ticket.era == lane.era => lane.strikes = 0,
+            Ended::Otherwise => {}
+        }
+        lane.paused_until.saturating_since(now)
+    }
+
+    /// The state of every scope at `now`.
+    pub fn view(&self, now: Moment) -> Vec<ScopeView> {
+        [(Scope::Read, &self.read), (Scope::Write, &self.write)]
+            .into_iter()
+            .map(|(scope, lane)| ScopeView {
+                scope,
+                budget: lane.budget,
+                spare: lane.budget.map(|budget| {
+                    let (interval, burst) = Lane::cell(budget);
+                    let ahead = lane.spent_until.saturating_since(now);
+                    let room = (burst + interval).saturating_sub(ahead);
+                    let calls = room.as_nanos() / interval.as_nanos().max(1);
+                    u32::try_from(calls).unwrap_or(u32::MAX)
+                }),
+                rate_limits: lane.strikes,
+                paused_until: (lane.paused_until > now).then_some(lane.paused_until),
+            })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(millis: u64) -> Moment {
+        Moment::after(Duration::from_millis(millis))
+    }
+
+    fn go(admission: Admission) -> Ticket {
+        match admission {
+            Admission::Go(ticket) => ticket,
+            Admission::Wait { until, why } => panic!("waits until {until:?} ({why:?})"),
+        }
+    }
+
+    const LIMITED: Ended = Ended::RateLimited { retry_after: None };
+
+    #[test]
+    fn the_pause_doubles_from_a_second_to_a_minute() {
+        let cases = [
+            (0, 0),
+            (1, 1_000),
+            (2, 2_000),
+            (3, 4_000),
+            (6, 32_000),
+            (7, 60_000),
+            (u32::MAX, 60_000),
+        ];
+        for (strikes, millis) in cases {
+            assert_eq!(pause(strikes), Duration::from_millis(millis), "{strikes}");
+        }
+    }
+
+    #[test]
+    fn a_rate_limit_closes_the_scope_for_every_caller_and_the_other_scope_goes_on() {
+        let mut pacer = Pacer::new(Budgets::default());
+        let ticket = go(pacer.admit(Scope::Read, at(0)));
+        assert_eq!(
+            pacer.record(ticket, LIMITED, at(100)),
+            Duration::from_secs(1)
+        );
+        for now in [100, 600, 1_099] {
+            assert_eq!(
+                pacer.admit(Scope::Read, at(now)),
+                Admission::Wait {
+                    until: at(1_100),
+                    why: Why::RateLimited
+                },
+                "{now}"
+            );
+        }
+        go(pacer.admit(Scope::Write, at(200)));
+        go(pacer.admit(Scope::Read, at(1_100)));
+    }
+
+    #[test]
+    fn rate_limits_in_a_row_double_the_pause_and_a_call_that_passes_ends_the_run() {
+        let mut pacer = Pacer::new(Budgets::default());
+        // (admitted at, ended at, how, pause after) in ms
+        let table = [
+            (0, 10, LIMITED, 1_000),
+            (1_010, 1_020, LIMITED, 2_000),
+            (3_020, 3_030, LIMITED, 4_000),
+            (7_030, 7_040, Ended::Otherwise, 0),
+            (7_050, 7_060, LIMITED, 1_000),
+        ];
+        for (admitted, ended, how, paused) in table {
+            let ticket = go(pacer.admit(Scope::Read, at(admitted)));
+            assert_eq!(
+                pacer.record(ticket, how, at(ended)),
+                Duration::from_millis(paused),
+                "call admitted at {admitted} ms"
+            );
+        }
+    }
+
+    #[test]
+    fn calls_in_flight_when_the_limit_came_count_one_rate_limit_not_one_each() {
+        let mut pacer = Pacer::new(Budgets::default());
+        let flying: Vec<Ticket> = (0..4)
+            .map(|_| go(pacer.admit(Scope::Read, at(0))))
+            .collect();
+        for (n, ticket) in flying.iter().enumerate() {
+            let paused = pacer.record(*ticket, LIMITED, at(10 + n as u64));
+            assert!(paused <= Duration::from_secs(1), "{n}: {paused:?}");
+        }
+        assert_eq!(pacer.view(at(20))[0].rate_limits, 1);
+        // One of them answering late, after the limit, says nothing about the limit now.
+        let late = go(pacer.admit(Scope::Write, at(0)));
+        let _ = late;
+        let _ = pacer.record(flying[0], Ended::Otherwise, at(30));
+        assert_eq!(
+            pacer.view(at(30))[0].rate_limits,
+            1,
+            "not ended by an old call"
+        );
+    }
+
+    #[test]
+    fn the_wait_an_answer_names_is_kept_when_longer_and_bounded() {
+        let mut pacer = Pacer::new(Budgets::default());
+        let hinted = |secs| Ended::RateLimited {
+            retry_after: Some(Duration::from_secs(secs)),
+        };
+        let ticket = go(pacer.admit(Scope::Write, at(0)));
+        assert_eq!(
+            pacer.record(ticket, hinted(23), at(0)),
+            Duration::from_secs(23)
+        );
+        // A shorter hint does not shorten a pause already decided.
+        let mut pacer = Pacer::new(Budgets::default());
+        let ticket = go(pacer.admit(Scope::Write, at(0)));
+        let _ = pacer.record(ticket, LIMITED, at(0));
+        let second = go(pacer.admit(Scope::Write, at(1_000)));
+        assert_eq!(
+            pacer.record(second, hinted(0), at(1_000)),
+            Duration::from_secs(2)
+        );
+        // An hour is not followed.
+        let mut pacer = Pacer::new(Budgets::default());
+        let ticket = go(pacer.admit(Scope::Write, at(0)));
+        assert_eq!(pacer.record(ticket, hinted(3_600), at(0)), LONGEST_HINT);
+    }
+
+    #[test]
+    fn a_budget_lets_a_quarter_minutes_worth_through_then_one_call_per_share_of_the_minute() {
+        // 60 a minute: 15 and one at once, then a call a second.
+        let mut pacer = Pacer::new(Budgets {
+            read: Some(60),
+            write: None,
+        });
+        for n in 0..16 {
+            assert_eq!(pacer.view(at(0))[0].spare, Some(16 - n), "before {n}");
+            go(pacer.admit(Scope::Read, at(0)));
+        }
+        assert_eq!(pacer.view(at(0))[0].spare, Some(0));
+        assert_eq!(
+            pacer.admit(Scope::Read, at(0)),
+            Admission::Wait {
+                until: at(1_000),
+                why: Why::Budget
+            }
+        );
+        go(pacer.admit(Scope::Read, at(1_000)));
+        assert!(matches!(
+            pacer.admit(Scope::Read, at(1_500)),
+            Admission::Wait { .. }
+        ));
+        // Unused time refills it, up to its burst.
+        assert_eq!(pacer.view(at(600_000))[0].spare, Some(16));
+        // The scope without a budget is never held by it.
+        for _ in 0..1_000 {
+            go(pacer.admit(Scope::Write, at(0)));
+        }
+    }
+
+    #[test]
+    fn a_call_held_back_spends_nothing_and_the_view_says_until_when() {
+        let mut pacer = Pacer::new(Budgets {
+            read: Some(2),
+            write: Some(1),
+        });
+        let ticket = go(pacer.admit(Scope::Read, at(0)));
+        let _ = pacer.record(ticket, LIMITED, at(0));
+        for _ in 0..10 {
+            assert!(matches!(
+                pacer.admit(Scope::Read, at(500)),
+                Admission::Wait {
+                    why: Why::RateLimited,
+                    ..
+                }
+            ));
+        }
+        let view = pacer.view(at(500));
+        assert_eq!(
+            view,
+            vec![
+                ScopeView {
+                    scope: Scope::Read,
+                    budget: Some(2),
+                    spare: Some(0),
+                    rate_limits: 1,
+                    paused_until: Some(at(1_000)),
+                },
+                ScopeView {
+                    scope: Scope::Write,
+                    budget: Some(1),
+                    spare: Some(1),
+                    rate_limits: 0,
+                    paused_until: None,
+                },
+            ]
+        );
+        assert_eq!(pacer.view(at(1_000))[0].paused_until, None);
+    }
+}
