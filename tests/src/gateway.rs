@@ -46,6 +46,7 @@ impl Gateway {
         let child = Command::new(binary)
             .arg("gateway")
             .args(["--listen", &addr, "--metrics-addr", &metrics])
+            .arg(format!("--holder=gateway:{name}"))
             .args(["--discovery-url", discovery])
             .arg("--tenants-dir")
             .arg(&tenants)
@@ -107,5 +108,188 @@ impl Drop for Gateway {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+    }
+}
+
+/// The bytes of a test body: byte `i` of every body is `pattern(i)`, so that a body is
+/// checked byte by byte without being kept.
+pub fn pattern(i: u64) -> u8 {
+    (i.wrapping_mul(31) ^ (i >> 12)) as u8
+}
+
+/// Where a body first differs from [`pattern`] (`None`: nowhere) and how long it is.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Checked {
+    /// Its length.
+    pub len: u64,
+    /// The offset of its first byte that is not the pattern's.
+    pub first_wrong: Option<u64>,
+}
+
+impl Checked {
+    /// Adds `bytes`, the next of the body.
+    pub fn add(&mut self, bytes: &[u8]) {
+        for (k, &byte) in bytes.iter().enumerate() {
+            let at = self.len + k as u64;
+            if self.first_wrong.is_none() && byte != pattern(at) {
+                self.first_wrong = Some(at);
+            }
+        }
+        self.len += bytes.len() as u64;
+    }
+}
+
+/// A site for uploads and downloads of any size, over plain HTTP and over TLS (its own CA,
+/// a certificate for 127.0.0.1): `POST /upload` reads the body (Content-Length or chunked)
+/// as it comes and answers `<length> <first wrong offset or ->`; `GET /bytes/<n>` answers
+/// `n` bytes of [`pattern`]. Neither keeps a body.
+#[derive(Debug)]
+pub struct BodySite {
+    /// `http://127.0.0.1:PORT`.
+    pub http: String,
+    /// `https://127.0.0.1:PORT`.
+    pub https: String,
+    /// Its CA certificate, PEM.
+    pub ca_pem: String,
+    _tasks: [tokio::task::JoinHandle<()>; 2],
+}
+
+impl BodySite {
+    /// Starts it on the current runtime.
+    pub async fn start() -> anyhow::Result<Self> {
+        use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer, pem::PemObject};
+        let ca = crate::certs::Ca::new("body-site-ca");
+        let leaf = ca.server(&["127.0.0.1"]);
+        let provider = std::sync::Arc::new(tokio_rustls::rustls::crypto::aws_lc_rs::default_provider());
+        let tls = tokio_rustls::rustls::ServerConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()?
+            .with_no_client_auth()
+            .with_single_cert(
+                vec![CertificateDer::from_pem_slice(leaf.cert_pem.as_bytes())?],
+                PrivateKeyDer::from_pem_slice(leaf.key_pem.as_bytes())?,
+            )?;
+        let acceptor = tokio_rustls::TlsAcceptor::from(std::sync::Arc::new(tls));
+        let plain = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let secure = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let (http, https) = (
+            format!("http://{}", plain.local_addr()?),
+            format!("https://{}", secure.local_addr()?),
+        );
+        let plain_task = tokio::spawn(async move {
+            while let Ok((stream, _)) = plain.accept().await {
+                tokio::spawn(serve_bodies(stream));
+            }
+        });
+        let secure_task = tokio::spawn(async move {
+            while let Ok((stream, _)) = secure.accept().await {
+                let acceptor = acceptor.clone();
+                tokio::spawn(async move {
+                    if let Ok(stream) = acceptor.accept(stream).await {
+                        serve_bodies(stream).await;
+                    }
+                });
+            }
+        });
+        Ok(Self {
+            http,
+            https,
+            ca_pem: ca.cert_pem,
+            _tasks: [plain_task, secure_task],
+        })
+    }
+}
+
+/// One connection of the [`BodySite`]: requests until the client leaves.
+async fn serve_bodies(stream: impl tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin) {
+    use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+    let mut stream = BufReader::with_capacity(64 * 1024, stream);
+    loop {
+        let mut head = Vec::new();
+        while !head.ends_with(b"\r\n\r\n") {
+            match stream.read_until(b'\n', &mut head).await {
+                Ok(0) | Err(_) => return,
+                Ok(_) => {}
+            }
+        }
+        let head = String::from_utf8_lossy(&head).to_ascii_lowercase();
+        let header = |name: &str| {
+            head.lines().find_map(|line| {
+                let (n, v) = line.split_once(':')?;
+                (n.trim() == name).then(|| v.trim().to_owned())
+            })
+        };
+        let path = head.split_whitespace().nth(1).unwrap_or("/").to_owned();
+        let mut checked = Checked::default();
+        let mut chunk = vec![0; 64 * 1024];
+        if header("transfer-encoding").is_some_and(|v| v.contains("chunked")) {
+            loop {
+                let mut line = String::new();
+                if stream.read_line(&mut line).await.unwrap_or(0) == 0 {
+                    return;
+                }
+                let Ok(mut size) = u64::from_str_radix(line.trim(), 16) else {
+                    return;
+                };
+                if size == 0 {
+                    let mut end = String::new();
+                    let _ = stream.read_line(&mut end).await;
+                    break;
+                }
+                while size > 0 {
+                    let want = chunk.len().min(size as usize);
+                    let Ok(n @ 1..) = stream.read(&mut chunk[..want]).await else {
+                        return;
+                    };
+                    checked.add(&chunk[..n]);
+                    size -= n as u64;
+                }
+                let mut crlf = [0; 2];
+                if stream.read_exact(&mut crlf).await.is_err() {
+                    return;
+                }
+            }
+        } else {
+            let mut left: u64 = header("content-length")
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(0);
+            while left > 0 {
+                let want = chunk.len().min(left as usize);
+                let Ok(n @ 1..) = stream.read(&mut chunk[..want]).await else {
+                    return;
+                };
+                checked.add(&chunk[..n]);
+                left -= n as u64;
+            }
+        }
+        let written = if let Some(n) = path
+            .strip_prefix("/bytes/")
+            .and_then(|n| n.parse::<u64>().ok())
+        {
+            let head = format!("HTTP/1.1 200 OK\r\nContent-Length: {n}\r\n\r\n");
+            let mut result = stream.write_all(head.as_bytes()).await;
+            let mut at = 0;
+            while result.is_ok() && at < n {
+                let len = (n - at).min(chunk.len() as u64) as usize;
+                for (k, byte) in chunk[..len].iter_mut().enumerate() {
+                    *byte = pattern(at + k as u64);
+                }
+                result = stream.write_all(&chunk[..len]).await;
+                at += len as u64;
+            }
+            result
+        } else {
+            let wrong = checked
+                .first_wrong
+                .map_or_else(|| "-".to_owned(), |at| at.to_string());
+            let body = format!("{} {wrong}", checked.len);
+            let answer = format!(
+                "HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n{body}",
+                body.len()
+            );
+            stream.write_all(answer.as_bytes()).await
+        };
+        if written.is_err() || stream.flush().await.is_err() {
+            return;
+        }
     }
 }

@@ -32,6 +32,7 @@
 pub mod book;
 pub mod connection;
 mod counted;
+mod exchange;
 pub mod metrics;
 pub mod run;
 pub mod tenants;
@@ -45,6 +46,7 @@ use std::time::Duration;
 use hyper::server::conn::http1;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use proxy_core::gateway::Grammar;
+use proxy_core::gateway::target::OwnAddresses;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinSet;
@@ -93,6 +95,8 @@ pub struct Gateway {
     pub tenants: Tenants,
     /// The username's grammar.
     pub grammar: Grammar,
+    /// Where the gateway can be reached: a CONNECT there is refused.
+    pub own: OwnAddresses,
     /// The timeouts.
     pub settings: Settings,
     /// The metrics.
@@ -109,6 +113,7 @@ impl Gateway {
         book: Book,
         tenants: Tenants,
         grammar: Grammar,
+        own: OwnAddresses,
         settings: Settings,
         metrics: Arc<GatewayMetrics>,
     ) -> Self {
@@ -116,6 +121,7 @@ impl Gateway {
             book,
             tenants,
             grammar,
+            own,
             settings,
             metrics,
             tunnels: Mutex::default(),
@@ -168,7 +174,10 @@ pub async fn serve(
         };
         while connections.try_join_next().is_some() {}
         let _ = stream.set_nodelay(true);
-        let connection = Arc::new(Connection::new(gateway.clone()));
+        let local = stream
+            .local_addr()
+            .map_or(std::net::Ipv4Addr::UNSPECIFIED.into(), |addr| addr.ip());
+        let connection = Arc::new(Connection::new(gateway.clone(), local));
         let service = hyper::service::service_fn(move |request| connection.clone().serve(request));
         let mut draining = draining.clone();
         let open = gateway.metrics.opened();
