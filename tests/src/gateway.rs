@@ -160,7 +160,8 @@ impl BodySite {
         use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer, pem::PemObject};
         let ca = crate::certs::Ca::new("body-site-ca");
         let leaf = ca.server(&["127.0.0.1"]);
-        let provider = std::sync::Arc::new(tokio_rustls::rustls::crypto::aws_lc_rs::default_provider());
+        let provider =
+            std::sync::Arc::new(tokio_rustls::rustls::crypto::aws_lc_rs::default_provider());
         let tls = tokio_rustls::rustls::ServerConfig::builder_with_provider(provider)
             .with_safe_default_protocol_versions()?
             .with_no_client_auth()

@@ -173,9 +173,9 @@ impl Outcome {
     /// client (also one the gateway retried on another upstream).
     pub fn of_failure(failure: UpstreamFailure) -> Self {
         match failure {
-            UpstreamFailure::Connect | UpstreamFailure::ConnectTimeout | UpstreamFailure::Closed => {
-                Self::UpstreamUnreachable
-            }
+            UpstreamFailure::Connect
+            | UpstreamFailure::ConnectTimeout
+            | UpstreamFailure::Closed => Self::UpstreamUnreachable,
             UpstreamFailure::Credentials => Self::UpstreamRefused,
             UpstreamFailure::AnswerTimeout => Self::Timeout,
         }
@@ -232,7 +232,12 @@ mod tests {
     #[test]
     fn each_ending_has_one_outcome_and_one_blame() {
         let refused = |r: Refusal| Outcome::of(Ending::Refused(&r));
-        let answered = |status, proxy_error| Outcome::of(Ending::Answered { status, proxy_error });
+        let answered = |status, proxy_error| {
+            Outcome::of(Ending::Answered {
+                status,
+                proxy_error,
+            })
+        };
         let tunnel = |broken| Outcome::of(Ending::TunnelEnded { broken });
         for (outcome, expected, blame) in [
             // The site's answers, whatever their status, are the site's.
@@ -242,8 +247,16 @@ mod tests {
             (answered(429, false), Outcome::Ok, Blame::Nobody),
             (tunnel(None), Outcome::Ok, Blame::Nobody),
             // The client's doing.
-            (Outcome::of(Ending::ClientLeft), Outcome::ClientGone, Blame::Client),
-            (tunnel(Some(Side::Client)), Outcome::ClientGone, Blame::Client),
+            (
+                Outcome::of(Ending::ClientLeft),
+                Outcome::ClientGone,
+                Blame::Client,
+            ),
+            (
+                tunnel(Some(Side::Client)),
+                Outcome::ClientGone,
+                Blame::Client,
+            ),
             (
                 refused(Refusal::BadRequest("x".into())),
                 Outcome::ClientMalformed,
@@ -288,8 +301,16 @@ mod tests {
                 Outcome::UpstreamRefused,
                 Blame::Upstream,
             ),
-            (answered(407, false), Outcome::UpstreamRefused, Blame::Upstream),
-            (answered(407, true), Outcome::UpstreamRefused, Blame::Upstream),
+            (
+                answered(407, false),
+                Outcome::UpstreamRefused,
+                Blame::Upstream,
+            ),
+            (
+                answered(407, true),
+                Outcome::UpstreamRefused,
+                Blame::Upstream,
+            ),
             // The proxy worked; the site did not.
             (
                 refused(Refusal::TunnelRefused(503)),
@@ -301,9 +322,21 @@ mod tests {
                 Outcome::DestinationFailed,
                 Blame::Destination,
             ),
-            (answered(503, true), Outcome::DestinationFailed, Blame::Destination),
-            (answered(504, true), Outcome::DestinationFailed, Blame::Destination),
-            (answered(403, true), Outcome::DestinationFailed, Blame::Destination),
+            (
+                answered(503, true),
+                Outcome::DestinationFailed,
+                Blame::Destination,
+            ),
+            (
+                answered(504, true),
+                Outcome::DestinationFailed,
+                Blame::Destination,
+            ),
+            (
+                answered(403, true),
+                Outcome::DestinationFailed,
+                Blame::Destination,
+            ),
             // Not told apart.
             (
                 refused(Refusal::UpstreamTimeout),
@@ -315,7 +348,11 @@ mod tests {
                 Outcome::Timeout,
                 Blame::Undecided,
             ),
-            (tunnel(Some(Side::Upstream)), Outcome::Interrupted, Blame::Undecided),
+            (
+                tunnel(Some(Side::Upstream)),
+                Outcome::Interrupted,
+                Blame::Undecided,
+            ),
             (
                 Outcome::of(Ending::AnswerBrokeOff),
                 Outcome::Interrupted,

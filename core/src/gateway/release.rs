@@ -101,7 +101,11 @@ mod tests {
             (Some(502), Next::RetryIn(FIRST_WAIT)),
             (None, Next::RetryIn(FIRST_WAIT)),
         ] {
-            assert_eq!(ReleaseTries::default().after(status, TTL), next, "{status:?}");
+            assert_eq!(
+                ReleaseTries::default().after(status, TTL),
+                next,
+                "{status:?}"
+            );
         }
     }
 

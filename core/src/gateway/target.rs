@@ -119,7 +119,6 @@ impl OwnAddresses {
     }
 }
 
-
 /// `host` and the port, if `authority` names one: `[v6]:port`, `host:port`, `host`.
 fn split(authority: &str) -> Result<(&str, Option<u16>), String> {
     let (host, port) = if authority.starts_with('[') {

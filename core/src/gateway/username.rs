@@ -278,7 +278,11 @@ mod tests {
 
     #[test]
     fn a_gateways_lease_names_the_gateway_a_sessions_does_not() {
-        let ask = |username| parse(username, &grammar()).unwrap().ask("shop.example", &[]);
+        let ask = |username| {
+            parse(username, &grammar())
+                .unwrap()
+                .ask("shop.example", &[])
+        };
         assert_eq!(
             ask("user-acme").holder("gateway:gw-0"),
             Some("gateway:gw-0")

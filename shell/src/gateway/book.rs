@@ -156,10 +156,22 @@ impl Book {
         holder: String,
         metrics: Arc<GatewayMetrics>,
     ) -> Self {
+        Self::with_pool_idle(base, token, holder, metrics, POOL_IDLE)
+    }
+
+    /// [`new`](Self::new), with pooled connections closed after `pool_idle`: the tests' API
+    /// closes idle connections sooner than the real one's 10 s.
+    pub(crate) fn with_pool_idle(
+        base: &str,
+        token: Option<String>,
+        holder: String,
+        metrics: Arc<GatewayMetrics>,
+        pool_idle: Duration,
+    ) -> Self {
         let http = reqwest::Client::builder()
             .no_proxy()
             .timeout(TIMEOUT)
-            .pool_idle_timeout(POOL_IDLE)
+            .pool_idle_timeout(pool_idle)
             .tcp_nodelay(true)
             .build()
             .unwrap_or_default();
@@ -374,14 +386,25 @@ impl Book {
                     return Released::Refused;
                 }
                 Next::Done(Released::Expired) => {
-                    tracing::warn!(?status, lease = id, "the lease book did not answer a release before the lease's TTL: it expired there");
+                    tracing::warn!(
+                        ?status,
+                        lease = id,
+                        "the lease book did not answer a release before the lease's TTL: it expired there"
+                    );
                     return Released::Expired;
                 }
                 Next::Done(done) => return done,
                 Next::RetryIn(wait) => {
                     match answer {
-                        Ok(answer) => tracing::debug!(status = answer.status().as_u16(), lease = id, ?wait, "a release met no book: sending it again"),
-                        Err(error) => tracing::debug!(%error, lease = id, ?wait, "a release met no book: sending it again"),
+                        Ok(answer) => tracing::debug!(
+                            status = answer.status().as_u16(),
+                            lease = id,
+                            ?wait,
+                            "a release met no book: sending it again"
+                        ),
+                        Err(error) => {
+                            tracing::debug!(%error, lease = id, ?wait, "a release met no book: sending it again")
+                        }
                     }
                     self.metrics.release_retried();
                     tokio::time::sleep(wait).await;
@@ -445,20 +468,33 @@ impl Book {
             match self.release_holder().await {
                 Ok(released) => {
                     if released > 0 {
-                        tracing::info!(released, holder = self.holder, "released by holder at shutdown");
+                        tracing::info!(
+                            released,
+                            holder = self.holder,
+                            "released by holder at shutdown"
+                        );
                     }
                     return;
                 }
                 Err(_) => {
                     let left = until.saturating_duration_since(tokio::time::Instant::now());
                     let Next::RetryIn(wait) = tries.after(None, left) else {
-                        tracing::warn!(holder = self.holder, "the lease book did not answer the release by holder at shutdown: the leases expire by themselves");
+                        tracing::warn!(
+                            holder = self.holder,
+                            "the lease book did not answer the release by holder at shutdown: the leases expire by themselves"
+                        );
                         return;
                     };
                     tokio::time::sleep(wait).await;
                 }
             }
         }
+    }
+
+    /// How many calls to the book are in flight (grants, releases, reports).
+    #[cfg(test)]
+    pub(crate) fn in_flight(&self) -> usize {
+        self.background.len()
     }
 
     /// Relays a client's report on its session (`POST /v1/sessions/{name}/report`) with the

@@ -327,9 +327,7 @@ impl Connection {
                 _ => {
                     // The previous lease is released (dropped) before the next is asked for;
                     // its connection is kept in case the book answers the same proxy.
-                    let previous = slot
-                        .take()
-                        .map(|old| (old.held.proxy.clone(), old.sender));
+                    let previous = slot.take().map(|old| (old.held.proxy.clone(), old.sender));
                     let ask = options.ask(&target.host, attempts.avoid());
                     let held = gateway
                         .book
@@ -390,7 +388,8 @@ impl Connection {
                 .headers
                 .insert(header::PROXY_AUTHORIZATION, authorization.clone());
         }
-        let (body, upload) = Counted::new(body, gateway.metrics.bytes(Direction::Upstream)).upload();
+        let (body, upload) =
+            Counted::new(body, gateway.metrics.bytes(Direction::Upstream)).upload();
         let (uploaded, body_failed) = match upload {
             Some(upload) => (Some(upload.end), Some(upload.failed)),
             None => (None, None),

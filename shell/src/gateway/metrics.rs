@@ -84,6 +84,7 @@ struct PanicLabels {
 pub struct GatewayMetrics {
     registry: Registry,
     connections: ByKind,
+    accepted: Counter,
     open: Gauge,
     requests: ByKind,
     upstream_bytes: Counter<u64, AtomicU64>,
@@ -133,6 +134,12 @@ impl Default for GatewayMetrics {
             "gateway_connections",
             "Client requests that opened an upstream: CONNECT tunnels, and plain-HTTP connections",
             connections.clone(),
+        );
+        let accepted = Counter::default();
+        registry.register(
+            "gateway_accepted_connections",
+            "Client connections accepted",
+            accepted.clone(),
         );
         let open = Gauge::default();
         registry.register(
@@ -230,6 +237,7 @@ impl Default for GatewayMetrics {
         Self {
             registry: root,
             connections: ByKind::of(&connections),
+            accepted,
             open,
             requests: ByKind::of(&requests),
             upstream_bytes: direction("upstream"),
@@ -258,7 +266,13 @@ impl GatewayMetrics {
         self.requests.of_kind(kind).inc();
     }
 
-    /// A client connection opened: closed when the returned guard drops.
+    /// A client connection was accepted: open until the returned guard drops.
+    pub fn accepted(&self) -> Open {
+        self.accepted.inc();
+        self.opened()
+    }
+
+    /// A client connection (or a tunnel) opened: closed when the returned guard drops.
     pub fn opened(&self) -> Open {
         self.open.inc();
         Open(self.open.clone())

@@ -180,7 +180,7 @@ pub async fn serve(
         let connection = Arc::new(Connection::new(gateway.clone(), local));
         let service = hyper::service::service_fn(move |request| connection.clone().serve(request));
         let mut draining = draining.clone();
-        let open = gateway.metrics.opened();
+        let open = gateway.metrics.accepted();
         connections.spawn(async move {
             let _open = open;
             let connection = http1::Builder::new()

@@ -36,7 +36,15 @@ pub async fn carry(
     match upgraded.downcast::<TokioIo<TcpStream>>() {
         Ok(parts) => {
             let (read, write) = parts.io.into_inner().into_split();
-            both_ways(Source::Tcp(read), write, parts.read_buf, upstream, rest, gateway).await
+            both_ways(
+                Source::Tcp(read),
+                write,
+                parts.read_buf,
+                upstream,
+                rest,
+                gateway,
+            )
+            .await
         }
         Err(upgraded) => {
             let (read, write) = tokio::io::split(TokioIo::new(upgraded));
@@ -169,7 +177,9 @@ where
         if n == 0 {
             return to.shutdown().await.map_err(|_| Broken::Write);
         }
-        to.write_all(&buffer[..n]).await.map_err(|_| Broken::Write)?;
+        to.write_all(&buffer[..n])
+            .await
+            .map_err(|_| Broken::Write)?;
         add_bytes(counter, n);
         activity.touch();
     }

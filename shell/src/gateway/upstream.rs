@@ -127,7 +127,11 @@ impl Answerable {
     }
 
     /// `written` as a write's result: a failure is the end of writing, not an error.
-    fn forgive(&mut self, written: Poll<std::io::Result<usize>>, len: usize) -> Poll<std::io::Result<usize>> {
+    fn forgive(
+        &mut self,
+        written: Poll<std::io::Result<usize>>,
+        len: usize,
+    ) -> Poll<std::io::Result<usize>> {
         match written {
             Poll::Ready(Err(error)) => {
                 tracing::debug!(%error, "writing to the upstream failed: the rest of the request goes nowhere");

@@ -763,7 +763,11 @@ async fn bodies_of_any_size_and_early_answers_pass_through_real_squids() {
             )
             .await;
             assert_eq!(up.code, 0, "{}\n{}\n{}", up.out, up.err, gateway.log());
-            assert_eq!(up.body(), format!("{len} -"), "{base}: the site got other bytes");
+            assert_eq!(
+                up.body(),
+                format!("{len} -"),
+                "{base}: the site got other bytes"
+            );
             let down = subdir(&format!("gateway-bodies-{}", bed.ns)).join("down.bin");
             let got = curl(
                 &gateway,
@@ -805,7 +809,14 @@ async fn bodies_of_any_size_and_early_answers_pass_through_real_squids() {
             "user-acme",
             token,
             &refused,
-            &["--data-binary", &data, "-o", "/dev/null", "-w", "%{http_code}"],
+            &[
+                "--data-binary",
+                &data,
+                "-o",
+                "/dev/null",
+                "-w",
+                "%{http_code}",
+            ],
         )
         .await;
         statuses.push(answered.out.trim().to_owned());
@@ -819,10 +830,17 @@ async fn bodies_of_any_size_and_early_answers_pass_through_real_squids() {
     // A malformed chunked body is the client's: 400, and no upstream counter moves.
     let failed = |g| async move {
         (
-            metric(g, r#"proxy_operator_gateway_errors_total{class="upstream_failed"}"#).await,
+            metric(
+                g,
+                r#"proxy_operator_gateway_errors_total{class="upstream_failed"}"#,
+            )
+            .await,
             retries(g).await,
-            metric(g, r#"proxy_operator_gateway_outcomes_total{outcome="upstream_unreachable"}"#)
-                .await,
+            metric(
+                g,
+                r#"proxy_operator_gateway_outcomes_total{outcome="upstream_unreachable"}"#,
+            )
+            .await,
         )
     };
     let upstream_before = failed(&gateway).await;
