@@ -1037,7 +1037,7 @@ async fn two_hundred_clients_hanging_up_in_parallel_leave_no_lease() {
                 2 => HangUp::Reset,
                 _ => HangUp::HalfClose,
             };
-            let request = if i % 2 == 0 {
+            let request = if i.is_multiple_of(2) {
                 connect_request("user-acme", TENANT_TOKEN)
             } else {
                 get_request("user-acme", "/page")
@@ -1092,7 +1092,7 @@ async fn load_client(gateway: SocketAddr, i: u64, around: Duration) -> Result<()
     let mut client = TcpStream::connect(gateway)
         .await
         .map_err(|e| e.to_string())?;
-    let tunnel = i % 2 == 0;
+    let tunnel = i.is_multiple_of(2);
     let request = if tunnel {
         connect_request("user-acme", TENANT_TOKEN)
     } else {
