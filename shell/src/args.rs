@@ -674,6 +674,7 @@ impl GatewayArgs {
             connect_timeout: at_least_10ms(self.connect_timeout_seconds),
             idle_timeout: at_least_10ms(self.idle_timeout_seconds),
             shutdown_grace: at_least_10ms(self.shutdown_grace_seconds),
+            ..crate::gateway::Settings::default()
         }
     }
 

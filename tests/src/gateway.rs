@@ -111,15 +111,44 @@ impl Drop for Gateway {
     }
 }
 
-/// The bytes of a test body: byte `i` of every body is `pattern(i)`, so that a body is
-/// checked byte by byte without being kept.
-pub fn pattern(i: u64) -> u8 {
-    (i.wrapping_mul(31) ^ (i >> 12)) as u8
+/// The bytes of the test bodies, computed once: byte `i` of every body is
+/// `(31 i ^ (i >> 12)) as u8`, so a body that lost, doubled or swapped a piece is told from
+/// the right one. Compared a slice at a time (a `memcmp`, fast in a debug build too): the
+/// site must read an upload at least as fast as squid forwards it, or Debian's squid 5.7
+/// aborts the upload (squid bug 5405, fixed in 6.11: once its request buffer is full it
+/// takes its next read of 0 bytes for the client's end).
+#[derive(Debug, Clone)]
+pub struct Pattern(std::sync::Arc<[u8]>);
+
+impl Pattern {
+    /// The first `len` bytes of the pattern: bodies up to that long.
+    pub fn new(len: u64) -> Self {
+        Self(
+            (0..len)
+                .map(|i| (i.wrapping_mul(31) ^ (i >> 12)) as u8)
+                .collect(),
+        )
+    }
+
+    /// A body of `len` bytes, if the pattern is that long.
+    pub fn body(&self, len: u64) -> Option<&[u8]> {
+        self.0.get(..usize::try_from(len).ok()?)
+    }
+
+    /// A check of a body that arrives in pieces.
+    pub fn checker(&self) -> Checked {
+        Checked {
+            pattern: self.clone(),
+            len: 0,
+            first_wrong: None,
+        }
+    }
 }
 
-/// Where a body first differs from [`pattern`] (`None`: nowhere) and how long it is.
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+/// Where a body first differs from the [`Pattern`] (`None`: nowhere) and how long it is.
+#[derive(Debug, Clone)]
 pub struct Checked {
+    pattern: Pattern,
     /// Its length.
     pub len: u64,
     /// The offset of its first byte that is not the pattern's.
@@ -129,10 +158,13 @@ pub struct Checked {
 impl Checked {
     /// Adds `bytes`, the next of the body.
     pub fn add(&mut self, bytes: &[u8]) {
-        for (k, &byte) in bytes.iter().enumerate() {
-            let at = self.len + k as u64;
-            if self.first_wrong.is_none() && byte != pattern(at) {
-                self.first_wrong = Some(at);
+        if self.first_wrong.is_none() {
+            let at = self.len as usize;
+            let expected = self.pattern.0.get(at..).unwrap_or_default();
+            let expected = &expected[..bytes.len().min(expected.len())];
+            if expected != bytes {
+                let same = expected.iter().zip(bytes).take_while(|(a, b)| a == b);
+                self.first_wrong = Some(self.len + same.count() as u64);
             }
         }
         self.len += bytes.len() as u64;
@@ -141,8 +173,10 @@ impl Checked {
 
 /// A site for uploads and downloads of any size, over plain HTTP and over TLS (its own CA,
 /// a certificate for 127.0.0.1): `POST /upload` reads the body (Content-Length or chunked)
-/// as it comes and answers `<length> <first wrong offset or ->`; `GET /bytes/<n>` answers
-/// `n` bytes of [`pattern`]. Neither keeps a body.
+/// as it comes, checks it against the [`Pattern`] and answers `<length> <first wrong offset
+/// or ->`; `GET /bytes/<n>` answers the pattern's first `n` bytes. Neither keeps a body.
+/// It runs on a thread of its own, so that a test's other work never slows its reading
+/// (see [`Pattern`] for why that matters); it stops when dropped.
 #[derive(Debug)]
 pub struct BodySite {
     /// `http://127.0.0.1:PORT`.
@@ -151,12 +185,12 @@ pub struct BodySite {
     pub https: String,
     /// Its CA certificate, PEM.
     pub ca_pem: String,
-    _tasks: [tokio::task::JoinHandle<()>; 2],
+    _stop: tokio::sync::oneshot::Sender<()>,
 }
 
 impl BodySite {
-    /// Starts it on the current runtime.
-    pub async fn start() -> anyhow::Result<Self> {
+    /// Starts it, with bodies of `pattern`.
+    pub fn start(pattern: Pattern) -> anyhow::Result<Self> {
         use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer, pem::PemObject};
         let ca = crate::certs::Ca::new("body-site-ca");
         let leaf = ca.server(&["127.0.0.1"]);
@@ -170,38 +204,66 @@ impl BodySite {
                 PrivateKeyDer::from_pem_slice(leaf.key_pem.as_bytes())?,
             )?;
         let acceptor = tokio_rustls::TlsAcceptor::from(std::sync::Arc::new(tls));
-        let plain = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-        let secure = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let plain = std::net::TcpListener::bind("127.0.0.1:0")?;
+        let secure = std::net::TcpListener::bind("127.0.0.1:0")?;
         let (http, https) = (
             format!("http://{}", plain.local_addr()?),
             format!("https://{}", secure.local_addr()?),
         );
-        let plain_task = tokio::spawn(async move {
-            while let Ok((stream, _)) = plain.accept().await {
-                tokio::spawn(serve_bodies(stream));
-            }
-        });
-        let secure_task = tokio::spawn(async move {
-            while let Ok((stream, _)) = secure.accept().await {
-                let acceptor = acceptor.clone();
-                tokio::spawn(async move {
-                    if let Ok(stream) = acceptor.accept(stream).await {
-                        serve_bodies(stream).await;
+        for listener in [&plain, &secure] {
+            listener.set_nonblocking(true)?;
+        }
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        std::thread::Builder::new()
+            .name("body-site".into())
+            .spawn(move || {
+                runtime.block_on(async move {
+                    let (Ok(plain), Ok(secure)) = (
+                        tokio::net::TcpListener::from_std(plain),
+                        tokio::net::TcpListener::from_std(secure),
+                    ) else {
+                        return;
+                    };
+                    let plain_pattern = pattern.clone();
+                    let serve_plain = async move {
+                        while let Ok((stream, _)) = plain.accept().await {
+                            tokio::spawn(serve_bodies(stream, plain_pattern.clone()));
+                        }
+                    };
+                    let serve_secure = async move {
+                        while let Ok((stream, _)) = secure.accept().await {
+                            let (acceptor, pattern) = (acceptor.clone(), pattern.clone());
+                            tokio::spawn(async move {
+                                if let Ok(stream) = acceptor.accept(stream).await {
+                                    serve_bodies(stream, pattern).await;
+                                }
+                            });
+                        }
+                    };
+                    tokio::select! {
+                        _ = stopped => {}
+                        () = serve_plain => {}
+                        () = serve_secure => {}
                     }
                 });
-            }
-        });
+            })?;
         Ok(Self {
             http,
             https,
             ca_pem: ca.cert_pem,
-            _tasks: [plain_task, secure_task],
+            _stop: stop,
         })
     }
 }
 
 /// One connection of the [`BodySite`]: requests until the client leaves.
-async fn serve_bodies(stream: impl tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin) {
+async fn serve_bodies(
+    stream: impl tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+    pattern: Pattern,
+) {
     use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
     let mut stream = BufReader::with_capacity(64 * 1024, stream);
     loop {
@@ -220,7 +282,7 @@ async fn serve_bodies(stream: impl tokio::io::AsyncRead + tokio::io::AsyncWrite 
             })
         };
         let path = head.split_whitespace().nth(1).unwrap_or("/").to_owned();
-        let mut checked = Checked::default();
+        let mut checked = pattern.checker();
         let mut chunk = vec![0; 64 * 1024];
         if header("transfer-encoding").is_some_and(|v| v.contains("chunked")) {
             loop {
@@ -262,22 +324,16 @@ async fn serve_bodies(stream: impl tokio::io::AsyncRead + tokio::io::AsyncWrite 
                 left -= n as u64;
             }
         }
-        let written = if let Some(n) = path
+        let written = if let Some(body) = path
             .strip_prefix("/bytes/")
             .and_then(|n| n.parse::<u64>().ok())
+            .and_then(|n| pattern.body(n))
         {
-            let head = format!("HTTP/1.1 200 OK\r\nContent-Length: {n}\r\n\r\n");
-            let mut result = stream.write_all(head.as_bytes()).await;
-            let mut at = 0;
-            while result.is_ok() && at < n {
-                let len = (n - at).min(chunk.len() as u64) as usize;
-                for (k, byte) in chunk[..len].iter_mut().enumerate() {
-                    *byte = pattern(at + k as u64);
-                }
-                result = stream.write_all(&chunk[..len]).await;
-                at += len as u64;
+            let head = format!("HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n", body.len());
+            match stream.write_all(head.as_bytes()).await {
+                Ok(()) => stream.write_all(body).await,
+                failed => failed,
             }
-            result
         } else {
             let wrong = checked
                 .first_wrong

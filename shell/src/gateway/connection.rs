@@ -33,6 +33,8 @@ use super::Gateway;
 use super::book::{Held, Leased};
 use super::counted::Counted;
 use super::exchange::{Answer, Exchange};
+use super::expect::{self, Asked};
+use super::linger::Lingering;
 use super::metrics::{Direction, Kind};
 use super::tunnel;
 use super::upstream::{self, Answerable, TunnelError};
@@ -85,7 +87,7 @@ impl LeaseHeaders {
 }
 
 /// A connection to an upstream, for forwarded requests.
-type Sender = client::SendRequest<Counted<Incoming>>;
+type Sender = client::SendRequest<Asked<Counted<Lingering>>>;
 
 /// Why a request got no answer from an upstream.
 enum Stop {
@@ -388,8 +390,13 @@ impl Connection {
                 .headers
                 .insert(header::PROXY_AUTHORIZATION, authorization.clone());
         }
-        let (body, upload) =
-            Counted::new(body, gateway.metrics.bytes(Direction::Upstream)).upload();
+        // Read to its end even if the upstream stops reading it: an early answer reaches
+        // the client (`linger`).
+        let (body, upload) = Counted::new(
+            Lingering::new(body),
+            gateway.metrics.bytes(Direction::Upstream),
+        )
+        .upload();
         let (uploaded, body_failed) = match upload {
             Some(upload) => (Some(upload.end), Some(upload.failed)),
             None => (None, None),
@@ -405,7 +412,10 @@ impl Connection {
         let sent = tokio::select! {
             // The answer first, as `tokio::time::timeout` polls: no random draw per request.
             biased;
-            sent = forwarding.sender.send_request(Request::from_parts(parts, body)) => Some(sent),
+            sent = forwarding.sender.send_request(expect::until_asked(
+                Request::from_parts(parts, body),
+                gateway.settings.continue_wait,
+            )) => Some(sent),
             () = answer_due => None,
         };
         let answer = match sent {

@@ -13,8 +13,12 @@
 //! - [`connection`]: one client connection: CONNECT, plain HTTP, `POST /v1/report`;
 //! - [`upstream`]: a connection to an upstream proxy, and a tunnel through it;
 //! - `tunnel`: a tunnel's bytes both ways, with the idle timeout;
+//! - `expect`: a request body held back until the upstream asks for it (`100 Continue`), and
+//!   `linger`: one the upstream stopped reading, read to its end, so that a site's early
+//!   answer reaches the client;
 //! - [`book`]: the lease book's client; [`tenants`]: the tenants' tokens;
-//! - [`metrics`]: the gateway's own registry; [`run`]: the subcommand's wiring.
+//! - [`metrics`]: the gateway's own registry; [`run`]: the subcommand's wiring;
+//!   `open_files`: its open-files limit, raised at start (two per client connection).
 //!
 //! Hardening, as the other servers have it ([`crate::server`]): a client must send a
 //! request's head within `--http-header-timeout-seconds` (also the idle limit between
@@ -33,7 +37,10 @@ pub mod book;
 pub mod connection;
 mod counted;
 mod exchange;
+mod expect;
+mod linger;
 pub mod metrics;
+mod open_files;
 pub mod run;
 pub mod tenants;
 mod tunnel;
@@ -72,6 +79,9 @@ pub struct Settings {
     pub idle_timeout: Duration,
     /// How long requests and tunnels may run on after SIGTERM.
     pub shutdown_grace: Duration,
+    /// How long the body of a request that expects `100 Continue` waits for the upstream's
+    /// (`expect`): curl's own wait.
+    pub continue_wait: Duration,
 }
 
 impl Default for Settings {
@@ -82,6 +92,7 @@ impl Default for Settings {
             connect_timeout: Duration::from_secs(5),
             idle_timeout: Duration::from_secs(300),
             shutdown_grace: Duration::from_secs(10),
+            continue_wait: Duration::from_secs(1),
         }
     }
 }

@@ -72,10 +72,14 @@ async fn gateway(args: GatewayArgs) -> anyhow::Result<()> {
         args.settings(),
         metrics.clone(),
     ));
+    let (open_files, failed) = super::open_files::raise();
+    if let Some(error) = failed {
+        tracing::warn!(%error, open_files, "could not raise the open-files limit to the hard limit: at most about half as many client connections fit");
+    }
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
         .map_err(|e| anyhow!("--listen {}: {e}", args.listen))?;
-    tracing::info!(addr = %listener.local_addr()?, discovery = args.discovery_url, tenants = tenants.len(), holder, "gateway listening");
+    tracing::info!(addr = %listener.local_addr()?, discovery = args.discovery_url, tenants = tenants.len(), holder, open_files, "gateway listening");
     let admin = tokio::net::TcpListener::bind(args.metrics_addr)
         .await
         .map_err(|e| anyhow!("--metrics-addr {}: {e}", args.metrics_addr))?;
