@@ -16,8 +16,10 @@ use crate::key::ProxyKey;
 pub enum UpstreamFailure {
     /// The TCP connection was refused, reset or unreachable.
     Connect,
-    /// No connection or no answer within the gateway's timeout.
-    Timeout,
+    /// No TCP connection within the gateway's connect timeout.
+    ConnectTimeout,
+    /// Connected, and no answer to the CONNECT within the connect timeout.
+    AnswerTimeout,
     /// The upstream answered 407: it refused the lease's credentials.
     Credentials,
     /// The upstream closed the connection before a whole answer.
@@ -29,7 +31,8 @@ impl UpstreamFailure {
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Connect => "connect",
-            Self::Timeout => "timeout",
+            Self::ConnectTimeout => "connect timeout",
+            Self::AnswerTimeout => "no answer in time",
             Self::Credentials => "credentials",
             Self::Closed => "closed",
         }
@@ -88,9 +91,12 @@ mod tests {
         assert_eq!(attempts.failed(a.clone(), UpstreamFailure::Connect), Ok(()));
         assert_eq!(attempts.avoid(), [a]);
         let refused = attempts
-            .failed(ProxyKey::new("crawl", "b"), UpstreamFailure::Timeout)
+            .failed(ProxyKey::new("crawl", "b"), UpstreamFailure::ConnectTimeout)
             .unwrap_err();
-        assert_eq!(refused, Refusal::UpstreamFailed(UpstreamFailure::Timeout));
+        assert_eq!(
+            refused,
+            Refusal::UpstreamFailed(UpstreamFailure::ConnectTimeout)
+        );
         assert_eq!(refused.status(), 502);
         assert_eq!(attempts.avoid().len(), 2);
     }

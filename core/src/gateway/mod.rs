@@ -18,14 +18,21 @@
 //! | one retry on another upstream, before any byte went to the client | [`Attempts`] |
 //! | what a plain-HTTP answer reports, and whether the connection keeps its upstream | [`feedback::after_answer`] |
 //! | the status, error code and `Retry-After` of every refusal | [`Refusal`] |
+//! | the lease's holder: the gateway's, or none for a session | [`LeaseAsk::holder`] |
+//! | whether a CONNECT names the gateway itself | [`target::Target::is_gateway`] |
+//! | how an exchange ended, and whom that speaks against | [`Outcome`] |
+//! | whether a lease's release is sent again, and when | [`release::ReleaseTries`] |
 
 mod attempts;
 pub mod credentials;
 pub mod feedback;
+pub mod outcome;
 mod refusal;
+pub mod release;
 pub mod target;
 pub mod username;
 
 pub use attempts::{Attempts, UpstreamFailure};
+pub use outcome::{Blame, Ending, Outcome, Side};
 pub use refusal::Refusal;
 pub use username::{Grammar, InvalidUsername, LeaseAsk, Options};

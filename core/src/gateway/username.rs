@@ -112,6 +112,16 @@ pub struct LeaseAsk {
     pub avoid: Vec<ProxyKey>,
 }
 
+impl LeaseAsk {
+    /// The holder the lease is asked under, for a gateway that names itself `gateway`: the
+    /// gateway's, so that `DELETE /v1/leases?holder=` ends what a gateway that died held;
+    /// none for a session's lease, which is the tenant's across connections and gateways
+    /// (another gateway may serve the session, and its TTL or a ban ends it).
+    pub fn holder<'a>(&self, gateway: &'a str) -> Option<&'a str> {
+        self.session.is_none().then_some(gateway)
+    }
+}
+
 impl Options {
     /// The lease request of a connection to `target` that avoids `avoid`.
     pub fn ask(&self, target: &str, avoid: &[ProxyKey]) -> LeaseAsk {
@@ -264,6 +274,20 @@ mod tests {
             Duration::from_secs(3600),
         )
         .unwrap()
+    }
+
+    #[test]
+    fn a_gateways_lease_names_the_gateway_a_sessions_does_not() {
+        let ask = |username| {
+            parse(username, &grammar())
+                .unwrap()
+                .ask("shop.example", &[])
+        };
+        assert_eq!(
+            ask("user-acme").holder("gateway:gw-0"),
+            Some("gateway:gw-0")
+        );
+        assert_eq!(ask("user-acme-session-s1").holder("gateway:gw-0"), None);
     }
 
     #[test]

@@ -59,12 +59,52 @@ pub struct Args {
     /// Seconds requests in flight and open tunnels may run on after SIGTERM.
     #[arg(long, default_value = "10", value_parser = duration::parse)]
     pub shutdown_grace_seconds: Duration,
+    /// The holder the gateway's leases name (sessions' excepted), unique to this gateway
+    /// and the same after a restart: at start it releases every lease of its holder, those
+    /// a predecessor that died left (default: `gateway:<host name>`, in a Pod its name).
+    #[arg(long, env = "GATEWAY_HOLDER")]
+    pub holder: Option<String>,
+    /// A name the gateway is reached by (its Service's DNS names): a CONNECT to it on the
+    /// proxy's or the admin port is refused, as one to its own addresses is. Repeat, or
+    /// separate by commas.
+    #[arg(long = "own-host", value_delimiter = ',')]
+    pub own_hosts: Vec<String>,
     /// Log line format (default: json, or text when standard output is a terminal).
     #[arg(long, env = "LOG_FORMAT", value_enum)]
     pub log_format: Option<LogFormat>,
 }
 
 impl Args {
+    /// `--holder`, checked, or `gateway:<host name>`.
+    pub fn holder(&self) -> anyhow::Result<String> {
+        let holder = match &self.holder {
+            Some(holder) => holder.clone(),
+            None => format!("gateway:{}", host_name()),
+        };
+        proxy_core::lease::checked_holder(&holder)
+            .map(str::to_owned)
+            .map_err(|e| anyhow!("--holder: {e}"))
+    }
+
+    /// Where the gateway can be reached: its two ports, their addresses when they are
+    /// specific, its host name and `--own-host`.
+    pub fn own_addresses(&self) -> proxy_core::gateway::target::OwnAddresses {
+        let mut own = proxy_core::gateway::target::OwnAddresses {
+            ports: [self.listen.port(), self.metrics_addr.port()].into(),
+            ..Default::default()
+        }
+        .with_host(&host_name());
+        for addr in [self.listen, self.metrics_addr] {
+            if !addr.ip().is_unspecified() {
+                own = own.with_host(&addr.ip().to_string());
+            }
+        }
+        for host in self.own_hosts.iter().filter(|h| !h.trim().is_empty()) {
+            own = own.with_host(host.trim());
+        }
+        own
+    }
+
     /// The username grammar: `--username-label` and `--max-lease-ttl-seconds`.
     pub fn grammar(&self) -> anyhow::Result<proxy_core::gateway::Grammar> {
         let labels = self
@@ -88,6 +128,7 @@ impl Args {
             connect_timeout: at_least_10ms(self.connect_timeout_seconds),
             idle_timeout: at_least_10ms(self.idle_timeout_seconds),
             shutdown_grace: at_least_10ms(self.shutdown_grace_seconds),
+            ..Settings::default()
         }
     }
 
@@ -100,6 +141,16 @@ impl Args {
             shutdown_grace: settings.shutdown_grace,
         }
     }
+}
+
+/// The host's name (a Pod's is its name): `HOSTNAME`, else the kernel's, else `gateway`.
+fn host_name() -> String {
+    std::env::var("HOSTNAME")
+        .ok()
+        .or_else(|| std::fs::read_to_string("/proc/sys/kernel/hostname").ok())
+        .map(|name| name.trim().to_ascii_lowercase())
+        .filter(|name| !name.is_empty())
+        .unwrap_or_else(|| "gateway".into())
 }
 
 #[cfg(test)]
@@ -145,5 +196,25 @@ mod tests {
         );
         let settings = gateway_args(&["--idle-timeout-seconds", "2m"]).settings();
         assert_eq!(settings.idle_timeout, Duration::from_secs(120));
+    }
+
+    #[test]
+    fn the_holder_is_checked_and_the_own_hosts_are_the_gateways() {
+        let args = gateway_args(&["--holder", "gateway:gw-0"]);
+        assert_eq!(args.holder().unwrap(), "gateway:gw-0");
+        assert!(gateway_args(&[]).holder().unwrap().starts_with("gateway:"));
+        let refused = gateway_args(&["--holder", "a b"]).holder();
+        assert!(refused.unwrap_err().to_string().starts_with("--holder: "));
+        let own = gateway_args(&[
+            "--listen",
+            "10.0.0.5:8080",
+            "--own-host",
+            "gw.proxy-operator,gw.proxy-operator.svc",
+        ])
+        .own_addresses();
+        assert_eq!(own.ports, [8080, 9090].into());
+        for host in ["10.0.0.5", "gw.proxy-operator", "gw.proxy-operator.svc"] {
+            assert!(own.hosts.contains(host), "{host}: {own:?}");
+        }
     }
 }

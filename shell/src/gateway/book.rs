@@ -5,30 +5,57 @@
 //! lease whichever replica a connection reaches.
 //!
 //! Connections to the API are pooled and kept alive, so a lease costs one HTTP exchange on
-//! an open connection. Releases are sent in the background (a connection's close never waits
-//! for one), and a stopping gateway waits for those in flight ([`Book::settle`]). A report of
-//! a ban on plain HTTP is awaited, so the client's next request already finds the session
-//! moved; an `error` report (statistics only) is sent in the background too.
+//! an open connection; an idle one is closed after [`POOL_IDLE`], before the API's own idle
+//! limit closes it (a request sent on a connection the API is closing at that moment is
+//! lost: the cause of the releases missing after a load, docs/gateway.md). A report of a ban
+//! on plain HTTP is awaited, so the client's next request already finds the session moved;
+//! an `error` report (statistics only) is sent in the background.
 //!
-//! A lease is a [`Pending`] until what releases it holds it (a tunnel, a connection's
-//! upstream): a client that hangs up while its upstream is being dialled drops the request's
-//! future, and the lease with it goes back to the book instead of counting against the
-//! proxy's `maxLeases` until its TTL.
+//! **No lease outlives what serves its client.** A lease is a [`Held`] from the moment the
+//! book grants it: released when dropped, whoever drops it and whenever (the client hung up
+//! while the book answered, while the upstream was dialled, in the middle of its tunnel or
+//! after it). The book's answer is awaited in a task of its own, so a client that hangs up
+//! while the book answers drops a future that is not the one holding the grant: the grant
+//! lands in that task, finds nobody, and is released. A release is sent in the background
+//! and sent again until the book answers, within the lease's TTL
+//! ([`proxy_core::gateway::release`]); a stopping gateway waits for those in flight, at most
+//! [`SETTLE`], then releases whatever it still holds at once, by holder ([`Book::settle`]).
+//!
+//! **The gateway's holder.** Every lease it takes outside a session names the gateway as its
+//! holder (`--holder`, by default `gateway:<host name>`, in a Pod its name). Before its first
+//! lease a gateway releases every lease of its holder (`DELETE /v1/leases?holder=`): those of
+//! a predecessor with the same name that died without releasing them (a container
+//! restarted after an OOM kill or a crash). Session leases carry none: they are the
+//! tenant's, across connections and gateways.
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use proxy_core::ProxyKey;
 use proxy_core::gateway::credentials::basic_header;
+use proxy_core::gateway::release::{Next, ReleaseTries, Released};
 use proxy_core::gateway::{LeaseAsk, Refusal};
 use proxy_core::lease::{NoMatch, ReportResult};
 use serde::Deserialize;
 use serde_json::{Value, json};
+use tokio::sync::OnceCell;
 use tokio_util::task::TaskTracker;
 
 use super::metrics::GatewayMetrics;
 
 /// How long one request to the lease book may take.
 const TIMEOUT: Duration = Duration::from_secs(5);
+
+/// How long a pooled connection to the book may sit idle: under the discovery API's idle
+/// limit (its `--http-header-timeout-seconds`, 10 s by default), so the gateway closes an
+/// idle connection before the API does, and never sends a request on one the API is
+/// closing at that moment.
+pub const POOL_IDLE: Duration = Duration::from_secs(4);
+
+/// How long a stopping gateway waits for its releases in flight before it releases the
+/// rest by holder: about a leadership failover, and with the shutdown grace (10 s) within
+/// a Pod's default termination grace of 30 s.
+pub const SETTLE: Duration = Duration::from_secs(15);
 
 /// A lease the book granted a connection: where to connect, and how to authenticate there.
 #[derive(Clone)]
@@ -45,6 +72,9 @@ pub struct Leased {
     pub authorization: Option<String>,
     /// The session (`<tenant>:<id>`), when the username named one.
     pub session: Option<String>,
+    /// When the book ends the lease by itself (its TTL from the grant, as this gateway
+    /// counts it): a release is not sent after it.
+    pub expires: Instant,
 }
 
 impl std::fmt::Debug for Leased {
@@ -57,32 +87,25 @@ impl std::fmt::Debug for Leased {
     }
 }
 
-/// A lease just granted, released when dropped unless [`kept`](Pending::keep).
+/// A lease held by what serves a client (a tunnel, a connection's upstream, or a request
+/// still dialling): released as it is dropped.
 #[derive(Debug)]
-pub struct Pending<'a> {
-    book: &'a Book,
+pub struct Held {
+    book: Book,
     leased: Leased,
-    kept: bool,
 }
 
-impl Pending<'_> {
-    /// The lease.
-    pub fn leased(&self) -> &Leased {
+impl std::ops::Deref for Held {
+    type Target = Leased;
+
+    fn deref(&self) -> &Leased {
         &self.leased
     }
-
-    /// The lease, now in the hands of what releases it.
-    pub fn keep(mut self) -> Leased {
-        self.kept = true;
-        self.leased.clone()
-    }
 }
 
-impl Drop for Pending<'_> {
+impl Drop for Held {
     fn drop(&mut self) {
-        if !self.kept {
-            self.book.release_later(&self.leased);
-        }
+        self.book.release_later(&self.leased);
     }
 }
 
@@ -92,7 +115,12 @@ pub struct Book {
     http: reqwest::Client,
     base: String,
     token: Option<String>,
-    /// The releases and reports in flight.
+    /// The holder of this gateway's leases.
+    holder: String,
+    /// Set once the leases of a predecessor of the same holder are released.
+    predecessor: Arc<OnceCell<()>>,
+    metrics: Arc<GatewayMetrics>,
+    /// The grants awaited, the releases and reports in flight.
     background: TaskTracker,
 }
 
@@ -102,6 +130,7 @@ struct Granted {
     #[serde(rename = "leaseID")]
     lease_id: String,
     proxy: GrantedProxy,
+    ttl_seconds: u64,
     #[serde(default)]
     moved: Option<Value>,
 }
@@ -120,12 +149,29 @@ struct GrantedProxy {
 
 impl Book {
     /// The lease book at `base` (`http://proxy-operator-discovery:8090`), with the
-    /// discovery API's bearer token.
-    pub fn new(base: &str, token: Option<String>) -> Self {
+    /// discovery API's bearer token; the gateway's leases name `holder`.
+    pub fn new(
+        base: &str,
+        token: Option<String>,
+        holder: String,
+        metrics: Arc<GatewayMetrics>,
+    ) -> Self {
+        Self::with_pool_idle(base, token, holder, metrics, POOL_IDLE)
+    }
+
+    /// [`new`](Self::new), with pooled connections closed after `pool_idle`: the tests' API
+    /// closes idle connections sooner than the real one's 10 s.
+    pub(crate) fn with_pool_idle(
+        base: &str,
+        token: Option<String>,
+        holder: String,
+        metrics: Arc<GatewayMetrics>,
+        pool_idle: Duration,
+    ) -> Self {
         let http = reqwest::Client::builder()
             .no_proxy()
             .timeout(TIMEOUT)
-            .pool_idle_timeout(Duration::from_secs(60))
+            .pool_idle_timeout(pool_idle)
             .tcp_nodelay(true)
             .build()
             .unwrap_or_default();
@@ -133,6 +179,9 @@ impl Book {
             http,
             base: base.trim_end_matches('/').to_owned(),
             token,
+            holder,
+            predecessor: Arc::default(),
+            metrics,
             background: TaskTracker::new(),
         }
     }
@@ -145,17 +194,71 @@ impl Book {
         }
     }
 
+    /// Releases the leases a predecessor of the same holder left, once, trying again until
+    /// the book answers: the gateway's first step, before its first lease request (which
+    /// would otherwise be released with them).
+    pub async fn release_predecessor(&self) {
+        let mut tries = ReleaseTries::default();
+        while self.released_predecessor().await.is_err() {
+            // Bounded only by the gateway's life: it serves nothing until the book answers.
+            let Next::RetryIn(wait) = tries.after(None, Duration::MAX) else {
+                return;
+            };
+            tokio::time::sleep(wait).await;
+        }
+    }
+
+    /// [`release_predecessor`](Self::release_predecessor) once, or the refusal the client
+    /// gets while the book cannot answer it.
+    async fn released_predecessor(&self) -> Result<(), Refusal> {
+        self.predecessor
+            .get_or_try_init(|| async {
+                let released = self.release_holder().await?;
+                if released > 0 {
+                    tracing::info!(
+                        holder = self.holder,
+                        released,
+                        "released the leases a predecessor of this gateway held"
+                    );
+                }
+                Ok(())
+            })
+            .await
+            .map(|_| ())
+    }
+
+    /// `DELETE /v1/leases?holder=`: every lease of this gateway's holder; how many.
+    async fn release_holder(&self) -> Result<u64, Refusal> {
+        let answer = self
+            .request(reqwest::Method::DELETE, "/v1/leases")
+            .query(&[("holder", &self.holder)])
+            .send()
+            .await
+            .map_err(|error| {
+                tracing::warn!(%error, url = %self.base, "the lease book did not answer a release by holder");
+                Refusal::BookUnavailable
+            })?;
+        let status = answer.status();
+        let body: Value = answer.json().await.unwrap_or_default();
+        if status.is_success() {
+            Ok(body["released"].as_u64().unwrap_or(0))
+        } else if status.is_server_error() {
+            Err(Refusal::BookUnavailable)
+        } else {
+            // No retry changes a refusal (a token the API refuses): serve on, and let the
+            // leases a predecessor left expire.
+            tracing::warn!(status = status.as_u16(), %body, holder = self.holder, "the lease book refused a release by holder");
+            Ok(0)
+        }
+    }
+
     /// A lease for `ask`: the session's, or a new one. A refusal the client understands when
     /// there is none: no proxy fits (503 with `Retry-After`), or the book cannot answer.
     ///
-    /// A grant whose answer is still on its way when the caller's future is dropped is not
-    /// released: it ends at its TTL.
-    pub async fn lease(
-        &self,
-        ask: &LeaseAsk,
-        metrics: &GatewayMetrics,
-    ) -> Result<Pending<'_>, Refusal> {
-        let started = Instant::now();
+    /// The book is asked in a task of its own: if the caller's future is dropped (its client
+    /// hung up) while the book answers, the grant is released as it lands.
+    pub async fn lease(&self, ask: &LeaseAsk) -> Result<Held, Refusal> {
+        self.released_predecessor().await?;
         let mut body = json!({
             "selector": ask.selector.terms().collect::<std::collections::BTreeMap<_, _>>(),
             "target": ask.target,
@@ -166,6 +269,9 @@ impl Book {
         if let Some(session) = &ask.session {
             body["session"] = json!(session.as_str());
         }
+        if let Some(holder) = ask.holder(&self.holder) {
+            body["holder"] = json!(holder);
+        }
         if !ask.avoid.is_empty() {
             body["avoid"] = json!(
                 ask.avoid
@@ -174,6 +280,17 @@ impl Book {
                     .collect::<Vec<_>>()
             );
         }
+        let session = ask.session.as_ref().map(|s| s.as_str().to_owned());
+        let book = self.clone();
+        self.background
+            .spawn(async move { book.grant(body, session).await })
+            .await
+            .unwrap_or(Err(Refusal::BookUnavailable))
+    }
+
+    /// `POST /v1/leases` with `body`, for `session`.
+    async fn grant(self, body: Value, session: Option<String>) -> Result<Held, Refusal> {
+        let started = Instant::now();
         let answer = self
             .request(reqwest::Method::POST, "/v1/leases")
             .json(&body)
@@ -191,15 +308,15 @@ impl Book {
             tracing::warn!(%error, "reading the lease book's answer");
             Refusal::BookUnavailable
         })?;
-        metrics.lease_took(started.elapsed().as_secs_f64());
+        self.metrics.lease_took(started.elapsed().as_secs_f64());
         match status {
             200 | 201 => {
                 let granted: Granted = serde_json::from_slice(&bytes).map_err(|error| {
                     tracing::warn!(%error, "the lease book's answer is not a lease");
                     Refusal::BookUnavailable
                 })?;
-                if ask.session.is_some() {
-                    metrics.session(match (status, &granted.moved) {
+                if session.is_some() {
+                    self.metrics.session(match (status, &granted.moved) {
                         (200, _) => "resumed",
                         (_, Some(_)) => "moved",
                         _ => "new",
@@ -215,13 +332,10 @@ impl Book {
                     },
                     host: proxy.host,
                     port: proxy.port,
-                    session: ask.session.as_ref().map(|s| s.as_str().to_owned()),
+                    session,
+                    expires: started + Duration::from_secs(granted.ttl_seconds),
                 };
-                Ok(Pending {
-                    book: self,
-                    leased,
-                    kept: false,
-                })
+                Ok(Held { book: self, leased })
             }
             409 => Err(Refusal::NoProxy(
                 serde_json::from_slice::<NoMatch>(&bytes).unwrap_or_default(),
@@ -238,22 +352,65 @@ impl Book {
         }
     }
 
-    /// Releases the lease `id` in the background. Sessions are never released by the
-    /// gateway: they last until their TTL or a ban.
-    pub fn release_later(&self, leased: &Leased) {
+    /// Releases `leased` in the background, sent again until the book answers
+    /// ([`proxy_core::gateway::release`]). Sessions are never released by the gateway: they
+    /// last until their TTL or a ban.
+    fn release_later(&self, leased: &Leased) {
         if leased.session.is_some() {
             return;
         }
-        let request = self.request(
-            reqwest::Method::DELETE,
-            &format!("/v1/leases/{}", leased.id),
-        );
-        let id = leased.id.clone();
+        let book = self.clone();
+        let (id, expires) = (leased.id.clone(), leased.expires);
         self.in_background(async move {
-            if let Err(error) = request.send().await {
-                tracing::debug!(%error, lease = id, "releasing a gateway lease failed; it expires by itself");
-            }
+            let released = book.release(&id, expires).await;
+            book.metrics.released(released);
         });
+    }
+
+    /// `DELETE /v1/leases/{id}` until the book answers, or the lease has expired.
+    async fn release(&self, id: &str, expires: Instant) -> Released {
+        let mut tries = ReleaseTries::default();
+        loop {
+            let answer = self
+                .request(reqwest::Method::DELETE, &format!("/v1/leases/{id}"))
+                .send()
+                .await;
+            let status = match &answer {
+                Ok(answer) => Some(answer.status().as_u16()),
+                Err(_) => None,
+            };
+            let left = expires.saturating_duration_since(Instant::now());
+            match tries.after(status, left) {
+                Next::Done(Released::Refused) => {
+                    tracing::warn!(?status, lease = id, "the lease book refused a release");
+                    return Released::Refused;
+                }
+                Next::Done(Released::Expired) => {
+                    tracing::warn!(
+                        ?status,
+                        lease = id,
+                        "the lease book did not answer a release before the lease's TTL: it expired there"
+                    );
+                    return Released::Expired;
+                }
+                Next::Done(done) => return done,
+                Next::RetryIn(wait) => {
+                    match answer {
+                        Ok(answer) => tracing::debug!(
+                            status = answer.status().as_u16(),
+                            lease = id,
+                            ?wait,
+                            "a release met no book: sending it again"
+                        ),
+                        Err(error) => {
+                            tracing::debug!(%error, lease = id, ?wait, "a release met no book: sending it again")
+                        }
+                    }
+                    self.metrics.release_retried();
+                    tokio::time::sleep(wait).await;
+                }
+            }
+        }
     }
 
     /// Reports `result` for `target` on `leased` (its session's lease ends on a ban); waits
@@ -290,12 +447,54 @@ impl Book {
         }
     }
 
-    /// Waits until the releases and reports in flight are sent (each is bounded by the
-    /// client's timeout): the last step of a gateway's shutdown, so that its leases go back
-    /// to the book rather than waiting out their TTL.
+    /// The last step of a gateway's shutdown: waits for the grants, releases and reports in
+    /// flight, at most [`SETTLE`], then releases whatever this gateway still holds by its
+    /// holder (a release still being retried, a grant whose answer is late), so that its
+    /// leases go back to the book rather than waiting out their TTL.
     pub async fn settle(&self) {
         self.background.close();
-        self.background.wait().await;
+        if tokio::time::timeout(SETTLE, self.background.wait())
+            .await
+            .is_err()
+        {
+            tracing::warn!(
+                in_flight = self.background.len(),
+                "lease book calls still in flight after the settle time: releasing by holder"
+            );
+        }
+        let until = tokio::time::Instant::now() + SETTLE;
+        let mut tries = ReleaseTries::default();
+        loop {
+            match self.release_holder().await {
+                Ok(released) => {
+                    if released > 0 {
+                        tracing::info!(
+                            released,
+                            holder = self.holder,
+                            "released by holder at shutdown"
+                        );
+                    }
+                    return;
+                }
+                Err(_) => {
+                    let left = until.saturating_duration_since(tokio::time::Instant::now());
+                    let Next::RetryIn(wait) = tries.after(None, left) else {
+                        tracing::warn!(
+                            holder = self.holder,
+                            "the lease book did not answer the release by holder at shutdown: the leases expire by themselves"
+                        );
+                        return;
+                    };
+                    tokio::time::sleep(wait).await;
+                }
+            }
+        }
+    }
+
+    /// How many calls to the book are in flight (grants, releases, reports).
+    #[cfg(test)]
+    pub(crate) fn in_flight(&self) -> usize {
+        self.background.len()
     }
 
     /// Relays a client's report on its session (`POST /v1/sessions/{name}/report`) with the

@@ -13,6 +13,7 @@
 //! moves. A tunnel holds its lease until it closes.
 
 use std::convert::Infallible;
+use std::net::IpAddr;
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -24,33 +25,40 @@ use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
 use proxy_core::gateway::feedback::after_answer;
 use proxy_core::gateway::target::Target;
-use proxy_core::gateway::{Attempts, Options, Refusal, UpstreamFailure, credentials, username};
+use proxy_core::gateway::{
+    Attempts, Ending, Options, Outcome, Refusal, UpstreamFailure, credentials, username,
+};
 
 use super::Gateway;
-use super::book::Leased;
+use super::book::{Held, Leased};
 use super::counted::Counted;
+use super::exchange::{Answer, Exchange};
+use super::expect::{self, Asked};
+use super::linger::Lingering;
 use super::metrics::{Direction, Kind};
 use super::tunnel;
-use super::upstream::{self, TunnelError};
+use super::upstream::{self, Answerable, TunnelError};
 
 /// The body of every answer: an upstream's, counted as it streams, or one the gateway wrote.
-pub type Body = Either<Counted<Incoming>, Full<Bytes>>;
+pub type Body = Either<Answer, Full<Bytes>>;
 
 /// The headers that tell a client which upstream served it.
 const UPSTREAM: HeaderName = HeaderName::from_static("x-proxy-upstream");
 const LEASE: HeaderName = HeaderName::from_static("x-proxy-lease");
 const SESSION: HeaderName = HeaderName::from_static("x-proxy-session");
 const ERROR: HeaderName = HeaderName::from_static("x-proxy-error");
+/// What squid puts on an answer of its own (an error page), never on a site's.
+const SQUID_ERROR: HeaderName = HeaderName::from_static("x-squid-error");
 
 /// The upstream of a plain-HTTP connection.
 struct Forwarding {
-    leased: Leased,
+    held: Held,
     /// The username it was leased for: a request with another one asks the book again.
     username: String,
     /// The site it was leased for: a request to another one asks the book again, which
     /// knows the cooldowns of that site.
     site: String,
-    sender: client::SendRequest<Counted<Incoming>>,
+    sender: Sender,
     /// The lease's headers, made once per lease rather than once per request.
     headers: LeaseHeaders,
 }
@@ -78,6 +86,23 @@ impl LeaseHeaders {
     }
 }
 
+/// A connection to an upstream, for forwarded requests.
+type Sender = client::SendRequest<Asked<Counted<Lingering>>>;
+
+/// Why a request got no answer from an upstream.
+enum Stop {
+    /// The gateway answers with this refusal.
+    Refused(Refusal),
+    /// The client left (its request's body broke off): nobody to answer.
+    ClientGone,
+}
+
+impl From<Refusal> for Stop {
+    fn from(refusal: Refusal) -> Self {
+        Self::Refused(refusal)
+    }
+}
+
 /// A request as the panic boundary names it (`GET http://site/page`): written out only if
 /// the request panicked.
 struct Described {
@@ -94,6 +119,8 @@ impl std::fmt::Display for Described {
 /// One client connection's state.
 pub struct Connection {
     gateway: Arc<Gateway>,
+    /// The address the client reached the gateway at: a CONNECT to it is the gateway's own.
+    local: IpAddr,
     upstream: tokio::sync::Mutex<Option<Forwarding>>,
 }
 
@@ -103,19 +130,13 @@ impl std::fmt::Debug for Connection {
     }
 }
 
-impl Drop for Connection {
-    fn drop(&mut self) {
-        if let Some(forwarding) = self.upstream.get_mut().take() {
-            self.gateway.book.release_later(&forwarding.leased);
-        }
-    }
-}
-
 impl Connection {
-    /// A new client connection of `gateway`.
-    pub fn new(gateway: Arc<Gateway>) -> Self {
+    /// A new client connection of `gateway`, which the client reached at `local`. Its
+    /// upstream's lease is released as it is dropped (the connection closed).
+    pub fn new(gateway: Arc<Gateway>, local: IpAddr) -> Self {
         Self {
             gateway,
+            local,
             upstream: tokio::sync::Mutex::new(None),
         }
     }
@@ -148,17 +169,48 @@ impl Connection {
     }
 
     async fn answer(&self, request: Request<Incoming>) -> Response<Body> {
-        let outcome = if request.method() == Method::CONNECT {
-            self.connect(request).await
-        } else if request.uri().scheme().is_some() {
-            self.forward(request).await
+        let metrics = &self.gateway.metrics;
+        if request.method() != Method::CONNECT && request.uri().scheme().is_none() {
+            return self.own(request).await.unwrap_or_else(|refusal| {
+                metrics.refused(&refusal);
+                refused(&refusal)
+            });
+        }
+        // Ended by a refusal here, by the tunnel or the answer's body, or as the client's if
+        // this future is dropped first (the client hung up).
+        let exchange = Exchange::new(metrics.clone());
+        let served = if request.method() == Method::CONNECT {
+            self.connect(request, &exchange).await
         } else {
-            self.own(request).await
+            self.forward(request, &exchange).await
         };
-        outcome.unwrap_or_else(|refusal| {
-            self.gateway.metrics.refused(&refusal);
-            refused(&refusal)
-        })
+        match served {
+            Ok(response) => response,
+            Err(Stop::Refused(refusal)) => {
+                exchange.end(Ending::Refused(&refusal));
+                metrics.refused(&refusal);
+                refused(&refusal)
+            }
+            Err(Stop::ClientGone) => {
+                exchange.end(Ending::ClientLeft);
+                refused(&Refusal::BadRequest("the request's body broke off".into()))
+            }
+        }
+    }
+
+    /// `failure` of an upstream before anything reached the client: the refusal if it was
+    /// the last try, else counted as its own exchange's ending and retried.
+    fn failed(
+        &self,
+        attempts: &mut Attempts,
+        failed: &Leased,
+        failure: UpstreamFailure,
+    ) -> Result<(), Refusal> {
+        tracing::debug!(proxy = %failed.proxy, failure = failure.as_str(), "upstream failed before anything reached the client");
+        attempts.failed(failed.proxy.clone(), failure)?;
+        self.gateway.metrics.ended(Outcome::of_failure(failure));
+        self.gateway.metrics.retried();
+        Ok(())
     }
 
     /// The options of the credentials in `headers[name]`, with the username as it was sent,
@@ -188,56 +240,68 @@ impl Connection {
     /// `CONNECT host:port`: a lease for the site, a tunnel through its proxy (one retry on
     /// another if it fails), `200` to the client, then the bytes both ways until either side
     /// closes or the tunnel idles.
-    async fn connect(&self, mut request: Request<Incoming>) -> Result<Response<Body>, Refusal> {
-        let authority = request
-            .uri()
-            .authority()
-            .map(|a| a.as_str())
-            .unwrap_or_default();
-        let target = Target::connect(authority).map_err(Refusal::BadRequest)?;
+    async fn connect(
+        &self,
+        mut request: Request<Incoming>,
+        exchange: &Exchange,
+    ) -> Result<Response<Body>, Stop> {
+        let target = Target::connect(&request.uri().to_string()).map_err(Refusal::BadRequest)?;
+        if target.is_gateway(&self.gateway.own, self.local) {
+            return Err(Refusal::BadRequest(format!(
+                "CONNECT {} is this gateway itself: a tunnel to it would come back here",
+                target.authority()
+            ))
+            .into());
+        }
         let (options, _) = self.authenticate(request.headers(), header::PROXY_AUTHORIZATION)?;
         let gateway = &self.gateway;
         let mut attempts = Attempts::default();
         // Each lease that does not become the tunnel's is released as it is dropped, also
         // when the client hangs up while its upstream is being dialled.
-        let (leased, stream, rest) = loop {
+        let (held, stream, rest) = loop {
             let ask = options.ask(&target.host, attempts.avoid());
-            let pending = gateway
+            let held = gateway
                 .book
-                .lease(&ask, &gateway.metrics)
+                .lease(&ask)
                 .await
                 .map_err(|refused| attempts.lease_refused(refused))?;
-            let leased = pending.leased();
-            match upstream::tunnel(leased, &target, gateway.settings.connect_timeout).await {
-                Ok((stream, rest)) => break (pending.keep(), stream, rest),
-                Err(TunnelError::Failed(failure)) => {
-                    tracing::debug!(proxy = %leased.proxy, failure = failure.as_str(), "upstream failed before the tunnel opened");
-                    attempts.failed(leased.proxy.clone(), failure)?;
-                    gateway.metrics.retried();
+            match upstream::tunnel(&held, &target, gateway.settings.connect_timeout).await {
+                Ok((stream, rest)) => break (held, stream, rest),
+                Err(TunnelError::Failed(failure)) => self.failed(&mut attempts, &held, failure)?,
+                Err(TunnelError::Refused(status)) => {
+                    return Err(Refusal::TunnelRefused(status).into());
                 }
-                Err(TunnelError::Refused(status)) => return Err(Refusal::TunnelRefused(status)),
             }
         };
         gateway.metrics.connection(Kind::Connect);
         gateway.metrics.request(Kind::Connect);
         let upgrade = hyper::upgrade::on(&mut request);
         let mut response = Response::new(Either::Right(Full::new(Bytes::new())));
-        served_by(response.headers_mut(), &leased);
-        let carrier = gateway.clone();
+        served_by(response.headers_mut(), &held);
+        let (carrier, exchange) = (gateway.clone(), exchange.clone());
         gateway.spawn_tunnel(async move {
-            let gateway = carrier;
-            match upgrade.await {
-                Ok(upgraded) => tunnel::carry(upgraded, stream, rest, &gateway).await,
-                Err(error) => tracing::debug!(%error, "the client left before its tunnel opened"),
-            }
-            gateway.book.release_later(&leased);
+            let ending = match upgrade.await {
+                Ok(upgraded) => Ending::TunnelEnded {
+                    broken: tunnel::carry(upgraded, stream, rest, &carrier).await,
+                },
+                Err(error) => {
+                    tracing::debug!(%error, "the client left before its tunnel opened");
+                    Ending::ClientLeft
+                }
+            };
+            exchange.end(ending);
+            drop(held);
         });
         Ok(response)
     }
 
     /// A plain-HTTP request: forwarded on the connection's upstream (opened, with one retry,
     /// when it has none), its answer reported when it says a ban, relayed as it streams.
-    async fn forward(&self, request: Request<Incoming>) -> Result<Response<Body>, Refusal> {
+    async fn forward(
+        &self,
+        request: Request<Incoming>,
+        exchange: &Exchange,
+    ) -> Result<Response<Body>, Stop> {
         let uri = request.uri();
         let target = Target::absolute(uri.scheme_str(), uri.authority().map(|a| a.as_str()))
             .map_err(Refusal::BadRequest)?;
@@ -258,7 +322,7 @@ impl Connection {
                     if forwarding.sender.ready().await.is_ok() {
                         break;
                     }
-                    match self.sender(&forwarding.leased).await {
+                    match self.sender(&forwarding.held).await {
                         Ok(sender) => {
                             forwarding.sender = sender;
                             break;
@@ -267,36 +331,33 @@ impl Connection {
                     }
                 }
                 _ => {
-                    let previous = slot.take();
-                    if let Some(old) = &previous {
-                        gateway.book.release_later(&old.leased);
-                    }
+                    // The previous lease is released (dropped) before the next is asked for;
+                    // its connection is kept in case the book answers the same proxy.
+                    let previous = slot.take().map(|old| (old.held.proxy.clone(), old.sender));
                     let ask = options.ask(&target.host, attempts.avoid());
-                    let pending = gateway
+                    let held = gateway
                         .book
-                        .lease(&ask, &gateway.metrics)
+                        .lease(&ask)
                         .await
                         .map_err(|refused| attempts.lease_refused(refused))?;
                     // The same proxy for another site keeps its open connection.
-                    let kept =
-                        match previous.filter(|old| old.leased.proxy == pending.leased().proxy) {
-                            Some(mut old) => old.sender.ready().await.is_ok().then_some(old.sender),
-                            None => None,
-                        };
+                    let kept = match previous.filter(|(proxy, _)| *proxy == held.proxy) {
+                        Some((_, mut sender)) => sender.ready().await.is_ok().then_some(sender),
+                        None => None,
+                    };
                     // The lease is released as it is dropped if the client hangs up while
                     // its upstream is dialled.
                     let opened = match kept {
                         Some(sender) => Ok(sender),
-                        None => self.sender(pending.leased()).await.inspect(|_| {
+                        None => self.sender(&held).await.inspect(|_| {
                             gateway.metrics.connection(Kind::Http);
                         }),
                     };
-                    let leased = pending.keep();
                     match opened {
                         Ok(sender) => {
                             *slot = Some(Forwarding {
-                                headers: LeaseHeaders::of(&leased),
-                                leased,
+                                headers: LeaseHeaders::of(&held),
+                                held,
                                 username: username.clone(),
                                 site: target.host.clone(),
                                 sender,
@@ -304,22 +365,19 @@ impl Connection {
                             break;
                         }
                         Err(failure) => {
-                            unopened = Some(leased);
+                            unopened = Some(held);
                             failure
                         }
                     }
                 }
             };
             // Only reached on a failure, before anything went to the client.
-            if let Some(failed) = slot.take().map(|old| old.leased).or(unopened) {
-                gateway.book.release_later(&failed);
-                tracing::debug!(proxy = %failed.proxy, failure = failure.as_str(), "upstream failed before the request was sent");
-                attempts.failed(failed.proxy.clone(), failure)?;
-                gateway.metrics.retried();
+            if let Some(failed) = slot.take().map(|old| old.held).or(unopened) {
+                self.failed(&mut attempts, &failed, failure)?;
             }
         }
         let Some(forwarding) = slot.as_mut() else {
-            return Err(Refusal::UpstreamFailed(UpstreamFailure::Closed));
+            return Err(Refusal::UpstreamFailed(UpstreamFailure::Closed).into());
         };
         let (mut parts, body) = request.into_parts();
         strip_hop_by_hop(&mut parts.headers);
@@ -336,8 +394,17 @@ impl Connection {
                 .headers
                 .insert(header::PROXY_AUTHORIZATION, authorization.clone());
         }
-        let (body, uploaded) =
-            Counted::new(body, gateway.metrics.bytes(Direction::Upstream)).with_end();
+        // Read to its end even if the upstream stops reading it: an early answer reaches
+        // the client (`linger`).
+        let (body, upload) = Counted::new(
+            Lingering::new(body),
+            gateway.metrics.bytes(Direction::Upstream),
+        )
+        .upload();
+        let (uploaded, body_failed) = match upload {
+            Some(upload) => (Some(upload.end), Some(upload.failed)),
+            None => (None, None),
+        };
         // The upstream has the request timeout to answer once it has the whole request: an
         // upload takes as long as it takes.
         let answer_due = async {
@@ -349,30 +416,37 @@ impl Connection {
         let sent = tokio::select! {
             // The answer first, as `tokio::time::timeout` polls: no random draw per request.
             biased;
-            sent = forwarding.sender.send_request(Request::from_parts(parts, body)) => Some(sent),
+            sent = forwarding.sender.send_request(expect::until_asked(
+                Request::from_parts(parts, body),
+                gateway.settings.continue_wait,
+            )) => Some(sent),
             () = answer_due => None,
         };
         let answer = match sent {
             Some(Ok(answer)) => answer,
             failed => {
-                if let Some(old) = slot.take() {
-                    gateway.book.release_later(&old.leased);
-                }
-                return Err(match failed {
-                    None => Refusal::UpstreamTimeout,
-                    Some(_) => Refusal::UpstreamFailed(UpstreamFailure::Closed),
+                // The upstream connection is done for: its lease is released.
+                slot.take();
+                // A body that broke off is the client's doing, whatever the upstream did.
+                return Err(match body_failed.as_ref().and_then(|failed| failed.get()) {
+                    Some(Outcome::ClientMalformed) => Refusal::BadRequest(
+                        "the request's body is malformed (a chunk size that is not one, a chunk without its line end)".into(),
+                    )
+                    .into(),
+                    Some(_) => Stop::ClientGone,
+                    None if failed.is_none() => Refusal::UpstreamTimeout.into(),
+                    None => Refusal::UpstreamFailed(UpstreamFailure::Closed).into(),
                 });
             }
         };
-        let leased = forwarding.leased.clone();
+        let leased = Leased::clone(&forwarding.held);
         let served = forwarding.headers.served_by.clone();
-        let feedback = after_answer(answer.status().as_u16());
+        let status = answer.status().as_u16();
+        let feedback = after_answer(status);
         if feedback.refused_credentials {
             // The request's body is gone: no retry; the next request leases again.
-            if let Some(old) = slot.take() {
-                gateway.book.release_later(&old.leased);
-            }
-            return Err(Refusal::UpstreamFailed(UpstreamFailure::Credentials));
+            slot.take();
+            return Err(Refusal::UpstreamFailed(UpstreamFailure::Credentials).into());
         }
         if let Some(result) = feedback.report {
             if feedback.report_awaited {
@@ -386,27 +460,24 @@ impl Connection {
                 _ => "error",
             });
         }
-        if feedback.lease_again
-            && let Some(old) = slot.take()
-        {
-            gateway.book.release_later(&old.leased);
+        if feedback.lease_again {
+            slot.take();
         }
         drop(slot);
         gateway.metrics.request(Kind::Http);
         let (mut parts, body) = answer.into_parts();
+        let proxy_error = parts.headers.contains_key(SQUID_ERROR);
         strip_hop_by_hop(&mut parts.headers);
         parts.headers.extend(served);
         let body = Counted::new(body, gateway.metrics.bytes(Direction::Downstream));
+        let body = Answer::new(body, exchange.clone(), status, proxy_error);
         Ok(Response::from_parts(parts, Either::Left(body)))
     }
 
     /// A connection to `leased`'s proxy, ready for requests.
-    async fn sender(
-        &self,
-        leased: &Leased,
-    ) -> Result<client::SendRequest<Counted<Incoming>>, UpstreamFailure> {
+    async fn sender(&self, leased: &Leased) -> Result<Sender, UpstreamFailure> {
         let stream = upstream::dial(leased, self.gateway.settings.connect_timeout).await?;
-        let (sender, connection) = client::handshake(TokioIo::new(stream))
+        let (sender, connection) = client::handshake(TokioIo::new(Answerable::new(stream)))
             .await
             .map_err(|_| UpstreamFailure::Closed)?;
         tokio::spawn(async move {

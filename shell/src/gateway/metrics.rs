@@ -17,7 +17,8 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
-use proxy_core::gateway::Refusal;
+use proxy_core::gateway::release::Released;
+use proxy_core::gateway::{Outcome, Refusal};
 
 use crate::runtime::admin::Scrape;
 use crate::runtime::metrics::Registry;
@@ -65,11 +66,16 @@ pub struct ClassLabels {
     pub class: &'static str,
 }
 
-/// A report sent to the lease book.
+/// A report sent to the lease book, or how a release ended.
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ResultLabels {
-    /// `rate_limited`, `blocked` or `error`.
+    /// `rate_limited`, `blocked` or `error`; `released`, `refused` or `expired`.
     pub result: &'static str,
+}
+
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct OutcomeLabels {
+    outcome: &'static str,
 }
 
 /// Every metric of one gateway process.
@@ -77,6 +83,7 @@ pub struct ResultLabels {
 pub struct GatewayMetrics {
     registry: Registry,
     connections: ByKind,
+    accepted: Counter,
     open: Gauge,
     requests: ByKind,
     upstream_bytes: Counter<u64, AtomicU64>,
@@ -85,6 +92,9 @@ pub struct GatewayMetrics {
     errors: Family<ClassLabels, Counter>,
     retries: Counter,
     reports: Family<ResultLabels, Counter>,
+    outcomes: Family<OutcomeLabels, Counter>,
+    releases: Family<ResultLabels, Counter>,
+    release_retries: Counter,
     lease_seconds: Histogram,
     panics: Panics,
 }
@@ -124,6 +134,12 @@ impl Default for GatewayMetrics {
             "gateway_connections",
             "Client requests that opened an upstream: CONNECT tunnels, and plain-HTTP connections",
             connections.clone(),
+        );
+        let accepted = Counter::default();
+        registry.register(
+            "gateway_accepted_connections",
+            "Client connections accepted",
+            accepted.clone(),
         );
         let open = Gauge::default();
         registry.register(
@@ -167,6 +183,24 @@ impl Default for GatewayMetrics {
             "Plain-HTTP answers reported to the lease book, by result",
             reports.clone(),
         );
+        let outcomes = Family::<OutcomeLabels, Counter>::default();
+        registry.register(
+            "gateway_outcomes",
+            "Exchanges (a request on one upstream, or refused before one) by how they ended: ok, client_gone, client_malformed, client_unauthorized, no_proxy, book_unavailable, upstream_unreachable, upstream_refused, destination_failed, timeout, interrupted (docs/gateway.md)",
+            outcomes.clone(),
+        );
+        let releases = Family::<ResultLabels, Counter>::default();
+        registry.register(
+            "gateway_lease_releases",
+            "Lease releases, by how they ended: released (the book answered), refused (a 4xx), expired (no answer within the lease's TTL)",
+            releases.clone(),
+        );
+        let release_retries = Counter::default();
+        registry.register(
+            "gateway_lease_release_retries",
+            "Releases sent again because the book did not answer (no connection, a 5xx during a failover)",
+            release_retries.clone(),
+        );
         let lease_seconds = Histogram::new(exponential_buckets(0.0005, 2.0, 14));
         registry.register(
             "gateway_lease_seconds",
@@ -182,10 +216,21 @@ impl Default for GatewayMetrics {
         for result in ["rate_limited", "blocked", "error"] {
             drop(reports.get_or_create(&ResultLabels { result }));
         }
+        for outcome in Outcome::ALL {
+            drop(outcomes.get_or_create(&OutcomeLabels {
+                outcome: outcome.as_str(),
+            }));
+        }
+        for result in Released::ALL {
+            drop(releases.get_or_create(&ResultLabels {
+                result: result.as_str(),
+            }));
+        }
         let direction = |direction| bytes.get_or_create(&DirectionLabels { direction }).clone();
         Self {
             registry: root,
             connections: ByKind::of(&connections),
+            accepted,
             open,
             requests: ByKind::of(&requests),
             upstream_bytes: direction("upstream"),
@@ -194,6 +239,9 @@ impl Default for GatewayMetrics {
             errors,
             retries,
             reports,
+            outcomes,
+            releases,
+            release_retries,
             lease_seconds,
             panics,
         }
@@ -211,7 +259,13 @@ impl GatewayMetrics {
         self.requests.of_kind(kind).inc();
     }
 
-    /// A client connection opened: closed when the returned guard drops.
+    /// A client connection was accepted: open until the returned guard drops.
+    pub fn accepted(&self) -> Open {
+        self.accepted.inc();
+        self.opened()
+    }
+
+    /// A client connection (or a tunnel) opened: closed when the returned guard drops.
     pub fn opened(&self) -> Open {
         self.open.inc();
         Open(self.open.clone())
@@ -247,6 +301,29 @@ impl GatewayMetrics {
     /// An answer was reported as `result`.
     pub fn reported(&self, result: &'static str) {
         self.reports.get_or_create(&ResultLabels { result }).inc();
+    }
+
+    /// An exchange ended with `outcome`.
+    pub fn ended(&self, outcome: Outcome) {
+        self.outcomes
+            .get_or_create(&OutcomeLabels {
+                outcome: outcome.as_str(),
+            })
+            .inc();
+    }
+
+    /// A lease's release ended as `released`.
+    pub fn released(&self, released: Released) {
+        self.releases
+            .get_or_create(&ResultLabels {
+                result: released.as_str(),
+            })
+            .inc();
+    }
+
+    /// A release was sent again.
+    pub fn release_retried(&self) {
+        self.release_retries.inc();
     }
 
     /// A lease took `seconds` to get.

@@ -13,9 +13,13 @@
 //! - [`connection`]: one client connection: CONNECT, plain HTTP, `POST /v1/report`;
 //! - [`upstream`]: a connection to an upstream proxy, and a tunnel through it;
 //! - `tunnel`: a tunnel's bytes both ways, with the idle timeout;
+//! - `expect`: a request body held back until the upstream asks for it (`100 Continue`), and
+//!   `linger`: one the upstream stopped reading, read to its end, so that a site's early
+//!   answer reaches the client;
 //! - [`book`]: the lease book's client; [`tenants`]: the tenants' tokens;
 //! - [`metrics`]: the gateway's own registry; [`run`](mod@run): the subcommand's wiring,
-//!   from its flags ([`Args`]).
+//!   from its flags ([`Args`]); `open_files`: its open-files limit, raised at start (two per
+//!   client connection).
 //!
 //! Hardening, as the other servers have it ([`crate::runtime::server`]): a client must send a
 //! request's head within `--http-header-timeout-seconds` (also the idle limit between
@@ -34,7 +38,11 @@ mod args;
 pub mod book;
 pub mod connection;
 mod counted;
+mod exchange;
+mod expect;
+mod linger;
 pub mod metrics;
+mod open_files;
 pub mod run;
 pub mod tenants;
 mod tunnel;
@@ -47,6 +55,7 @@ use std::time::Duration;
 use hyper::server::conn::http1;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use proxy_core::gateway::Grammar;
+use proxy_core::gateway::target::OwnAddresses;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinSet;
@@ -74,6 +83,9 @@ pub struct Settings {
     pub idle_timeout: Duration,
     /// How long requests and tunnels may run on after SIGTERM.
     pub shutdown_grace: Duration,
+    /// How long the body of a request that expects `100 Continue` waits for the upstream's
+    /// (`expect`): curl's own wait.
+    pub continue_wait: Duration,
 }
 
 impl Default for Settings {
@@ -84,6 +96,7 @@ impl Default for Settings {
             connect_timeout: Duration::from_secs(5),
             idle_timeout: Duration::from_secs(300),
             shutdown_grace: Duration::from_secs(10),
+            continue_wait: Duration::from_secs(1),
         }
     }
 }
@@ -97,6 +110,8 @@ pub struct Gateway {
     pub tenants: Tenants,
     /// The username's grammar.
     pub grammar: Grammar,
+    /// Where the gateway can be reached: a CONNECT there is refused.
+    pub own: OwnAddresses,
     /// The timeouts.
     pub settings: Settings,
     /// The metrics.
@@ -113,6 +128,7 @@ impl Gateway {
         book: Book,
         tenants: Tenants,
         grammar: Grammar,
+        own: OwnAddresses,
         settings: Settings,
         metrics: Arc<GatewayMetrics>,
     ) -> Self {
@@ -120,6 +136,7 @@ impl Gateway {
             book,
             tenants,
             grammar,
+            own,
             settings,
             metrics,
             tunnels: Mutex::default(),
@@ -172,10 +189,13 @@ pub async fn serve(
         };
         while connections.try_join_next().is_some() {}
         let _ = stream.set_nodelay(true);
-        let connection = Arc::new(Connection::new(gateway.clone()));
+        let local = stream
+            .local_addr()
+            .map_or(std::net::Ipv4Addr::UNSPECIFIED.into(), |addr| addr.ip());
+        let connection = Arc::new(Connection::new(gateway.clone(), local));
         let service = hyper::service::service_fn(move |request| connection.clone().serve(request));
         let mut draining = draining.clone();
-        let open = gateway.metrics.opened();
+        let open = gateway.metrics.accepted();
         connections.spawn(async move {
             let _open = open;
             let connection = http1::Builder::new()

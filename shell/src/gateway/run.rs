@@ -29,23 +29,41 @@ async fn gateway(args: Args) -> anyhow::Result<()> {
         tracing::warn!(dir = %args.tenants_dir.display(), "no tenant in --tenants-dir: every client gets 407 until one is added");
     }
     let grammar = args.grammar()?;
+    let holder = args.holder()?;
     if args.discovery_token.is_none() {
         tracing::warn!(
             "no DISCOVERY_TOKEN: the gateway asks the lease book without a token, which a protected discovery API refuses"
         );
     }
     let metrics = Arc::new(GatewayMetrics::default());
+    let book = Book::new(
+        &args.discovery_url,
+        args.discovery_token.clone(),
+        holder.clone(),
+        metrics.clone(),
+    );
+    // A predecessor's leases go back before this gateway's first (a client's first
+    // connection waits for it, if it comes first).
+    let predecessor = tokio::spawn({
+        let book = book.clone();
+        async move { book.release_predecessor().await }
+    });
     let gateway = Arc::new(Gateway::new(
-        Book::new(&args.discovery_url, args.discovery_token.clone()),
+        book,
         tenants.clone(),
         grammar,
+        args.own_addresses(),
         args.settings(),
         metrics.clone(),
     ));
+    let (open_files, failed) = super::open_files::raise();
+    if let Some(error) = failed {
+        tracing::warn!(%error, open_files, "could not raise the open-files limit to the hard limit: at most about half as many client connections fit");
+    }
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
         .map_err(|e| anyhow!("--listen {}: {e}", args.listen))?;
-    tracing::info!(addr = %listener.local_addr()?, discovery = args.discovery_url, tenants = tenants.len(), "gateway listening");
+    tracing::info!(addr = %listener.local_addr()?, discovery = args.discovery_url, tenants = tenants.len(), holder, open_files, "gateway listening");
     let admin = tokio::net::TcpListener::bind(args.metrics_addr)
         .await
         .map_err(|e| anyhow!("--metrics-addr {}: {e}", args.metrics_addr))?;
@@ -66,6 +84,7 @@ async fn gateway(args: Args) -> anyhow::Result<()> {
         stopped(signals.clone()),
     ));
     serve(gateway, listener, stopped(signals)).await;
+    predecessor.abort();
     reload.abort();
     admin.await?;
     tracing::info!("gateway stopped");

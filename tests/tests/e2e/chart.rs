@@ -859,6 +859,34 @@ async fn the_installed_charts_gateway_serves_a_client_through_a_ready_proxy() {
     let ports = [Port::reserve(), Port::reserve()];
     let listen = format!("127.0.0.1:{}", ports[0].number());
     let container = &pod.containers[0];
+    // The environment as kubelet makes it: the token from the Secret, the Pod's name.
+    let pod_name = format!("{name}-gateway-0");
+    let env: Vec<(String, String)> = container
+        .env
+        .clone()
+        .unwrap_or_default()
+        .into_iter()
+        .map(|var| {
+            let value = match (var.value, var.value_from) {
+                (Some(value), _) => value,
+                (None, Some(from)) if from.secret_key_ref.is_some() => installed.token.clone(),
+                (None, Some(from))
+                    if from.field_ref.as_ref().map(|f| f.field_path.as_str())
+                        == Some("metadata.name") =>
+                {
+                    pod_name.clone()
+                }
+                other => panic!("unexpected env {other:?}"),
+            };
+            (var.name, value)
+        })
+        .collect();
+    // kubelet expands `$(NAME)` in args from the container's environment.
+    let expand = |arg: String| {
+        env.iter().fold(arg, |arg, (name, value)| {
+            arg.replace(&format!("$({name})"), value)
+        })
+    };
     let args: Vec<String> = container
         .args
         .clone()
@@ -882,23 +910,13 @@ async fn the_installed_charts_gateway_serves_a_client_through_a_ready_proxy() {
                 format!("--discovery-url={}", installed.discovery)
             }
             Some(("--tenants-dir", _)) => format!("--tenants-dir={}", tenants.display()),
-            _ => arg,
+            _ => expand(arg),
         })
         .collect();
-    let env: Vec<(String, String)> = container
-        .env
-        .clone()
-        .unwrap_or_default()
-        .into_iter()
-        .map(|var| {
-            let value = match (var.value, var.value_from) {
-                (Some(value), _) => value,
-                (None, Some(from)) if from.secret_key_ref.is_some() => installed.token.clone(),
-                other => panic!("unexpected env {other:?}"),
-            };
-            (var.name, value)
-        })
-        .collect();
+    assert!(
+        args.contains(&format!("--holder=gateway:{pod_name}")),
+        "the gateway's leases name its Pod: {args:?}"
+    );
     let (user, group, fs_group) = run_as(&pod);
     let gateway_log = dir.join("gateway.log");
     let out = std::fs::File::create(&gateway_log).unwrap();
@@ -933,6 +951,19 @@ async fn the_installed_charts_gateway_serves_a_client_through_a_ready_proxy() {
                     upstream.as_ref().and_then(|v| v.to_str().ok()),
                     Some(format!("{}/via-gateway", installed.ns).as_str())
                 );
+                // The client's connection is still open (pooled): its lease names the Pod.
+                let _ = answer.bytes().await;
+                let held: Value = reqwest::Client::new()
+                    .get(format!("{}/v1/leases", installed.discovery))
+                    .query(&[("holder", format!("gateway:{pod_name}"))])
+                    .bearer_auth(&installed.token)
+                    .send()
+                    .await
+                    .unwrap()
+                    .json()
+                    .await
+                    .unwrap();
+                assert_eq!(held["count"], 1, "{held}\ngateway log:\n{}", show_gateway());
                 return;
             }
             Ok(answer) => {

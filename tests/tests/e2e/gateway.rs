@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use proxy_crd::Phase;
 use proxy_tests::bins;
-use proxy_tests::gateway::{Gateway, TENANT};
+use proxy_tests::gateway::{BodySite, Gateway, Pattern, TENANT};
 use proxy_tests::operator::{DISCOVERY_TOKEN, binary};
 use proxy_tests::probe_origin::HOST;
 use proxy_tests::run_dir::subdir;
@@ -63,9 +63,11 @@ async fn fleet_of(prefix: &str, members: &[Member], interval: u32) -> (Bed, Gate
         })
         .await;
     }
+    // The book lists them healthy within 10 s, or the bed is broken: fail, saying so.
     let http = reqwest::Client::new();
+    let mut listed = Value::Null;
     for _ in 0..100 {
-        let listed: Value = http
+        listed = http
             .get(format!(
                 "{}/v1/proxies?healthy=true",
                 bed.operator.discovery
@@ -82,6 +84,11 @@ async fn fleet_of(prefix: &str, members: &[Member], interval: u32) -> (Bed, Gate
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+    assert_eq!(
+        listed["count"],
+        members.len(),
+        "the book does not list the fleet healthy within 10 s: {listed}"
+    );
     let gateway = Gateway::start(binary(), &bed.ns, &bed.operator.discovery, &[]);
     (bed, gateway)
 }
@@ -235,7 +242,8 @@ async fn curl_fetches_through_the_gateway_and_a_session_keeps_its_upstream_until
     seen(&plain);
     assert!(plain.header("x-proxy-upstream").is_some(), "{}", plain.out);
 
-    // Bad credentials: 407 with the challenge, and nothing leased.
+    // Bad credentials: 407 with the challenge, and nothing leased: the book is not asked.
+    let asked = lease_requests(&gateway).await;
     for (username, password) in [
         ("user-acme", "wrong"),
         ("user-nobody", token),
@@ -278,6 +286,17 @@ async fn curl_fetches_through_the_gateway_and_a_session_keeps_its_upstream_until
         "{}",
         plain_refused.out
     );
+    assert_eq!(
+        lease_requests(&gateway).await,
+        asked,
+        "a refused client made the gateway ask the book for a lease"
+    );
+    let unauthorized = metric(
+        &gateway,
+        r#"proxy_operator_gateway_outcomes_total{outcome="client_unauthorized"}"#,
+    )
+    .await;
+    assert!(unauthorized >= 4, "{unauthorized} refused clients counted");
 
     // Inside a tunnel the gateway sees no status: the client reports a ban on its session
     // (to the gateway, with the same credentials), and the session moves.
@@ -375,14 +394,25 @@ async fn scrape(gateway: &Gateway) -> String {
         .unwrap()
 }
 
-/// What the gateway counted in `proxy_operator_gateway_upstream_retries_total`.
-async fn retries(gateway: &Gateway) -> u64 {
+/// The value of the gateway's metric `series` (`name{labels}`); fails if it has none.
+async fn metric(gateway: &Gateway, series: &str) -> u64 {
     let metrics = scrape(gateway).await;
     metrics
         .lines()
-        .find_map(|l| l.strip_prefix("proxy_operator_gateway_upstream_retries_total "))
-        .and_then(|n| n.trim().parse().ok())
-        .unwrap_or_else(|| panic!("no retries counter: {metrics}"))
+        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' '))
+        .and_then(|n| n.trim().parse::<f64>().ok())
+        .map(|n| n as u64)
+        .unwrap_or_else(|| panic!("no {series}: {metrics}"))
+}
+
+/// What the gateway counted in `proxy_operator_gateway_upstream_retries_total`.
+async fn retries(gateway: &Gateway) -> u64 {
+    metric(gateway, "proxy_operator_gateway_upstream_retries_total").await
+}
+
+/// How many lease requests the book answered the gateway.
+async fn lease_requests(gateway: &Gateway) -> u64 {
+    metric(gateway, "proxy_operator_gateway_lease_seconds_count").await
 }
 
 /// Kills the squid of proxy `name` at once: connections to it are refused from then on,
@@ -697,4 +727,221 @@ async fn playwright_chromium_fetches_through_the_gateway() {
             "{series}: {metrics}"
         );
     }
+}
+
+/// A file of the `pattern`'s first `len` bytes, written once per size.
+fn body_file(pattern: &Pattern, len: u64) -> PathBuf {
+    let file = subdir("gateway-bodies").join(format!("{len}.bin"));
+    if std::fs::metadata(&file).map(|m| m.len()).ok() != Some(len) {
+        std::fs::write(&file, pattern.body(len).unwrap()).unwrap();
+    }
+    file
+}
+
+/// Issue 52 through real squids: uploads and downloads of 1 MiB and 100 MiB reach the other
+/// end byte-exact, plain and tunnelled, without the gateway holding them; a site's early
+/// 413 to a 4 MiB upload reaches the client every time; a malformed chunked body is the
+/// client's 400 and moves no upstream counter.
+#[tokio::test]
+async fn bodies_of_any_size_and_early_answers_pass_through_real_squids() {
+    // Made before the bed starts: the probe origin runs on this test's runtime, and a probe
+    // it answers late marks a proxy unhealthy.
+    let pattern = Pattern::new(100 << 20);
+    let files: Vec<(u64, PathBuf)> = [1 << 20, 100 << 20, 4 << 20]
+        .into_iter()
+        .map(|len| (len, body_file(&pattern, len)))
+        .collect();
+    let (bed, gateway) = fleet("gw-bodies").await;
+    let site = BodySite::start(pattern.clone()).unwrap();
+    let ca = subdir(&format!("gateway-bodies-{}", bed.ns)).join("ca.pem");
+    std::fs::write(&ca, format!("{}{}", bed.origin.ca_pem, site.ca_pem)).unwrap();
+    let token = TENANT.1;
+    let rss = || proxy_tests::process_usage::resident_bytes(gateway.pid()).unwrap();
+    let before = rss();
+    // Uploads and downloads of 1 MiB and 100 MiB, plain and tunnelled: byte-exact both ways.
+    for (len, file) in &files[..2] {
+        let len = *len;
+        for base in [&site.http, &site.https] {
+            let data = format!("@{}", file.display());
+            let up = curl(
+                &gateway,
+                &ca,
+                "user-acme",
+                token,
+                &format!("{base}/upload"),
+                // At most 25 MB/s: squid 5.7 aborts an upload whose site reads slower than
+                // it arrives (see `Pattern`), and on this shared machine the site's thread
+                // can wait for a core; the gateway streams at any rate.
+                &["--data-binary", &data, "--limit-rate", "25M"],
+            )
+            .await;
+            assert_eq!(up.code, 0, "{}\n{}\n{}", up.out, up.err, gateway.log());
+            assert_eq!(
+                up.body(),
+                format!("{len} -"),
+                "{base}: the site got other bytes\n{}\ngateway log:\n{}",
+                up.out,
+                gateway.log()
+            );
+            let down = subdir(&format!("gateway-bodies-{}", bed.ns)).join("down.bin");
+            let got = curl(
+                &gateway,
+                &ca,
+                "user-acme",
+                token,
+                &format!("{base}/bytes/{len}"),
+                // The body alone in the file: not the heads `-i` would write there.
+                &["--no-include", "-o", down.to_str().unwrap()],
+            )
+            .await;
+            assert_eq!(got.code, 0, "{}\n{}", got.out, got.err);
+            let mut checked = pattern.checker();
+            checked.add(&std::fs::read(&down).unwrap());
+            assert_eq!(
+                (checked.len, checked.first_wrong),
+                (len, None),
+                "{base}: the client got other bytes"
+            );
+        }
+    }
+    // Streamed, not held: 400 MiB went through, the gateway grew by far less than a body.
+    let grown = rss().saturating_sub(before);
+    assert!(
+        grown < 32 << 20,
+        "the gateway grew by {} MiB carrying 100 MiB bodies",
+        grown >> 20
+    );
+
+    // A site that answers 413 at once to a 4 MiB upload, without reading it: its answer
+    // reaches the client every time, as it does straight through squid.
+    let data = format!("@{}", files[2].1.display());
+    let refused = bed.origin.http_url("/status/413");
+    let mut statuses = Vec::new();
+    for _ in 0..20 {
+        let answered = curl(
+            &gateway,
+            &ca,
+            "user-acme",
+            token,
+            &refused,
+            &[
+                "--data-binary",
+                &data,
+                "-o",
+                "/dev/null",
+                "-w",
+                "%{http_code}",
+            ],
+        )
+        .await;
+        statuses.push(match answered.code {
+            0 => answered.out.trim().to_owned(),
+            code => format!(
+                "{} (curl {code}: {})",
+                answered.out.trim(),
+                answered.err.trim()
+            ),
+        });
+    }
+    assert!(
+        statuses.iter().all(|s| s == "413"),
+        "{statuses:?}\ngateway log:\n{}",
+        gateway.log()
+    );
+
+    // A malformed chunked body is the client's: 400, and no upstream counter moves.
+    let failed = |g| async move {
+        (
+            metric(
+                g,
+                r#"proxy_operator_gateway_errors_total{class="upstream_failed"}"#,
+            )
+            .await,
+            retries(g).await,
+            metric(
+                g,
+                r#"proxy_operator_gateway_outcomes_total{outcome="upstream_unreachable"}"#,
+            )
+            .await,
+        )
+    };
+    let upstream_before = failed(&gateway).await;
+    let malformed_before = metric(
+        &gateway,
+        r#"proxy_operator_gateway_outcomes_total{outcome="client_malformed"}"#,
+    )
+    .await;
+    let mut client = tokio::net::TcpStream::connect(&gateway.addr).await.unwrap();
+    let credentials = proxy_core::gateway::credentials::basic_header("user-acme", token);
+    let request = format!(
+        "POST {}/upload HTTP/1.1\r\nHost: x\r\nProxy-Authorization: {credentials}\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\nzz\r\nworld\r\n0\r\n\r\n",
+        site.http
+    );
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    client.write_all(request.as_bytes()).await.unwrap();
+    let mut answer = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(10), client.read_to_end(&mut answer)).await;
+    let answer = String::from_utf8_lossy(&answer);
+    assert!(answer.starts_with("HTTP/1.1 400 "), "{answer}");
+    assert_eq!(failed(&gateway).await, upstream_before);
+    assert_eq!(
+        metric(
+            &gateway,
+            r#"proxy_operator_gateway_outcomes_total{outcome="client_malformed"}"#,
+        )
+        .await,
+        malformed_before + 1
+    );
+}
+
+/// The gateway raises its open-files limit to the hard one, as a container started with
+/// containerd 2's 1024 soft limit needs for more than about 500 connections: started under
+/// `prlimit` (util-linux) with 1024 soft and 8192 hard, it runs with 8192.
+#[tokio::test]
+async fn the_gateway_raises_its_open_files_limit_to_the_hard_one() {
+    let dir = subdir("gateway-open-files");
+    let (listen, metrics) = (
+        proxy_tests::ports::Port::reserve(),
+        proxy_tests::ports::Port::reserve(),
+    );
+    let tenants = dir.join("tenants");
+    std::fs::create_dir_all(&tenants).unwrap();
+    let log = std::fs::File::create(dir.join("gateway.log")).unwrap();
+    let mut gateway = std::process::Command::new("prlimit")
+        .args(["--nofile=1024:8192", "--"])
+        .arg(binary())
+        .arg("gateway")
+        .args(["--listen", &format!("127.0.0.1:{}", listen.number())])
+        .args(["--metrics-addr", &format!("127.0.0.1:{}", metrics.number())])
+        // No book answers there: the gateway starts all the same.
+        .args(["--discovery-url", "http://127.0.0.1:9"])
+        .arg("--tenants-dir")
+        .arg(&tenants)
+        .stdin(Stdio::null())
+        .stdout(log.try_clone().unwrap())
+        .stderr(log)
+        .spawn()
+        .expect("run prlimit (util-linux)");
+    let limits = format!("/proc/{}/limits", gateway.id());
+    let mut seen = String::new();
+    for _ in 0..100 {
+        if std::net::TcpStream::connect(("127.0.0.1", listen.number())).is_ok() {
+            seen = std::fs::read_to_string(&limits).unwrap_or_default();
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let _ = gateway.kill();
+    let _ = gateway.wait();
+    let open_files = seen
+        .lines()
+        .find(|line| line.starts_with("Max open files"))
+        .map(|line| line.split_whitespace().collect::<Vec<_>>())
+        .unwrap_or_else(|| {
+            panic!(
+                "the gateway did not listen, or has no limits: {seen}\n{}",
+                std::fs::read_to_string(dir.join("gateway.log")).unwrap_or_default()
+            )
+        });
+    assert_eq!(open_files[3..5], ["8192", "8192"], "{seen}");
 }

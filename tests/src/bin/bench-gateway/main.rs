@@ -60,6 +60,8 @@ use proxy_tests::squid::{Squid, next_loopback_addr};
 use tokio::io::{AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{TcpListener, TcpStream};
 
+mod memory;
+
 const SQUIDS: usize = 4;
 const TOKEN: &str = "bench";
 const TENANT_TOKEN: &str = "bench-tenant-token";
@@ -157,13 +159,17 @@ fn main() -> anyhow::Result<()> {
         std::process::exit(2);
     });
     let mut args = std::env::args().skip(1);
-    if args.next().as_deref() == Some("relay") {
+    let first = args.next();
+    if first.as_deref() == Some("relay") {
         return relay(args);
     }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()?;
+    if first.as_deref() == Some("memory") {
+        return runtime.block_on(memory::run());
+    }
     runtime.block_on(bench())
 }
 
@@ -191,18 +197,8 @@ async fn bench() -> anyhow::Result<()> {
     let delay = Duration::from_millis(env_or("BENCH_ORIGIN_DELAY_MS", 0));
     let origin = origin(delay).await?;
     let dir = subdir("bench-gateway");
-    let hosts = dir.join("hosts");
-    std::fs::write(&hosts, "127.0.0.1 origin.test\n")?;
-    let mut squids = Vec::new();
-    for i in 0..SQUIDS {
-        let addr = next_loopback_addr();
-        squids.push(Squid::start(&format!("bench-gw-{i}"), addr, 3128, &hosts)?);
-    }
-    let squid_addrs: Vec<SocketAddr> = squids
-        .iter()
-        .map(|s| SocketAddr::from((s.addr, s.port)))
-        .collect();
-    let discovery = discovery_api(&squid_addrs).await?;
+    let (squids, squid_addrs) = start_squids(&dir)?;
+    let (discovery, _) = discovery_api(&squid_addrs).await?;
     let ports = [
         Port::reserve(),
         Port::reserve(),
@@ -214,7 +210,13 @@ async fn bench() -> anyhow::Result<()> {
         .map(|p| SocketAddr::from((Ipv4Addr::LOCALHOST, p.number())));
     let mut children = vec![(
         Path::Gateway,
-        start_gateway(&dir, &discovery, gateway_addr, release_binary(), "gateway")?,
+        start_gateway(
+            &dir,
+            &discovery,
+            gateway_addr,
+            release_binary(),
+            ("gateway", &[]),
+        )?,
     )];
     let baseline = std::env::var_os("BENCH_BASELINE_BINARY").map(std::path::PathBuf::from);
     if let Some(binary) = &baseline {
@@ -222,7 +224,7 @@ async fn bench() -> anyhow::Result<()> {
             "bench-gateway: the baseline gateway is {}",
             binary.display()
         );
-        let child = start_gateway(&dir, &discovery, baseline_addr, binary, "baseline")?;
+        let child = start_gateway(&dir, &discovery, baseline_addr, binary, ("baseline", &[]))?;
         children.push((Path::Baseline, child));
     }
     children.push((Path::Glider, start_glider(&dir, glider_addr, &squid_addrs)?));
@@ -393,8 +395,25 @@ async fn read_head(stream: &mut BufReader<TcpStream>, head: &mut Vec<u8>) -> std
     }
 }
 
-/// The discovery API in this process, its lease book holding the squids; its base URL.
-async fn discovery_api(squids: &[SocketAddr]) -> anyhow::Result<String> {
+/// [`SQUIDS`] real squids on addresses of their own, and those addresses.
+fn start_squids(dir: &std::path::Path) -> anyhow::Result<(Vec<Squid>, Vec<SocketAddr>)> {
+    let hosts = dir.join("hosts");
+    std::fs::write(&hosts, "127.0.0.1 origin.test\n")?;
+    let mut squids = Vec::new();
+    for i in 0..SQUIDS {
+        let addr = next_loopback_addr();
+        squids.push(Squid::start(&format!("bench-gw-{i}"), addr, 3128, &hosts)?);
+    }
+    let addrs = squids
+        .iter()
+        .map(|s| SocketAddr::from((s.addr, s.port)))
+        .collect();
+    Ok((squids, addrs))
+}
+
+/// The discovery API in this process, its lease book holding the squids; its base URL, and
+/// the book.
+async fn discovery_api(squids: &[SocketAddr]) -> anyhow::Result<(String, Arc<Discovery>)> {
     let discovery = Arc::new(Discovery::new(
         Some(TOKEN),
         LeaseConfig::default(),
@@ -405,7 +424,7 @@ async fn discovery_api(squids: &[SocketAddr]) -> anyhow::Result<String> {
         labels: [("geo".to_owned(), "eu".to_owned())].into(),
         healthy: true,
         latency_ms: 1,
-        max_leases: 10_000,
+        max_leases: 100_000,
         host: addr.ip().to_string(),
         port: addr.port(),
         shared_egress: false,
@@ -413,21 +432,22 @@ async fn discovery_api(squids: &[SocketAddr]) -> anyhow::Result<String> {
     let listener = TcpListener::bind("127.0.0.1:0").await?;
     let url = format!("http://{}", listener.local_addr()?);
     tokio::spawn(discovery::serve(
-        discovery,
+        discovery.clone(),
         listener,
         proxy_operator::runtime::server::Settings::default(),
         std::future::pending(),
     ));
-    Ok(url)
+    Ok((url, discovery))
 }
 
-/// `binary`'s gateway on `addr`, logging to `<name>.log`.
+/// `binary`'s gateway on `addr` with `env` added to its environment, logging to
+/// `<name>.log`.
 fn start_gateway(
     dir: &std::path::Path,
     discovery: &str,
     addr: SocketAddr,
     binary: &std::path::Path,
-    name: &str,
+    (name, env): (&str, &[(&str, &str)]),
 ) -> anyhow::Result<std::process::Child> {
     let tenants = dir.join("tenants");
     std::fs::create_dir_all(&tenants)?;
@@ -446,6 +466,7 @@ fn start_gateway(
             "RUST_LOG",
             proxy_operator::runtime::telemetry::DEFAULT_FILTER,
         )
+        .envs(env.iter().copied())
         .stdin(std::process::Stdio::null())
         .stdout(log.try_clone()?)
         .stderr(log)
@@ -690,28 +711,38 @@ async fn open(
     mode: Mode,
     i: usize,
 ) -> anyhow::Result<(BufReader<TcpStream>, String)> {
-    let stream = TcpStream::connect(bed.address(path, i)?).await?;
+    let gateway = matches!(path, Path::Gateway | Path::Baseline);
+    open_at(bed.address(path, i)?, gateway, mode, bed.origin)
+        .await
+        .map_err(|e| anyhow::anyhow!("{}: {e}", path.name()))
+}
+
+/// A connection to the proxy at `proxy` (a gateway, which takes the tenant's credentials,
+/// if `gateway`), ready for requests to `origin`, and the request to send on it.
+async fn open_at(
+    proxy: SocketAddr,
+    gateway: bool,
+    mode: Mode,
+    origin: SocketAddr,
+) -> anyhow::Result<(BufReader<TcpStream>, String)> {
+    let stream = TcpStream::connect(proxy).await?;
     stream.set_nodelay(true)?;
     let mut stream = BufReader::new(stream);
-    let auth = match path {
-        Path::Gateway | Path::Baseline => format!(
+    let auth = if gateway {
+        format!(
             "Proxy-Authorization: {}\r\n",
             basic_header("user-bench", TENANT_TOKEN)
-        ),
-        _ => String::new(),
+        )
+    } else {
+        String::new()
     };
-    let origin = bed.origin;
     let request = match mode {
         Mode::Http => format!("GET http://{origin}/page HTTP/1.1\r\nHost: {origin}\r\n{auth}\r\n"),
         Mode::Connect => {
             let connect = format!("CONNECT {origin} HTTP/1.1\r\nHost: {origin}\r\n{auth}\r\n");
             stream.get_mut().write_all(connect.as_bytes()).await?;
             let (status, _) = read_answer(&mut stream, false).await?;
-            anyhow::ensure!(
-                status == 200,
-                "CONNECT through {} answered {status}",
-                path.name()
-            );
+            anyhow::ensure!(status == 200, "CONNECT answered {status}");
             format!("GET /page HTTP/1.1\r\nHost: {origin}\r\n\r\n")
         }
     };
