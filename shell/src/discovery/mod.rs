@@ -208,7 +208,7 @@ impl Discovery {
     }
 
     /// Active leases in the book of this replica while it owns the book (0 otherwise: a
-    /// follower's book is not the fleet's), for metrics.
+    /// follower's book is not the fleet's), for metrics; the book ends what is due first.
     pub fn active_leases(&self) -> usize {
         self.owned_count(LeaseBook::active_total)
     }
@@ -218,11 +218,11 @@ impl Discovery {
         self.owned_count(LeaseBook::retained_total)
     }
 
-    /// `count` of the book while this replica owns it, else 0.
-    fn owned_count(&self, count: fn(&LeaseBook) -> usize) -> usize {
-        let shared = self.shared();
+    /// `count` of the book as of now while this replica owns it, else 0.
+    fn owned_count(&self, count: fn(&mut LeaseBook, jiff::Timestamp) -> usize) -> usize {
+        let mut shared = self.shared();
         match shared.standing {
-            Standing::Owner => count(&shared.book),
+            Standing::Owner => count(&mut shared.book, jiff::Timestamp::now()),
             _ => 0,
         }
     }
@@ -232,11 +232,12 @@ impl Discovery {
         self.shared().standing == Standing::Owner
     }
 
-    /// The active leases of the proxy `key` while this replica owns the book (`None`
-    /// otherwise), for the pool that drains it or scales on demand.
+    /// The active leases of the proxy `key` as of now while this replica owns the book
+    /// (`None` otherwise), for the pool that drains it or scales on demand.
     pub fn leases_of(&self, key: &ProxyKey) -> Option<u32> {
-        let shared = self.shared();
-        (shared.standing == Standing::Owner).then(|| shared.book.active_leases(key))
+        let mut shared = self.shared();
+        let now = jiff::Timestamp::now();
+        (shared.standing == Standing::Owner).then(|| shared.book.active_leases(key, now))
     }
 
     /// How many distinct sites blocked the proxy `key` within the site window, judged against
@@ -251,15 +252,16 @@ impl Discovery {
         })
     }
 
-    /// The active leases of each of `proxies` (a page, in key order), read from the book
-    /// a chunk at a time, so that a long listing never holds its lock for long.
+    /// The active leases of each of `proxies` (a page, in key order) as of now, read from
+    /// the book a chunk at a time, so that a long listing never holds its lock for long.
     fn active_leases_of(&self, proxies: &[&ProxyView]) -> Vec<u32> {
         /// Proxies read per hold of the lock: a few microseconds each time.
         const CHUNK: usize = 256;
+        let now = jiff::Timestamp::now();
         let mut active = Vec::with_capacity(proxies.len());
         for chunk in proxies.chunks(CHUNK) {
             let keys = chunk.iter().map(|p| &p.key);
-            active.extend(self.shared().book.active_leases_in_order(keys));
+            active.extend(self.shared().book.active_leases_in_order(keys, now));
         }
         active
     }

@@ -219,7 +219,7 @@ async fn take_over(discovery: &Discovery, store: &Store) {
     shared.journal.changed(now);
     shared.standing = Standing::Owner;
     tracing::info!(
-        active = shared.book.active_total(),
+        active = shared.book.active_total(now),
         "leading: the lease book is this replica's"
     );
 }
