@@ -235,9 +235,9 @@ pub struct RunArgs {
     #[arg(long, default_value = "1800", value_parser = duration::parse)]
     pub blocked_cooldown_seconds: Duration,
     /// The most ended leases the lease book keeps at once for late reports (each about 600
-    /// bytes). An ended lease is kept for the longest cooldown, unless this many ended
-    /// after it: then a report on it answers 404 `unknown_lease`. The default keeps every
-    /// lease of the retention window up to 5.5 leases a second.
+    /// bytes). An ended lease is kept for the longest cooldown, and at least 15 minutes,
+    /// unless this many ended after it: then a report on it answers 404 `unknown_lease`.
+    /// The default keeps every lease of the retention window up to 5.5 leases a second.
     #[arg(long, default_value_t = proxy_core::lease::DEFAULT_MAX_RETAINED)]
     pub max_retained_leases: usize,
     /// Seconds between two rounds of provider health checks (each provider's

@@ -223,13 +223,21 @@ impl Default for LeaseConfig {
 
 impl LeaseConfig {
     /// How long a lease is kept after it expired or was released, so that a late report
-    /// still lands: the longest cooldown (30 minutes by default, the `blocked` one). A
+    /// still lands: the longest cooldown (30 minutes by default, the `blocked` one), and at
+    /// least as long as the book remembers report IDs ([`REPORT_ID_MEMORY`], 15 minutes). A
     /// report matters for as long as the cooldown it starts could last, and a site often
-    /// shows its rate limit or block only after the crawler is done with the proxy.
+    /// shows its rate limit or block only after the crawler is done with the proxy; and a
+    /// crawler sends a report late when the API was away (it sends a penalty's report until
+    /// it lands) or sends it again when an answer was lost, which must land, and count once,
+    /// whatever the cooldowns: with cooldowns of 10 s, a report held up by an API outage of
+    /// 20 s would otherwise find its lease forgotten.
+    ///
+    /// [`REPORT_ID_MEMORY`]: super::REPORT_ID_MEMORY
     pub fn retention(&self) -> Duration {
         self.rate_limited_cooldown
             .max(self.blocked_cooldown)
             .max(self.error_cooldown)
+            .max(super::REPORT_ID_MEMORY)
     }
 
     /// How long `result` keeps a proxy away from a target; zero means not at all.

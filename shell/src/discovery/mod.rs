@@ -97,6 +97,11 @@ pub struct Discovery {
     /// The lease requests lately refused for want of a proxy, for the pools that grow on
     /// demand.
     pub refusals: refusals::Refusals,
+    /// Whether the fleet was given at least once ([`Discovery::replace_fleet`]): the sync
+    /// gives it only once the Proxy cache has listed, and a replica takes the book over only
+    /// then ([`ownership`]), so that no report lands uncounted (site statistics count for
+    /// proxies the book holds) and no lease is refused for proxies the cache has not shown yet.
+    fleet_given: std::sync::atomic::AtomicBool,
 }
 
 /// What one lock guards: the book, what of it is saved, and who owns it. One lock, so that
@@ -173,6 +178,7 @@ impl Discovery {
             snapshot: Mutex::default(),
             forgotten: Mutex::default(),
             refusals: refusals::Refusals::default(),
+            fleet_given: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -268,10 +274,19 @@ impl Discovery {
 
     /// Keeps the book in line with the proxies of `store`, and the credentials the lease
     /// answer carries with `credentials`, until the task is dropped.
-    pub async fn sync(self: Arc<Self>, store: Store<Proxy>, credentials: CredentialsCache) {
+    /// The first sync waits until `listed` says the cache completed its first list.
+    pub async fn sync(
+        self: Arc<Self>,
+        store: Store<Proxy>,
+        credentials: CredentialsCache,
+        listed: Arc<dyn Fn() -> bool + Send + Sync>,
+    ) {
         let mut tick = tokio::time::interval(SYNC_INTERVAL);
         loop {
             tick.tick().await;
+            if !listed() {
+                continue;
+            }
             let proxies = store.state();
             self.replace_credentials(proxies.iter().filter_map(|proxy| {
                 credentials
@@ -310,6 +325,13 @@ impl Discovery {
             }
         }
         *crate::locks::lock(&self.snapshot) = next;
+        self.fleet_given
+            .store(true, std::sync::atomic::Ordering::Release);
+    }
+
+    /// Whether the fleet was given at least once (see `fleet_given`).
+    pub fn fleet_given(&self) -> bool {
+        self.fleet_given.load(std::sync::atomic::Ordering::Acquire)
     }
 
     /// The fleet as the last sync saw it.
