@@ -366,12 +366,12 @@ fn distinct_egress_leaves_the_shared_proxies_out_of_leases_and_listings() {
         key("alone")
     );
     let listed: Vec<ProxyKey> = book
-        .list_distinct(&selector, true, true)
+        .list_distinct(&selector, true, true, now)
         .into_iter()
         .map(|listed| listed.proxy.key.clone())
         .collect();
     assert_eq!(listed, [key("alone")]);
-    assert_eq!(book.list_distinct(&selector, true, false).len(), 3);
+    assert_eq!(book.list_distinct(&selector, true, false, now).len(), 3);
     // Only shared proxies left: nothing matches, and they are not counted as considered.
     let mut only_shared = LeaseBook::new(LeaseConfig::default());
     only_shared.upsert(view("shared-1", true));

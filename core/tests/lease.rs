@@ -96,6 +96,7 @@ fn no_match(considered: u32, at_capacity: u32, in_cooldown: u32, unhealthy: u32)
         at_capacity,
         in_cooldown,
         unhealthy,
+        retry_at: None,
     })
 }
 
@@ -136,7 +137,7 @@ fn a_lease_carries_the_proxy_address_target_and_times() {
 fn max_leases_zero_is_never_leased() {
     let mut book = book([proxy("drained", 1, 0)]);
     assert_eq!(acquire(&mut book, "l1", None, 0), Err(no_match(1, 1, 0, 0)));
-    assert_eq!(book.active_leases(&key("drained")), 0);
+    assert_eq!(book.active_leases(&key("drained"), at(0)), 0);
 }
 
 #[test]
@@ -148,9 +149,9 @@ fn capacity_is_never_exceeded() {
     let a = Some("default/a".to_owned());
     let b = Some("default/b".to_owned());
     assert_eq!(got, [a.clone(), b, a, None]);
-    assert_eq!(book.active_leases(&key("a")), 2);
-    assert_eq!(book.active_leases(&key("b")), 1);
-    assert_eq!(book.active_total(), 3);
+    assert_eq!(book.active_leases(&key("a"), at(0)), 2);
+    assert_eq!(book.active_leases(&key("b"), at(0)), 1);
+    assert_eq!(book.active_total(at(0)), 3);
 }
 
 #[test]
@@ -176,8 +177,19 @@ fn a_failed_acquire_counts_why_each_matching_proxy_was_passed_over() {
     );
 
     // `elsewhere` is not considered; sick and sick-and-full are unhealthy (health is tested
-    // first); full and drained are at capacity; cooling cools down for the target.
-    assert_eq!(book.acquire(shop("l3"), at(0)), Err(no_match(5, 2, 1, 2)));
+    // first); full and drained are at capacity; cooling cools down for the target, for the
+    // 30 minutes of a block: the answer says when it is free again.
+    let AcquireError::NoMatch(stats) = no_match(5, 2, 1, 2) else {
+        unreachable!()
+    };
+    let cooling_until = NoMatch {
+        retry_at: Some(at(30 * MINUTE)),
+        ..stats
+    };
+    assert_eq!(
+        book.acquire(shop("l3"), at(0)),
+        Err(AcquireError::NoMatch(cooling_until))
+    );
 
     let nothing = book.acquire(request("l6", selector(&[("geo", "mars")]), None, 60), at(0));
     assert_eq!(nothing, Err(no_match(0, 0, 0, 0)));
@@ -301,12 +313,12 @@ fn ttl_expiry_frees_capacity_without_a_release() {
     let ttl = |id: &str| request(id, Selector::all(), None, 60);
     book.acquire(ttl("l1"), at(0)).unwrap();
     assert_eq!(book.acquire(ttl("l2"), at(59)), Err(no_match(1, 1, 0, 0)));
-    assert_eq!(book.active_total(), 1);
+    assert_eq!(book.active_total(at(59)), 1);
     assert_eq!(book.acquire(ttl("l3"), at(60)).unwrap().proxy, "default/a");
-    assert_eq!(book.active_leases(&key("a")), 1);
-    book.expire(at(120));
-    assert_eq!(book.active_total(), 0);
-    assert_eq!(book.active_leases(&key("a")), 0);
+    assert_eq!(book.active_leases(&key("a"), at(60)), 1);
+    // No call ended the lease: the view ends it before it counts.
+    assert_eq!(book.active_total(at(120)), 0);
+    assert_eq!(book.active_leases(&key("a"), at(120)), 0);
 }
 
 #[test]
@@ -324,11 +336,15 @@ fn a_late_report_lands_until_the_retention_window_ends() {
 #[test]
 fn retention_follows_the_longest_cooldown() {
     let secs = Duration::from_secs;
+    // At least 15 minutes, the memory of report IDs: a report held up by an API outage, or
+    // sent again, lands whatever the cooldowns.
     for (rate_limited, blocked, error, retention) in [
         (300, 1800, 0, 1800),
-        (300, 60, 0, 300),
-        (300, 60, 900, 900),
-        (0, 0, 0, 0),
+        (1200, 60, 0, 1200),
+        (300, 60, 1000, 1000),
+        (300, 60, 0, 900),
+        (10, 10, 0, 900),
+        (0, 0, 0, 900),
     ] {
         let config = LeaseConfig {
             rate_limited_cooldown: secs(rate_limited),
@@ -338,10 +354,10 @@ fn retention_follows_the_longest_cooldown() {
         };
         assert_eq!(config.retention(), secs(retention), "{config:?}");
     }
-    // A book with a 10-minute longest cooldown keeps an ended lease for 10 minutes.
+    // A book with a 20-minute longest cooldown keeps an ended lease for 20 minutes.
     let config = LeaseConfig {
         rate_limited_cooldown: secs(60),
-        blocked_cooldown: secs(600),
+        blocked_cooldown: secs(1200),
         error_cooldown: Duration::ZERO,
         ..LeaseConfig::default()
     };
@@ -349,9 +365,9 @@ fn retention_follows_the_longest_cooldown() {
     book.upsert(proxy("a", 10, 5));
     acquire(&mut book, "l1", None, 0).unwrap();
     assert!(book.release("l1", at(0)));
-    let late = book.report("l1", ReportResult::RateLimited, None, at(10 * MINUTE - 1));
+    let late = book.report("l1", ReportResult::RateLimited, None, at(20 * MINUTE - 1));
     assert!(matches!(late, Ok(Some(_))), "{late:?}");
-    let too_late = book.report("l1", ReportResult::RateLimited, None, at(10 * MINUTE));
+    let too_late = book.report("l1", ReportResult::RateLimited, None, at(20 * MINUTE));
     assert_eq!(too_late, Err(UnknownLease));
 }
 
@@ -382,12 +398,12 @@ fn release_is_idempotent() {
             changed,
             "release {id} at +{now}s"
         );
-        assert_eq!(book.active_total(), 0);
+        assert_eq!(book.active_total(at(now)), 0);
     }
     book.acquire(request("short", Selector::all(), None, 1), at(3))
         .unwrap();
     assert!(!book.release("short", at(4)), "already expired");
-    assert_eq!(book.active_total(), 0);
+    assert_eq!(book.active_total(at(4)), 0);
 }
 
 #[test]
@@ -441,7 +457,7 @@ fn selectors_match_every_term() {
     ];
     for (i, (terms, listed, chosen)) in cases.into_iter().enumerate() {
         let names: Vec<_> = book
-            .list(&selector(terms), false)
+            .list(&selector(terms), false, at(0))
             .iter()
             .map(|listed| listed.proxy.key.name().to_owned())
             .collect();
@@ -467,7 +483,7 @@ fn the_key_tie_break_is_the_order_of_the_namespace_slash_name_text() {
         view("crawl", "c"),
     ]);
     let listed: Vec<String> = book
-        .list(&Selector::all(), false)
+        .list(&Selector::all(), false, at(0))
         .iter()
         .map(|listed| listed.proxy.key.to_string())
         .collect();
@@ -489,17 +505,17 @@ fn listing_is_ordered_by_key_with_an_optional_health_filter() {
         proxy("a", 99, 5),
     ]);
     acquire(&mut book, "l1", None, 0).unwrap();
-    let listing = |book: &LeaseBook, healthy_only| -> Vec<(String, u32)> {
-        book.list(&Selector::all(), healthy_only)
+    let listing = |book: &mut LeaseBook, healthy_only| -> Vec<(String, u32)> {
+        book.list(&Selector::all(), healthy_only, at(0))
             .iter()
             .map(|listed| (listed.proxy.key.to_string(), listed.active))
             .collect()
     };
     let all = [("default/a", 0), ("default/b", 0), ("default/c", 1)];
     let all: Vec<_> = all.iter().map(|(k, n)| (k.to_string(), *n)).collect();
-    assert_eq!(listing(&book, false), all);
+    assert_eq!(listing(&mut book, false), all);
     let healthy: Vec<_> = [all[0].clone(), all[2].clone()].into();
-    assert_eq!(listing(&book, true), healthy);
+    assert_eq!(listing(&mut book, true), healthy);
 }
 
 #[test]
@@ -510,7 +526,7 @@ fn an_unhealthy_proxy_leaves_selection_and_keeps_its_leases() {
         Some("default/a")
     );
     book.upsert(unhealthy(proxy("a", 10, 2)));
-    assert_eq!(book.active_leases(&key("a")), 1);
+    assert_eq!(book.active_leases(&key("a"), at(0)), 1);
     assert_eq!(
         leased(&mut book, "l2", None, 0).as_deref(),
         Some("default/b")
@@ -525,7 +541,7 @@ fn an_unhealthy_proxy_leaves_selection_and_keeps_its_leases() {
         leased(&mut book, "l5", None, 0).as_deref(),
         Some("default/a")
     );
-    assert_eq!(book.active_leases(&key("a")), 2);
+    assert_eq!(book.active_leases(&key("a"), at(0)), 2);
 }
 
 #[test]
@@ -535,7 +551,7 @@ fn lowering_max_leases_revokes_nothing_and_takes_no_new_lease_until_below() {
         acquire(&mut book, id, None, 0).unwrap();
     }
     book.upsert(proxy("a", 10, 1));
-    assert_eq!(book.active_leases(&key("a")), 3);
+    assert_eq!(book.active_leases(&key("a"), at(0)), 3);
     assert!(book.release("l1", at(1)));
     assert_eq!(acquire(&mut book, "l4", None, 1), Err(no_match(1, 1, 0, 0)));
     assert!(book.release("l2", at(1)));
@@ -556,9 +572,9 @@ fn a_removed_proxy_leaves_selection_and_listing_but_its_leases_stay() {
     );
     assert!(book.remove(&key("a")));
     assert!(!book.remove(&key("a")));
-    assert_eq!(book.list(&Selector::all(), false).len(), 1);
-    assert_eq!(book.active_leases(&key("a")), 1);
-    assert_eq!(book.active_total(), 1);
+    assert_eq!(book.list(&Selector::all(), false, at(1)).len(), 1);
+    assert_eq!(book.active_leases(&key("a"), at(1)), 1);
+    assert_eq!(book.active_total(at(1)), 1);
     let report = book.report("l1", ReportResult::RateLimited, None, at(1));
     assert!(matches!(report, Ok(Some(_))));
 
@@ -585,14 +601,17 @@ fn active_leases_in_order_reads_every_key_as_one_lookup_would() {
     // a: 2, c: 1, e: 1; then c removed while it holds its lease.
     assert!(book.remove(&key("c")));
     let keys: Vec<ProxyKey> = ["a", "b", "c", "e", "f"].map(key).into();
-    let one_by_one: Vec<u32> = keys.iter().map(|k| book.active_leases(k)).collect();
+    let one_by_one: Vec<u32> = keys.iter().map(|k| book.active_leases(k, at(0))).collect();
     assert_eq!(one_by_one, [2, 0, 1, 1, 0]);
-    assert_eq!(book.active_leases_in_order(&keys), one_by_one);
+    assert_eq!(book.active_leases_in_order(&keys, at(0)), one_by_one);
     // Gaps, repeats and steps back answer the same.
     let shuffled: Vec<ProxyKey> = ["e", "a", "a", "f", "c", "b"].map(key).into();
-    assert_eq!(book.active_leases_in_order(&shuffled), [1, 2, 2, 0, 1, 0]);
     assert_eq!(
-        book.active_leases_in_order(&[] as &[ProxyKey]),
+        book.active_leases_in_order(&shuffled, at(0)),
+        [1, 2, 2, 0, 1, 0]
+    );
+    assert_eq!(
+        book.active_leases_in_order(&[] as &[ProxyKey], at(0)),
         Vec::<u32>::new()
     );
 }
@@ -608,10 +627,10 @@ fn active_leases_in_order_jumps_the_gaps_of_a_sparse_page() {
     let mut keys: Vec<ProxyKey> = (0..100).step_by(37).map(|i| key(&names[i])).collect();
     keys.extend((95..100).map(|i| key(&names[i])));
     keys.extend(["p100", "zz"].map(key));
-    let one_by_one: Vec<u32> = keys.iter().map(|k| book.active_leases(k)).collect();
+    let one_by_one: Vec<u32> = keys.iter().map(|k| book.active_leases(k, at(0))).collect();
     // One lease each, then 50 more on the first 50 by key (the tie-break).
     assert_eq!(one_by_one, [2, 2, 1, 1, 1, 1, 1, 1, 0, 0]);
-    assert_eq!(book.active_leases_in_order(&keys), one_by_one);
+    assert_eq!(book.active_leases_in_order(&keys, at(0)), one_by_one);
 }
 
 #[test]
@@ -647,16 +666,21 @@ fn the_same_calls_give_the_same_book() {
 
 #[test]
 fn api_values_serialize_as_the_discovery_api_spells_them() {
-    let body = serde_json::to_value(NoMatch {
+    let mut stats = NoMatch {
         considered: 7,
         at_capacity: 2,
         in_cooldown: 2,
         unhealthy: 3,
-    })
-    .unwrap();
+        retry_at: None,
+    };
     let expected =
         serde_json::json!({"considered": 7, "atCapacity": 2, "inCooldown": 2, "unhealthy": 3});
-    assert_eq!(body, expected);
+    assert_eq!(serde_json::to_value(stats).unwrap(), expected);
+    stats.retry_at = Some(at(0));
+    let expected = serde_json::json!({"considered": 7, "atCapacity": 2, "inCooldown": 2,
+                                      "unhealthy": 3, "retryAt": "2026-05-28T20:26:40Z"});
+    assert_eq!(serde_json::to_value(stats).unwrap(), expected);
+    assert_eq!(serde_json::from_value::<NoMatch>(expected).unwrap(), stats);
 
     let results: Vec<ReportResult> =
         serde_json::from_str(r#"["ok", "rate_limited", "blocked", "error"]"#).unwrap();
@@ -688,7 +712,10 @@ fn past_max_retained_the_lease_that_ended_first_is_forgotten() {
     for id in ["l1", "l2", "l3", "l4"] {
         assert!(book.knows(id, at(20)), "two ended, two active: {id}");
     }
-    assert_eq!((book.active_total(), book.retained_total()), (2, 2));
+    assert_eq!(
+        (book.active_total(at(20)), book.retained_total(at(20))),
+        (2, 2)
+    );
     // l1 expires at 600 s: three ended, and l2 ended first.
     assert!(!book.knows("l2", at(600)));
     let forgotten = book.report("l2", ReportResult::Blocked, None, at(600));
@@ -698,12 +725,19 @@ fn past_max_retained_the_lease_that_ended_first_is_forgotten() {
         Ok(Some(_))
     ));
     assert!(book.knows("l1", at(600)) && book.knows("l4", at(600)));
-    assert_eq!(book.active_leases(&key("a")), 1, "l4 still holds its place");
+    assert_eq!(
+        book.active_leases(&key("a"), at(600)),
+        1,
+        "l4 still holds its place"
+    );
     // l4 expires at 603 s: l3 goes.
     assert!(!book.knows("l3", at(603)));
     assert!(book.knows("l1", at(603)) && book.knows("l4", at(603)));
-    assert_eq!(book.active_leases(&key("a")), 0);
-    assert_eq!((book.active_total(), book.retained_total()), (0, 2));
+    assert_eq!(book.active_leases(&key("a"), at(603)), 0);
+    assert_eq!(
+        (book.active_total(at(603)), book.retained_total(at(603))),
+        (0, 2)
+    );
 }
 
 /// A lease names its holder: the book lists a holder's active leases (or every active lease)
@@ -744,7 +778,7 @@ fn a_holders_active_leases_are_listed_and_released_together() {
         "l2 alone was left"
     );
     assert_eq!(book.release_held_by("crawler/1", at(12)), 0);
-    assert_eq!(book.active_total(), 2);
+    assert_eq!(book.active_total(at(12)), 2);
     assert!(book.leases(Some("crawler/1"), at(12)).is_empty());
     // Ended leases are retained as any release leaves them: a late report still lands.
     assert!(

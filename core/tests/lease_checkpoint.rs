@@ -90,8 +90,8 @@ fn a_restored_book_holds_the_leases_and_cooldowns_of_the_checkpoint() {
             sites: 1,
         }
     );
-    assert_eq!(restored.active_leases(&key("a")), 1);
-    assert_eq!(restored.active_leases(&key("b")), 1);
+    assert_eq!(restored.active_leases(&key("a"), at(7)), 1);
+    assert_eq!(restored.active_leases(&key("b"), at(7)), 1);
     // The released lease is retained: a late report lands, a release changes nothing.
     assert!(matches!(
         restored.report("l3", ReportResult::Ok, None, at(8)),
@@ -116,7 +116,7 @@ fn a_restored_book_holds_the_leases_and_cooldowns_of_the_checkpoint() {
     // The active leases answer too, and their expiry frees their places.
     assert!(restored.release("l1", at(9)));
     restored.expire(at(60));
-    assert_eq!(restored.active_total(), 0);
+    assert_eq!(restored.active_total(at(60)), 0);
 }
 
 /// A lease's holder outlives a restore: the restored book lists and releases it by holder.
@@ -143,7 +143,7 @@ fn a_restored_book_knows_each_leases_holder() {
     assert_eq!(held.len(), 1);
     assert_eq!(held[0].id, "held");
     assert_eq!(restored.release_held_by("scrapy/host-1/42", at(3)), 1);
-    assert_eq!(restored.active_total(), 1);
+    assert_eq!(restored.active_total(at(3)), 1);
 }
 
 #[test]
@@ -159,7 +159,7 @@ fn a_merge_keeps_both_books_leases_and_an_end_wins_over_no_end() {
         .unwrap();
     assert_eq!((merged.active_added, merged.ended), (1, 1));
     assert_eq!(
-        mine.active_total(),
+        mine.active_total(at(3)),
         2,
         "mine and theirs are active, both ended"
     );
@@ -196,7 +196,7 @@ fn a_merge_never_shortens_a_cooldown_nor_revokes_a_lease() {
     // theirs' 5-minute cooldown on a is shorter than mine's 30-minute one: not applied.
     assert_eq!(merged.cooldowns, 0);
     // Four leases on three places: nothing revoked, and nothing more is granted.
-    assert_eq!(mine.active_total(), 4);
+    assert_eq!(mine.active_total(at(1)), 4);
     assert_eq!(acquire(&mut mine, "n", None, 2), None);
     assert_eq!(
         acquire(&mut mine, "o", Some("t.example"), 10 * MINUTE).as_deref(),
@@ -219,7 +219,7 @@ fn what_ended_or_ran_out_while_nobody_held_the_book_is_taken_as_ended() {
     let mut later = fleet();
     let merged = later.restore(&checkpoint, at(2 * MINUTE)).unwrap();
     assert_eq!((merged.active_added, merged.retained_added), (0, 2));
-    assert_eq!(later.active_total(), 0);
+    assert_eq!(later.active_total(at(2 * MINUTE)), 0);
     assert!(
         later
             .report("active", ReportResult::Ok, None, at(2 * MINUTE))
@@ -459,9 +459,9 @@ proptest! {
             }
             stays.expire(at(now));
             moves.expire(at(now));
-            prop_assert_eq!(stays.active_total(), moves.active_total());
+            prop_assert_eq!(stays.active_total(at(now)), moves.active_total(at(now)));
             for name in ["a", "b", "c"] {
-                prop_assert_eq!(stays.active_leases(&key(name)), moves.active_leases(&key(name)));
+                prop_assert_eq!(stays.active_leases(&key(name), at(now)), moves.active_leases(&key(name), at(now)));
             }
         }
     }
@@ -511,5 +511,5 @@ fn a_checkpoint_saves_the_active_leases_and_the_retained_that_ended_last() {
         .unwrap();
     assert!(restored.knows("l3", at(30)), "ended last");
     assert!(!restored.knows("l2", at(30)) && !restored.knows("l4", at(30)));
-    assert_eq!(restored.active_leases(&key("a")), 2, "l1 and l5");
+    assert_eq!(restored.active_leases(&key("a"), at(30)), 2, "l1 and l5");
 }

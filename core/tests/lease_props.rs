@@ -440,6 +440,18 @@ impl Model {
         u32::try_from(active).unwrap()
     }
 
+    /// The leases on `key` that are active at `now`, whatever the last call ended: what a
+    /// view of the book counts.
+    fn active_at(&self, key: &str, now: Timestamp) -> u32 {
+        let active = self
+            .leases
+            .iter()
+            .filter(|entry| entry.forget_at.is_none() && entry.lease.proxy == key)
+            .filter(|entry| entry.lease.expires_at > now)
+            .count();
+        u32::try_from(active).unwrap()
+    }
+
     fn cooling(&self, key: &str, target: Option<&str>, now: Timestamp) -> bool {
         self.cooldowns.iter().any(|cooldown| {
             cooldown.proxy == key && cooldown.target.as_deref() == target && cooldown.until > now
@@ -494,14 +506,26 @@ impl Model {
         let count = |pred: &dyn Fn(&ProxyView) -> bool| {
             u32::try_from(matching().filter(|p| pred(p)).count()).unwrap()
         };
+        let in_cooldown = |p: &ProxyView| {
+            let key = p.key.to_string();
+            p.healthy && self.active(&key) < p.max_leases && self.cooling(&key, target, now)
+        };
+        // The first of them to leave its cooldown.
+        let retry_at = matching()
+            .filter(|p| in_cooldown(p))
+            .flat_map(|p| {
+                self.cooldowns
+                    .iter()
+                    .filter(move |c| c.proxy == p.key && c.target.as_deref() == target)
+                    .map(|c| c.until)
+            })
+            .min();
         NoMatch {
             considered: count(&|_| true),
             unhealthy: count(&|p| !p.healthy),
             at_capacity: count(&|p| p.healthy && self.active(&p.key.to_string()) >= p.max_leases),
-            in_cooldown: count(&|p| {
-                let key = p.key.to_string();
-                p.healthy && self.active(&key) < p.max_leases && self.cooling(&key, target, now)
-            }),
+            in_cooldown: count(&in_cooldown),
+            retry_at,
         }
     }
 
@@ -576,11 +600,11 @@ fn later(at: Timestamp, duration: Duration) -> Timestamp {
     at.saturating_add(duration).unwrap()
 }
 
-/// Active leases per proxy key, as the book reports them.
-fn active_counts(book: &LeaseBook) -> BTreeMap<&'static str, u32> {
+/// Active leases per proxy key at `now`, as the book reports them.
+fn active_counts(book: &mut LeaseBook, now: Timestamp) -> BTreeMap<&'static str, u32> {
     PROXIES
         .iter()
-        .map(|text| (*text, book.active_leases(&text.parse().unwrap())))
+        .map(|text| (*text, book.active_leases(&text.parse().unwrap(), now)))
         .collect()
 }
 
@@ -593,12 +617,12 @@ fn run_checked(steps: &[Step]) -> Result<(LeaseBook, Vec<Answer>), TestCaseError
     for step in steps {
         let call = driver.resolve(step);
         let now = driver.now;
-        let before = active_counts(&book);
+        let before = active_counts(&mut book, now);
         let answer = call_book(&mut book, &call, now);
         let expected = model.call(&call, now);
         prop_assert_eq!(&answer, &expected, "{:?} at {}", call, now);
-        let after = active_counts(&book);
-        check_counts(&book, &model, &before, &after)?;
+        let after = active_counts(&mut book, now);
+        check_counts(&mut book, &model, &before, &after, now)?;
         check_call(&model, &call, &answer, &before, &after, now)?;
         answers.push(answer);
     }
@@ -621,24 +645,30 @@ fn run(steps: &[Step]) -> (LeaseBook, Vec<Answer>) {
 
 /// The book's counts agree with the model's, and no count grows except by a grant.
 fn check_counts(
-    book: &LeaseBook,
+    book: &mut LeaseBook,
     model: &Model,
     before: &BTreeMap<&str, u32>,
     after: &BTreeMap<&str, u32>,
+    now: Timestamp,
 ) -> Result<(), TestCaseError> {
     for (key, active) in after {
-        prop_assert_eq!(*active, model.active(key), "active leases on {}", key);
+        prop_assert_eq!(
+            *active,
+            model.active_at(key, now),
+            "active leases on {}",
+            key
+        );
     }
-    prop_assert_eq!(book.active_total(), after.values().sum::<u32>() as usize);
+    prop_assert_eq!(book.active_total(now), after.values().sum::<u32>() as usize);
     let listed: Vec<(String, u32)> = book
-        .list(&Selector::all(), false)
+        .list(&Selector::all(), false, now)
         .iter()
         .map(|listed| (listed.proxy.key.to_string(), listed.active))
         .collect();
     let mut expected: Vec<(String, u32)> = model
         .proxies
         .iter()
-        .map(|p| (p.key.to_string(), model.active(&p.key.to_string())))
+        .map(|p| (p.key.to_string(), model.active_at(&p.key.to_string(), now)))
         .collect();
     expected.sort();
     prop_assert_eq!(listed, expected);
@@ -646,14 +676,14 @@ fn check_counts(
     // of `PROXIES`, whose last key sorts first (a step back).
     let keys: Vec<ProxyKey> = PROXIES.iter().map(|text| text.parse().unwrap()).collect();
     let one_by_one = PROXIES.iter().map(|key| after[*key]).collect::<Vec<_>>();
-    prop_assert_eq!(book.active_leases_in_order(&keys), one_by_one);
+    prop_assert_eq!(book.active_leases_in_order(&keys, now), one_by_one);
     let mut sorted = keys;
     sorted.sort();
-    let one_by_one = sorted.iter().map(|key| book.active_leases(key));
-    prop_assert_eq!(
-        book.active_leases_in_order(&sorted),
-        one_by_one.collect::<Vec<_>>()
-    );
+    let one_by_one: Vec<u32> = sorted
+        .iter()
+        .map(|key| book.active_leases(key, now))
+        .collect();
+    prop_assert_eq!(book.active_leases_in_order(&sorted, now), one_by_one);
     let grew = PROXIES
         .iter()
         .filter(|key| after[**key] > before[**key])

@@ -2,13 +2,15 @@
 # Provisions the crawler libraries the client shims (clients/) are tested with, idempotently,
 # into the test bed's cache:
 #   - Scrapy 2.19.0, Playwright 1.65.2 (the Python package, with its driver) and pytest in a
-#     Python venv, $CACHE/clients/scrapy-2.19.0-playwright-1.65.2, pinned whole by
+#     Python venv, $CACHE/clients/scrapy-2.19.0-playwright-1.65.2-<hash>, pinned whole by
 #     clients/python/constraints.txt;
-#   - Crawlee 3.18.1 (@crawlee/http, @crawlee/playwright, @crawlee/core) and Playwright
-#     1.65.2, $CACHE/clients/crawlee-3.18.1-playwright-1.65.2/node_modules, installed with
-#     `npm ci` from the committed clients/js/package.json and package-lock.json.
-# The directories are named by what they hold, so checkouts that pin other versions keep
-# their own.
+#   - Crawlee 3.18.1 (@crawlee/http, @crawlee/cheerio, @crawlee/playwright, @crawlee/core),
+#     Playwright 1.65.2 and TypeScript (to check the package's types),
+#     $CACHE/clients/crawlee-3.18.1-playwright-1.65.2-<hash>/node_modules, installed with `npm ci`
+#     from the committed clients/js/package.json and package-lock.json.
+# The directories are named by what they hold and by the first 12 hex digits of the hash of
+# the file that pins them, so checkouts that pin other versions, or other packages beside
+# the same versions, keep their own (and never reinstall over each other's).
 # Neither Playwright downloads a browser (no download works here): the tests drive Debian's
 # chromium, which provision.sh installs. Crawlee 4 is not installed: the npm registry
 # reachable here serves no 4.x of crawlee or @crawlee/* (3.18.1 is its newest).
@@ -29,13 +31,14 @@ PLAYWRIGHT=1.65.2
 CRAWLEE=3.18.1
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 CACHE=${PROXY_OPERATOR_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/proxy-operator}
-VENV=$CACHE/clients/scrapy-$SCRAPY-playwright-$PLAYWRIGHT
-MODULES=$CACHE/clients/crawlee-$CRAWLEE-playwright-$PLAYWRIGHT
 CONSTRAINTS=$ROOT/clients/python/constraints.txt
 LOCK=$ROOT/clients/js/package-lock.json
 log() { printf 'clients: %s\n' "$*" >&2; }
 
 hash_of() { sha256sum "$1" | cut -d' ' -f1; }
+
+VENV=$CACHE/clients/scrapy-$SCRAPY-playwright-$PLAYWRIGHT-$(hash_of "$CONSTRAINTS" | cut -c1-12)
+MODULES=$CACHE/clients/crawlee-$CRAWLEE-playwright-$PLAYWRIGHT-$(hash_of "$LOCK" | cut -c1-12)
 
 # The venv is good when it was built from these constraints and still has its python.
 scrapy_ok() {
@@ -46,7 +49,9 @@ scrapy_ok() {
 # The modules are good when they were installed from this lock file.
 crawlee_ok() {
   [ -f "$MODULES/node_modules/@crawlee/http/package.json" ] \
-    && [ -f "$MODULES/node_modules/@crawlee/playwright/package.json" ] && [ -f "$MODULES/.lock.sha256" ] \
+    && [ -f "$MODULES/node_modules/@crawlee/cheerio/package.json" ] \
+    && [ -f "$MODULES/node_modules/@crawlee/playwright/package.json" ] \
+    && [ -f "$MODULES/node_modules/typescript/bin/tsc" ] && [ -f "$MODULES/.lock.sha256" ] \
     && [ "$(cat "$MODULES/.lock.sha256")" = "$(hash_of "$LOCK")" ]
 }
 

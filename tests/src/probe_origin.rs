@@ -17,9 +17,9 @@
 //! It also serves the sites crawlers crawl ([`SITE_HOSTS`], through the same hosts file and
 //! certificate): a host given a [`SitePolicy`] with [`ProbeOrigin::site`] answers
 //! `/page/<n>` with that page (its body names the host and the page) until a proxy has had
-//! its fill of pages, and then treats that proxy (its egress address) as a real site does:
-//! it rate-limits it (429) and, should it keep coming, bans it (403), or answers a captcha
-//! page with 200 and then bans it. A host with no policy answers as above.
+//! its fill of pages, and then treats that proxy (its egress address) as a real site does
+//! ([`SiteKind`]): it rate-limits it (429 until its window ends), bans it (403 for good), or
+//! answers a captcha page with 200 and then bans it. A host with no policy answers as above.
 //!
 //! The same answers come over plain HTTP on a second port ([`ProbeOrigin::http_url`]), for
 //! clients that send `http://` URIs through a proxy (the gateway forwards those itself and
@@ -52,7 +52,7 @@ pub const SITE_LATENCY: std::time::Duration = std::time::Duration::from_millis(2
 
 /// The other names the origin answers for (its certificate and hosts file carry them), for
 /// the sites of [`ProbeOrigin::site`].
-pub const SITE_HOSTS: [&str; 8] = [
+pub const SITE_HOSTS: [&str; 16] = [
     "shop.test",
     "news.test",
     "docs.test",
@@ -61,12 +61,21 @@ pub const SITE_HOSTS: [&str; 8] = [
     "forum.test",
     "mail.test",
     "maps.test",
+    "games.test",
+    "music.test",
+    "books.test",
+    "films.test",
+    "food.test",
+    "cars.test",
+    "jobs.test",
+    "homes.test",
 ];
 
 /// How a site treats each proxy (by its egress address), by how many requests it sent.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SitePolicy {
-    /// How many pages a proxy gets before the site turns on it.
+    /// How many pages a proxy gets before the site turns on it (per window, for a site that
+    /// rate-limits).
     pub pages: u32,
     /// What it does then.
     pub kind: SiteKind,
@@ -75,22 +84,43 @@ pub struct SitePolicy {
 /// What a site does to a proxy that has had its fill.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SiteKind {
-    /// 429 (`Retry-After: 60`) to its next three requests, then 403 to every one after: a
-    /// proxy that ignores a rate limit gets banned.
-    RateLimits,
-    /// A captcha page with 200 to its next request, then 403 to every one after.
+    /// 429 (`Retry-After: 60`) to every request until its window ends: a window starts with
+    /// a proxy's first request and lasts this long, and the next request after it starts
+    /// the next one, with a fill of pages again.
+    RateLimits { window: std::time::Duration },
+    /// 403 to every request after the fill, for good.
     Bans,
+    /// A captcha page with 200 to its next request, then 403 to every one after, for good.
+    Captchas,
+}
+
+/// What one proxy sent one site so far.
+#[derive(Debug, Clone, Copy)]
+pub struct Visits {
+    /// Requests in the current window (every request, for a site with no window).
+    pub requests: u32,
+    /// When the current window started.
+    pub since: Instant,
 }
 
 impl SitePolicy {
-    /// The answer to a proxy's `n`-th request (from 1): status, and whether it is the
-    /// captcha page.
-    pub fn answer(&self, n: u32) -> (u16, bool) {
-        let over = n.saturating_sub(self.pages);
+    /// The answer to a proxy's request at `now`, which `visits` counts: status, and whether
+    /// it is the captcha page.
+    pub fn answer(&self, visits: &mut Visits, now: Instant) -> (u16, bool) {
+        if let SiteKind::RateLimits { window } = self.kind
+            && now.duration_since(visits.since) >= window
+        {
+            *visits = Visits {
+                requests: 0,
+                since: now,
+            };
+        }
+        visits.requests += 1;
+        let over = visits.requests.saturating_sub(self.pages);
         match (self.kind, over) {
             (_, 0) => (200, false),
-            (SiteKind::RateLimits, 1..=3) => (429, false),
-            (SiteKind::Bans, 1) => (200, true),
+            (SiteKind::RateLimits { .. }, _) => (429, false),
+            (SiteKind::Captchas, 1) => (200, true),
             _ => (403, false),
         }
     }
@@ -103,7 +133,7 @@ pub fn page_body(host: &str, n: u32) -> String {
     )
 }
 
-/// The captcha page a [`SiteKind::Bans`] site answers with 200: what a ban policy spots.
+/// The captcha page a [`SiteKind::Captchas`] site answers with 200: what a ban policy spots.
 pub const CAPTCHA_BODY: &str = "<html><head><title>Just a moment...</title></head><body><form id=\"captcha\">Are you a robot? captcha</form></body></html>";
 
 /// One request the origin answered.
@@ -155,7 +185,7 @@ struct Sites(Arc<Mutex<SiteState>>);
 #[derive(Debug, Default)]
 struct SiteState {
     policies: HashMap<String, SitePolicy>,
-    seen: HashMap<(String, IpAddr), u32>,
+    seen: HashMap<(String, IpAddr), Visits>,
 }
 
 impl ProbeOrigin {
@@ -378,9 +408,12 @@ impl Sites {
         else {
             return Some((404, "not found".to_owned(), false));
         };
-        let seen = sites.seen.entry((host.to_owned(), peer)).or_default();
-        *seen += 1;
-        Some(match policy.answer(*seen) {
+        let now = Instant::now();
+        let visits = sites.seen.entry((host.to_owned(), peer)).or_insert(Visits {
+            requests: 0,
+            since: now,
+        });
+        Some(match policy.answer(visits, now) {
             (200, false) => (200, page_body(host, n), false),
             (status, true) => (status, CAPTCHA_BODY.to_owned(), true),
             (status, false) => (status, format!("<html><body>{status}</body></html>"), false),

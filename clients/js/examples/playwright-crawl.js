@@ -8,11 +8,13 @@
 //     CRAWL_URLS_FILE=urls.txt node playwright-crawl.js
 //
 // SIGINT and SIGTERM stop it (every lease released); CRAWL_FAIL_AFTER=N makes it fail after
-// N pages (the tests' crawler error). CHROMIUM names the browser (/usr/bin/chromium);
-// Playwright comes from $PROXY_OPERATOR_CRAWLEE's node_modules, or from next to this package.
+// N pages (the tests' crawler error). It never calls process.exit: it ends when the crawl
+// does. CHROMIUM names the browser (/usr/bin/chromium); Playwright comes from
+// $PROXY_OPERATOR_CRAWLEE's node_modules, or from next to this package.
 
 import { readFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
+import { constants } from 'node:os';
 import { join } from 'node:path';
 
 import { CHROMIUM_ARGS, NoProxy, ProxyOperator, defaultHolder } from '../src/index.js';
@@ -28,7 +30,6 @@ const failAfter = Number(process.env.CRAWL_FAIL_AFTER ?? 0);
 const px = new ProxyOperator({
     url: process.env.PROXY_OPERATOR_URL,
     token: process.env.PROXY_OPERATOR_TOKEN,
-    apiWaitMs: Number(process.env.PROXY_OPERATOR_API_WAIT_MS ?? 60000),
     holder: defaultHolder('playwright'),
 });
 // The crawler ends on SIGINT and SIGTERM (every lease released), not Playwright.
@@ -52,7 +53,7 @@ for (const signal of ['SIGINT', 'SIGTERM']) {
 }
 
 /** One page, through as many leases as it takes. */
-async function crawl(url, attempts = 8) {
+async function crawl(url, attempts = 20) {
     for (let attempt = 0; attempt < attempts && !stopped; attempt += 1) {
         const { leased, page } = await contexts.newPage(url);
         let response;
@@ -88,17 +89,16 @@ async function worker() {
     }
 }
 
-let code = 0;
 try {
     await Promise.all(Array.from({ length: Number(process.env.CRAWL_CONCURRENCY ?? 8) }, worker));
 } catch (error) {
     if (!(error instanceof NoProxy && stopped)) {
         print({ event: 'error', error: String(error.message ?? error).slice(0, 300) });
-        code = 1;
+        process.exitCode = 1;
     }
 } finally {
     await contexts.close();
     await browser.close();
     print({ event: 'summary', pages, no_match: px.stats.noMatch, proxy_operator: px.stats });
 }
-process.exit(stopped ? 128 + (stopped === 'SIGINT' ? 2 : 15) : code);
+if (stopped) process.exitCode = 128 + constants.signals[stopped];

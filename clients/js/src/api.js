@@ -7,6 +7,7 @@
 // attempt; only then does it throw `Unavailable`. Answers the caller acts on (409 no_match,
 // 404 unknown_lease, a 400) are thrown at once as `ApiError`.
 
+import { randomUUID } from 'node:crypto';
 import { hostname } from 'node:os';
 
 /** An error answer of the discovery API: `status` and the `code` of its JSON body. */
@@ -17,6 +18,20 @@ export class ApiError extends Error {
         this.status = status;
         this.code = body?.error;
         this.body = body;
+    }
+
+    /**
+     * On a 409: milliseconds until the first proxy cooling down for the target is free (the
+     * server's `retryAfterSeconds`), or undefined when none is cooling down.
+     */
+    get retryAfterMs() {
+        const seconds = this.body?.retryAfterSeconds;
+        return typeof seconds === 'number' ? seconds * 1000 : undefined;
+    }
+
+    /** On a 409: whether only cooldowns stand in the way, so nothing frees a place before `retryAfterMs`. */
+    get onlyCooling() {
+        return this.retryAfterMs !== undefined && !this.body?.atCapacity && !this.body?.unhealthy;
     }
 }
 
@@ -106,12 +121,23 @@ export class Discovery {
         return { method: 'POST', path: '/v1/leases', body };
     }
 
+    /**
+     * A report of the status the crawler saw. The answer says what was recorded, whether to
+     * lease again and until when the proxy cools down for the site; the call carries a
+     * `reportID` of its own, so that sending it again counts it once.
+     */
     reportStatusCall(leaseId, status, target) {
-        return { method: 'POST', path: `/v1/leases/${encodeURIComponent(leaseId)}/report`, body: { status, target: target || undefined } };
+        return this.#reportCall(leaseId, { status }, target);
     }
 
+    /** A result said directly (a connection error, a ban page only the crawler recognises); answered alike. */
     reportResultCall(leaseId, result, target) {
-        return { method: 'POST', path: `/v1/leases/${encodeURIComponent(leaseId)}/report`, body: { result, target: target || undefined } };
+        return this.#reportCall(leaseId, { result }, target);
+    }
+
+    #reportCall(leaseId, saw, target) {
+        const body = { ...saw, target: target || undefined, reportID: randomUUID() };
+        return { method: 'POST', path: `/v1/leases/${encodeURIComponent(leaseId)}/report`, body };
     }
 
     releaseCall(leaseId) {

@@ -4,6 +4,10 @@
 // Crawlee 3.x: `newUrlFunction(sessionId, { request })` leases per (session, target host),
 // and the sessions the pool makes are watched, so a session Crawlee retires (or that is
 // used up, errors out or expires) releases its leases at once.
+// Timeouts: Crawlee 3 runs `newUrlFunction` inside the request's overall timeout, so the
+// options add the longest lease wait to `requestHandlerTimeoutSecs`, and the helper's
+// request handler times the crawler's own handler with the `requestHandlerTimeoutSecs` it
+// was given: a wait for a proxy never eats into the handler's time or the navigation's.
 // Crawlee 4.x: the proxy is the Session's, fixed when it is made, and `newUrlFunction` gets
 // no request. `LeaseSessionPool` (the crawler's `sessionPool`) makes each session on a lease
 // for one site; requests are pinned to their site's sessions through `request.sessionId`
@@ -24,6 +28,31 @@ export function statusOf(response) {
     if (!response) return undefined;
     if (typeof response.status === 'function') return response.status();
     return response.statusCode ?? response.status;
+}
+
+/** The default of Crawlee's `requestHandlerTimeoutSecs`. */
+const HANDLER_TIMEOUT_SECS = 60;
+
+/**
+ * Whether `status` is an error of the local relay Crawlee's browser crawlers put between
+ * the browser and the proxy (proxy-chain: 590 to 599, 597 for credentials the proxy refused),
+ * not an answer of the site.
+ */
+export function isRelayError(status) {
+    return status >= 590 && status <= 599;
+}
+
+/** `promise`, or a rejection after `ms` (the crawler's own handler timeout). */
+async function within(promise, ms, what) {
+    let timer;
+    const timeout = new Promise((_, reject) => {
+        timer = setTimeout(() => reject(new Error(`${what} timed out after ${ms / 1000} seconds.`)), ms);
+    });
+    try {
+        return await Promise.race([promise, timeout]);
+    } finally {
+        clearTimeout(timer);
+    }
 }
 
 export function hostOf(url) {
@@ -101,9 +130,12 @@ export class CrawleeLeases {
 
     /**
      * Reports what an attempt saw, once per attempt: the response's status, a ban page
-     * (`isBlocked`) as blocked, or an error without a response. After a 429, 401, 403, 407 or
-     * a ban page the lease's proxy is done for the site (see leases.js). Returns
-     * `{ leaseAgain, why }`, or null when the attempt used no lease.
+     * (`isBlocked`) as blocked, or an error without a response (a browser crawler's relay
+     * error, 590 to 599, is an error too: never a page). After a 429, 401, 403, 407, a 597 or
+     * a ban page the lease's proxy is done for the site (see leases.js): the lease is dropped
+     * at once, and the report lands before the next lease for the site is asked for (not
+     * awaited here: the wait is the next lease's, within its own time). Returns
+     * `{ leaseAgain, why, error }` (`error`: not a page), or null when the attempt used no lease.
      */
     async report(context, error) {
         if (!context || this.reported.has(context)) return null;
@@ -113,21 +145,24 @@ export class CrawleeLeases {
         const { discovery } = this.keeper;
         const { id } = held.lease;
         const status = statusOf(context.response);
-        if (status === undefined) {
-            if (error && /\b407\b/.test(String(error.message ?? error))) {
-                // The proxy refused the lease's credentials on CONNECT: lease again.
-                await this.keeper.penalise(held, null, null);
-                return { leaseAgain: true, why: '407 on CONNECT' };
+        const penalise = (call) => {
+            this.keeper.penalise(held, call).catch(() => {});
+        };
+        if (status === undefined || (this.browser && isRelayError(status))) {
+            if (status === 597 || (error && /\b407\b/.test(String(error.message ?? error)))) {
+                // The proxy refused the lease's credentials (on CONNECT, or to the relay): lease again.
+                penalise(null);
+                return { leaseAgain: true, why: status === 597 ? 'the relay answered 597' : '407 on CONNECT', error: true };
             }
             this.keeper.reportInBackground(held, discovery.reportResultCall(id, 'error', held.host));
-            return { leaseAgain: false, why: 'error' };
+            return { leaseAgain: false, why: status === undefined ? 'error' : `the relay answered ${status}`, error: true };
         }
         if (status >= 200 && status < 300 && this.owner.isBlocked && (await this.owner.isBlocked(context))) {
-            await this.keeper.penalise(held, 'blocked', discovery.reportResultCall(id, 'blocked', held.host));
+            penalise(discovery.reportResultCall(id, 'blocked', held.host));
             return { leaseAgain: true, why: 'a ban page' };
         }
         if (status in LEASE_AGAIN) {
-            await this.keeper.penalise(held, LEASE_AGAIN[status], discovery.reportStatusCall(id, status, held.host));
+            penalise(discovery.reportStatusCall(id, status, held.host));
             return { leaseAgain: true, why: `status ${status}` };
         }
         this.keeper.reportInBackground(held, discovery.reportStatusCall(id, status, held.host));
@@ -143,14 +178,22 @@ export class CrawleeLeases {
         return context.session ? this.sessionLease.get(context.session.id) : undefined;
     }
 
-    /** The crawler's handlers, reporting first; a ban page throws Crawlee's SessionError so the page is tried again on another session. */
+    /**
+     * The crawler's handlers, reporting first: a penalty (a ban page, 429, 403...) throws
+     * Crawlee's SessionError so the page is tried again on another session, a relay error
+     * an Error so it is retried; the crawler's own handler then runs within the
+     * `requestHandlerTimeoutSecs` it was given (the options add the lease wait to Crawlee's).
+     */
     handlers(crawlee, options) {
         const { requestHandler, errorHandler, failedRequestHandler } = options;
+        const timeoutMs = (options.requestHandlerTimeoutSecs ?? HANDLER_TIMEOUT_SECS) * 1000;
         return {
             requestHandler: async (context) => {
                 const verdict = await this.report(context);
                 if (verdict?.leaseAgain) throw new crawlee.SessionError(`proxy-operator: ${verdict.why}`);
-                return (requestHandler ?? context.crawler?.router)?.(context);
+                if (verdict?.error) throw new Error(`proxy-operator: ${verdict.why}, not a page`);
+                const handler = requestHandler ?? context.crawler?.router;
+                return handler && within(Promise.resolve(handler(context)), timeoutMs, 'requestHandler');
             },
             errorHandler: async (context, error) => {
                 await this.report(context, error);
@@ -163,11 +206,20 @@ export class CrawleeLeases {
         };
     }
 
+    /**
+     * Crawlee's `requestHandlerTimeoutSecs` for `options`: the crawler's own, plus the longest
+     * wait for a lease, which Crawlee times with it (the helper times the handler itself).
+     */
+    handlerTimeoutSecs(options) {
+        return (options.requestHandlerTimeoutSecs ?? HANDLER_TIMEOUT_SECS) + Math.ceil(this.keeper.leaseWaitMs / 1000);
+    }
+
     /** Crawlee 3 options: the proxy configuration, a watched session pool of `maxPoolSize`. */
     options3(crawlee, options, maxPoolSize) {
         const { createSessionFunction, ...poolOptions } = options.sessionPoolOptions ?? {};
         return {
             ...options,
+            requestHandlerTimeoutSecs: this.handlerTimeoutSecs(options),
             useSessionPool: true,
             proxyConfiguration: new crawlee.ProxyConfiguration({ newUrlFunction: (id, o) => this.newUrl(id, o) }),
             sessionPoolOptions: {
@@ -190,6 +242,7 @@ export class CrawleeLeases {
         if (proxyConfiguration) throw new Error('proxy-operator: on Crawlee 4 the proxy is the session\'s: set no proxyConfiguration');
         return {
             ...rest,
+            requestHandlerTimeoutSecs: this.handlerTimeoutSecs(options),
             sessionPool: new LeaseSessionPool(this, crawlee, { maxPoolSize, sessionOptions: sessionPoolOptions?.sessionOptions }),
             ...this.handlers(crawlee, options),
         };

@@ -29,6 +29,19 @@ export const CHROMIUM_ARGS = Object.freeze([
     '--disable-sync',
 ]);
 
+/**
+ * Crawlee's `prePageCreateHooks` hook: a page's proxy as one URL whose credentials are
+ * percent-encoded once, for the relay of an incognito context (see `browserCrawlerOptions`).
+ */
+export function credentialsInProxyUrl(_pageId, _controller, pageOptions) {
+    const proxy = pageOptions?.proxy;
+    if (!proxy?.server || (!proxy.username && !proxy.password)) return;
+    const url = new URL(proxy.server);
+    const encode = (text) => encodeURIComponent(text ?? '').replace(/[!'()*]/g, (c) => `%${c.charCodeAt(0).toString(16).toUpperCase()}`);
+    const server = `${url.protocol}//${encode(proxy.username)}:${encode(proxy.password)}@${url.host}`;
+    pageOptions.proxy = { server, bypass: proxy.bypass };
+}
+
 export class ProxyOperator {
     /**
      * @param {object} options
@@ -37,7 +50,10 @@ export class ProxyOperator {
      * @param {Record<string, string>} [options.selector] label terms the proxies must carry
      * @param {number} [options.ttlSeconds] lease duration (300); a lease ending within
      *   `renewMarginMs` (5000) is replaced before it is handed out
-     * @param {number} [options.noMatchWaitMs] how long a request waits for a proxy on 409 (60000)
+     * @param {number} [options.noMatchWaitMs] how long a request waits for a proxy on 409 (300000,
+     *   the operator's default rate-limit cooldown): until the first proxy cooling down for
+     *   the site is free, as the answer says (given up at once when that is later), polling
+     *   with a backoff while proxies at capacity may free a place
      * @param {number} [options.apiWaitMs] how long one call is retried while the API is away (60000)
      * @param {string} [options.holder] the name every lease carries (`crawlee/<host>/<pid>`)
      * @param {(context) => boolean | Promise<boolean>} [options.isBlocked] whether a page
@@ -54,7 +70,7 @@ export class ProxyOperator {
         selector = {},
         ttlSeconds = 300,
         renewMarginMs = 5000,
-        noMatchWaitMs = 60000,
+        noMatchWaitMs = 300000,
         apiWaitMs = 60000,
         holder,
         isBlocked,
@@ -94,6 +110,13 @@ export class ProxyOperator {
      * `crawlerOptions`, with a browser context per page (`useIncognitoPages`), so that a
      * page's proxy is its lease's and never the one the browser was launched with, and
      * without Playwright's signal handlers (`run` ends the crawl on SIGINT and SIGTERM).
+     *
+     * Any password works: Crawlee 3 puts a local relay (proxy-chain) between each incognito
+     * context and its proxy, and hands it the password decoded and set back through WHATWG
+     * URL, which leaves a `%` as it is; the relay then decodes it once more, and the proxy
+     * refuses the password (597). A `prePageCreateHooks` hook gives the relay the proxy's URL
+     * with its credentials percent-encoded once, as the lease answer has them, and the relay
+     * decodes them once. A relay error (590 to 599) is an error, never a page.
      */
     browserCrawlerOptions(crawlee, options = {}) {
         if (options.launchContext?.useIncognitoPages === false) {
@@ -103,8 +126,12 @@ export class ProxyOperator {
         // would close it and exit the process before any lease is released.
         const launchOptions = { handleSIGINT: false, handleSIGTERM: false, handleSIGHUP: false, ...options.launchContext?.launchOptions };
         const launchContext = { ...options.launchContext, launchOptions, useIncognitoPages: true };
+        const browserPoolOptions = {
+            ...options.browserPoolOptions,
+            prePageCreateHooks: [credentialsInProxyUrl, ...(options.browserPoolOptions?.prePageCreateHooks ?? [])],
+        };
         this.crawlee.browser = true;
-        return this.crawlerOptions(crawlee, { ...options, launchContext });
+        return this.crawlerOptions(crawlee, { ...options, launchContext, browserPoolOptions });
     }
 
     /** Crawlee 4: the session ID that pins a request for `url` to one of its site's sessions. */

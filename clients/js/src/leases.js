@@ -3,18 +3,27 @@
 // host; a slot holds up to `leasesPerSlot` leases, and a caller gets the one with the fewest
 // requests in flight.
 //
+// - The book is the one clock. Which proxy may go to which site, and when again, is the
+//   lease book's to say: no cooldown is kept here. After a penalty the keeper leases again
+//   and takes what the book grants; on 409 it waits as long as the answer says
+//   (`retryAfterSeconds`: when the first proxy cooling down for the site is free), polling
+//   with a backoff when proxies at capacity may free a place sooner.
+// - Each answer is reported once, on the lease it came through (one already dropped or
+//   released too: the book keeps ended leases for late reports), with a report ID of its own,
+//   so that a report sent again after an attempt whose answer was lost counts once. A
+//   penalty's report is sent until it lands, before any new lease for the host is asked for:
+//   never on another lease.
 // - A penalty ends the proxy for the host at once. After a 429, 401, 403 or 407 (the
 //   server's own table, LEASE_AGAIN, applied here so that it holds while the API is away) or
-//   a ban page, every lease on that proxy for the host is dropped, in every slot (`dropListeners`
-//   hears of each), the report lands before any new lease for the host is asked for, and the
-//   leases are released. The proxy is remembered for the host: should the server grant it
-//   again (it never heard the report), the grant is reported and released, and another is
-//   asked for.
-// - The API blinks: every call is retried as `Discovery.run` says; a lease waits up to
-//   `apiWaitMs`, and on 409 no_match up to `noMatchWaitMs` more.
+//   a ban page, every lease on that proxy for the host is dropped, in every slot
+//   (`dropListeners` hears of each), the report lands, and the leases are released. A report
+//   whose answer says leaseAgain (the proxy cools down for the site, whoever reported it)
+//   drops its lease too.
+// - The API blinks: every call is retried as `Discovery.run` says; a request waits for a
+//   lease at most `noMatchWaitMs` on 409 plus `apiWaitMs` while the API is away (`leaseWaitMs`).
 // - Every lease is released on every ending: `close()` ends every wait at once, lands the
-//   reports in the air, releases every lease held, then every lease of the holder
-//   (DELETE /v1/leases?holder=, the ones whose grant answer never arrived too).
+//   reports in the air (at most `apiWaitMs`), releases every lease held, then every lease of
+//   the holder (DELETE /v1/leases?holder=, the ones whose grant answer never arrived too).
 
 import { ApiError, Stopped, Unavailable } from './api.js';
 
@@ -57,8 +66,7 @@ export class LeaseKeeper {
         ttlSeconds = 300,
         renewMarginMs = 5000,
         leasesPerSlot = 1,
-        noMatchWaitMs = 60000,
-        localCooldownMs = 300000,
+        noMatchWaitMs = 300000,
     } = {}) {
         this.discovery = discovery;
         this.selector = selector;
@@ -66,7 +74,6 @@ export class LeaseKeeper {
         this.renewMarginMs = renewMarginMs;
         this.leasesPerSlot = Math.max(1, leasesPerSlot);
         this.noMatchWaitMs = noMatchWaitMs;
-        this.localCooldownMs = localCooldownMs;
         /** Who hears of each lease dropped (a browser context on it closes). */
         this.dropListeners = new Set();
         /** @type {Map<string, {held: object[], lock: Promise<void>}>} */
@@ -77,12 +84,17 @@ export class LeaseKeeper {
         this.leases = new Map();
         /** Every lease granted, by ID: requests in flight when their lease was dropped are judged all the same. */
         this.known = new Map();
-        /** `${proxy} ${host}` -> {result, until}: proxies seen penalised for a host. */
-        this.penalised = new Map();
         this.background = new Set();
-        this.stats = { leases: 0, releases: 0, noMatch: 0, leaseAgain: 0, refusedPenalised: 0, reports: {}, reportsLost: 0, releasedByHolder: 0 };
+        this.stats = { leases: 0, releases: 0, noMatch: 0, leaseAgain: 0, reports: {}, reportsRepeated: 0, reportsLost: 0, releasedByHolder: 0 };
         this.closing = false;
+        /** Set once `close()` stops waiting for the reports in the air. */
+        this.abandoned = false;
         this.stopping = () => this.closing;
+    }
+
+    /** The longest a request waits for a lease: `noMatchWaitMs` on 409, plus `apiWaitMs` while the API is away. */
+    get leaseWaitMs() {
+        return this.noMatchWaitMs + this.discovery.apiWaitMs;
     }
 
     /**
@@ -91,17 +103,18 @@ export class LeaseKeeper {
      */
     async acquire(slot, host, most = this.leasesPerSlot) {
         const entry = this.#slot(slot);
+        const deadline = Date.now() + this.leaseWaitMs;
         for (;;) {
-            await this.#settled(host);
+            await this.#settled(host, deadline);
             const held = await this.#locked(entry, async () => {
                 if (this.pending.get(host)?.size) return null; // a penalty came while waiting
                 for (const old of entry.held.filter((h) => h.lease.expiresAt - this.renewMarginMs <= Date.now())) {
-                    this.#drop(old, null);
+                    this.#drop(old);
                     this.inBackground(this.release(old));
                 }
                 if (entry.held.length < most) {
                     // The first lease of a slot waits for a proxy; the others are a bonus.
-                    const fresh = await this.#newLease(slot, host, entry.held.length === 0);
+                    const fresh = await this.#newLease(slot, host, entry.held.length === 0 ? deadline : null);
                     if (fresh) entry.held.push(fresh);
                 }
                 if (!entry.held.length) return null;
@@ -123,35 +136,39 @@ export class LeaseKeeper {
         const held = this.known.get(leaseId);
         if (held) held.inFlight = Math.max(0, held.inFlight - 1);
         if (held?.orphan && held.inFlight === 0) {
-            this.#drop(held, null);
+            this.#drop(held);
             this.inBackground(this.release(held));
         }
         return held;
     }
 
-    async #newLease(slot, host, wait) {
+    /** A new lease for `host`; with no `deadline` one try (null on 409), else waiting on 409 as the answers say, until the deadline. */
+    async #newLease(slot, host, deadline) {
         let waited = 0;
         let backoff = 500;
         for (;;) {
+            const left = deadline === null ? Infinity : deadline - Date.now();
             let granted;
             try {
                 granted = await this.discovery.run(this.discovery.leaseCall(host, this.selector, this.ttlSeconds), {
                     droppable: true,
                     stopping: this.stopping,
+                    boundMs: Math.min(this.discovery.apiWaitMs, left),
                 });
             } catch (error) {
                 if (error instanceof Stopped) throw new NoProxy(`stopped while leasing for ${host}`);
                 if (error instanceof Unavailable) throw new NoProxy(`the discovery API is away: ${error.message}`);
                 if (!(error instanceof ApiError) || error.status !== 409) throw error;
                 this.stats.noMatch += 1;
-                if (!wait) return null;
-                if (waited >= this.noMatchWaitMs) throw new NoProxy(`no proxy for ${host} after ${waited} ms: ${JSON.stringify(error.body)}`);
+                if (deadline === null) return null;
+                const wait = waitOn409(error, backoff, Math.min(this.noMatchWaitMs - waited, left));
+                if (wait === null) throw new NoProxy(`no proxy for ${host} within ${this.noMatchWaitMs} ms: ${JSON.stringify(error.body)}`);
                 try {
-                    await this.discovery.sleep(backoff, { droppable: true, stopping: this.stopping });
+                    await this.discovery.sleep(wait, { droppable: true, stopping: this.stopping });
                 } catch {
                     throw new NoProxy(`stopped while waiting for a proxy for ${host}`);
                 }
-                waited += backoff;
+                waited += wait;
                 backoff = Math.min(backoff * 2, 10000);
                 continue;
             }
@@ -163,28 +180,24 @@ export class LeaseKeeper {
                 await this.release(held);
                 throw new NoProxy('stopping');
             }
-            const known = this.penalised.get(`${held.lease.proxy} ${host}`);
-            if (known && known.until > Date.now()) {
-                // The server did not hear of this proxy's penalty (a report lost while it was
-                // away): tell it on this lease, which starts the cooldown, and lease again.
-                this.stats.refusedPenalised += 1;
-                await this.penalise(held, known.result, this.discovery.reportResultCall(held.lease.id, known.result, host));
-                continue;
-            }
             return held;
         }
     }
 
     /**
      * The proxy of `held` is done for its host: drops it (and every other lease on it for the
-     * host), lands the report before any new lease for the host, then releases.
+     * host) at once, then sends the report until it lands (no new lease for the host is asked
+     * for before), then releases. The drop and the hold on new leases take effect before the
+     * first await: a caller may leave the landing to the next lease for the host.
      */
-    async penalise(held, result, call) {
+    async penalise(held, call) {
         if (!held.dropped) this.stats.leaseAgain += 1;
         const same = [...this.leases.values()].filter((h) => h === held || (h.host === held.host && h.lease.proxy === held.lease.proxy));
         if (!same.includes(held)) same.push(held);
-        for (const each of same) this.#drop(each, result);
-        const reporting = call ? this.#report(held, call) : Promise.resolve();
+        for (const each of same) this.#drop(each);
+        // Sent until it lands (close() bounds it): the book hears of every penalty on the
+        // lease it happened on, never later on another one.
+        const reporting = call ? this.#report(held, call, { boundMs: Infinity }) : Promise.resolve();
         const pending = this.pending.get(held.host) ?? new Set();
         this.pending.set(held.host, pending);
         pending.add(reporting);
@@ -207,7 +220,7 @@ export class LeaseKeeper {
         if (!entry) return;
         this.slots.delete(slot);
         for (const held of entry.held) {
-            this.#drop(held, null);
+            this.#drop(held);
             this.inBackground(this.release(held));
         }
     }
@@ -217,29 +230,31 @@ export class LeaseKeeper {
         return [...this.slots.keys()].filter((slot) => slot.startsWith(prefix));
     }
 
-    #drop(held, result) {
+    #drop(held) {
         if (held.dropped) return;
         held.dropped = true;
         const entry = this.slots.get(held.slot);
         if (entry) entry.held = entry.held.filter((h) => h !== held);
-        if (result) this.penalised.set(`${held.lease.proxy} ${held.host}`, { result, until: Date.now() + this.localCooldownMs });
         for (const listener of this.dropListeners) listener(held);
     }
 
-    async #report(held, call) {
+    async #report(held, call, { boundMs } = {}) {
         let answer;
         try {
-            answer = await this.discovery.run(call);
+            // Droppable only once close() gave up waiting for it.
+            answer = await this.discovery.run(call, { boundMs, droppable: true, stopping: () => this.abandoned });
         } catch (error) {
-            if (error instanceof Unavailable) this.stats.reportsLost += 1;
+            if (error instanceof Unavailable || error instanceof Stopped) this.stats.reportsLost += 1;
             // Forgotten (404), refused, or never landed: the page is still good.
             return null;
         }
         const result = call.body.result ?? answer?.result ?? 'none';
         this.stats.reports[result] = (this.stats.reports[result] ?? 0) + 1;
+        if (answer?.repeated) this.stats.reportsRepeated += 1;
         if (answer?.leaseAgain && !held.dropped) {
+            // The proxy cools down for the site (until answer.cooldownUntil), or the lease is over.
             this.stats.leaseAgain += 1;
-            this.#drop(held, answer.result);
+            this.#drop(held);
             await this.release(held);
         }
         return answer;
@@ -263,8 +278,10 @@ export class LeaseKeeper {
     /** Ends every wait, lands the reports in the air, releases every lease held and then every lease of the holder. */
     async close() {
         this.closing = true;
-        await Promise.race([Promise.all([...this.background]), new Promise((r) => setTimeout(r, this.discovery.apiWaitMs).unref())]);
-        for (const held of this.leases.values()) this.#drop(held, null);
+        const inAir = [...this.background, ...[...this.pending.values()].flatMap((set) => [...set])];
+        await Promise.race([Promise.allSettled(inAir), new Promise((r) => setTimeout(r, this.discovery.apiWaitMs).unref())]);
+        this.abandoned = true;
+        for (const held of this.leases.values()) this.#drop(held);
         await Promise.all([...this.leases.values()].map((held) => this.release(held)));
         try {
             const answer = await this.discovery.run(this.discovery.releaseHeldCall());
@@ -284,8 +301,18 @@ export class LeaseKeeper {
         return entry;
     }
 
-    async #settled(host) {
-        while (this.pending.get(host)?.size) await Promise.allSettled([...this.pending.get(host)]);
+    /** Waits for the penalty reports of `host` to land, until `deadline`. */
+    async #settled(host, deadline) {
+        while (this.pending.get(host)?.size) {
+            const left = deadline - Date.now();
+            if (left <= 0) throw new NoProxy(`a report on a proxy for ${host} did not land within the wait`);
+            let timer;
+            const timeout = new Promise((resolve) => {
+                timer = setTimeout(resolve, left);
+            });
+            await Promise.race([Promise.allSettled([...this.pending.get(host)]), timeout]);
+            clearTimeout(timer);
+        }
     }
 
     async #locked(entry, fn) {
@@ -301,4 +328,16 @@ export class LeaseKeeper {
             unlock();
         }
     }
+}
+
+/**
+ * How long to wait after a 409 before asking again, or null to give up: the time the answer
+ * names when nothing but cooldowns stands in the way (given up at once when that is past
+ * what is `left` of the wait), else the backoff, never past that time.
+ */
+export function waitOn409(error, backoffMs, leftMs) {
+    if (leftMs <= 0) return null;
+    const retryAfterMs = error.retryAfterMs;
+    if (error.onlyCooling) return retryAfterMs <= leftMs ? retryAfterMs : null;
+    return Math.min(backoffMs, retryAfterMs ?? backoffMs, leftMs);
 }

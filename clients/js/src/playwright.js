@@ -11,8 +11,8 @@
 //
 // `judge` reports the page's response status (a page `isBlocked` recognises as blocked,
 // once) and after a 429, 401, 403, 407 or a ban page drops the lease (see leases.js): no
-// page is opened on it again, and its context closes once the pages already on their way
-// through it are judged.
+// page is opened on it again, no request leaves through its context any more, and the
+// context closes once the pages already on their way through it are judged.
 
 import { LEASE_AGAIN } from './leases.js';
 import { hostOf } from './crawlee.js';
@@ -78,8 +78,15 @@ export class LeasedContexts {
         const { server, username, password } = held.lease;
         const proxy = { server, ...(username ? { username } : {}), ...(password ? { password } : {}) };
         const context = await this.browser.newContext({ ...this.contextOptions, proxy });
-        if (held.dropped) await context.close().catch(() => {});
-        else held.extra = context;
+        if (held.dropped) {
+            await context.close().catch(() => {});
+            return;
+        }
+        // A page opened on the lease before it was dropped may start its navigation after (a
+        // busy browser takes seconds): no request leaves through a proxy the crawler knows is
+        // done for the site. What was already sent comes back and is judged as usual.
+        await context.route('**/*', (route) => (held.dropped ? route.abort('blockedbyclient') : route.continue()));
+        held.extra = context;
     }
 
     /**
@@ -105,11 +112,11 @@ export class LeasedContexts {
         const status = response.status();
         const banned = status >= 200 && status < 300 && this.isBlocked && (await this.isBlocked(page, response));
         if (banned) {
-            await this.keeper.penalise(held, 'blocked', discovery.reportResultCall(id, 'blocked', held.host));
+            await this.keeper.penalise(held, discovery.reportResultCall(id, 'blocked', held.host));
             return false;
         }
         if (status in LEASE_AGAIN) {
-            await this.keeper.penalise(held, LEASE_AGAIN[status], discovery.reportStatusCall(id, status, held.host));
+            await this.keeper.penalise(held, discovery.reportStatusCall(id, status, held.host));
             return false;
         }
         this.keeper.reportInBackground(held, discovery.reportStatusCall(id, status, held.host));

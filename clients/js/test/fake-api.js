@@ -1,12 +1,29 @@
 // A stand-in of the discovery API for the helper's tests: a fetch that answers like the
-// server (grants after `noMatch` 409s, maps statuses, releases by holder), records every
-// call, and can be away (`down` calls fail as a refused connection, `unavailable` calls
-// answer 503 with Retry-After: 0).
+// server (grants after `noMatch` 409s saying `noMatchBody`, maps statuses, answers reports
+// with the result, leaseAgain, the cooldown's end and whether the report ID was heard,
+// releases by holder), records every call, and can be away (`down` calls fail as a refused
+// connection, `unavailable` calls answer 503 with Retry-After: 0). A rate_limited or blocked
+// report cools (proxy, target) down for `cooldownMs`.
 
 import assert from 'node:assert/strict';
 
 export function fakeApi({ noMatch = 0, ttlSeconds = 300, proxies = [] } = {}) {
-    const api = { calls: [], noMatch, granted: 0, down: 0, unavailable: 0, active: new Map(), proxies };
+    const api = {
+        calls: [],
+        noMatch,
+        noMatchBody: { considered: 1, atCapacity: 1, inCooldown: 0, unhealthy: 0 },
+        granted: 0,
+        down: 0,
+        unavailable: 0,
+        active: new Map(),
+        proxies,
+        cooldownMs: 300000,
+        /** `${proxy} ${target}` -> when its cooldown ends (ms). */
+        cooling: new Map(),
+        /** lease ID -> [proxy, target]. */
+        leaseOf: new Map(),
+        heard: new Set(),
+    };
     const answer = (status, json, headers = {}) =>
         new Response(json === undefined ? null : JSON.stringify(json), { status, headers });
     api.fetch = async (url, { method, headers, body }) => {
@@ -25,12 +42,13 @@ export function fakeApi({ noMatch = 0, ttlSeconds = 300, proxies = [] } = {}) {
         if (method === 'POST' && pathname === '/v1/leases') {
             if (api.noMatch > 0) {
                 api.noMatch -= 1;
-                return answer(409, { error: 'no_match', message: 'none', considered: 1 });
+                return answer(409, { error: 'no_match', message: 'none', ...api.noMatchBody });
             }
             api.granted += 1;
             const n = api.granted;
             const name = api.proxies.length ? api.proxies[(n - 1) % api.proxies.length] : `p${n}`;
             api.active.set(`lease-${n}`, parsed.holder);
+            api.leaseOf.set(`lease-${n}`, [name, parsed.target ?? null]);
             return answer(201, {
                 leaseID: `lease-${n}`,
                 proxy: { namespace: 'crawl', name, host: '127.0.0.1', port: 3128, url: `http://${name}:pa%40ss@127.0.0.1:3128`, username: name, password: 'pa@ss' },
@@ -40,12 +58,7 @@ export function fakeApi({ noMatch = 0, ttlSeconds = 300, proxies = [] } = {}) {
                 holder: parsed.holder,
             });
         }
-        if (method === 'POST' && pathname.endsWith('/report')) {
-            if (parsed.result) return answer(204);
-            const result = { 429: 'rate_limited', 401: 'blocked', 403: 'blocked', 407: null }[parsed.status]
-                ?? (parsed.status >= 500 ? 'error' : 'ok');
-            return answer(200, { result, leaseAgain: [401, 403, 407, 429].includes(parsed.status) });
-        }
+        if (method === 'POST' && pathname.endsWith('/report')) return answer(200, api.report(pathname.split('/')[3], parsed));
         if (method === 'DELETE' && pathname === '/v1/leases') {
             const holder = new URLSearchParams(search).get('holder');
             const mine = [...api.active].filter(([, h]) => h === holder).map(([id]) => id);
@@ -61,8 +74,38 @@ export function fakeApi({ noMatch = 0, ttlSeconds = 300, proxies = [] } = {}) {
         }
         return answer(404, { error: 'not_found', message: pathname });
     };
+    /** The answer to a report, as the server makes it. */
+    api.report = (leaseId, body) => {
+        const result = body.result
+            ?? { 429: 'rate_limited', 401: 'blocked', 403: 'blocked', 407: null }[body.status]
+            ?? (body.status >= 500 ? 'error' : 'ok');
+        const asks = body.result ? ['rate_limited', 'blocked'].includes(body.result) : [401, 403, 407, 429].includes(body.status);
+        const [proxy, leaseTarget] = api.leaseOf.get(leaseId) ?? ['?', null];
+        const target = body.target ?? leaseTarget;
+        const pair = `${leaseId} ${body.reportID}`;
+        const repeated = body.reportID !== undefined && api.heard.has(pair);
+        if (body.reportID !== undefined) api.heard.add(pair);
+        const key = `${proxy} ${target}`;
+        if (['rate_limited', 'blocked'].includes(result) && !repeated) {
+            api.cooling.set(key, Math.max(Date.now() + api.cooldownMs, api.cooling.get(key) ?? 0));
+        }
+        const until = api.cooling.get(key) ?? 0;
+        const cooling = until > Date.now();
+        return {
+            result,
+            leaseAgain: asks || cooling || !api.active.has(leaseId),
+            target,
+            cooldownUntil: cooling ? new Date(until).toISOString() : null,
+            cooldownSeconds: cooling ? Math.max(1, Math.ceil((until - Date.now()) / 1000)) : null,
+            repeated,
+        };
+    };
     api.paths = (method) => api.calls.filter(([m]) => m === method).map(([, path]) => path);
-    api.reports = () => api.calls.filter(([, path]) => path.endsWith('/report')).map(([, path, body]) => [path, body]);
+    /** Every report that reached the API, without its report ID (`reportIds` has them). */
+    api.reports = () =>
+        api.calls.filter(([, path]) => path.endsWith('/report')).map(([, path, { reportID, ...body }]) => [path, body]);
+    /** The report IDs of the reports that reached `path`, in order. */
+    api.reportIds = (path) => api.calls.filter(([, p]) => p === path).map(([, , body]) => body.reportID);
     api.index = (method, path) => api.calls.findIndex(([m, p]) => m === method && p === path);
     return api;
 }

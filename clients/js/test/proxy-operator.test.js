@@ -5,7 +5,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 
-import { Backoff, Discovery, ProxyOperator, Unavailable, isCrawlee4, statusOf } from '../src/index.js';
+import { Backoff, Discovery, ProxyOperator, Unavailable, credentialsInProxyUrl, isCrawlee4, statusOf } from '../src/index.js';
 import { FakeSession, crawlee3, crawlee4, fakeApi } from './fake-api.js';
 
 const helper = (api, options = {}) => new ProxyOperator({
@@ -108,13 +108,13 @@ test('a failure without a response is an error report; a 407 on CONNECT leases a
     const session = new FakeSession({ id: 's1' });
     const req = request('https://a.example/');
     await px.newUrlFunction('s1', { request: req });
-    assert.deepEqual(await px.report(context(session, req), new Error('ETIMEDOUT')), { leaseAgain: false, why: 'error' });
+    assert.deepEqual(await px.report(context(session, req), new Error('ETIMEDOUT')), { leaseAgain: false, why: 'error', error: true });
     await settle(px);
-    assert.deepEqual(api.calls.at(-1), ['POST', '/v1/leases/lease-1/report', { result: 'error', target: 'a.example' }]);
+    assert.deepEqual(api.reports().at(-1), ['/v1/leases/lease-1/report', { result: 'error', target: 'a.example' }]);
     assert.deepEqual(api.paths('DELETE'), [], 'the lease is kept: the health engine judges the proxy');
     await px.newUrlFunction('s1', { request: req });
     const answer = await px.report(context(session, req), new Error('Proxy responded with 407 Proxy Authentication Required'));
-    assert.deepEqual(answer, { leaseAgain: true, why: '407 on CONNECT' });
+    assert.deepEqual(answer, { leaseAgain: true, why: '407 on CONNECT', error: true });
     assert.equal(await px.newUrlFunction('s1', { request: req }), 'http://p2:pa%40ss@127.0.0.1:3128');
     await px.close();
 });
@@ -197,11 +197,16 @@ test('a browser crawler gets a context per page, and its browser no lease', asyn
     const api = fakeApi();
     const px = helper(api);
     assert.throws(() => px.browserCrawlerOptions(crawlee3, { launchContext: { useIncognitoPages: false } }), /useIncognitoPages/);
-    const options = px.browserCrawlerOptions(crawlee3, { launchContext: { launchOptions: { headless: true } } });
+    const mine = () => {};
+    const options = px.browserCrawlerOptions(crawlee3, {
+        launchContext: { launchOptions: { headless: true } },
+        browserPoolOptions: { useFingerprints: false, prePageCreateHooks: [mine] },
+    });
     assert.deepEqual(options.launchContext, {
         launchOptions: { handleSIGINT: false, handleSIGTERM: false, handleSIGHUP: false, headless: true },
         useIncognitoPages: true,
     });
+    assert.deepEqual(options.browserPoolOptions, { useFingerprints: false, prePageCreateHooks: [credentialsInProxyUrl, mine] });
     assert.equal(await options.proxyConfiguration.newUrlFunction('s1'), null);
     assert.equal(api.paths('POST').length, 0);
     await px.close();
@@ -219,7 +224,17 @@ test('plain Playwright: one context per lease, its proxy apart; a penalty closes
     const made = [];
     const browser = {
         async newContext(options) {
-            const context = { options, closed: false, async close() { this.closed = true; } };
+            const context = {
+                options,
+                closed: false,
+                async close() { this.closed = true; },
+                async route(pattern, handler) { this.guard = handler; },
+                guarded() {
+                    let done;
+                    this.guard({ abort: (reason) => { done = ['abort', reason]; }, continue: () => { done = ['continue']; } });
+                    return done;
+                },
+            };
             made.push(context);
             return context;
         },
@@ -229,8 +244,10 @@ test('plain Playwright: one context per lease, its proxy apart; a penalty closes
     assert.equal(one.context, two.context);
     assert.equal(made.length, 1);
     assert.deepEqual(made[0].options, { ignoreHTTPSErrors: true, proxy: { server: 'http://127.0.0.1:3128', username: 'p1', password: 'pa@ss' } });
+    assert.deepEqual(made[0].guarded(), ['continue']);
     assert.equal(await contexts.judge(one, { status: () => 200 }), true);
     assert.equal(await contexts.judge(two, { status: () => 429 }), false);
+    assert.deepEqual(made[0].guarded(), ['abort', 'blockedbyclient'], 'no request leaves through the proxy once the lease is dropped');
     assert.equal(made[0].closed, true);
     const three = await contexts.forUrl('https://a.example/3');
     assert.equal(three.context.options.proxy.username, 'p2');
@@ -287,4 +304,139 @@ test('FakeSession keeps the semantics the helper relies on', () => {
     assert.equal(session.isUsable(), true);
     session.retire();
     assert.equal(session.isUsable(), false);
+});
+
+test('a browser crawler\'s relay gets the credentials encoded once, whatever the password holds', () => {
+    const password = 'p@ss:/#%?+=&!*\'()';
+    // As Crawlee 3.18.1 hands a page's proxy over: the lease's URL, its credentials decoded.
+    const pageOptions = { proxy: { server: 'http://10.0.0.7:3128', username: 'crawl-a', password, bypass: 'x' } };
+    credentialsInProxyUrl('page-1', null, pageOptions);
+    assert.deepEqual(Object.keys(pageOptions.proxy), ['server', 'bypass']);
+    // As the relay (proxy-chain) reads it: new URL, then decodeURIComponent once.
+    const url = new URL(pageOptions.proxy.server);
+    assert.equal(decodeURIComponent(url.password), password);
+    assert.equal(decodeURIComponent(url.username), 'crawl-a');
+    assert.equal(url.host, '10.0.0.7:3128');
+    const bare = { proxy: { server: 'http://10.0.0.7:3128' } };
+    credentialsInProxyUrl('page-2', null, bare);
+    assert.deepEqual(bare, { proxy: { server: 'http://10.0.0.7:3128' } }, 'a proxy without credentials is left as it is');
+});
+
+test('a browser crawler\'s relay error is an error, never a page; a 597 leases again', async () => {
+    const api = fakeApi();
+    const px = helper(api);
+    const seen = [];
+    const options = px.browserCrawlerOptions(crawlee3, { requestHandler: async (ctx) => seen.push(ctx.request.url) });
+    const session = new FakeSession({ id: 's1' });
+    const req = request('https://a.example/');
+    const page = (status) => ({ session, request: req, response: { status: () => status } });
+    await px.newUrlFunction('s1', { request: req });
+    await assert.rejects(options.requestHandler(page(595)), /relay answered 595, not a page/);
+    await px.newUrlFunction('s1', { request: req });
+    await assert.rejects(options.requestHandler(page(597)), crawlee3.SessionError);
+    assert.equal(await px.newUrlFunction('s1', { request: req }), 'http://p2:pa%40ss@127.0.0.1:3128', 'a 597: another lease');
+    await settle(px);
+    assert.deepEqual(seen, []);
+    assert.deepEqual(api.reports(), [['/v1/leases/lease-1/report', { result: 'error', target: 'a.example' }]]);
+    await px.close();
+});
+
+test('the book is the one clock: a proxy it grants again is used, and no penalty is told twice', async () => {
+    // The operator's cooldown is short: after the 429 the book grants p1 again for the site.
+    const api = fakeApi({ proxies: ['p1'] });
+    api.cooldownMs = 0;
+    const px = helper(api);
+    const session = new FakeSession({ id: 's1' });
+    const req = request('https://a.example/');
+    await px.newUrlFunction('s1', { request: req });
+    assert.equal((await px.report(context(session, req, 429))).leaseAgain, true);
+    assert.equal(await px.newUrlFunction('s1', { request: req }), 'http://p1:pa%40ss@127.0.0.1:3128');
+    await px.report(context(session, req, 200));
+    await settle(px);
+    assert.deepEqual(api.reports(), [
+        ['/v1/leases/lease-1/report', { status: 429, target: 'a.example' }],
+        ['/v1/leases/lease-2/report', { status: 200, target: 'a.example' }],
+    ], 'each answer reported once, on the lease it came through');
+    await px.close();
+});
+
+test('an answer that says the proxy cools down for the site drops its lease', async () => {
+    const api = fakeApi();
+    const px = helper(api);
+    const session = new FakeSession({ id: 's1' });
+    const req = request('https://a.example/');
+    await px.newUrlFunction('s1', { request: req });
+    api.cooling.set('p1 a.example', Date.now() + 60000); // another crawler's report
+    assert.equal((await px.report(context(session, req, 200))).leaseAgain, false, 'the page is good');
+    await settle(px);
+    assert.equal(await px.newUrlFunction('s1', { request: req }), 'http://p2:pa%40ss@127.0.0.1:3128');
+    assert.deepEqual(api.paths('DELETE'), ['/v1/leases/lease-1']);
+    await px.close();
+});
+
+test('a penalty report is sent until it lands, with one report ID, before the next lease for the site', async () => {
+    const api = fakeApi();
+    const px = helper(api, { apiWaitMs: 200 });
+    const session = new FakeSession({ id: 's1' });
+    const req = request('https://a.example/');
+    await px.newUrlFunction('s1', { request: req });
+    api.unavailable = 8; // longer than the API wait: still sent, never dropped
+    await px.report(context(session, req, 403));
+    assert.equal(await px.newUrlFunction('s1', { request: req }), 'http://p2:pa%40ss@127.0.0.1:3128');
+    const ids = api.reportIds('/v1/leases/lease-1/report');
+    assert.equal(ids.length, 9);
+    assert.equal(new Set(ids).size, 1, 'one report, sent until it landed');
+    const lastReport = api.calls.findLastIndex(([, p]) => p === '/v1/leases/lease-1/report');
+    assert.ok(lastReport < api.calls.findLastIndex(([, p]) => p === '/v1/leases'), 'landed before the next lease');
+    assert.equal(px.stats.reportsLost, 0);
+    // Sent again after its answer was lost, a report counts once.
+    const call = px.discovery.reportStatusCall('lease-2', 429, 'a.example');
+    const [first, again] = [await px.discovery.run(call), await px.discovery.run(call)];
+    assert.deepEqual([first.repeated, again.repeated], [false, true]);
+    await px.close();
+});
+
+test('on 409 it waits until the first proxy leaves its cooldown, and gives up at once past the wait', async () => {
+    const api = fakeApi();
+    const px = helper(api, { noMatchWaitMs: 5000 });
+    api.noMatch = 1;
+    api.noMatchBody = { considered: 2, atCapacity: 0, inCooldown: 2, unhealthy: 0, retryAfterSeconds: 1 };
+    let started = Date.now();
+    await px.newUrlFunction('s1', { request: request('https://a.example/') });
+    const took = Date.now() - started;
+    assert.ok(took >= 1000 && took < 1500, `${took} ms`);
+    assert.equal(api.paths('POST').length, 2, 'asked once more, when the cooldown ended');
+    api.noMatch = 1;
+    api.noMatchBody = { ...api.noMatchBody, retryAfterSeconds: 1800 };
+    started = Date.now();
+    await assert.rejects(px.newUrlFunction('s1', { request: request('https://b.example/') }), /no proxy for b.example/);
+    assert.ok(Date.now() - started < 500);
+    await px.close();
+});
+
+test('the lease wait is added to Crawlee\'s handler timeout, and the crawler\'s handler keeps its own', async () => {
+    const api = fakeApi();
+    const px = helper(api, { noMatchWaitMs: 100000, apiWaitMs: 20000 });
+    assert.equal(px.crawlerOptions(crawlee3, {}).requestHandlerTimeoutSecs, 60 + 120);
+    const options = px.crawlerOptions(crawlee3, {
+        requestHandlerTimeoutSecs: 0.2,
+        requestHandler: () => new Promise((resolve) => setTimeout(resolve, 1000)),
+    });
+    assert.equal(options.requestHandlerTimeoutSecs, 0.2 + 120);
+    const session = new FakeSession({ id: 's1' });
+    const req = request('https://a.example/');
+    await px.newUrlFunction('s1', { request: req });
+    await assert.rejects(options.requestHandler(context(session, req, 200)), /requestHandler timed out after 0.2 seconds/);
+    await px.close();
+});
+
+test('the types name every export of the package, and nothing else', async () => {
+    const { readFileSync } = await import('node:fs');
+    const declared = new Set(
+        [...readFileSync(new URL('../src/index.d.ts', import.meta.url), 'utf8').matchAll(/^export (?:class|function|const) (\w+)/gm)].map(
+            (m) => m[1],
+        ),
+    );
+    const exported = new Set(Object.keys(await import('../src/index.js')));
+    assert.deepEqual([...declared].sort(), [...exported].sort());
 });

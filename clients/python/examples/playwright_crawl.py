@@ -39,7 +39,7 @@ async def is_ban(response, page):
     return 'id="captcha"' in await page.content()
 
 
-async def crawl(contexts, url, attempts=8):
+async def crawl(contexts, url, attempts=20):
     """One page, through as many leases as it takes."""
     for _ in range(attempts):
         leased, page = await contexts.new_page(url)
@@ -67,8 +67,7 @@ async def main():
         urls = [line.strip() for line in lines if line.strip()]
     concurrency = int(os.environ.get("CRAWL_CONCURRENCY", "8"))
     fail_after = int(os.environ.get("CRAWL_FAIL_AFTER", "0"))
-    discovery = Discovery(os.environ["PROXY_OPERATOR_URL"], os.environ.get("PROXY_OPERATOR_TOKEN"),
-                          api_wait=float(os.environ.get("PROXY_OPERATOR_API_WAIT", "60")))
+    discovery = Discovery(os.environ["PROXY_OPERATOR_URL"], os.environ.get("PROXY_OPERATOR_TOKEN"))
     queue = asyncio.Queue()
     for url in urls:
         queue.put_nowait(url)

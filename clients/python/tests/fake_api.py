@@ -1,6 +1,7 @@
 """A stand-in of the discovery API for the shims' unit tests: a real HTTP server on loopback
-that records every call, maps statuses as the server does, and can be taken away (its port
-closed, so connections are refused) or answer 503 for a while."""
+that records every call, maps statuses as the server does, answers reports as it does (the
+result, leaseAgain, the cooldown's end, a report ID heard before), and can be taken away
+(its port closed, so connections are refused) or answer 503 for a while."""
 
 from __future__ import annotations
 
@@ -10,8 +11,13 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 
+RESULTS = {429: "rate_limited", 403: "blocked", 401: "blocked", 407: None}
+
+
 class FakeApi:
-    """Grants leases (after `no_match` 409s) on proxies named by `proxies` in turn, or `p<n>`."""
+    """Grants leases (after `no_match` 409s, each saying `no_match_body`) on proxies named by
+    `proxies` in turn, or `p<n>`; a rate_limited or blocked report cools (proxy, target) down
+    for `cooldown` seconds, which the answers to later reports say too."""
 
     def __init__(self, token: str = "t0ken"):
         self.token = token
@@ -24,6 +30,13 @@ class FakeApi:
         self.proxies: list[str] = []
         self.active: set[str] = set()
         self.holders: dict[str, str] = {}
+        self.no_match_body: dict = {"considered": 1, "atCapacity": 1, "inCooldown": 0, "unhealthy": 0}
+        self.cooldown = 300.0
+        #: (proxy, target) -> when its cooldown ends (time.time()).
+        self.cooling: dict[tuple[str, str], float] = {}
+        #: lease ID -> (proxy, target).
+        self.lease_of: dict[str, tuple[str, str]] = {}
+        self.heard: set[tuple[str, str]] = set()
         self.lock = threading.Lock()
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self.port = self.server.server_port
@@ -87,24 +100,20 @@ class FakeApi:
                     with api.lock:
                         if api.no_match > 0:
                             api.no_match -= 1
-                            return self._answer(409, {"error": "no_match", "message": "none", "considered": 1})
+                            return self._answer(409, {"error": "no_match", "message": "none", **api.no_match_body})
                         api.granted += 1
                         n = api.granted
                         name = api.proxies[(n - 1) % len(api.proxies)] if api.proxies else f"p{n}"
                         api.active.add(f"lease-{n}")
                         api.holders[f"lease-{n}"] = body.get("holder")
+                        api.lease_of[f"lease-{n}"] = (name, body.get("target"))
                     return self._answer(201, {
                         "leaseID": f"lease-{n}", "target": body.get("target"),
                         "proxy": {"namespace": "crawl", "name": name, "host": "127.0.0.1", "port": 3128,
                                   "url": f"http://{name}:pa%40ss@127.0.0.1:3128", "username": name,
                                   "password": "pa@ss"},
                         "expiresAt": "2030-01-01T00:00:00Z", "ttlSeconds": api.ttl})
-                if "status" in body:
-                    status = body["status"]
-                    result = {429: "rate_limited", 403: "blocked", 401: "blocked", 407: None}.get(
-                        status, "error" if status >= 500 else "ok")
-                    return self._answer(200, {"result": result, "leaseAgain": status in (401, 403, 407, 429)})
-                return self._answer(204)
+                return self._answer(200, api.report(self.path.split("/")[3], body))
 
             def do_DELETE(self):
                 _, away = self._record("DELETE")
@@ -122,11 +131,42 @@ class FakeApi:
 
         return Handler
 
+    def report(self, lease_id: str, body: dict) -> dict:
+        """The answer to a report, as the server makes it."""
+        with self.lock:
+            if "status" in body:
+                status = body["status"]
+                result = RESULTS.get(status, "error" if status >= 500 else "ok")
+                asks = status in (401, 403, 407, 429)
+            else:
+                result = body["result"]
+                asks = result in ("rate_limited", "blocked")
+            proxy, target = self.lease_of.get(lease_id, ("?", None))
+            target = body.get("target", target)
+            repeated = (lease_id, body["reportID"]) in self.heard if "reportID" in body else False
+            if "reportID" in body:
+                self.heard.add((lease_id, body["reportID"]))
+            if result in ("rate_limited", "blocked") and not repeated:
+                until = time.time() + self.cooldown
+                self.cooling[(proxy, target)] = max(until, self.cooling.get((proxy, target), 0))
+            until = self.cooling.get((proxy, target), 0)
+            cooling = until > time.time()
+            return {"result": result, "leaseAgain": asks or cooling or lease_id not in self.active,
+                    "target": target, "cooldownUntil": until if cooling else None,
+                    "cooldownSeconds": max(1, int(until - time.time() + 0.999)) if cooling else None,
+                    "repeated": repeated}
+
     def paths(self, method: str) -> list[str]:
         return [path for m, path, _ in self.calls if m == method]
 
     def reports(self) -> list[tuple[str, dict]]:
-        return [(path, body) for m, path, body in self.calls if path.endswith("/report")]
+        """Every report that reached the API, without its report ID (`report_ids` has them)."""
+        return [(path, {k: v for k, v in body.items() if k != "reportID"})
+                for m, path, body in self.calls if path.endswith("/report")]
+
+    def report_ids(self, path: str) -> list[str]:
+        """The report IDs of the reports that reached `path`, in order."""
+        return [body["reportID"] for m, p, body in self.calls if p == path and p.endswith("/report")]
 
     def index(self, method: str, path: str) -> int:
         """Where the first such call is in the record."""

@@ -10,7 +10,7 @@ from collections import deque
 from types import SimpleNamespace
 
 import pytest
-from scrapy import Request
+from scrapy import Request, Spider
 from scrapy.core.downloader.handlers.http11 import TunnelError
 from scrapy.exceptions import IgnoreRequest
 from scrapy.http import Response
@@ -109,6 +109,7 @@ def test_a_rate_limit_drops_the_lease_reports_before_leasing_again_and_retries(a
     assert limited.dont_filter and limited.meta["proxy"].startswith("http://p2:")
     assert isinstance(again, Response) and again.status == 429, "gave up after one new lease"
     assert again.request.meta["proxy_operator_gave_up"] is True
+    assert again.request.meta["dont_retry"] is True, "RetryMiddleware leaves it alone"
     assert sorted(api.reports(), key=str) == sorted([
         ("/v1/leases/lease-1/report", {"status": 200, "target": "a.example"}),
         ("/v1/leases/lease-1/report", {"status": 429, "target": "a.example"}),
@@ -154,7 +155,7 @@ def test_a_connection_error_is_reported_as_error_and_left_to_scrapys_retries(api
         return answer
 
     assert run(crawl()) is None
-    assert api.calls[-1] == ("POST", "/v1/leases/lease-1/report", {"result": "error", "target": "a.example"})
+    assert api.reports()[-1] == ("/v1/leases/lease-1/report", {"result": "error", "target": "a.example"})
     assert api.paths("DELETE") == [], "the lease is kept: the health engine judges the proxy"
 
 
@@ -212,10 +213,8 @@ def test_requests_queued_in_a_dropped_leases_slot_move_to_the_new_lease(api):
     assert mw.stats.get_value("proxy_operator/rerouted") == 1
 
 
-def test_every_lease_on_the_penalised_proxy_for_the_host_is_dropped_and_never_taken_again(api):
-    # The server hands out p1 twice for a.example, and p1 again after its ban (a report it
-    # never heard while it was away): the middleware refuses it, reports it, leases again.
-    api.proxies = ["p1", "p1", "p1", "p2"]
+def test_every_lease_on_the_penalised_proxy_for_the_host_is_dropped(api):
+    api.proxies = ["p1", "p1", "p2"]
     mw = middleware(api, PROXY_OPERATOR_LEASES_PER_SITE=2)
 
     async def crawl():
@@ -230,12 +229,91 @@ def test_every_lease_on_the_penalised_proxy_for_the_host_is_dropped_and_never_ta
 
     retry = run(crawl())
     assert retry.meta["proxy_operator_proxy"] == "crawl/p2"
-    assert ("/v1/leases/lease-3/report", {"result": "blocked", "target": "a.example"}) in api.reports()
-    assert sorted(api.paths("DELETE")) == ["/v1/leases/lease-1", "/v1/leases/lease-2", "/v1/leases/lease-3"]
-    assert mw.stats.get_value("proxy_operator/refused_penalised") == 1
+    assert sorted(api.paths("DELETE")) == ["/v1/leases/lease-1", "/v1/leases/lease-2"]
+
+
+def test_the_book_is_the_one_clock_a_proxy_it_grants_again_is_used_and_no_penalty_is_told_twice(api):
+    # The operator's cooldown is short: after the 429, the book grants p1 again for the site
+    # (its cooldown is over). The middleware takes it, with no cooldown clock of its own,
+    # and says nothing more of the old penalty.
+    api.cooldown = 0.0
+    api.proxies = ["p1"]
+    mw = middleware(api)
+
+    async def crawl():
+        request = Request("https://a.example/1")
+        await mw.process_request(request)
+        retry = await mw.process_response(request, response(request, 429))
+        await mw.process_request(retry)
+        page = await mw.process_response(retry, response(retry))
+        await settle(mw)
+        return retry, page
+
+    retry, page = run(crawl())
+    assert retry.meta["proxy_operator_proxy"] == "crawl/p1" and page.status == 200
+    assert api.reports() == [
+        ("/v1/leases/lease-1/report", {"status": 429, "target": "a.example"}),
+        ("/v1/leases/lease-2/report", {"status": 200, "target": "a.example"}),
+    ], "each answer reported once, on the lease it came through"
+
+
+def test_an_answer_that_says_the_proxy_cools_down_drops_its_lease(api):
+    # Another crawler's report put p1 in cooldown for the site: the answer to this crawler's
+    # next report says so, and its next request gets another proxy.
+    mw = middleware(api)
+
+    async def crawl():
+        request = Request("https://a.example/1")
+        await mw.process_request(request)
+        api.cooling[("p1", "a.example")] = time.time() + 60
+        page = await mw.process_response(request, response(request))
+        await settle(mw)
+        second = Request("https://a.example/2")
+        await mw.process_request(second)
+        return page, second
+
+    page, second = run(crawl())
+    assert page.status == 200, "the page is good"
+    assert second.meta["proxy_operator_proxy"] == "crawl/p2"
+    assert api.paths("DELETE") == ["/v1/leases/lease-1"]
+
+
+def test_a_penalty_report_is_sent_until_it_lands_with_one_report_id_before_the_next_lease(api):
+    mw = middleware(api, PROXY_OPERATOR_API_WAIT=0.3)
+
+    async def crawl():
+        request = Request("https://a.example/")
+        await mw.process_request(request)
+        api.unavailable = 6  # longer than the API wait: still sent, never dropped
+        retry = await mw.process_response(request, response(request, 403))
+        await mw.process_request(retry)
+        await settle(mw)
+        return retry
+
+    retry = run(crawl())
+    ids = api.report_ids("/v1/leases/lease-1/report")
+    assert len(ids) == 7 and len(set(ids)) == 1, f"one report, sent until it landed: {ids}"
+    last_report = max(i for i, c in enumerate(api.calls) if c[1] == "/v1/leases/lease-1/report")
+    second_lease = [i for i, c in enumerate(api.calls) if c[1] == "/v1/leases"][1]
+    assert last_report < second_lease, "the report landed before the next lease was asked for"
+    assert retry.meta["proxy_operator_proxy"] == "crawl/p2"
+    assert mw.stats.get_value("proxy_operator/reports/lost") is None
+
+
+def test_a_report_sent_again_after_its_answer_was_lost_counts_once(api):
+    # The API answers, and the answer is lost: the same report (its reportID) again is
+    # heard as repeated, which the stand-in records like the server.
+    discovery = middleware(api).discovery
+    call = discovery.report_status_call("lease-1", 429, "a.example")
+    api.lease_of["lease-1"] = ("p1", "a.example")
+    api.active.add("lease-1")
+    first, again = discovery.run(call), discovery.run(call)
+    assert (first["repeated"], again["repeated"]) == (False, True)
+    assert first["leaseAgain"] and first["cooldownSeconds"] == 300
 
 
 def test_no_match_backs_off_then_leases_or_drops_the_request_without_crashing(api):
+    # Proxies at capacity free a place at any release: the middleware polls.
     mw = middleware(api, PROXY_OPERATOR_NO_MATCH_WAIT=0.5)
     api.no_match = 1
 
@@ -247,6 +325,54 @@ def test_no_match_backs_off_then_leases_or_drops_the_request_without_crashing(ap
     api.no_match = 10
     with pytest.raises(IgnoreRequest, match="no proxy for b.example"):
         run(mw.process_request(Request("https://b.example/")))
+
+
+def test_on_409_it_waits_until_the_first_proxy_leaves_its_cooldown_and_no_longer(api):
+    # Every proxy cools down for the site: the answer says when the first is free, and the
+    # middleware asks again then, not earlier (no polling) and not later.
+    mw = middleware(api, PROXY_OPERATOR_NO_MATCH_WAIT=5)
+    api.no_match = 1
+    api.no_match_body = {"considered": 2, "atCapacity": 0, "inCooldown": 2, "unhealthy": 0,
+                         "retryAfterSeconds": 2}
+    started = time.monotonic()
+    request = Request("https://a.example/")
+    run(mw.process_request(request))
+    took = time.monotonic() - started
+    assert request.meta["proxy"].startswith("http://p1:")
+    assert 2 <= took < 3, took
+    assert len(api.paths("POST")) == 2, "asked once more, when the cooldown ended"
+
+    # A cooldown that ends after the wait: given up at once, not after the wait.
+    api.no_match = 1
+    api.no_match_body = {**api.no_match_body, "retryAfterSeconds": 1800}
+    started = time.monotonic()
+    with pytest.raises(IgnoreRequest, match="no proxy for b.example"):
+        run(mw.process_request(Request("https://b.example/")))
+    assert time.monotonic() - started < 1
+
+
+def test_a_response_given_up_on_is_not_retried_by_scrapys_retry_middleware(api):
+    from scrapy.downloadermiddlewares.retry import RetryMiddleware
+
+    mw = middleware(api, PROXY_OPERATOR_RETRY_TIMES=0)
+    mw.crawler.spider = Spider.from_crawler(mw.crawler, "test")  # what RetryMiddleware logs about
+    retry_mw = RetryMiddleware.from_crawler(mw.crawler)
+
+    async def crawl():
+        request = Request("https://a.example/")
+        await mw.process_request(request)
+        given_up = await mw.process_response(request, response(request, 429))
+        await settle(mw)
+        return request, given_up
+
+    request, given_up = run(crawl())
+    assert given_up.status == 429
+    assert retry_mw.process_response(request, given_up) is given_up, "not retried: the page goes to the spider"
+    # RetryMiddleware keeps what is its own: a 503 the middleware passed on.
+    other = Request("https://a.example/2")
+    run(mw.process_request(other))
+    passed = run(mw.process_response(other, response(other, 503)))
+    assert isinstance(retry_mw.process_response(other, passed), Request)
 
 
 def test_the_api_away_for_a_while_delays_leases_and_reports_and_loses_nothing(api):

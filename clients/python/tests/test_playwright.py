@@ -31,6 +31,23 @@ class Context:
     async def close(self):
         self.closed = True
 
+    async def route(self, pattern, handler):
+        assert pattern == "**/*"
+        self.guard = handler
+
+    async def guarded(self):
+        """What the context's route guard does with a request now: abort or continue."""
+        done = []
+
+        async def abort(reason):
+            done.append(("abort", reason))
+
+        async def continue_():
+            done.append(("continue", None))
+
+        await self.guard(SimpleNamespace(abort=abort, continue_=continue_))
+        return done[0]
+
 
 class Browser:
     def __init__(self):
@@ -63,9 +80,12 @@ def test_one_context_per_lease_its_proxy_apart_and_a_penalty_closes_it_after_its
         assert one.context is two.context and len(browser.contexts) == 1
         assert browser.contexts[0].options == {"ignore_https_errors": True, "proxy": {
             "server": "http://127.0.0.1:3128", "username": "p1", "password": "pa@ss"}}
+        assert await browser.contexts[0].guarded() == ("continue", None)
         assert await contexts.judge(two, response(429)) is False
         await asyncio.sleep(0)
         assert not browser.contexts[0].closed, "the other page is still on its way through it"
+        assert await browser.contexts[0].guarded() == ("abort", "blockedbyclient"), \
+            "no request leaves through the proxy once the lease is dropped"
         assert await contexts.judge(one, response(200)) is True
         await asyncio.sleep(0)
         assert browser.contexts[0].closed, "closed with its last page"

@@ -14,9 +14,12 @@
 //!   candidates (reading n candidates per request would already be linear);
 //! - answer the discovery API with [`acquire`](LeaseBook::acquire),
 //!   [`release`](LeaseBook::release), [`report`](LeaseBook::report),
-//!   [`list`](LeaseBook::list), and for a holder's leases [`leases`](LeaseBook::leases) and
-//!   [`release_held_by`](LeaseBook::release_held_by); read metrics with [`active_total`](LeaseBook::active_total)
-//!   and [`active_leases`](LeaseBook::active_leases) after [`expire`](LeaseBook::expire);
+//!   [`submit`](LeaseBook::submit) (a crawler's report, answered with what to do next),
+//!   [`list`](LeaseBook::list), [`detail`](LeaseBook::detail), and for a holder's leases
+//!   [`leases`](LeaseBook::leases) and [`release_held_by`](LeaseBook::release_held_by); read
+//!   metrics with [`active_total`](LeaseBook::active_total) and
+//!   [`active_leases`](LeaseBook::active_leases). Every view that counts leases takes `now`
+//!   and ends what is due first, so no answer counts a lease past its end;
 //! - serve `GET /v1/proxies` from a [`FleetSnapshot`] of the last sync, not from the book,
 //!   so that a large answer is built without the book's lock: the snapshot says what
 //!   changed since the previous one ([`FleetSnapshot::changes_from`]), which is all the
@@ -55,6 +58,13 @@
 //!   after it (the one that ended first goes first), so that a sustained lease rate keeps the
 //!   book bounded. Release is idempotent. A zero TTL is allowed: the lease
 //!   ends at the next call.
+//! - **Answers to reports.** [`submit`](LeaseBook::submit) answers each report with what
+//!   the crawler acts on: the result recorded, whether to lease again (the result asks for
+//!   it, the proxy cools down for the target, or the lease is over) and when the proxy's
+//!   cooldown for the target ends. A report that names an ID already heard on its lease is
+//!   recorded once (module `report_ids`). A failed acquire says, with its counts, when the
+//!   first proxy cooling down for the target leaves its cooldown ([`NoMatch::retry_at`]):
+//!   crawlers wait on the book's clock, never on one of their own.
 //! - **Reports and cooldowns.** A report names a result and optionally a target (default:
 //!   the lease's). `rate_limited` and `blocked` keep the (proxy, target) pair apart for the
 //!   configured time; `error` only if [`LeaseConfig::error_cooldown`] is set (default: no,
@@ -130,6 +140,7 @@ mod lease_key;
 mod ledger;
 mod listing;
 mod numbered;
+mod report_ids;
 mod routing;
 mod sessions;
 mod sites;
@@ -155,6 +166,10 @@ pub use listing::{
     Field, Fields, FleetChanges, FleetSnapshot, InvalidQuery, ListQuery, MAX_CONTINUE_BYTES,
     MAX_PAGE, Page, continue_after,
 };
+use report_ids::ReportIds;
+pub use report_ids::{
+    InvalidReportId, MAX_REPORT_ID_LEN, MAX_REPORT_IDS, REPORT_ID_MEMORY, ReportId,
+};
 pub use routing::{Call, Refusal, Route, Standing, route};
 use sessions::Sessions;
 pub use sessions::{InvalidSession, MAX_SESSION_LEN, SessionName};
@@ -162,8 +177,8 @@ use sites::Sites;
 pub use sites::{SITES_PER_PROXY, SiteStats};
 pub use types::{
     AcquireError, AcquireRequest, Cooldown, DEFAULT_MAX_RETAINED, Grant, Labels, Lease,
-    LeaseConfig, ListedProxy, MoveReason, NoMatch, ProxyView, ReportResult, Selector, Sticky,
-    UnknownLease, UnknownSession,
+    LeaseConfig, ListedProxy, MoveReason, NoMatch, ProxyView, Report, ReportResult, Reported,
+    Selector, Sticky, UnknownLease, UnknownSession, seconds_until,
 };
 pub use view::{
     InvalidHolder, InvalidSelector, InvalidTarget, MAX_HOLDER_LEN, MAX_SELECTOR_TERMS,
@@ -186,6 +201,7 @@ pub struct LeaseBook {
     cooldowns: Cooldowns,
     sites: Sites,
     sessions: Sessions,
+    report_ids: ReportIds,
 }
 
 /// How one target treated one proxy, from [`LeaseBook::sites`].
@@ -197,6 +213,18 @@ pub struct Site<'a> {
     pub stats: SiteStats,
     /// When the proxy's cooldown for the target ends, while one runs.
     pub cooldown_until: Option<Timestamp>,
+}
+
+/// One proxy of the book with how the sites treated it, from [`LeaseBook::detail`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ProxyDetail<'a> {
+    /// The proxy and its active leases.
+    pub listed: ListedProxy<'a>,
+    /// Distinct sites that reported it `blocked` within the site window
+    /// ([`blocked_sites`](LeaseBook::blocked_sites)).
+    pub blocked_sites: u32,
+    /// How each site treated it ([`sites`](LeaseBook::sites)).
+    pub sites: Vec<Site<'a>>,
 }
 
 /// Why a proxy cannot take a lease, before cooldowns are looked at.
@@ -460,6 +488,68 @@ impl LeaseBook {
             .map_err(|UnknownLease| UnknownSession)
     }
 
+    /// Hears a crawler's report on the lease `id` as the API takes it, and answers what the
+    /// crawler acts on ([`Reported`]): the result recorded, whether to lease again, and the
+    /// end of the proxy's cooldown for the site, from the book's own clock. The report is
+    /// recorded as [`report`](Self::report) records it, once: a report whose
+    /// [`id`](Report::id) was heard on this lease within [`REPORT_ID_MEMORY`] records nothing
+    /// and answers as things stand ([`Reported::repeated`]). A 407 records nothing either.
+    /// Unknown leases (never granted, or forgotten after the retention) are an error.
+    /// O(log L + log c + log m) for m report IDs remembered.
+    pub fn submit(
+        &mut self,
+        id: &str,
+        report: &Report,
+        now: Timestamp,
+    ) -> Result<Reported, UnknownLease> {
+        self.expire(now);
+        let lease = self.ledger.get(id).ok_or(UnknownLease)?;
+        let proxy = lease.proxy.clone();
+        let target = report
+            .target
+            .as_deref()
+            .map(str::to_ascii_lowercase)
+            .or_else(|| lease.target.clone());
+        let repeated = report
+            .id
+            .as_ref()
+            .is_some_and(|heard| !self.report_ids.first_time(LeaseKey::of(id), heard, now));
+        if !repeated && let Some(result) = report.saw.result() {
+            self.report(id, result, target.as_deref(), now)?;
+        }
+        let cooldown_until = self
+            .cooldowns
+            .for_target(target.as_deref())
+            .until(&proxy)
+            .filter(|until| *until > now);
+        let lease_again =
+            report.saw.lease_again() || cooldown_until.is_some() || !self.ledger.is_active(id);
+        Ok(Reported {
+            result: report.saw.result(),
+            lease_again,
+            target,
+            cooldown_until,
+            repeated,
+        })
+    }
+
+    /// [`submit`](Self::submit) on the active lease of the session `name`.
+    pub fn submit_session(
+        &mut self,
+        name: &SessionName,
+        report: &Report,
+        now: Timestamp,
+    ) -> Result<Reported, UnknownSession> {
+        self.expire(now);
+        let id = self
+            .sessions
+            .lease_of(name)
+            .ok_or(UnknownSession)?
+            .to_owned();
+        self.submit(&id, report, now)
+            .map_err(|UnknownLease| UnknownSession)
+    }
+
     /// Ends the session `name`: releases its lease, so its next request gets a new choice.
     /// Returns whether it had an active lease.
     pub fn end_session(&mut self, name: &SessionName, now: Timestamp) -> bool {
@@ -477,8 +567,9 @@ impl LeaseBook {
         self.ledger.get(id)
     }
 
-    /// How many sessions have an active lease (after [`expire`](Self::expire)).
-    pub fn sessions_total(&self) -> usize {
+    /// How many sessions have an active lease at `now` (ending what is due first).
+    pub fn sessions_total(&mut self, now: Timestamp) -> usize {
+        self.expire(now);
         self.sessions.len()
     }
 
@@ -489,10 +580,9 @@ impl LeaseBook {
         self.ledger.contains(id)
     }
 
-    /// Ends every lease that expired at or before `now` and forgets retained leases and
-    /// cooldowns whose time is up. Every other call taking `now` does this first; call it
-    /// before reading [`active_total`](Self::active_total) or
-    /// [`active_leases`](Self::active_leases) for metrics.
+    /// Ends every lease that expired at or before `now` and forgets retained leases,
+    /// cooldowns and report IDs whose time is up. Every call taking `now` that changes the
+    /// book or counts leases does this first, so that no view counts a lease past its end.
     pub fn expire(&mut self, now: Timestamp) {
         while let Some((slot, key)) = self.ledger.expire_next(now, self.retention()) {
             self.lease_ended(slot, &key);
@@ -500,6 +590,7 @@ impl LeaseBook {
         self.ledger.forget_ended(now);
         self.cooldowns.forget_ended(now);
         self.sites.forget_ended(now, self.config.site_window);
+        self.report_ids.forget_ended(now);
     }
 
     /// How each target treated the proxy within the site window, by target, with the end
@@ -549,21 +640,25 @@ impl LeaseBook {
         self.fleet.len()
     }
 
-    /// How many leases are active, on all proxies (removed ones included).
-    pub fn active_total(&self) -> usize {
+    /// How many leases are active at `now`, on all proxies (removed ones included), ending
+    /// what is due first.
+    pub fn active_total(&mut self, now: Timestamp) -> usize {
+        self.expire(now);
         self.ledger.active()
     }
 
-    /// How many ended leases are kept for late reports: at most
-    /// [`LeaseConfig::max_retained`]; a book at its bound forgets leases before their
-    /// retention is over.
-    pub fn retained_total(&self) -> usize {
+    /// How many ended leases are kept for late reports at `now`, ending and forgetting what
+    /// is due first: at most [`LeaseConfig::max_retained`]; a book at its bound forgets
+    /// leases before their retention is over.
+    pub fn retained_total(&mut self, now: Timestamp) -> usize {
+        self.expire(now);
         self.ledger.retained()
     }
 
-    /// How many leases are active on the proxy with this key (0 for an unknown key).
-    /// O(log n).
-    pub fn active_leases(&self, key: &ProxyKey) -> u32 {
+    /// How many leases are active at `now` on the proxy with this key (0 for an unknown
+    /// key), ending what is due first. O(log n) plus the expiry's amortized cost.
+    pub fn active_leases(&mut self, key: &ProxyKey, now: Timestamp) -> u32 {
+        self.expire(now);
         self.fleet.active(key)
     }
 
@@ -572,28 +667,38 @@ impl LeaseBook {
     /// 16 of the previous one is reached by stepping, any other (a step back, or a filtered
     /// page's gap) is looked up. So k keys cost at most k lookups, O(k · log n), and a dense
     /// page O(k), where a lookup per key searched the whole book's keys each time and kept
-    /// its lock longer. Keys in any order get the same answers.
+    /// its lock longer. Keys in any order get the same answers. Counts as of `now`, ending
+    /// what is due first.
     pub fn active_leases_in_order<'a>(
-        &self,
+        &mut self,
         keys: impl IntoIterator<Item = &'a ProxyKey>,
+        now: Timestamp,
     ) -> Vec<u32> {
+        self.expire(now);
         self.fleet.active_in_order(keys)
     }
 
     /// The proxies the selector matches, only the healthy ones if `healthy_only`, ordered
-    /// by key. O(n · s).
-    pub fn list(&self, selector: &Selector, healthy_only: bool) -> Vec<ListedProxy<'_>> {
-        self.list_distinct(selector, healthy_only, false)
+    /// by key, with their active leases at `now` (ending what is due first). O(n · s).
+    pub fn list(
+        &mut self,
+        selector: &Selector,
+        healthy_only: bool,
+        now: Timestamp,
+    ) -> Vec<ListedProxy<'_>> {
+        self.list_distinct(selector, healthy_only, false, now)
     }
 
     /// [`list`](Self::list), without the proxies that share their egress address with
     /// another when `distinct_egress`.
     pub fn list_distinct(
-        &self,
+        &mut self,
         selector: &Selector,
         healthy_only: bool,
         distinct_egress: bool,
+        now: Timestamp,
     ) -> Vec<ListedProxy<'_>> {
+        self.expire(now);
         let wanted = Wanted {
             selector,
             distinct_egress,
@@ -607,13 +712,21 @@ impl LeaseBook {
             .collect()
     }
 
-    /// The proxy with this key, if it is in the book. O(log n).
-    pub fn get(&self, key: &ProxyKey) -> Option<ListedProxy<'_>> {
-        let member = self.fleet.member(self.fleet.slot(key)?);
+    /// The proxy with this key, if it is in the book, with its active leases, the distinct
+    /// sites that blocked it and how each site treated it, all as of `now` (ending what is
+    /// due first). O(log n + s · log c) for s sites.
+    pub fn detail(&mut self, key: &ProxyKey, now: Timestamp) -> Option<ProxyDetail<'_>> {
+        self.expire(now);
+        let book = &*self;
+        let member = book.fleet.member(book.fleet.slot(key)?);
         let proxy = member.view.as_ref()?;
-        Some(ListedProxy {
-            proxy,
-            active: member.active,
+        Some(ProxyDetail {
+            listed: ListedProxy {
+                proxy,
+                active: member.active,
+            },
+            blocked_sites: book.blocked_sites(key, now),
+            sites: book.sites(key, now),
         })
     }
 
@@ -666,7 +779,12 @@ impl LeaseBook {
             match unavailable(proxy, active) {
                 Some(Unavailable::Unhealthy) => stats.unhealthy += 1,
                 Some(Unavailable::AtCapacity) => stats.at_capacity += 1,
-                None => stats.in_cooldown += u32::from(cooling.holds(&proxy.key, now)),
+                None if cooling.holds(&proxy.key, now) => {
+                    stats.in_cooldown += 1;
+                    let until = cooling.until(&proxy.key);
+                    stats.retry_at = stats.retry_at.into_iter().chain(until).min();
+                }
+                None => {}
             }
         }
         stats

@@ -6,6 +6,8 @@ use std::time::Duration;
 use jiff::Timestamp;
 use serde::{Deserialize, Serialize};
 
+use super::feedback::StatusMeaning;
+use super::report_ids::ReportId;
 use crate::key::ProxyKey;
 
 /// A proxy's labels: `metadata.labels` of its `Proxy` object.
@@ -221,13 +223,21 @@ impl Default for LeaseConfig {
 
 impl LeaseConfig {
     /// How long a lease is kept after it expired or was released, so that a late report
-    /// still lands: the longest cooldown (30 minutes by default, the `blocked` one). A
+    /// still lands: the longest cooldown (30 minutes by default, the `blocked` one), and at
+    /// least as long as the book remembers report IDs ([`REPORT_ID_MEMORY`], 15 minutes). A
     /// report matters for as long as the cooldown it starts could last, and a site often
-    /// shows its rate limit or block only after the crawler is done with the proxy.
+    /// shows its rate limit or block only after the crawler is done with the proxy; and a
+    /// crawler sends a report late when the API was away (it sends a penalty's report until
+    /// it lands) or sends it again when an answer was lost, which must land, and count once,
+    /// whatever the cooldowns: with cooldowns of 10 s, a report held up by an API outage of
+    /// 20 s would otherwise find its lease forgotten.
+    ///
+    /// [`REPORT_ID_MEMORY`]: super::REPORT_ID_MEMORY
     pub fn retention(&self) -> Duration {
         self.rate_limited_cooldown
             .max(self.blocked_cooldown)
             .max(self.error_cooldown)
+            .max(super::REPORT_ID_MEMORY)
     }
 
     /// How long `result` keeps a proxy away from a target; zero means not at all.
@@ -260,7 +270,8 @@ pub enum AcquireError {
 /// above `max_leases`, which includes every proxy with `max_leases` 0), then `in_cooldown`
 /// (cooling down for the request's target). Any other matching proxy would have been
 /// leased, so on a failed acquire `considered == unhealthy + at_capacity + in_cooldown`.
-/// Serialized in camel case: `considered`, `atCapacity`, `inCooldown`, `unhealthy`.
+/// Serialized in camel case: `considered`, `atCapacity`, `inCooldown`, `unhealthy`,
+/// `retryAt`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct NoMatch {
@@ -272,6 +283,29 @@ pub struct NoMatch {
     pub in_cooldown: u32,
     /// Proxies that are not healthy.
     pub unhealthy: u32,
+    /// The earliest end of a cooldown among the proxies counted in `in_cooldown`: by then one
+    /// of them can take the lease, unless another request takes its place first. `None` when
+    /// none is cooling down (proxies at capacity free a place at a release, at any time, and
+    /// unhealthy ones at their next probes: neither has an end the book knows). Serialized
+    /// as `retryAt`, absent when `None`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry_at: Option<Timestamp>,
+}
+
+impl NoMatch {
+    /// Whole seconds from `now` to [`retry_at`](Self::retry_at), rounded up and at least 1,
+    /// as an HTTP `Retry-After` says it: a client that waits that long on its own clock
+    /// finds the cooldown over whatever its clock's offset from the server's.
+    pub fn retry_after(&self, now: Timestamp) -> Option<u64> {
+        self.retry_at.map(|at| seconds_until(at, now))
+    }
+}
+
+/// Whole seconds from `now` to `at`, rounded up, at least 1.
+pub fn seconds_until(at: Timestamp, now: Timestamp) -> u64 {
+    let nanos = at.as_nanosecond().saturating_sub(now.as_nanosecond());
+    let seconds = (nanos + 999_999_999).div_euclid(1_000_000_000);
+    u64::try_from(seconds.max(1)).unwrap_or(u64::MAX)
 }
 
 /// A report on a lease the book does not know (never granted, or forgotten after
@@ -373,6 +407,40 @@ impl MoveReason {
             Self::Unselected => "unselected",
         }
     }
+}
+
+/// A report as a crawler sends it (`POST /v1/leases/{id}/report`), for
+/// [`submit`](super::LeaseBook::submit).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Report {
+    /// What the crawler saw: a result it names, or the meaning of the status code it saw
+    /// ([`meaning_of`](super::meaning_of)); a result named directly is
+    /// [`StatusMeaning::Report`].
+    pub saw: StatusMeaning,
+    /// The site, when it is not the lease's target. Compared case-insensitively (ASCII).
+    pub target: Option<String>,
+    /// The client's name for this report: the same report sent again (its first attempt
+    /// may have landed without an answer) is heard once.
+    pub id: Option<ReportId>,
+}
+
+/// What the book made of a [`Report`]: the answer a crawler acts on, so that it keeps no
+/// table of status codes and no clock of cooldowns of its own.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Reported {
+    /// The result recorded (`None` for a 407, which records nothing).
+    pub result: Option<ReportResult>,
+    /// Whether the crawler should stop using the lease and lease again for the site: the
+    /// report asks for it (`rate_limited`, `blocked`, a 407), the lease's proxy cools down for
+    /// the target (another report put it there), or the lease is no longer active.
+    pub lease_again: bool,
+    /// The site the report counted for, lowercased: the report's target, else the lease's.
+    pub target: Option<String>,
+    /// When the proxy's cooldown for that site ends, while one runs after this report
+    /// (started by it, or by an earlier one): the book's own clock, the one it leases by.
+    pub cooldown_until: Option<Timestamp>,
+    /// The report's ID was heard before: nothing was recorded again.
+    pub repeated: bool,
 }
 
 /// A report or an end naming a session that has no active lease (it never had one, its TTL

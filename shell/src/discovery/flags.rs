@@ -33,8 +33,9 @@ pub struct Flags {
     #[arg(long, default_value = "3", value_parser = clap::value_parser!(u32).range(1..))]
     pub banned_sites: u32,
     /// The most ended leases the lease book keeps at once for late reports (each about 600
-    /// bytes). An ended lease is kept for the longest cooldown, unless this many ended
-    /// after it: then a report on it answers 404 `unknown_lease`. The default keeps every
+    /// bytes). An ended lease is kept for the longest cooldown, and at least 15 minutes,
+    /// unless this many ended after it: then a report on it answers 404 `unknown_lease`.
+    /// The default keeps every
     /// lease of the retention window up to 5.5 leases a second.
     #[arg(long, default_value_t = proxy_core::lease::DEFAULT_MAX_RETAINED)]
     pub max_retained_leases: usize,

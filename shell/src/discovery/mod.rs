@@ -100,6 +100,11 @@ pub struct Discovery {
     /// The lease requests lately refused for want of a proxy, for the pools that grow on
     /// demand.
     pub refusals: refusals::Refusals,
+    /// Whether the fleet was given at least once ([`Discovery::replace_fleet`]): the sync
+    /// gives it only once the Proxy cache has listed, and a replica takes the book over only
+    /// then ([`ownership`]), so that no report lands uncounted (site statistics count for
+    /// proxies the book holds) and no lease is refused for proxies the cache has not shown yet.
+    fleet_given: std::sync::atomic::AtomicBool,
 }
 
 /// What one lock guards: the book, what of it is saved, and who owns it. One lock, so that
@@ -176,6 +181,7 @@ impl Discovery {
             snapshot: Mutex::default(),
             forgotten: Mutex::default(),
             refusals: refusals::Refusals::default(),
+            fleet_given: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -211,7 +217,7 @@ impl Discovery {
     }
 
     /// Active leases in the book of this replica while it owns the book (0 otherwise: a
-    /// follower's book is not the fleet's), for metrics.
+    /// follower's book is not the fleet's), for metrics; the book ends what is due first.
     pub fn active_leases(&self) -> usize {
         self.owned_count(LeaseBook::active_total)
     }
@@ -221,11 +227,11 @@ impl Discovery {
         self.owned_count(LeaseBook::retained_total)
     }
 
-    /// `count` of the book while this replica owns it, else 0.
-    fn owned_count(&self, count: fn(&LeaseBook) -> usize) -> usize {
-        let shared = self.shared();
+    /// `count` of the book as of now while this replica owns it, else 0.
+    fn owned_count(&self, count: fn(&mut LeaseBook, jiff::Timestamp) -> usize) -> usize {
+        let mut shared = self.shared();
         match shared.standing {
-            Standing::Owner => count(&shared.book),
+            Standing::Owner => count(&mut shared.book, jiff::Timestamp::now()),
             _ => 0,
         }
     }
@@ -235,11 +241,12 @@ impl Discovery {
         self.shared().standing == Standing::Owner
     }
 
-    /// The active leases of the proxy `key` while this replica owns the book (`None`
-    /// otherwise), for the pool that drains it or scales on demand.
+    /// The active leases of the proxy `key` as of now while this replica owns the book
+    /// (`None` otherwise), for the pool that drains it or scales on demand.
     pub fn leases_of(&self, key: &ProxyKey) -> Option<u32> {
-        let shared = self.shared();
-        (shared.standing == Standing::Owner).then(|| shared.book.active_leases(key))
+        let mut shared = self.shared();
+        let now = jiff::Timestamp::now();
+        (shared.standing == Standing::Owner).then(|| shared.book.active_leases(key, now))
     }
 
     /// How many distinct sites blocked the proxy `key` within the site window, judged against
@@ -254,25 +261,35 @@ impl Discovery {
         })
     }
 
-    /// The active leases of each of `proxies` (a page, in key order), read from the book
-    /// a chunk at a time, so that a long listing never holds its lock for long.
+    /// The active leases of each of `proxies` (a page, in key order) as of now, read from
+    /// the book a chunk at a time, so that a long listing never holds its lock for long.
     fn active_leases_of(&self, proxies: &[&ProxyView]) -> Vec<u32> {
         /// Proxies read per hold of the lock: a few microseconds each time.
         const CHUNK: usize = 256;
+        let now = jiff::Timestamp::now();
         let mut active = Vec::with_capacity(proxies.len());
         for chunk in proxies.chunks(CHUNK) {
             let keys = chunk.iter().map(|p| &p.key);
-            active.extend(self.shared().book.active_leases_in_order(keys));
+            active.extend(self.shared().book.active_leases_in_order(keys, now));
         }
         active
     }
 
     /// Keeps the book in line with the proxies of `store`, and the credentials the lease
     /// answer carries with `credentials`, until the task is dropped.
-    pub async fn sync(self: Arc<Self>, store: Store<Proxy>, credentials: CredentialsCache) {
+    /// The first sync waits until `listed` says the cache completed its first list.
+    pub async fn sync(
+        self: Arc<Self>,
+        store: Store<Proxy>,
+        credentials: CredentialsCache,
+        listed: Arc<dyn Fn() -> bool + Send + Sync>,
+    ) {
         let mut tick = tokio::time::interval(SYNC_INTERVAL);
         loop {
             tick.tick().await;
+            if !listed() {
+                continue;
+            }
             let proxies = store.state();
             self.replace_credentials(proxies.iter().filter_map(|proxy| {
                 credentials
@@ -311,6 +328,13 @@ impl Discovery {
             }
         }
         *crate::locks::lock(&self.snapshot) = next;
+        self.fleet_given
+            .store(true, std::sync::atomic::Ordering::Release);
+    }
+
+    /// Whether the fleet was given at least once (see `fleet_given`).
+    pub fn fleet_given(&self) -> bool {
+        self.fleet_given.load(std::sync::atomic::Ordering::Acquire)
     }
 
     /// The fleet as the last sync saw it.

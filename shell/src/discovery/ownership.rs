@@ -3,8 +3,9 @@
 //! its own before it serves a single request.
 //!
 //! The loop here follows leadership every `TICK`: a replica that starts leading stands
-//! `Restoring` (the API answers 503 `unavailable`) until it has read the ConfigMap and merged
-//! the checkpoint (`LeaseBook::restore`), then `Owner`; one that stops leading stands
+//! `Restoring` (the API answers 503 `unavailable`) until its Proxy cache has listed the
+//! fleet and it has read the ConfigMap and merged the checkpoint (`LeaseBook::restore`),
+//! then `Owner`; one that stops leading stands
 //! `Follower` and forwards to the replica the leadership Lease names. Every request checks
 //! the leadership claim itself too (`proxy_core::lease::route`), so an owner whose claim ran
 //! out stops granting at once, not at the next tick.
@@ -203,9 +204,13 @@ pub async fn run(discovery: Arc<Discovery>, store: Arc<Store>) {
 }
 
 /// Reads the last saved book and merges it into ours, then owns the book; on a failed read,
-/// stays `Restoring` (the next tick tries again).
+/// or before the fleet was given once (the Proxy cache has not listed yet), stays
+/// `Restoring` (the next tick tries again).
 async fn take_over(discovery: &Discovery, store: &Store) {
     discovery.shared().standing = Standing::Restoring;
+    if !discovery.fleet_given() {
+        return;
+    }
     let checkpoint = match store.load().await {
         Ok(checkpoint) => checkpoint,
         Err(error) => {
@@ -223,7 +228,7 @@ async fn take_over(discovery: &Discovery, store: &Store) {
     shared.journal.changed(now);
     shared.standing = Standing::Owner;
     tracing::info!(
-        active = shared.book.active_total(),
+        active = shared.book.active_total(now),
         "leading: the lease book is this replica's"
     );
 }

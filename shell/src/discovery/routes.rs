@@ -11,8 +11,8 @@ use futures::StreamExt;
 use proxy_core::ProxyKey;
 use proxy_core::lease::{
     AcquireError, AcquireRequest, Call, Field, Fields, Grant, Labels, Lease, ListQuery, ProxyView,
-    ReportResult, Selector, SessionName, Site, StatusMeaning, Sticky, checked_holder,
-    checked_target, meaning_of,
+    Report, ReportId, ReportResult, Selector, SessionName, Site, StatusMeaning, Sticky,
+    checked_holder, checked_target, meaning_of, seconds_until,
 };
 use serde::{Deserialize, Serialize};
 use warp::http::{HeaderValue, StatusCode, header};
@@ -198,14 +198,14 @@ async fn dispatch<B: Buf>(
             },
             Route::Release { id } => guarded(|| release(&state, forwarded, id)),
             Route::Report { id } => {
-                guarded(|| report(&state, forwarded, Reported::Lease(id), &body))
+                guarded(|| report(&state, forwarded, ReportedOn::Lease(id), &body))
             }
             Route::EndSession { name } => {
                 guarded(|| end_session(&state, forwarded, &session_segment(name)))
             }
             Route::SessionReport { name } => guarded(|| {
                 let name = session_segment(name);
-                report(&state, forwarded, Reported::Session(&name), &body)
+                report(&state, forwarded, ReportedOn::Session(&name), &body)
             }),
         }
     };
@@ -476,24 +476,20 @@ impl<'a> From<Site<'a>> for SiteItem<'a> {
     }
 }
 
-/// `GET /v1/proxies/{namespace}/{name}`
+/// `GET /v1/proxies/{namespace}/{name}`: the proxy as of now (the book ends what is due
+/// before it counts).
 fn detail(state: &Discovery, forwarded: bool, key: &ProxyKey) -> Result<Response, Elsewhere> {
-    let shared = state.serving(Call::Other, forwarded)?;
-    let listed = shared
+    let mut shared = state.serving(Call::Other, forwarded)?;
+    let site_window_seconds = shared.book.config().site_window.as_secs();
+    let found = shared
         .book
-        .get(key)
+        .detail(key, jiff::Timestamp::now())
         .ok_or_else(|| ApiError::unknown_proxy(key))?;
-    let now = jiff::Timestamp::now();
     let detail = ProxyDetail {
-        proxy: ProxyItem::of(listed.proxy, listed.active, Fields::ALL),
-        blocked_sites: shared.book.blocked_sites(key, now),
-        site_window_seconds: shared.book.config().site_window.as_secs(),
-        sites: shared
-            .book
-            .sites(key, now)
-            .into_iter()
-            .map(SiteItem::from)
-            .collect(),
+        proxy: ProxyItem::of(found.listed.proxy, found.listed.active, Fields::ALL),
+        blocked_sites: found.blocked_sites,
+        site_window_seconds,
+        sites: found.sites.into_iter().map(SiteItem::from).collect(),
     };
     Ok(json_response(StatusCode::OK, &detail))
 }
@@ -720,7 +716,20 @@ fn acquire(state: &Discovery, forwarded: bool, body: &[u8]) -> Result<Response, 
         }
         Err(stats) => {
             state.refusals.note(&selector);
-            json_response(StatusCode::CONFLICT, &NoMatchBody::from(stats))
+            let retry_after = stats.retry_after(now);
+            let mut response = json_response(
+                StatusCode::CONFLICT,
+                &NoMatchBody {
+                    retry_after_seconds: retry_after,
+                    ..NoMatchBody::from(stats)
+                },
+            );
+            if let Some(seconds) = retry_after {
+                response
+                    .headers_mut()
+                    .insert(header::RETRY_AFTER, HeaderValue::from(seconds));
+            }
+            response
         }
     })
 }
@@ -841,13 +850,18 @@ fn is_lease_id(id: &str) -> bool {
         && uuid::Uuid::try_parse(id).is_ok()
 }
 
-/// The 409 of `POST /v1/leases`: the error, and why each matching proxy was passed over.
+/// The 409 of `POST /v1/leases`: the error, why each matching proxy was passed over, and
+/// when the first of them cooling down for the target leaves its cooldown (`retryAt`, and
+/// the seconds until then, also as `Retry-After`).
 #[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
 struct NoMatchBody {
     error: &'static str,
     message: &'static str,
     #[serde(flatten)]
     stats: proxy_core::lease::NoMatch,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    retry_after_seconds: Option<u64>,
 }
 
 impl From<proxy_core::lease::NoMatch> for NoMatchBody {
@@ -856,6 +870,7 @@ impl From<proxy_core::lease::NoMatch> for NoMatchBody {
             error: "no_match",
             message: "no healthy proxy with free capacity matches the selector and target",
             stats,
+            retry_after_seconds: None,
         }
     }
 }
@@ -889,6 +904,10 @@ struct ReportBody {
     /// The site, when it is not the lease's target.
     #[serde(default)]
     target: Option<String>,
+    /// The client's name for this report, so that sending it again counts it once. Absent
+    /// is `None`; `null` is refused.
+    #[serde(default, rename = "reportID", deserialize_with = "present")]
+    report_id: Option<String>,
 }
 
 /// A field that may be absent (`None`) but not `null`: with `#[serde(default)]`, serde
@@ -921,68 +940,72 @@ fn whole(number: &serde_json::Number) -> Option<u64> {
     })
 }
 
-/// What a report body says the crawler saw: a result, or a status code the core maps.
-enum Saw {
-    Result(ReportResult),
-    Status(StatusMeaning),
-}
-
-impl Saw {
-    fn of(request: &ReportBody) -> Result<Self, ApiError> {
-        match (&request.result, &request.status) {
-            (Some(result), None) => {
-                serde_json::from_value(serde_json::Value::String(result.clone()))
-                    .map(Self::Result)
-                    .map_err(|_| {
-                        ApiError::invalid_result(format!(
-                            "result must be one of ok, rate_limited, blocked, error; not {result:?}"
-                        ))
-                    })
-            }
-            (None, Some(status)) => {
-                meaning_of(status_code(status))
-                    .map(Self::Status)
-                    .map_err(|_| {
-                        ApiError::invalid_status(format!(
-                            "status must be an HTTP status code (100 to 599), not {status}"
-                        ))
-                    })
-            }
-            (Some(_), Some(_)) => Err(ApiError::invalid_request(
-                "a report says either result or status, not both",
-            )),
-            (None, None) => Err(ApiError::invalid_request(
-                "a report needs result (ok, rate_limited, blocked, error) or status (an HTTP status code)",
-            )),
-        }
-    }
-
-    fn result(&self) -> Option<ReportResult> {
-        match self {
-            Self::Result(result) => Some(*result),
-            Self::Status(meaning) => meaning.result(),
-        }
+/// What a report body says the crawler saw: a result (as the core's `StatusMeaning::Report`),
+/// or the meaning of the status code it saw.
+fn saw(request: &ReportBody) -> Result<StatusMeaning, ApiError> {
+    match (&request.result, &request.status) {
+        (Some(result), None) => serde_json::from_value(serde_json::Value::String(result.clone()))
+            .map(StatusMeaning::Report)
+            .map_err(|_| {
+                ApiError::invalid_result(format!(
+                    "result must be one of ok, rate_limited, blocked, error; not {result:?}"
+                ))
+            }),
+        (None, Some(status)) => meaning_of(status_code(status)).map_err(|_| {
+            ApiError::invalid_status(format!(
+                "status must be an HTTP status code (100 to 599), not {status}"
+            ))
+        }),
+        (Some(_), Some(_)) => Err(ApiError::invalid_request(
+            "a report says either result or status, not both",
+        )),
+        (None, None) => Err(ApiError::invalid_request(
+            "a report needs result (ok, rate_limited, blocked, error) or status (an HTTP status code)",
+        )),
     }
 }
 
-/// The answer to a report by status: what the server recorded, and whether the crawler
-/// should release the lease and lease again, so no client maps status codes itself.
+/// The answer to every report: what the book recorded and what the crawler does next, so
+/// that no client maps status codes or keeps a cooldown clock of its own.
 #[derive(Debug, Serialize)]
 #[serde(rename_all = "camelCase")]
-struct StatusReported {
+struct ReportAnswer {
     /// `null` for a 407, which records nothing.
     result: Option<ReportResult>,
     lease_again: bool,
+    /// The site the report counted for (the report's target, else the lease's).
+    target: Option<String>,
+    /// While the proxy cools down for that site: when the cooldown ends, and the whole
+    /// seconds until then (rounded up), for clients whose clock is not the server's.
+    cooldown_until: Option<String>,
+    cooldown_seconds: Option<u64>,
+    /// The report's ID was heard before on this lease: nothing was recorded again.
+    repeated: bool,
+}
+
+impl ReportAnswer {
+    fn of(reported: proxy_core::lease::Reported, now: jiff::Timestamp) -> Self {
+        Self {
+            result: reported.result,
+            lease_again: reported.lease_again,
+            target: reported.target,
+            cooldown_until: reported.cooldown_until.map(|until| until.to_string()),
+            cooldown_seconds: reported
+                .cooldown_until
+                .map(|until| seconds_until(until, now)),
+            repeated: reported.repeated,
+        }
+    }
 }
 
 /// What a report is about: a lease by ID, or a session by name.
 #[derive(Clone, Copy, Debug)]
-enum Reported<'a> {
+enum ReportedOn<'a> {
     Lease(&'a str),
     Session(&'a str),
 }
 
-impl Reported<'_> {
+impl ReportedOn<'_> {
     /// The 404 of a report on something the book does not know.
     fn unknown(self) -> ApiError {
         match self {
@@ -992,55 +1015,65 @@ impl Reported<'_> {
     }
 }
 
-/// `POST /v1/leases/{id}/report` and `POST /v1/sessions/{name}/report`: 204 for a
-/// `result`; 200 with what it meant for a `status`. A report on a session lands on its
-/// active lease (and a ban ends it: the session moves at its next request).
+/// `POST /v1/leases/{id}/report` and `POST /v1/sessions/{name}/report`: 200 with what the
+/// book made of it ([`ReportAnswer`]). A report on a session lands on its active lease (and
+/// a ban ends it: the session moves at its next request).
 fn report(
     state: &Discovery,
     forwarded: bool,
-    on: Reported<'_>,
+    on: ReportedOn<'_>,
     body: &[u8],
 ) -> Result<Response, Elsewhere> {
     let request: ReportBody = parse(body)?;
-    let reported = Saw::of(&request)?;
-    let target = target(request.target.as_deref())?;
+    let report = Report {
+        saw: saw(&request)?,
+        target: target(request.target.as_deref())?,
+        id: request
+            .report_id
+            .as_deref()
+            .map(ReportId::parse)
+            .transpose()
+            .map_err(|e| ApiError::invalid_request(e.to_string()))?,
+    };
     let session = match on {
-        Reported::Lease(id) if !is_lease_id(id) => return Err(on.unknown().into()),
-        Reported::Lease(_) => None,
-        Reported::Session(name) => Some(SessionName::parse(name).map_err(|_| on.unknown())?),
+        ReportedOn::Lease(id) if !is_lease_id(id) => return Err(on.unknown().into()),
+        ReportedOn::Lease(_) => None,
+        ReportedOn::Session(name) => Some(SessionName::parse(name).map_err(|_| on.unknown())?),
     };
     let mut shared = state.serving(Call::Other, forwarded)?;
     let now = jiff::Timestamp::now();
     let book = &mut shared.book;
-    let known = match (on, &session, reported.result()) {
-        (Reported::Lease(id), _, Some(result)) => {
-            book.report(id, result, target.as_deref(), now).is_ok()
-        }
-        // A 407 records nothing, but an unknown lease is still an error.
-        (Reported::Lease(id), _, None) => book.knows(id, now),
-        (_, Some(name), Some(result)) => book
-            .report_session(name, result, target.as_deref(), now)
-            .is_ok(),
-        (_, Some(name), None) => book.session_lease(name, now).is_some(),
-        (Reported::Session(_), None, _) => false,
-    };
-    if !known {
-        return Err(on.unknown().into());
+    let reported = match (on, &session) {
+        (ReportedOn::Lease(id), _) => book.submit(id, &report, now).ok(),
+        (_, Some(name)) => book.submit_session(name, &report, now).ok(),
+        (ReportedOn::Session(_), None) => None,
     }
-    if reported.result().is_some() {
-        // Every report changes the book: its site statistics, maybe a cooldown.
+    .ok_or_else(|| on.unknown())?;
+    // DIAG (temporary)
+    if let ReportedOn::Lease(id) = on {
+        let lease = book
+            .leases(None, now)
+            .into_iter()
+            .find(|l| l.id == id)
+            .map(|l| l.proxy.clone());
+        let counts: Vec<String> = lease
+            .iter()
+            .flat_map(|p| {
+                book.sites(p, now)
+                    .into_iter()
+                    .map(|s| format!("{}:{}/{}", s.target, s.stats.rate_limited, s.stats.blocked))
+            })
+            .collect();
+        tracing::info!(lease = id, proxy = ?lease, result = ?reported.result, repeated = reported.repeated, target = ?reported.target, counts = ?counts, "DIAG report");
+    }
+    if reported.result.is_some() && !reported.repeated {
+        // Every report recorded changes the book: its site statistics, maybe a cooldown.
         shared.journal.changed(now);
     }
-    Ok(match reported {
-        Saw::Result(_) => no_content(),
-        Saw::Status(meaning) => json_response(
-            StatusCode::OK,
-            &StatusReported {
-                result: meaning.result(),
-                lease_again: meaning.lease_again(),
-            },
-        ),
-    })
+    Ok(json_response(
+        StatusCode::OK,
+        &ReportAnswer::of(reported, now),
+    ))
 }
 
 /// `DELETE /v1/sessions/{name}`: ends the session (releases its lease), so its next request

@@ -342,7 +342,14 @@ async fn serve(args: Args, config: ProvidersConfig) -> anyhow::Result<()> {
     });
     background.spawn(Loop::DiscoverySync, {
         let (discovery, store) = (discovery.clone(), store.clone());
-        move || discovery.clone().sync(store.clone(), credentials.clone())
+        let listed = completeness.clone();
+        let listed: Arc<dyn Fn() -> bool + Send + Sync> =
+            Arc::new(move || listed.first_list().is_ok());
+        move || {
+            discovery
+                .clone()
+                .sync(store.clone(), credentials.clone(), listed.clone())
+        }
     });
     if let Some(settings) = args.gc.settings(&installation) {
         let collector = Collector {

@@ -1,36 +1,60 @@
-//! The client shims in a real crawl: real Scrapy, Crawlee 3 (an `HttpCrawler` and a
-//! `PlaywrightCrawler` driving Debian's chromium) and plain Playwright for Python and Node
-//! crawl two sites through five real squid proxies leased from the real operator, 8 requests
-//! at once, 40 pages a site. The sites (the probe origin's [`SitePolicy`]) let each proxy have
-//! 9 pages and then turn on it, as sites do (each answer takes [`origin::SITE_LATENCY`]): one
-//! rate-limits it (429, then 403 when it keeps coming), the other answers a captcha page with
-//! 200 and then bans it (403).
+//! The client shims in a real crawl: real Scrapy 2.19, Crawlee 3.18.1 (an `HttpCrawler`, a
+//! `CheerioCrawler` and a `PlaywrightCrawler` driving Debian's chromium) and plain
+//! Playwright for Python and Node crawl sites through five real squid proxies leased from
+//! the real operator. Each crawler is run exactly as its example in `clients/` wires it.
+//!
+//! **The matrix.** Each crawl covers three sites of its own (the probe origin's
+//! [`SitePolicy`]): one rate-limits a proxy past its fill of pages until its window ends
+//! (429), one bans it for good (403), one answers a captcha page with 200 and then bans it.
+//! Two tests each run three beds at once (a bed: an operator with its own cooldowns, its own
+//! fleet of five proxies and its own sites), each bed two crawls at once through one
+//! disruption: the discovery API stopped for 20 s mid-crawl, or a 75 s drain of the whole
+//! fleet (`maxLeases: 0` on every proxy, as a pool drains one). The clients are spread so
+//! that each meets an outage and a drain, 8 and 16 requests at once, and two of the
+//! operator's cooldowns (10 s, 30 s, and its defaults of 300 s and 1800 s), and each
+//! (cooldowns, disruption) pair two clients; the beds run side by side because a crawl
+//! mostly waits (on its sites, the outage, the drain), and they share nothing but the
+//! control plane:
+//!
+//! | test | cooldowns | crawls (client at concurrency) |
+//! |---|---|---|
+//! | `every_client_through_an_api_outage` | 10 s | Scrapy 16, Crawlee Playwright 8 |
+//! | | 30 s | Crawlee Http 8, Playwright for Python 16 |
+//! | | 300 s, 1800 s | Crawlee Cheerio 16, Playwright for Node 8 |
+//! | `every_client_through_a_fleet_drain` | 10 s | Crawlee Cheerio 8, Playwright for Python 8 |
+//! | | 30 s | Scrapy 8, Playwright for Node 16 |
+//! | | 300 s, 1800 s | Crawlee Http 16, Crawlee Playwright 16 |
 //!
 //! Each crawl is judged by what the sites and the operator saw, not by what the crawler says
-//! of itself:
-//! - **pages crawled**: every page reached the crawler with its own body (a captcha page
-//!   does not count);
-//! - **leases left**: `GET /v1/leases` right after the crawler exited is empty;
-//! - **penalised-proxy reuse**: requests a site got from a proxy more than [`GRACE`] after its
-//!   answer that first rate-limited, banned or captcha'd that proxy went out (the ones before
-//!   were on their way before the crawler could know; they are printed, not judged);
-//! - **every penalty reported**: the lease book cools each of those proxies down for the
-//!   site that turned on it.
+//! of itself, and fails on any of:
+//! - **pages**: a page that did not reach the crawler with its own body (a captcha page does
+//!   not count), or a crawler that did not end by itself, successfully, within its bound;
+//! - **counts**: per site, the lease book's `rateLimited` and `blocked` counts (summed over
+//!   the proxies, `GET /v1/proxies/{ns}/{name}`) against the site's own 429 answers, and its
+//!   403 and captcha answers: each real answer reported once, never an old penalty again;
+//! - **reuse**: requests a site got from a proxy while the book cooled it down for that site,
+//!   more than [`GRACE`] after the answer that put it there (the ones before were on their
+//!   way before the crawler could know);
+//! - **leases left**: a lease of the crawler's holder after it ended; and once every crawl of
+//!   the bed ended, any active lease in `GET /v1/leases`, any `activeLeases` in the listing,
+//!   or `proxy_operator_leases_active` above 0.
 //!
-//! Every crawl runs twice: once as it is, once with the discovery API stopped for 20 s
-//! mid-crawl (the operator gets SIGTERM, and starts again on the same port after 20 s). And
-//! every ending must release every lease: a finished crawl, SIGTERM and SIGINT mid-crawl,
-//! a crawler error, and a stop while the crawler waits on 409 `no_match`. Each run prints a
-//! `FIGURES` line.
+//! **Endings.** Every way a crawl ends releases every lease it held: SIGTERM and SIGINT
+//! mid-crawl and a crawler error (three crawlers at once), then a stop while it waits on 409.
+//! The crawler error must fail the crawler (its exit status or its finish reason).
+//!
+//! **A password with reserved characters.** Crawlee's PlaywrightCrawler through the helper
+//! crawls a proxy whose password holds `@:/#%?+=&`, and exits by itself.
 //!
 //! Not run: Crawlee 4, which the npm registry reachable here does not serve (its newest
 //! `crawlee` is 3.18.1); see `clients/js/README.md`.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
+use kube::api::{Patch, PatchParams};
 use proxy_crd::Phase;
 use proxy_tests::bins::{self, repo_root};
 use proxy_tests::operator::DISCOVERY_TOKEN;
@@ -43,71 +67,162 @@ use crate::operated::Bed;
 /// The fleet: five proxies, four leases each.
 const PROXIES: [&str; 5] = ["crawl-a", "crawl-b", "crawl-c", "crawl-d", "crawl-e"];
 const MAX_LEASES: u32 = 4;
-/// Pages per site in a whole crawl.
-const PAGES: u32 = 40;
-/// Pages a site gives a proxy before it turns on it: 5 x 9 = 45 pages for 40, so most
-/// proxies reach it whatever the crawler's spread.
-const FILL: u32 = 9;
-/// Requests at once.
-const CONCURRENCY: &str = "8";
-/// How long after a site's answer that turned on a proxy went out a request from that proxy
+/// How long after a site's answer that put a proxy in cooldown a request from that proxy
 /// may still arrive without counting as reuse: the time for the answer to reach the crawler
 /// and be judged, and for a request it had already started to arrive. With eight chromium
 /// pages on two shared cores that took up to 1.6 s (a navigation already under way when the
-/// answer was judged), and 2.06 s for one request of Playwright for Node in a CI run while
-/// the machine also compiled; a crawler that keeps using the proxy does so for as long as it
+/// answer was judged), 2.06 s for one request of Playwright for Node in a CI run while the
+/// machine also compiled, and 6.4 s for a request Scrapy had sent (its CONNECT and TLS
+/// through squid under way) with six crawlers and three operators on two cores that other
+/// suites loaded 15 deep; a crawler that keeps using the proxy does so for as long as it
 /// runs, so the margin hides no reuse.
-const GRACE: Duration = Duration::from_secs(3);
-/// How long the discovery API is away in the outage runs.
+const GRACE: Duration = Duration::from_secs(8);
+/// How long the discovery API is away in an outage.
 const OUTAGE: Duration = Duration::from_secs(20);
+/// How long the fleet takes no lease in a drain.
+const DRAIN: Duration = Duration::from_secs(75);
 
-/// A bed with the fleet Ready, whose cooldowns outlast every run.
-async fn fleet(prefix: &str) -> Bed {
-    let bed = Bed::new_with(
-        prefix,
-        &[
-            "--rate-limited-cooldown-seconds",
-            "1800",
-            "--blocked-cooldown-seconds",
-            "1800",
-        ],
-    )
-    .await;
-    let spec = json!({"mode": "Managed", "provider": "pods", "maxLeases": MAX_LEASES, "healthCheck": {
-        "probeURL": bed.origin.url("/generate_204"), "intervalSeconds": 5, "timeoutSeconds": 2}});
-    for name in PROXIES {
-        bed.create(name, spec.clone()).await;
+/// The operator's cooldowns in a bed.
+#[derive(Debug, Clone, Copy)]
+enum Cooldowns {
+    /// `--rate-limited-cooldown-seconds` and `--blocked-cooldown-seconds` both this.
+    Both(u64),
+    /// The operator's defaults: 300 s and 1800 s.
+    Defaults,
+}
+
+impl Cooldowns {
+    fn args(self) -> Vec<String> {
+        match self {
+            Self::Both(seconds) => vec![
+                "--rate-limited-cooldown-seconds".into(),
+                seconds.to_string(),
+                "--blocked-cooldown-seconds".into(),
+                seconds.to_string(),
+            ],
+            Self::Defaults => Vec::new(),
+        }
     }
-    let mut bed = bed;
+
+    /// How long the book cools a proxy down after a 429, and after a 403 or a captcha.
+    fn of(self) -> (Duration, Duration) {
+        match self {
+            Self::Both(seconds) => (Duration::from_secs(seconds), Duration::from_secs(seconds)),
+            Self::Defaults => (Duration::from_secs(300), Duration::from_secs(1800)),
+        }
+    }
+}
+
+/// What happens to a bed mid-crawl.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Disruption {
+    /// The operator gets SIGTERM, and starts again on the same port after [`OUTAGE`].
+    Outage,
+    /// Every proxy gets `maxLeases: 0` for [`DRAIN`], then its places back.
+    Drain,
+}
+
+/// A bed with the fleet Ready, its operator run with `args`.
+async fn fleet(prefix: &str, args: &[String]) -> Bed {
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let mut bed = Bed::new_with(prefix, &args).await;
+    for name in PROXIES {
+        bed.create(name, proxy_spec(&bed, MAX_LEASES)).await;
+    }
     for name in PROXIES {
         bed.wait_for(name, "Ready", |p| {
             p.status.as_ref().and_then(|s| s.phase) == Some(Phase::Ready)
         })
         .await;
     }
-    for _ in 0..100 {
-        if get(&bed, "/v1/proxies?healthy=true&countOnly=true").await["count"] == PROXIES.len() {
-            break;
+    // The discovery API follows the controller's cache within a sync or two.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let healthy = get(&bed, "/v1/proxies?healthy=true&countOnly=true").await["count"].clone();
+        if healthy == PROXIES.len() {
+            return bed;
         }
+        assert!(
+            Instant::now() < deadline,
+            "the discovery API lists {healthy} healthy proxies 30 s after they were Ready"
+        );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    bed
+}
+
+fn proxy_spec(bed: &Bed, max_leases: u32) -> Value {
+    json!({"mode": "Managed", "provider": "pods", "maxLeases": max_leases, "healthCheck": {
+        "probeURL": bed.origin.url("/generate_204"), "intervalSeconds": 5, "timeoutSeconds": 2}})
+}
+
+/// Gives every proxy of the fleet `max_leases` places (0: a drain).
+async fn set_places(bed: &Bed, max_leases: u32) {
+    for name in PROXIES {
+        bed.proxies
+            .patch(
+                name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"spec": {"maxLeases": max_leases}})),
+            )
+            .await
+            .expect("patch maxLeases");
+    }
 }
 
 async fn get(bed: &Bed, path: &str) -> Value {
     call(bed, reqwest::Method::GET, path).await
 }
 
+/// `method path` on the discovery API, its answer's body: tried again while the API is
+/// away or answers 503 (a restart, a leadership handover: what the book says is read only
+/// from an answer), at most 60 s; any other error fails the test.
 async fn call(bed: &Bed, method: reqwest::Method, path: &str) -> Value {
-    reqwest::Client::new()
-        .request(method, format!("{}{path}", bed.operator.discovery))
-        .bearer_auth(DISCOVERY_TOKEN)
-        .send()
-        .await
-        .expect("the discovery API answers")
-        .json()
-        .await
-        .unwrap_or(Value::Null)
+    let http = reqwest::Client::new();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let answer = http
+            .request(method.clone(), format!("{}{path}", bed.operator.discovery))
+            .bearer_auth(DISCOVERY_TOKEN)
+            .send()
+            .await;
+        let last = match answer {
+            Ok(answer) if answer.status() == reqwest::StatusCode::SERVICE_UNAVAILABLE => {
+                answer.text().await.unwrap_or_default()
+            }
+            Ok(answer) => {
+                let status = answer.status();
+                let body = answer.json().await.unwrap_or(Value::Null);
+                assert!(status.is_success(), "{method} {path}: {status} {body}");
+                return body;
+            }
+            Err(error) => error.to_string(),
+        };
+        assert!(
+            Instant::now() < deadline,
+            "{method} {path}: no answer within 60 s: {last}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// Waits until the discovery API of the operator started again answers; fails after 30 s
+/// with its log.
+async fn api_back(bed: &Bed) {
+    let http = reqwest::Client::new();
+    for _ in 0..300 {
+        let answer = http
+            .get(format!("{}/healthz", bed.operator.discovery))
+            .send()
+            .await;
+        if answer.is_ok_and(|a| a.status().is_success()) {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!(
+        "the discovery API is not back 30 s after the operator started again; its log:\n{}",
+        tail(&bed.operator.log(), 80)
+    );
 }
 
 /// The active leases, whoever holds them.
@@ -118,29 +233,69 @@ async fn leases(bed: &Bed) -> Vec<Value> {
         .unwrap_or_default()
 }
 
-/// The two sites of a run: the first rate-limits, the second bans.
-fn sites(bed: &Bed, pair: [&'static str; 2]) -> [&'static str; 2] {
+/// The active leases of the crawler process `pid` (every shim's holder ends in its pid).
+async fn leases_of(bed: &Bed, pid: u32) -> usize {
+    let suffix = format!("/{pid}");
+    leases(bed)
+        .await
+        .iter()
+        .filter(|l| l["holder"].as_str().is_some_and(|h| h.ends_with(&suffix)))
+        .count()
+}
+
+/// Three sites of a crawl: one rate-limits, one bans, one serves captchas.
+#[derive(Debug, Clone, Copy)]
+struct Sites {
+    rate_limits: &'static str,
+    bans: &'static str,
+    captchas: &'static str,
+}
+
+impl Sites {
+    fn all(self) -> [&'static str; 3] {
+        [self.rate_limits, self.bans, self.captchas]
+    }
+}
+
+/// How the sites of a bed treat the proxies: pages per proxy (per window for the one that
+/// rate-limits) and pages per site in a crawl.
+#[derive(Debug, Clone, Copy)]
+struct SiteSizes {
+    fill: u32,
+    window: Duration,
+    pages: u32,
+}
+
+/// The sites' sizes for the matrix. A proxy gets 3 pages a site (per 10 s window where the
+/// site rate-limits): 15 pages a site on the five proxies before every proxy is banned,
+/// and 12 pages a site to crawl, so that a crawl needs several leases per site (a penalty
+/// every 3 pages, at least 9 in a crawl) and never more than the fleet can give when the
+/// book keeps banned proxies away for the rest of the test (its default cooldowns).
+const MATRIX: SiteSizes = SiteSizes {
+    fill: 3,
+    window: Duration::from_secs(10),
+    pages: 12,
+};
+
+fn set_sites(bed: &Bed, sites: Sites, sizes: SiteSizes) {
+    let policy = |kind| SitePolicy {
+        pages: sizes.fill,
+        kind,
+    };
     bed.origin.site(
-        pair[0],
-        SitePolicy {
-            pages: FILL,
-            kind: SiteKind::RateLimits,
-        },
+        sites.rate_limits,
+        policy(SiteKind::RateLimits {
+            window: sizes.window,
+        }),
     );
-    bed.origin.site(
-        pair[1],
-        SitePolicy {
-            pages: FILL,
-            kind: SiteKind::Bans,
-        },
-    );
-    pair
+    bed.origin.site(sites.bans, policy(SiteKind::Bans));
+    bed.origin.site(sites.captchas, policy(SiteKind::Captchas));
 }
 
 /// `pages` pages of each site, interleaved, written to a file for the crawler.
-fn urls(bed: &Bed, sites: [&str; 2], pages: u32, name: &str) -> (PathBuf, Vec<String>) {
+fn urls(bed: &Bed, sites: &[&str], pages: u32, name: &str) -> (PathBuf, Vec<String>) {
     let urls: Vec<String> = (1..=pages)
-        .flat_map(|n| sites.map(|site| bed.origin.page_url(site, n)))
+        .flat_map(|n| sites.iter().map(move |site| bed.origin.page_url(site, n)))
         .collect();
     let file =
         proxy_tests::run_dir::subdir(&format!("crawl-{}", bed.ns)).join(format!("{name}.txt"));
@@ -153,6 +308,7 @@ fn urls(bed: &Bed, sites: [&str; 2], pages: u32, name: &str) -> (PathBuf, Vec<St
 enum Client {
     Scrapy,
     CrawleeHttp,
+    CrawleeCheerio,
     CrawleePlaywright,
     PlaywrightPython,
     PlaywrightNode,
@@ -163,24 +319,28 @@ impl Client {
         match self {
             Self::Scrapy => "scrapy",
             Self::CrawleeHttp => "crawlee-http",
+            Self::CrawleeCheerio => "crawlee-cheerio",
             Self::CrawleePlaywright => "crawlee-playwright",
             Self::PlaywrightPython => "playwright-python",
             Self::PlaywrightNode => "playwright-node",
         }
     }
 
-    /// The command that crawls the URLs in `file`; `fail_after` pages then fails it.
+    /// The command that crawls the URLs in `file` with `concurrency` requests at once;
+    /// `fail_after` pages then fails it (0: never).
     fn command(
         self,
         bed: &Bed,
-        file: &std::path::Path,
+        run: &str,
+        file: &Path,
+        concurrency: u32,
         fail_after: u32,
     ) -> tokio::process::Command {
         // `PROXY_OPERATOR_E2E_CLIENTS`: another tree laid out as `clients/` (its shims and
-        // examples), to measure other versions of the shims under the same crawls.
+        // examples), to run these crawls with other versions of the shims.
         let clients = std::env::var_os("PROXY_OPERATOR_E2E_CLIENTS")
             .map_or_else(|| repo_root().join("clients"), PathBuf::from);
-        let work = proxy_tests::run_dir::subdir(&format!("crawl-{}/{}", bed.ns, self.name()));
+        let work = proxy_tests::run_dir::subdir(&format!("crawl-{}/{}-{run}", bed.ns, self.name()));
         let mut command = match self {
             Self::Scrapy | Self::PlaywrightPython => {
                 let mut command = tokio::process::Command::new(bins::scrapy_python());
@@ -206,7 +366,7 @@ impl Client {
                     "-s",
                     &format!("PROXY_OPERATOR_URL={}", bed.operator.discovery),
                 ]);
-                command.args(["-s", &format!("CONCURRENT_REQUESTS={CONCURRENCY}")]);
+                command.args(["-s", &format!("CONCURRENT_REQUESTS={concurrency}")]);
                 command.args(["-s", "LOG_LEVEL=INFO"]);
             }
             Self::PlaywrightPython => {
@@ -214,6 +374,10 @@ impl Client {
             }
             Self::CrawleeHttp => {
                 command.arg(clients.join("js/examples/crawl.js"));
+            }
+            Self::CrawleeCheerio => {
+                command.arg(clients.join("js/examples/crawl.js"));
+                command.env("CRAWL_CHEERIO", "1");
             }
             Self::CrawleePlaywright => {
                 command.arg(clients.join("js/examples/crawl.js"));
@@ -233,7 +397,7 @@ impl Client {
             .env("PROXY_OPERATOR_URL", &bed.operator.discovery)
             .env("PROXY_OPERATOR_TOKEN", DISCOVERY_TOKEN)
             .env("CRAWL_URLS_FILE", file)
-            .env("CRAWL_CONCURRENCY", CONCURRENCY)
+            .env("CRAWL_CONCURRENCY", concurrency.to_string())
             .env("CRAWL_FAIL_AFTER", fail_after.to_string())
             .env("CHROMIUM", bins::chromium())
             .stdin(Stdio::null())
@@ -241,6 +405,20 @@ impl Client {
             .stderr(Stdio::piped())
             .kill_on_drop(true);
         command
+    }
+
+    /// Whether the crawler failed, as it says so: Scrapy closes the spider with the reason
+    /// `error` (and exits 0, as `scrapy runspider` does), the others exit 1 after an `error`
+    /// line.
+    fn failed(self, ended: &Ended) -> bool {
+        match self {
+            Self::Scrapy => ended
+                .summary()
+                .is_some_and(|summary| summary["reason"] == "error"),
+            _ => {
+                ended.status.code() == Some(1) && ended.lines.iter().any(|l| l["event"] == "error")
+            }
+        }
     }
 }
 
@@ -261,10 +439,23 @@ struct Ended {
     stderr: String,
 }
 
+impl Ended {
+    fn summary(&self) -> Option<&Value> {
+        self.lines.iter().rev().find(|l| l["event"] == "summary")
+    }
+}
+
 impl Crawl {
-    fn start(client: Client, bed: &Bed, file: &std::path::Path, fail_after: u32) -> Self {
+    fn start(
+        client: Client,
+        bed: &Bed,
+        run: &str,
+        file: &Path,
+        concurrency: u32,
+        fail_after: u32,
+    ) -> Self {
         let child = client
-            .command(bed, file, fail_after)
+            .command(bed, run, file, concurrency, fail_after)
             .spawn()
             .unwrap_or_else(|e| panic!("start the {} crawler: {e}", client.name()));
         Self {
@@ -274,8 +465,12 @@ impl Crawl {
         }
     }
 
+    fn pid(&self) -> u32 {
+        self.child.id().expect("the crawler runs")
+    }
+
     fn signal(&self, signal: &str) {
-        let pid = self.child.id().expect("the crawler runs").to_string();
+        let pid = self.pid().to_string();
         let status = std::process::Command::new("kill")
             .args([&format!("-{signal}"), &pid])
             .status()
@@ -307,7 +502,13 @@ impl Crawl {
             .lines()
             .filter_map(|line| serde_json::from_str(line).ok())
             .collect();
-        let summary = lines.iter().rev().find(|l| l["event"] == "summary");
+        let ended = Ended {
+            status: status.expect("the crawler's exit status"),
+            timed_out,
+            lines,
+            stdout,
+            stderr,
+        };
         eprintln!(
             "{} crawler {} ({:?}) after {:.1} s; summary: {}; stderr tail:\n{}",
             self.client.name(),
@@ -316,18 +517,12 @@ impl Crawl {
             } else {
                 "ended"
             },
-            status,
+            ended.status,
             self.started.elapsed().as_secs_f64(),
-            summary.unwrap_or(&Value::Null),
-            tail(&stderr, 40)
+            ended.summary().unwrap_or(&Value::Null),
+            tail(&ended.stderr, 30)
         );
-        Ended {
-            status: status.expect("the crawler's exit status"),
-            timed_out,
-            lines,
-            stdout,
-            stderr,
-        }
+        ended
     }
 }
 
@@ -336,117 +531,73 @@ fn tail(text: &str, lines: usize) -> String {
     all[all.len().saturating_sub(lines)..].join("\n")
 }
 
-/// What a run did, as the sites and the operator saw it.
-#[derive(Debug)]
-struct Figures {
-    /// Pages that reached the crawler with their own body, of the URLs it was given.
-    pages: usize,
-    expected: usize,
-    /// Active leases right after the crawler ended.
-    leases_left: usize,
-    /// Requests a site got from a proxy more than [`GRACE`] after it turned on it.
-    reuse: usize,
-    /// Requests it got from such a proxy within [`GRACE`] (in flight).
-    in_flight: usize,
-    /// (site, proxy) pairs a site turned on.
-    penalties: usize,
-    /// Of those, the ones the lease book shows no cooldown for: a penalty never reported.
-    unreported: usize,
+/// How many of `urls` reached the crawler with their own body.
+fn pages_crawled(ended: &Ended, urls: &[String]) -> usize {
+    let crawled: BTreeSet<&str> = ended
+        .lines
+        .iter()
+        .filter(|l| l["event"] == "page")
+        .filter(|l| {
+            let url = l["url"].as_str().unwrap_or_default();
+            l["marker"].as_str() == marker_of(url).as_deref()
+        })
+        .filter_map(|l| l["url"].as_str())
+        .collect();
+    urls.iter().filter(|u| crawled.contains(u.as_str())).count()
 }
 
-impl Figures {
-    async fn of(
-        bed: &Bed,
-        client: Client,
-        run: &str,
-        sites: [&str; 2],
-        urls: &[String],
-        ended: &Ended,
-    ) -> Self {
-        let leases_left = leases(bed).await.len();
-        let crawled: BTreeSet<&str> = ended
-            .lines
-            .iter()
-            .filter(|l| l["event"] == "page")
-            .filter(|l| {
-                let url = l["url"].as_str().unwrap_or_default();
-                l["marker"].as_str() == marker_of(url).as_deref()
-            })
-            .filter_map(|l| l["url"].as_str())
-            .collect();
-        let pages = urls.iter().filter(|u| crawled.contains(u.as_str())).count();
-        let penalties = penalties_of(&bed.origin.requests(), &sites);
-        let unreported = unreported(bed, &penalties.pairs).await;
-        let figures = Self {
-            pages,
-            expected: urls.len(),
-            leases_left,
-            reuse: penalties.reuse,
-            in_flight: penalties.in_flight,
-            penalties: penalties.pairs.len(),
-            unreported,
-        };
-        eprintln!(
-            "FIGURES client={} run={run} pages={}/{} leases_left={} penalised_reuse={} in_flight={} penalties={} unreported={} exit={:?} killed={}",
-            client.name(),
-            figures.pages,
-            figures.expected,
-            figures.leases_left,
-            figures.reuse,
-            figures.in_flight,
-            figures.penalties,
-            figures.unreported,
-            ended.status.code(),
-            ended.timed_out,
-        );
-        figures
-    }
-
-    fn assert_whole(&self, client: Client, run: &str, ended: &Ended) {
-        let context = || {
-            format!(
-                "{} {run}: {self:?}\nstdout:\n{}\nstderr:\n{}",
-                client.name(),
-                tail(&ended.stdout, 60),
-                tail(&ended.stderr, 80)
-            )
-        };
-        assert!(!ended.timed_out, "the crawl ended in time: {}", context());
-        assert_eq!(
-            self.pages,
-            self.expected,
-            "every page crawled: {}",
-            context()
-        );
-        assert_eq!(self.leases_left, 0, "no lease left: {}", context());
-        assert_eq!(
-            self.reuse,
-            0,
-            "no proxy used for a site that turned on it: {}",
-            context()
-        );
-        assert!(
-            self.penalties > 0,
-            "the sites turned on proxies: {}",
-            context()
-        );
-        assert_eq!(self.unreported, 0, "every penalty reported: {}", context());
-    }
-}
-
-/// What the sites' logs say of the proxies they turned on.
+/// A site's penalties: its own answers, and the lease book's counts.
+#[derive(Debug, Default, PartialEq, Eq)]
 struct Penalties {
-    /// Requests from such a proxy more than [`GRACE`] after the first such answer went out.
-    reuse: usize,
-    /// The requests from it between that answer and [`GRACE`] after it went out.
-    in_flight: usize,
-    /// The (site, proxy address) pairs.
-    pairs: Vec<(String, std::net::IpAddr)>,
+    rate_limited: u64,
+    blocked: u64,
 }
 
-/// The [`Penalties`] in the sites' log. Pages only: a browser also asks for /favicon.ico
-/// (404), which no site judges.
-fn penalties_of(log: &[origin::Request], sites: &[&str]) -> Penalties {
+/// The penalties each of `sites` answered, from the origin's log: 429s, and 403s and
+/// captcha pages. Pages only: a browser also asks for /favicon.ico (404), which no site
+/// judges.
+fn answered(log: &[origin::Request], sites: &[&str]) -> BTreeMap<String, Penalties> {
+    let mut by_site: BTreeMap<String, Penalties> = sites
+        .iter()
+        .map(|s| ((*s).to_owned(), Penalties::default()))
+        .collect();
+    for request in log.iter().filter(|r| r.path.starts_with("/page/")) {
+        if let Some(site) = by_site.get_mut(&request.host) {
+            match (request.status, request.captcha) {
+                (429, _) => site.rate_limited += 1,
+                (401 | 403, _) | (_, true) => site.blocked += 1,
+                _ => {}
+            }
+        }
+    }
+    by_site
+}
+
+/// The lease book's `rateLimited` and `blocked` counts of each of `sites`, summed over the
+/// fleet's proxies.
+async fn counted(bed: &Bed, sites: &[&str]) -> BTreeMap<String, Penalties> {
+    let mut by_site: BTreeMap<String, Penalties> = sites
+        .iter()
+        .map(|s| ((*s).to_owned(), Penalties::default()))
+        .collect();
+    for name in PROXIES {
+        let detail = get(bed, &format!("/v1/proxies/{}/{name}", bed.ns)).await;
+        for site in detail["sites"].as_array().into_iter().flatten() {
+            let target = site["target"].as_str().unwrap_or_default();
+            if let Some(counts) = by_site.get_mut(target) {
+                counts.rate_limited += site["rateLimited"].as_u64().unwrap_or_default();
+                counts.blocked += site["blocked"].as_u64().unwrap_or_default();
+            }
+        }
+    }
+    by_site
+}
+
+/// Requests a site of `sites` got from a proxy while the book cooled that proxy down for
+/// the site, more than [`GRACE`] after the answer that put it there: the answer's time plus
+/// the cooldown of its kind, extended by later penalties as the book extends them.
+fn reuse(log: &[origin::Request], sites: &[&str], cooldowns: Cooldowns) -> usize {
+    let (rate_limited, blocked) = cooldowns.of();
     let mut by_pair: BTreeMap<(&str, std::net::IpAddr), Vec<&origin::Request>> = BTreeMap::new();
     for request in log {
         if sites.contains(&request.host.as_str()) && request.path.starts_with("/page/") {
@@ -456,73 +607,36 @@ fn penalties_of(log: &[origin::Request], sites: &[&str]) -> Penalties {
                 .push(request);
         }
     }
-    let (mut reuse, mut in_flight, mut pairs) = (0, 0, Vec::new());
+    let mut reused = 0;
     for ((host, peer), mut requests) in by_pair {
         requests.sort_by_key(|r| r.at);
-        let penalised = |r: &origin::Request| matches!(r.status, 401 | 403 | 429) || r.captcha;
-        let Some(first) = requests.iter().find(|r| penalised(r)) else {
-            continue;
-        };
-        pairs.push((host.to_owned(), peer));
-        let later: Vec<Instant> = requests
-            .iter()
-            .map(|r| r.at)
-            .filter(|at| *at > first.at)
-            .collect();
-        let reused: Vec<Duration> = later
-            .iter()
-            .map(|at| at.saturating_duration_since(first.answered))
-            .filter(|after| *after > GRACE)
-            .collect();
-        reuse += reused.len();
-        in_flight += later.len() - reused.len();
-        if !reused.is_empty() {
-            eprintln!(
-                "reuse: {host} through {peer}: requests {reused:?} after its first penalty's answer"
-            );
+        let mut penalised: Option<(Instant, Instant)> = None; // (last penalty's answer, cooled until)
+        for request in requests {
+            if let Some((answer, until)) = penalised
+                && request.at > answer + GRACE
+                && request.at < until
+            {
+                eprintln!(
+                    "reuse: {host} through {peer}: a request {:?} after a penalty's answer, \
+                     {:?} before its cooldown ends",
+                    request.at - answer,
+                    until - request.at
+                );
+                reused += 1;
+            }
+            let cooldown = match (request.status, request.captcha) {
+                (429, _) => Some(rate_limited),
+                (401 | 403, _) | (_, true) => Some(blocked),
+                _ => None,
+            };
+            if let Some(cooldown) = cooldown {
+                let until = request.answered + cooldown;
+                let longest = penalised.map_or(until, |(_, before)| before.max(until));
+                penalised = Some((request.answered, longest));
+            }
         }
     }
-    Penalties {
-        reuse,
-        in_flight,
-        pairs,
-    }
-}
-
-/// How many of `pairs` (site, proxy address) the lease book shows no cooldown for.
-async fn unreported(bed: &Bed, pairs: &[(String, std::net::IpAddr)]) -> usize {
-    let listed = get(bed, "/v1/proxies?fields=host").await;
-    let name_of: BTreeMap<String, String> = listed["proxies"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(|p| {
-            Some((
-                p["host"].as_str()?.to_owned(),
-                p["name"].as_str()?.to_owned(),
-            ))
-        })
-        .collect();
-    let mut missing = 0;
-    for (site, peer) in pairs {
-        let Some(name) = name_of.get(&peer.to_string()) else {
-            missing += 1;
-            continue;
-        };
-        let detail = get(bed, &format!("/v1/proxies/{}/{name}", bed.ns)).await;
-        let cooling = detail["sites"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .any(|s| s["target"] == site.as_str() && s["cooldownUntil"].is_string());
-        if !cooling {
-            eprintln!(
-                "unreported: {site} turned on {name} ({peer}), and the book does not cool it down for it"
-            );
-            missing += 1;
-        }
-    }
-    missing
+    reused
 }
 
 /// `page:<host>:<n>` of a page URL.
@@ -543,46 +657,334 @@ fn pages_served(bed: &Bed, sites: &[&str]) -> usize {
         .count()
 }
 
+/// How many requests the origin answered for `sites` so far (pages and penalties).
+fn requests_to(bed: &Bed, sites: &[&str]) -> usize {
+    bed.origin
+        .requests()
+        .iter()
+        .filter(|r| sites.contains(&r.host.as_str()) && r.path.starts_with("/page/"))
+        .count()
+}
+
+/// Waits until the crawl is under way: its sites had a request from it; fails if the
+/// crawler ends first or 300 s pass (a browser starts slowly on a loaded machine).
+async fn until_under_way(bed: &Bed, each: &mut Running) {
+    let deadline = Instant::now() + Duration::from_secs(300);
+    while requests_to(bed, &each.plan.sites.all()) == 0 {
+        assert!(
+            !matches!(each.crawl.child.try_wait(), Ok(Some(_))),
+            "the {} crawler ended before it began",
+            each.plan.client.name()
+        );
+        assert!(Instant::now() < deadline, "no request within 300 s");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Waits until the origin served `pages` pages of `sites`; fails if the crawler ends first
+/// or 300 s pass.
 async fn until_pages_served(bed: &Bed, sites: &[&str], pages: usize, crawl: &mut Crawl) {
-    let deadline = Instant::now() + Duration::from_secs(120);
+    let deadline = Instant::now() + Duration::from_secs(300);
     while pages_served(bed, sites) < pages {
         if let Ok(Some(status)) = crawl.child.try_wait() {
+            let mut said = String::new();
+            for output in [
+                crawl
+                    .child
+                    .stdout
+                    .take()
+                    .map(|o| Box::new(o) as Box<dyn tokio::io::AsyncRead + Unpin + Send>),
+                crawl
+                    .child
+                    .stderr
+                    .take()
+                    .map(|e| Box::new(e) as Box<dyn tokio::io::AsyncRead + Unpin + Send>),
+            ]
+            .into_iter()
+            .flatten()
+            {
+                let mut text = Vec::new();
+                let mut output = output;
+                let _ = output.read_to_end(&mut text).await;
+                said.push_str(&tail(&String::from_utf8_lossy(&text), 40));
+                said.push('\n');
+            }
             panic!(
-                "the {} crawler ended ({status}) before {pages} pages",
+                "the {} crawler ended ({status}) before {pages} pages:\n{said}",
                 crawl.client.name()
             );
         }
-        assert!(Instant::now() < deadline, "not {pages} pages within 120 s");
+        assert!(Instant::now() < deadline, "not {pages} pages within 300 s");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
 
-/// The crawl of `client` over two sites, as it is and with the discovery API stopped for
-/// [`OUTAGE`] once a third of the pages are in: every page, no lease left, no reuse.
-async fn crawls_through_penalties_and_an_outage(client: Client, bound: Duration) {
-    let mut bed = fleet(client.name()).await;
+/// One crawl of a bed: a client at a concurrency, over three sites of its own.
+#[derive(Debug, Clone, Copy)]
+struct Plan {
+    client: Client,
+    concurrency: u32,
+    sites: Sites,
+}
 
-    let steady = sites(&bed, ["shop.test", "news.test"]);
-    let (file, all) = urls(&bed, steady, PAGES, "steady");
-    let ended = Crawl::start(client, &bed, &file, 0).end(bound).await;
-    let figures = Figures::of(&bed, client, "steady", steady, &all, &ended).await;
-    let first = (figures, ended);
-    release_left(&bed).await;
+/// A plan's crawl under way.
+struct Running {
+    plan: Plan,
+    crawl: Crawl,
+    pid: u32,
+    urls: Vec<String>,
+}
 
-    let outage = sites(&bed, ["docs.test", "blog.test"]);
-    let (file, all) = urls(&bed, outage, PAGES, "outage");
-    let mut crawl = Crawl::start(client, &bed, &file, 0);
-    until_pages_served(&bed, &outage, all.len() / 3, &mut crawl).await;
-    bed.stop_operator();
-    tokio::time::sleep(OUTAGE).await;
-    bed.operator.start_again();
-    let ended = crawl.end(bound + OUTAGE).await;
-    let figures = Figures::of(&bed, client, "outage", outage, &all, &ended).await;
+/// What a plan's crawl did, judged.
+#[derive(Debug)]
+struct Figures {
+    pages: usize,
+    expected: usize,
+    /// Pages served, and requests answered, when the disruption began (mid-crawl: requests
+    /// before, pages left).
+    before: (usize, usize),
+    leases_left: usize,
+    reuse: usize,
+    answered: BTreeMap<String, Penalties>,
+    counted: BTreeMap<String, Penalties>,
+}
 
-    for (run, (figures, ended)) in [("steady", first), ("outage", (figures, ended))] {
-        figures.assert_whole(client, run, &ended);
-        assert!(ended.status.success(), "{run}: {}", ended.stderr);
+/// Runs the crawls of `beds` (each with its cooldowns) at once, each bed through
+/// `disruption` mid-crawl; then judges each crawl (see the module's doc).
+async fn matrix(disruption: Disruption, beds: &[(Cooldowns, &[Plan])]) {
+    let name = match disruption {
+        Disruption::Outage => "out",
+        Disruption::Drain => "drain",
+    };
+    let runs = beds.iter().enumerate().map(|(n, (cooldowns, plans))| {
+        bed_through(format!("m{n}-{name}"), *cooldowns, disruption, plans)
+    });
+    futures::future::join_all(runs).await;
+}
+
+/// One bed of [`matrix`]. The crawls start at once, and the disruption begins as soon as
+/// each is under way (its sites had a request from it): mid-crawl for each, which the
+/// judgement checks (requests before, pages left).
+async fn bed_through(prefix: String, cooldowns: Cooldowns, disruption: Disruption, plans: &[Plan]) {
+    let mut bed = fleet(&prefix, &cooldowns.args()).await;
+    let mut running = Vec::new();
+    for plan in plans {
+        set_sites(&bed, plan.sites, MATRIX);
+        let run = format!("{}-{}", plan.client.name(), plan.concurrency);
+        let (file, urls) = urls(&bed, &plan.sites.all(), MATRIX.pages, &run);
+        let crawl = Crawl::start(plan.client, &bed, "matrix", &file, plan.concurrency, 0);
+        let pid = crawl.pid();
+        running.push(Running {
+            plan: *plan,
+            crawl,
+            pid,
+            urls,
+        });
     }
+    for each in &mut running {
+        until_under_way(&bed, each).await;
+    }
+    let before: Vec<(usize, usize)> = running
+        .iter()
+        .map(|each| {
+            let sites = each.plan.sites.all();
+            (pages_served(&bed, &sites), requests_to(&bed, &sites))
+        })
+        .collect();
+    let started = Instant::now();
+    match disruption {
+        Disruption::Outage => {
+            bed.stop_operator();
+            tokio::time::sleep(OUTAGE).await;
+            bed.operator.start_again();
+            api_back(&bed).await;
+        }
+        Disruption::Drain => {
+            set_places(&bed, 0).await;
+            tokio::time::sleep(DRAIN).await;
+            set_places(&bed, MAX_LEASES).await;
+        }
+    }
+    eprintln!(
+        "{prefix}: {disruption:?} over after {:?}",
+        started.elapsed()
+    );
+    // Each crawl ends by itself: the bound is what its pages take, and the disruption.
+    let bound = Duration::from_secs(360);
+    let mut judged = Vec::new();
+    for (each, before) in running.into_iter().zip(before) {
+        let ended = each.crawl.end(bound).await;
+        let sites = each.plan.sites.all();
+        let log = bed.origin.requests();
+        let figures = Figures {
+            pages: pages_crawled(&ended, &each.urls),
+            expected: each.urls.len(),
+            before,
+            leases_left: leases_of(&bed, each.pid).await,
+            reuse: reuse(&log, &sites, cooldowns),
+            answered: answered(&log, &sites),
+            counted: counted(&bed, &sites).await,
+        };
+        eprintln!(
+            "FIGURES bed={prefix} cooldowns={cooldowns:?} disruption={disruption:?} client={} \
+             concurrency={} pages={}/{} before_disruption={:?} leases_left={} reuse={} \
+             site_answers={:?} book_counts={:?} exit={:?} killed={}",
+            each.plan.client.name(),
+            each.plan.concurrency,
+            figures.pages,
+            figures.expected,
+            figures.before,
+            figures.leases_left,
+            figures.reuse,
+            figures.answered,
+            figures.counted,
+            ended.status.code(),
+            ended.timed_out,
+        );
+        judged.push((each.plan, figures, ended));
+    }
+    // Once every crawl ended, every view of the book says no lease is left.
+    let left = leases(&bed).await;
+    let listed: u64 = get(&bed, "/v1/proxies?fields=activeLeases").await["proxies"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|p| p["activeLeases"].as_u64())
+        .sum();
+    let gauge = bed
+        .operator
+        .metric_sum("proxy_operator_leases_active", "")
+        .await;
+    for (plan, figures, ended) in &judged {
+        let context = || {
+            format!(
+                "{prefix}: {} at {}: {figures:?}\nstdout:\n{}\nstderr:\n{}",
+                plan.client.name(),
+                plan.concurrency,
+                tail(&ended.stdout, 40),
+                tail(&ended.stderr, 60)
+            )
+        };
+        assert!(
+            !ended.timed_out,
+            "the crawl ended by itself in time: {}",
+            context()
+        );
+        assert!(ended.status.success(), "the crawl succeeded: {}", context());
+        let (pages, requests) = figures.before;
+        assert!(
+            requests > 0 && pages < figures.expected,
+            "the disruption came mid-crawl: {}",
+            context()
+        );
+        assert_eq!(figures.pages, figures.expected, "every page: {}", context());
+        assert_eq!(figures.leases_left, 0, "no lease left: {}", context());
+        assert_eq!(
+            figures.reuse,
+            0,
+            "no proxy used while it cooled down: {}",
+            context()
+        );
+        assert_eq!(
+            figures.counted,
+            figures.answered,
+            "the book counts every 429, 403 and captcha once: {}\noperator: {}",
+            context(),
+            bed.operator
+                .log()
+                .lines()
+                .filter(|l| l.contains("gone") || l.contains("lease book") || l.contains("stopped"))
+                .collect::<Vec<_>>()
+                .join("\n")
+        );
+        let penalties: u64 = figures
+            .answered
+            .values()
+            .map(|p| p.rate_limited + p.blocked)
+            .sum();
+        assert!(penalties > 0, "the sites turned on proxies: {}", context());
+    }
+    assert!(left.is_empty(), "{prefix}: no lease left: {left:?}");
+    assert_eq!(listed, 0, "{prefix}: no active lease in the listing");
+    assert_eq!(gauge, 0, "{prefix}: proxy_operator_leases_active");
+}
+
+const fn plan(client: Client, concurrency: u32, sites: [&'static str; 3]) -> Plan {
+    Plan {
+        client,
+        concurrency,
+        sites: Sites {
+            rate_limits: sites[0],
+            bans: sites[1],
+            captchas: sites[2],
+        },
+    }
+}
+
+const FIRST: [&str; 3] = ["shop.test", "news.test", "docs.test"];
+const SECOND: [&str; 3] = ["blog.test", "wiki.test", "forum.test"];
+const THIRD: [&str; 3] = ["mail.test", "maps.test", "games.test"];
+
+#[tokio::test]
+async fn every_client_through_an_api_outage() {
+    matrix(
+        Disruption::Outage,
+        &[
+            (
+                Cooldowns::Both(10),
+                &[
+                    plan(Client::Scrapy, 16, FIRST),
+                    plan(Client::CrawleePlaywright, 8, SECOND),
+                ],
+            ),
+            (
+                Cooldowns::Both(30),
+                &[
+                    plan(Client::CrawleeHttp, 8, FIRST),
+                    plan(Client::PlaywrightPython, 16, SECOND),
+                ],
+            ),
+            (
+                Cooldowns::Defaults,
+                &[
+                    plan(Client::CrawleeCheerio, 16, FIRST),
+                    plan(Client::PlaywrightNode, 8, SECOND),
+                ],
+            ),
+        ],
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn every_client_through_a_fleet_drain() {
+    matrix(
+        Disruption::Drain,
+        &[
+            (
+                Cooldowns::Both(10),
+                &[
+                    plan(Client::CrawleeCheerio, 8, FIRST),
+                    plan(Client::PlaywrightPython, 8, SECOND),
+                ],
+            ),
+            (
+                Cooldowns::Both(30),
+                &[
+                    plan(Client::Scrapy, 8, FIRST),
+                    plan(Client::PlaywrightNode, 16, SECOND),
+                ],
+            ),
+            (
+                Cooldowns::Defaults,
+                &[
+                    plan(Client::CrawleeHttp, 16, FIRST),
+                    plan(Client::CrawleePlaywright, 16, SECOND),
+                ],
+            ),
+        ],
+    )
+    .await;
 }
 
 /// Releases the leases a run left, so that the next run starts from a free fleet whatever
@@ -595,43 +997,37 @@ async fn release_left(bed: &Bed) {
 }
 
 /// Every way a crawl of `client` ends releases every lease it held: SIGTERM and SIGINT
-/// mid-crawl, a crawler error, and SIGTERM while it waits on 409 for a proxy.
+/// mid-crawl and a crawler error (which must fail the crawler), three crawlers at once; then
+/// SIGTERM while it waits on 409 for a proxy.
 async fn releases_every_lease_on_every_ending(client: Client) {
-    let bed = fleet(&format!("{}-end", client.name())).await;
-    let mut left = Vec::new();
-    for (run, pair) in [
-        ("sigterm", ["wiki.test", "forum.test"]),
-        ("sigint", ["mail.test", "maps.test"]),
+    let bed = fleet(&format!("{}-end", client.name()), &[]).await;
+    let sizes = SiteSizes {
+        fill: 9,
+        window: Duration::from_secs(3600),
+        pages: 40,
+    };
+    let mut started = Vec::new();
+    for (run, sites, fail_after) in [
+        ("sigterm", FIRST, 0),
+        ("sigint", SECOND, 0),
+        ("error", THIRD, 5),
     ] {
-        let pair = sites(&bed, pair);
-        let (file, all) = urls(&bed, pair, PAGES, run);
-        let mut crawl = Crawl::start(client, &bed, &file, 0);
-        until_pages_served(&bed, &pair, 10, &mut crawl).await;
-        crawl.signal(if run == "sigterm" { "TERM" } else { "INT" });
-        let ended = crawl.end(Duration::from_secs(60)).await;
-        let figures = Figures::of(&bed, client, run, pair, &all, &ended).await;
-        left.push((
-            run,
-            figures.leases_left,
-            ended.timed_out,
-            tail(&ended.stderr, 60),
-        ));
-        release_left(&bed).await;
+        let sites = plan(client, 8, sites).sites;
+        set_sites(&bed, sites, sizes);
+        let (file, _) = urls(&bed, &sites.all(), sizes.pages, run);
+        let crawl = Crawl::start(client, &bed, run, &file, 8, fail_after);
+        started.push((run, sites, crawl));
     }
-
-    // A crawler error: the crawler fails after 5 pages.
-    let pair = ["wiki.test", "forum.test"];
-    let (file, all) = urls(&bed, pair, PAGES, "error");
-    let ended = Crawl::start(client, &bed, &file, 5)
-        .end(Duration::from_secs(120))
-        .await;
-    let figures = Figures::of(&bed, client, "error", pair, &all, &ended).await;
-    left.push((
-        "error",
-        figures.leases_left,
-        ended.timed_out,
-        tail(&ended.stderr, 60),
-    ));
+    let mut ended = Vec::new();
+    for (run, sites, mut crawl) in started {
+        let pid = crawl.pid();
+        if run != "error" {
+            until_pages_served(&bed, &sites.all(), 10, &mut crawl).await;
+            crawl.signal(if run == "sigterm" { "TERM" } else { "INT" });
+        }
+        let end = crawl.end(Duration::from_secs(90)).await;
+        ended.push((run, leases_of(&bed, pid).await, end));
+    }
     release_left(&bed).await;
 
     // All but one place of the fleet is taken: the crawler leases it for its first site and
@@ -640,54 +1036,59 @@ async fn releases_every_lease_on_every_ending(client: Client) {
     for _ in 0..(PROXIES.len() as u32 * MAX_LEASES - 1) {
         bed.lease(json!({"holder": hog, "ttlSeconds": 600})).await;
     }
-    let pair = sites(&bed, ["shop.test", "news.test"]);
-    let (file, all) = urls(&bed, pair, 4, "no-match");
-    let mut crawl = Crawl::start(client, &bed, &file, 0);
-    until_pages_served(&bed, &pair, 1, &mut crawl).await;
+    let sites = ["jobs.test", "homes.test"];
+    for site in sites {
+        bed.origin.site(
+            site,
+            SitePolicy {
+                pages: 9,
+                kind: SiteKind::Bans,
+            },
+        );
+    }
+    let (file, _) = urls(&bed, &sites, 4, "no-match");
+    let mut crawl = Crawl::start(client, &bed, "no-match", &file, 8, 0);
+    let pid = crawl.pid();
+    until_pages_served(&bed, &sites, 1, &mut crawl).await;
     tokio::time::sleep(Duration::from_secs(3)).await;
     let waiting = Instant::now();
     crawl.signal("TERM");
-    let ended = crawl.end(Duration::from_secs(60)).await;
+    let stopped = crawl.end(Duration::from_secs(60)).await;
     let took = waiting.elapsed();
-    let figures = Figures::of(&bed, client, "stop-on-409", pair, &all, &ended).await;
-    let theirs = leases(&bed)
-        .await
-        .into_iter()
-        .filter(|l| l["holder"] != hog)
-        .count();
-    left.push((
-        "stop-on-409",
-        theirs,
-        ended.timed_out,
-        tail(&ended.stderr, 60),
-    ));
     eprintln!(
-        "{} stop-on-409: stopped {took:?} after SIGTERM; {figures:?}",
+        "{} stop-on-409: stopped {took:?} after SIGTERM",
         client.name()
     );
-    release_left(&bed).await;
+    ended.push(("stop-on-409", leases_of(&bed, pid).await, stopped));
 
-    for (run, leases, timed_out, stderr) in &left {
+    for (run, leases, end) in &ended {
+        let stderr = tail(&end.stderr, 60);
         assert!(
-            !timed_out,
+            !end.timed_out,
             "{run}: the crawler did not end within its bound\n{stderr}"
         );
         assert_eq!(*leases, 0, "{run}: leases left\n{stderr}");
+        if *run == "error" {
+            assert!(
+                client.failed(end),
+                "error: the crawler failed ({:?}, summary {:?})\n{stderr}",
+                end.status,
+                end.summary()
+            );
+        }
     }
     assert!(
         took < Duration::from_secs(20),
         "a crawler waiting on 409 stops at once, not after its wait: {took:?}"
     );
-    let summary = ended.lines.iter().rev().find(|l| l["event"] == "summary");
+    let (_, _, stopped) = ended.last().expect("the stop on 409");
     assert!(
-        summary.is_some_and(|s| s["no_match"].as_u64() >= Some(1)),
-        "the crawler was waiting on 409 when it stopped: {summary:?}"
+        stopped
+            .summary()
+            .is_some_and(|s| s["no_match"].as_u64() >= Some(1)),
+        "the crawler was waiting on 409 when it stopped: {:?}",
+        stopped.summary()
     );
-}
-
-#[tokio::test]
-async fn scrapy_crawls_every_page_through_penalties_and_an_api_outage() {
-    crawls_through_penalties_and_an_outage(Client::Scrapy, Duration::from_secs(240)).await;
 }
 
 #[tokio::test]
@@ -696,19 +1097,13 @@ async fn scrapy_releases_every_lease_on_every_ending() {
 }
 
 #[tokio::test]
-async fn crawlee_http_crawls_every_page_through_penalties_and_an_api_outage() {
-    crawls_through_penalties_and_an_outage(Client::CrawleeHttp, Duration::from_secs(240)).await;
-}
-
-#[tokio::test]
 async fn crawlee_http_releases_every_lease_on_every_ending() {
     releases_every_lease_on_every_ending(Client::CrawleeHttp).await;
 }
 
 #[tokio::test]
-async fn crawlee_playwright_crawls_every_page_through_penalties_and_an_api_outage() {
-    crawls_through_penalties_and_an_outage(Client::CrawleePlaywright, Duration::from_secs(420))
-        .await;
+async fn crawlee_cheerio_releases_every_lease_on_every_ending() {
+    releases_every_lease_on_every_ending(Client::CrawleeCheerio).await;
 }
 
 #[tokio::test]
@@ -717,22 +1112,232 @@ async fn crawlee_playwright_releases_every_lease_on_every_ending() {
 }
 
 #[tokio::test]
-async fn playwright_python_crawls_every_page_through_penalties_and_an_api_outage() {
-    crawls_through_penalties_and_an_outage(Client::PlaywrightPython, Duration::from_secs(420))
-        .await;
-}
-
-#[tokio::test]
 async fn playwright_python_releases_every_lease_on_every_ending() {
     releases_every_lease_on_every_ending(Client::PlaywrightPython).await;
 }
 
 #[tokio::test]
-async fn playwright_node_crawls_every_page_through_penalties_and_an_api_outage() {
-    crawls_through_penalties_and_an_outage(Client::PlaywrightNode, Duration::from_secs(420)).await;
-}
-
-#[tokio::test]
 async fn playwright_node_releases_every_lease_on_every_ending() {
     releases_every_lease_on_every_ending(Client::PlaywrightNode).await;
+}
+
+/// A proxy whose password holds every character a URL reserves: an External proxy in front
+/// of a squid of the test's own that checks it (squid's `basic_ncsa_auth`, the Managed
+/// proxies' config), its credentials in the Secret it names. Crawlee's PlaywrightCrawler
+/// through the helper crawls its pages through it (a context per page, on the relay Crawlee
+/// puts in front of the proxy) and exits by itself.
+#[tokio::test]
+async fn crawlee_playwright_crawls_through_a_password_with_reserved_characters() {
+    use k8s_openapi::api::core::v1::Secret;
+    use proxy_operator::credentials::Credentials;
+    use proxy_operator::providers::squid as squid_config;
+    use proxy_tests::squid::{Squid, next_loopback_addr};
+
+    const PASSWORD: &str = "p@ss:/#%?+=&w0rd";
+    let mut bed = Bed::new("crawl-password").await;
+    let credentials = Credentials::new("crawler", PASSWORD);
+    let passwd = credentials.passwd_line().expect("hash the password");
+    let (addr, hosts) = (next_loopback_addr(), bed.origin.hosts_file.clone());
+    let config = squid_config::config(
+        3128,
+        &["127.0.0.0/8".to_owned()],
+        Some(squid_config::PASSWD_PATH),
+    );
+    let squid = tokio::task::spawn_blocking(move || {
+        let files = [(
+            squid_config::PASSWD_PATH.to_owned(),
+            format!("{passwd}\n").into_bytes(),
+        )];
+        Squid::start_with_files("password", addr, 3128, &hosts, &config, &files)
+    })
+    .await
+    .unwrap()
+    .expect("start squid with basic auth");
+    let secrets: kube::Api<Secret> =
+        kube::Api::namespaced(bed.proxies.clone().into_client(), &bed.ns);
+    let secret: Secret = serde_json::from_value(json!({
+        "metadata": {"name": "reserved", "labels": {proxy_crd::CREDENTIALS_SECRET_LABEL: "true"}},
+        "stringData": {"username": "crawler", "password": PASSWORD}
+    }))
+    .unwrap();
+    secrets.create(&Default::default(), &secret).await.unwrap();
+    bed.create(
+        "reserved",
+        json!({"mode": "External", "endpoint": {"host": addr.to_string(), "port": 3128},
+               "credentialsSecretRef": {"name": "reserved"}, "maxLeases": 8,
+               "healthCheck": {"probeURL": bed.origin.url("/generate_204"),
+                               "intervalSeconds": 5, "timeoutSeconds": 2}}),
+    )
+    .await;
+    bed.wait_for("reserved", "Ready", |p| {
+        p.status.as_ref().and_then(|s| s.phase) == Some(Phase::Ready)
+    })
+    .await;
+    let site = "shop.test";
+    bed.origin.site(
+        site,
+        SitePolicy {
+            pages: 1000,
+            kind: SiteKind::Bans,
+        },
+    );
+    let (file, all) = urls(&bed, &[site], 12, "password");
+    let crawl = Crawl::start(Client::CrawleePlaywright, &bed, "password", &file, 8, 0);
+    let pid = crawl.pid();
+    let ended = crawl.end(Duration::from_secs(120)).await;
+    let through: BTreeSet<String> = bed
+        .origin
+        .requests()
+        .iter()
+        .filter(|r| r.host == site && r.path.starts_with("/page/"))
+        .map(|r| r.peer.to_string())
+        .collect();
+    let context = format!(
+        "stdout:\n{}\nstderr:\n{}\nsquid:\n{}",
+        tail(&ended.stdout, 40),
+        tail(&ended.stderr, 60),
+        tail(&squid.access_log(), 20)
+    );
+    assert!(!ended.timed_out, "the crawler exits by itself: {context}");
+    assert!(ended.status.success(), "{context}");
+    assert_eq!(
+        pages_crawled(&ended, &all),
+        all.len(),
+        "every page: {context}"
+    );
+    assert_eq!(
+        through,
+        BTreeSet::from([addr.to_string()]),
+        "through the proxy with that password: {context}"
+    );
+    assert_eq!(leases_of(&bed, pid).await, 0, "no lease left: {context}");
+    tokio::task::spawn_blocking(move || squid.stop())
+        .await
+        .unwrap();
+}
+
+/// The first fenced block of `language` in the README at `path` (relative to the repo root),
+/// its example site's URLs pointed at `site` on the bed's origin.
+fn readme_snippet(path: &str, language: &str, bed: &Bed, site: &str) -> String {
+    let readme = std::fs::read_to_string(repo_root().join(path)).expect("read the README");
+    let fence = format!("```{language}\n");
+    let start = readme
+        .find(&fence)
+        .unwrap_or_else(|| panic!("{path} has no {language} block"))
+        + fence.len();
+    let end = start + readme[start..].find("```").expect("the block ends");
+    let snippet = &readme[start..end];
+    assert!(
+        snippet.contains("https://shop.example/page/"),
+        "{path}: the snippet crawls https://shop.example/page/..."
+    );
+    snippet.replace(
+        "https://shop.example/page/",
+        &bed.origin.page_url(site, 0).replace("/page/0", "/page/"),
+    )
+}
+
+/// The snippet of each client's README, as it is there, crawls through the fleet: the
+/// CheerioCrawler of `clients/js/README.md` (with the package and Crawlee in a
+/// `node_modules` beside it, as `npm install` lays them out) and the spider of
+/// `clients/python/README.md` (`scrapy runspider`). Each prints its two pages' titles,
+/// ends by itself, and leaves no lease.
+#[tokio::test]
+async fn the_readme_snippets_crawl_through_the_fleet() {
+    let bed = fleet("readme", &[]).await;
+    let site = "shop.test";
+    bed.origin.site(
+        site,
+        SitePolicy {
+            pages: 1000,
+            kind: SiteKind::Bans,
+        },
+    );
+    let dir = proxy_tests::run_dir::subdir(&format!("crawl-{}/readme", bed.ns));
+    // The JavaScript package as npm installs it: node_modules holding it and Crawlee.
+    let modules = dir.join("node_modules");
+    std::fs::create_dir_all(&modules).unwrap();
+    let installed = bins::crawlee_modules().join("node_modules");
+    for entry in std::fs::read_dir(&installed).expect("the bed's Crawlee modules") {
+        let entry = entry.unwrap();
+        let _ = std::os::unix::fs::symlink(entry.path(), modules.join(entry.file_name()));
+    }
+    let _ = std::os::unix::fs::symlink(
+        repo_root().join("clients/js"),
+        modules.join("proxy-operator-client"),
+    );
+    let js = dir.join("crawl.mjs");
+    std::fs::write(
+        &js,
+        readme_snippet("clients/js/README.md", "js", &bed, site),
+    )
+    .unwrap();
+    let py = dir.join("shop.py");
+    std::fs::write(
+        &py,
+        readme_snippet("clients/python/README.md", "python", &bed, site),
+    )
+    .unwrap();
+    let items = dir.join("items.jsonl");
+    let run = |mut command: tokio::process::Command| {
+        command
+            .current_dir(&dir)
+            .env("PROXY_OPERATOR_URL", &bed.operator.discovery)
+            .env("PROXY_OPERATOR_TOKEN", DISCOVERY_TOKEN)
+            .env("CRAWLEE_STORAGE_DIR", dir.join("storage"))
+            .stdin(Stdio::null())
+            .kill_on_drop(true);
+        async move {
+            tokio::time::timeout(Duration::from_secs(120), command.output())
+                .await
+                .expect("the snippet ends by itself within 120 s")
+                .expect("run the snippet")
+        }
+    };
+    let mut node = tokio::process::Command::new(bins::node());
+    node.arg(&js);
+    let mut scrapy = tokio::process::Command::new(bins::scrapy_python());
+    scrapy
+        .env("PYTHONPATH", repo_root().join("clients/python/src"))
+        .args(["-m", "scrapy", "runspider"])
+        .arg(&py)
+        .arg("-o")
+        .arg(&items);
+    let (node, scrapy) = tokio::join!(run(node), run(scrapy));
+    let text = |out: &std::process::Output| {
+        format!(
+            "{}\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            tail(&String::from_utf8_lossy(&out.stderr), 40)
+        )
+    };
+    assert!(
+        node.status.success(),
+        "the JavaScript snippet: {}",
+        text(&node)
+    );
+    assert!(
+        scrapy.status.success(),
+        "the Python snippet: {}",
+        text(&scrapy)
+    );
+    let printed = String::from_utf8_lossy(&node.stdout);
+    let scraped = std::fs::read_to_string(&items).unwrap_or_default();
+    for n in [1, 2] {
+        let title = format!("{site} page {n}");
+        assert!(printed.contains(&title), "{title} in: {}", text(&node));
+        assert!(
+            scraped.contains(&title),
+            "{title} in: {scraped}\n{}",
+            text(&scrapy)
+        );
+    }
+    let through: usize = bed
+        .origin
+        .requests()
+        .iter()
+        .filter(|r| r.host == site && r.status == 200)
+        .count();
+    assert_eq!(through, 4, "two pages each, through the fleet's proxies");
+    assert!(leases(&bed).await.is_empty(), "no lease left");
 }

@@ -27,6 +27,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
+import uuid
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -43,7 +44,21 @@ class ApiError(Exception):
 
 class NoMatch(ApiError):
     """409 no_match: no proxy fits now; `body` holds the counts (considered, atCapacity,
-    inCooldown, unhealthy)."""
+    inCooldown, unhealthy) and, while proxies cool down for the target, when the first of
+    them is free again (`retryAt`, `retryAfterSeconds`)."""
+
+    @property
+    def retry_after(self) -> float | None:
+        """Seconds until the first proxy cooling down for the target leaves its cooldown, by
+        the server's clock; None when none is cooling down."""
+        seconds = self.body.get("retryAfterSeconds")
+        return float(seconds) if isinstance(seconds, (int, float)) else None
+
+    @property
+    def only_cooling(self) -> bool:
+        """Whether every proxy passed over is cooling down for the target, so that nothing
+        frees a place before `retry_after` (a release frees one at capacity at any time)."""
+        return self.retry_after is not None and not self.body.get("atCapacity") and not self.body.get("unhealthy")
 
 
 class Unavailable(ApiError):
@@ -184,17 +199,18 @@ class Discovery:
         return Call("POST", "/v1/leases", body)
 
     def report_status_call(self, lease_id: str, status: int, target: str | None = None) -> Call:
-        """The answer says what was recorded and whether to lease again:
-        ``{"result": ..., "leaseAgain": ...}``."""
-        body: dict[str, Any] = {"status": status}
-        if target:
-            body["target"] = target
-        return Call("POST", f"/v1/leases/{_quote(lease_id)}/report", body)
+        """The answer says what was recorded, whether to lease again and until when the proxy
+        cools down for the site: ``{"result", "leaseAgain", "cooldownUntil", ...}``. The call
+        carries a `reportID` of its own, so that sending it again counts it once."""
+        return self._report_call(lease_id, {"status": status}, target)
 
     def report_result_call(self, lease_id: str, result: str, target: str | None = None) -> Call:
         """A result (`ok`, `rate_limited`, `blocked`, `error`) said directly: a connection
-        error, or a ban page only the crawler recognises."""
-        body: dict[str, Any] = {"result": result}
+        error, or a ban page only the crawler recognises. Answered as a report by status."""
+        return self._report_call(lease_id, {"result": result}, target)
+
+    def _report_call(self, lease_id: str, body: dict[str, Any], target: str | None) -> Call:
+        body["reportID"] = str(uuid.uuid4())
         if target:
             body["target"] = target
         return Call("POST", f"/v1/leases/{_quote(lease_id)}/report", body)
@@ -215,8 +231,8 @@ class Discovery:
     def report_status(self, lease_id: str, status: int, target: str | None = None) -> dict[str, Any]:
         return self.run(self.report_status_call(lease_id, status, target))
 
-    def report_result(self, lease_id: str, result: str, target: str | None = None) -> None:
-        self.run(self.report_result_call(lease_id, result, target))
+    def report_result(self, lease_id: str, result: str, target: str | None = None) -> dict[str, Any]:
+        return self.run(self.report_result_call(lease_id, result, target))
 
     def release(self, lease_id: str) -> None:
         """Releases the lease (harmless when it is already gone)."""

@@ -2,26 +2,37 @@
 standard library only): per target host, up to `leases_per_site` leases, each requester
 given the one with the fewest in flight.
 
+- **The book is the one clock.** Which proxy may go to which site, and when again, is the
+  lease book's to say: this keeper keeps no cooldown of its own. After a penalty it leases
+  again and takes what the book grants; on 409 it waits as long as the answer says
+  (``retryAfterSeconds``: when the first proxy cooling down for the site is free), polling
+  with a backoff when proxies at capacity may free a place sooner.
+- **Each answer is reported once.** Every response is reported, once, on the lease it came
+  through (a lease already dropped or released too: the book keeps ended leases for late
+  reports), with a report ID of its own, so that a report sent again after an attempt whose
+  answer was lost counts once. A penalty's report is sent until it lands, before any new
+  lease for the host is asked for: never on another lease.
 - **A penalty ends the proxy for the host at once.** After a 429, 401, 403 or 407 (the
   server's own table, :data:`LEASE_AGAIN`, applied here so that it holds while the API is
   away) or a ban page, every lease on that proxy for the host is dropped (`on_drop` hears
-  of each, so the crawler can move what it queued on it), the report lands before the next
-  lease for the host is asked for, and the leases are released. The proxy is remembered for
-  the host: should the server grant it again (it never heard the report), the grant is
-  reported and released and another is asked for.
-- **The API blinks.** Every call is retried as :class:`AsyncDiscovery` says; a lease waits
-  up to ``api_wait``, and on 409 ``no_match`` up to ``no_match_wait`` more.
+  of each, so the crawler can move what it queued on it), the report lands, and the leases
+  are released. A report whose answer says ``leaseAgain`` (the proxy cools down for the
+  site, whoever reported it) drops its lease too.
+- **The API blinks.** Every call is retried as :class:`AsyncDiscovery` says; a request waits
+  for a lease at most ``no_match_wait`` on 409 plus ``api_wait`` while the API is away
+  (:meth:`LeaseKeeper.lease_wait`).
 - **Every lease is released on every ending.** :meth:`LeaseKeeper.close` waits for the
-  reports still in the air, releases every lease held, then every lease of the holder
-  (``DELETE /v1/leases?holder=``: the ones whose grant answer never arrived too), and ends
-  every wait at once; :meth:`LeaseKeeper.release_at_exit` is the last resort, for
-  interpreter exit.
+  reports still in the air (at most ``api_wait``), releases every lease held, then every
+  lease of the holder (``DELETE /v1/leases?holder=``: the ones whose grant answer never
+  arrived too), and ends every wait at once; :meth:`LeaseKeeper.release_at_exit` is the last
+  resort, for interpreter exit.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -71,11 +82,10 @@ class LeaseKeeper:
         ttl: int = 300,
         renew_margin: float = 5.0,
         leases_per_site: int = 1,
-        no_match_wait: float = 60.0,
+        no_match_wait: float = 300.0,
         stopping: Callable[[], bool] = lambda: False,
         count: Callable[[str, int], None] = lambda key, n: None,
         on_drop: Callable[[Held], None] = lambda held: None,
-        local_cooldown: float = 300.0,
     ):
         self.discovery = discovery
         self.api = AsyncDiscovery(discovery, stopping=lambda: self.closing or stopping())
@@ -86,36 +96,43 @@ class LeaseKeeper:
         self.no_match_wait = no_match_wait
         self.count = count
         self.on_drop = on_drop
-        self.local_cooldown = local_cooldown
         self.sites: dict[str, Site] = {}
         #: Leases granted and not yet released, by ID: what closing releases.
         self.leases: dict[str, Held] = {}
         #: Every lease granted, by ID: requests still in flight when their lease was
         #: dropped are judged (and reported) all the same.
         self.known: dict[str, Held] = {}
-        #: (proxy, host) -> (result, until): proxies seen penalised for a host.
-        self.penalised: dict[tuple[str, str], tuple[str, float]] = {}
         self.background: set[asyncio.Task] = set()
         self.closing = False
         self.closed = False
+
+    def lease_wait(self) -> float:
+        """The longest a request waits for a lease: ``no_match_wait`` on 409, plus
+        ``api_wait`` while the API is away (for a crawler's own timeouts to allow)."""
+        return self.no_match_wait + self.discovery.api_wait
 
     # ---- leases -----------------------------------------------------------------------------
 
     async def acquire(self, host: str) -> Held:
         """A lease for `host`, counted in flight until :meth:`done`; raises `NoProxy`."""
         site = self.sites.setdefault(host, Site())
+        deadline = time.monotonic() + self.lease_wait()
         while True:
             if site.pending:
-                await asyncio.wait(list(site.pending))
+                # A penalty's report lands before the next lease for the host is asked for.
+                left = deadline - time.monotonic()
+                _, waiting = await asyncio.wait(list(site.pending), timeout=max(0.0, left))
+                if waiting:
+                    raise NoProxy(f"a report on a proxy for {host} did not land within the wait")
             async with site.lock:
                 if site.pending:
                     continue  # a penalty came while waiting for the lock
                 for held in [h for h in site.held if h.lease.expires_within(self.renew_margin)]:
-                    self._drop(held, None)
+                    self._drop(held)
                     self.in_background(self.release(held))
                 if len(site.held) < self.leases_per_site:
                     # The first lease of a site waits for a proxy; the others are a bonus.
-                    fresh = await self._new_lease(host, wait=not site.held)
+                    fresh = await self._new_lease(host, deadline if not site.held else None)
                     if fresh is not None:
                         site.held.append(fresh)
                 if site.held:
@@ -130,24 +147,28 @@ class LeaseKeeper:
             held.in_flight = max(0, held.in_flight - 1)
         return held
 
-    async def _new_lease(self, host: str, wait: bool) -> Held | None:
+    async def _new_lease(self, host: str, deadline: float | None) -> Held | None:
+        """A new lease for `host`; with no `deadline`, one try (None on 409), else waiting on
+        409 as the answers say, until the deadline."""
         waited, backoff = 0.0, 0.5
         while True:
+            left = math.inf if deadline is None else deadline - time.monotonic()
             try:
                 call = self.discovery.lease_call(host, self.selector, self.ttl)
-                lease = Lease.of(await self.api.run(call, droppable=True))
+                lease = Lease.of(await self.api.run(call, droppable=True, bound=min(self.discovery.api_wait, left)))
             except NoMatch as error:
                 self.count("no_match", 1)
-                if not wait:
+                if deadline is None:
                     return None
-                if waited >= self.no_match_wait:
-                    raise NoProxy(f"no proxy for {host} after {waited:.1f} s: {error.body}") from None
-                logger.info("proxy-operator: no proxy for %s yet (%s); waiting %.1f s", host, error.body, backoff)
+                wait = self._wait_on_409(error, backoff, min(self.no_match_wait - waited, left))
+                if wait is None:
+                    raise NoProxy(f"no proxy for {host} within {self.no_match_wait:.0f} s: {error.body}") from None
+                logger.info("proxy-operator: no proxy for %s yet (%s); waiting %.1f s", host, error.body, wait)
                 try:
-                    await self.api.sleep(backoff, droppable=True)
+                    await self.api.sleep(wait, droppable=True)
                 except Stopped:
                     raise NoProxy(f"stopped while waiting for a proxy for {host}") from None
-                waited += backoff
+                waited += wait
                 backoff = min(backoff * 2, 10.0)
                 continue
             except Stopped:
@@ -161,17 +182,22 @@ class LeaseKeeper:
             if self.closing:
                 await self.release(held)
                 raise NoProxy("stopping")
-            known = self.penalised.get((lease.proxy, host))
-            if known is not None and known[1] > time.monotonic():
-                # The server did not hear of this proxy's penalty (a report lost while it was
-                # away): tell it on this lease, which starts the cooldown, and lease again.
-                self.count("refused_penalised", 1)
-                await self.penalise(held, known[0], self.discovery.report_result_call(lease.id, known[0], host))
-                continue
             logger.debug("proxy-operator: leased %s for %s", lease.proxy, host)
             return held
 
-    async def penalise(self, held: Held, result: str | None, report: Call | None) -> None:
+    @staticmethod
+    def _wait_on_409(error: NoMatch, backoff: float, left: float) -> float | None:
+        """How long to wait after a 409 before asking again, or None to give up: the time
+        the answer names when nothing but cooldowns stands in the way (given up at once when
+        that is past the wait), else the backoff, never past that time."""
+        if left <= 0:
+            return None
+        retry_after = error.retry_after
+        if error.only_cooling:
+            return retry_after if retry_after <= left else None
+        return min(backoff, retry_after if retry_after is not None else backoff, left)
+
+    async def penalise(self, held: Held, report: Call | None) -> None:
         """The proxy of `held` is done for its host: drops it (and every other lease on it for
         the host), then lands the report before any new lease for the host, then releases."""
         if not held.dropped:
@@ -179,17 +205,18 @@ class LeaseKeeper:
         site = self.sites.setdefault(held.host, Site())
         same = [held] + [o for o in site.held if o is not held and o.lease.proxy == held.lease.proxy]
         for each in same:
-            self._drop(each, result)
-        task = asyncio.ensure_future(self._report(held, report) if report is not None else asyncio.sleep(0))
+            self._drop(each)
+        # A penalty's report is sent until it lands (close() bounds it): the book hears of
+        # every penalty on the lease it happened on, never later on another one.
+        reporting = self._report(held, report, bound=math.inf) if report is not None else asyncio.sleep(0)
+        task = asyncio.ensure_future(reporting)
         site.pending.add(task)
         # Shielded, and awaited by close() too: a crawler cancelled while it waits (an
         # error, a stop) still lands the report.
         self.background.add(task)
         task.add_done_callback(self.background.discard)
-        try:
-            await asyncio.shield(task)
-        finally:
-            site.pending.discard(task)
+        task.add_done_callback(site.pending.discard)
+        await asyncio.shield(task)
         for each in same:
             self.in_background(self.release(each))
 
@@ -198,20 +225,18 @@ class LeaseKeeper:
         drops the lease."""
         self.in_background(self._report(held, report))
 
-    def _drop(self, held: Held, result: str | None) -> None:
+    def _drop(self, held: Held) -> None:
         if held.dropped:
             return
         held.dropped = True
         site = self.sites.get(held.host)
         if site is not None and held in site.held:
             site.held.remove(held)
-        if result is not None:
-            self.penalised[(held.lease.proxy, held.host)] = (result, time.monotonic() + self.local_cooldown)
         self.on_drop(held)
 
-    async def _report(self, held: Held, call: Call) -> None:
+    async def _report(self, held: Held, call: Call, bound: float | None = None) -> None:
         try:
-            answer = await self.api.run(call)
+            answer = await self.api.run(call, bound=bound)
         except Unavailable as error:
             logger.warning("proxy-operator: a report on %s did not land: %s", held.lease.proxy, error)
             self.count("reports/lost", 1)
@@ -220,11 +245,22 @@ class LeaseKeeper:
             # Forgotten (404) or refused: the page is still good.
             logger.warning("proxy-operator: a report on %s failed: %s", held.lease.proxy, error)
             return
+        except asyncio.CancelledError:
+            self.count("reports/lost", 1)
+            raise
         result = (call.body or {}).get("result") or answer.get("result") or "none"
         self.count(f"reports/{result}", 1)
+        if answer.get("repeated"):
+            self.count("reports/repeated", 1)
         if answer.get("leaseAgain") and not held.dropped:
+            logger.debug(
+                "proxy-operator: the book cools %s down for %s until %s",
+                held.lease.proxy,
+                held.host,
+                answer.get("cooldownUntil"),
+            )
             self.count("lease_again", 1)
-            self._drop(held, answer.get("result"))
+            self._drop(held)
             await self.release(held)
 
     async def release(self, held: Held) -> None:
@@ -245,13 +281,15 @@ class LeaseKeeper:
     # ---- endings ----------------------------------------------------------------------------
 
     async def close(self) -> None:
-        """Ends every wait, lands the reports in the air, releases every lease held and then
-        every lease of the holder."""
+        """Ends every wait, lands the reports in the air (for at most ``api_wait``), releases
+        every lease held and then every lease of the holder."""
         self.closing = True
         if self.background:
-            await asyncio.wait(list(self.background), timeout=self.discovery.api_wait)
+            _, late = await asyncio.wait(list(self.background), timeout=self.discovery.api_wait)
+            for task in late:
+                task.cancel()
         for held in list(self.leases.values()):
-            self._drop(held, None)
+            self._drop(held)
         await asyncio.gather(*(self.release(h) for h in list(self.leases.values())))
         try:
             answer = await self.api.run(self.discovery.release_held_call())

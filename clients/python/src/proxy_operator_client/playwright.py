@@ -10,8 +10,9 @@ apart: Chromium takes no credentials in a proxy URL).
 
 :meth:`LeasedContexts.judge` reports the page's response status (a ban page that `is_ban`
 recognises as ``blocked``, once), and after a 429, 401, 403, 407 or a ban page drops every
-lease on that proxy for the site (no page is opened on it again; its context closes once the
-pages already on their way through it are judged), lands the report, and releases: the
+lease on that proxy for the site (no page is opened on it again, no request leaves through
+its context any more, which closes once the pages already on their way through it are
+judged), lands the report, and releases: the
 next :meth:`LeasedContexts.for_url` gets another proxy (leasing is as
 :mod:`proxy_operator_client.leases` says). :meth:`LeasedContexts.close` (or leaving the
 ``async with``) closes every context and releases every lease, those of the holder too.
@@ -71,7 +72,7 @@ class LeasedContexts:
         selector: dict[str, str] | None = None,
         ttl: int = 300,
         leases_per_site: int = 1,
-        no_match_wait: float = 60.0,
+        no_match_wait: float = 300.0,
         is_ban: BanCheck | None = None,
         context_options: dict[str, Any] | None = None,
     ):
@@ -135,8 +136,18 @@ class LeasedContexts:
         context = await self.browser.new_context(**options)
         if held.dropped:
             await context.close()  # dropped while it opened
-        else:
-            held.extra = context
+            return
+        # A page opened on the lease before it was dropped may start its navigation after
+        # (a busy browser takes seconds): no request leaves through a proxy the crawler knows
+        # is done for the site. What was already sent comes back and is judged as usual.
+        async def guard(route: Any) -> None:
+            if held.dropped:
+                await route.abort("blockedbyclient")
+            else:
+                await route.continue_()
+
+        await context.route("**/*", guard)
+        held.extra = context
 
     async def judge(self, leased: Leased, response: Any, page: Any = None) -> bool:
         """Reports what the page got through the lease and says whether the page is good;
@@ -154,10 +165,10 @@ class LeasedContexts:
             return False
         status = response.status
         if 200 <= status < 300 and self.is_ban is not None and await _maybe(self.is_ban(response, page)):
-            await self.leases.penalise(held, "blocked", calls.report_result_call(lease_id, "blocked", host))
+            await self.leases.penalise(held, calls.report_result_call(lease_id, "blocked", host))
             return False
         if status in LEASE_AGAIN:
-            await self.leases.penalise(held, LEASE_AGAIN[status], calls.report_status_call(lease_id, status, host))
+            await self.leases.penalise(held, calls.report_status_call(lease_id, status, host))
             return False
         self.leases.report_in_background(held, calls.report_status_call(lease_id, status, host))
         return True

@@ -15,21 +15,38 @@ Settings:
   ``PROXY_OPERATOR_RENEW_MARGIN`` (default 5) seconds is replaced before a request uses it;
 - ``PROXY_OPERATOR_LEASES_PER_SITE`` (default 1): leases held at once per target host;
   requests to the host go to the one with the fewest in flight;
-- ``PROXY_OPERATOR_RETRY_TIMES`` (default 5): how often one request is sent again through a
+- ``PROXY_OPERATOR_RETRY_TIMES`` (default 10): how often one request is sent again through a
   new lease after a rate limit, a block, a ban page or a 407, before its response goes to
   the spider (``meta['proxy_operator_gave_up']`` is then true);
-- ``PROXY_OPERATOR_NO_MATCH_WAIT`` (default 60): how long a request waits for a proxy while
-  the API answers 409 no_match (backing off from 0.5 s to 10 s), then ``IgnoreRequest``;
+- ``PROXY_OPERATOR_NO_MATCH_WAIT`` (default 300, the operator's default rate-limit
+  cooldown): how long a request waits for a proxy while the API answers 409 no_match, then
+  ``IgnoreRequest``. It waits as the answer says: until the first proxy cooling down for
+  the site is free (``Retry-After``), given up at once when that is later than the wait
+  allows; polling with a backoff (0.5 s to 10 s) while proxies at capacity may free a place
+  sooner (a drain, a crawl holding every place);
 - ``PROXY_OPERATOR_API_WAIT`` (default 60): how long one call to the API is retried while
   the API is away (connection errors, timeouts, 5xx, 503 ``Retry-After``), with backoff
-  and jitter. A request waits for its lease that long; a page is never dropped for a
-  report that could not land (it is counted as ``reports/lost``);
+  and jitter. A request waits for its lease that long too; a report of a rate limit, a
+  block or a ban is sent until it lands (at most that long once the spider closes); any
+  other report that could not land is counted as ``reports/lost``, and its page is kept;
 - ``PROXY_OPERATOR_HOLDER`` (default ``scrapy/<host name>/<pid>``): the name leases carry;
 - ``PROXY_OPERATOR_BAN_POLICY`` (default none): an object, or the import path of a class
   or object, with ``response_is_ban(request, response)`` and, optionally,
   ``exception_is_ban(request, exception)`` (scrapy-rotating-proxies' ``BanDetectionPolicy``
   protocol): a response it calls a ban (a captcha page answered 200) is reported
   ``blocked`` (once, never also ``ok``) and sent again through another proxy.
+
+Timeouts: the wait for a lease happens in ``process_request``, before the download starts,
+so ``DOWNLOAD_TIMEOUT`` bounds the download alone and a wait never eats into it.
+
+With Scrapy's RetryMiddleware (550, on by default): this middleware (740) sees each
+response first, and owns 401, 403, 407, 429 and ban pages: it reports them and sends the
+request again through another proxy, so RetryMiddleware never sees them; a response it
+gave up on (``PROXY_OPERATOR_RETRY_TIMES``) reaches the spider with ``dont_retry`` set, so
+RetryMiddleware does not retry it either. RetryMiddleware keeps 5xx, 408 and connection
+errors (``RETRY_HTTP_CODES``, ``RETRY_TIMES``), each of them reported once, as ``error``,
+on the lease it went through; its retries lease as any request does. Leave 429 in
+``RETRY_HTTP_CODES`` or take it out: no page is lost between the two either way.
 
 Behaviour: every request to a target host (``meta['proxy_operator_proxy']`` names the
 proxy) goes through a lease for that host, in a download slot of its own
@@ -39,9 +56,12 @@ proxy) goes through a lease for that host, in a download slot of its own
 page, the lease is dropped at once with every other lease on that proxy for the host, the
 requests queued in its slot move to a new lease, the report lands before the next lease for
 the host is asked for, and the request is sent again. Any other status is reported in the
-background. A connection error or timeout is reported as ``error`` and left to Scrapy's
-retries. A request with ``meta['proxy_operator'] = False``, or with a ``meta['proxy']`` of
-its own, is left alone.
+background; an answer that says ``leaseAgain`` (the proxy cools down for the site) drops the
+lease. Which proxy comes next, and when a cooled-down one comes back, is the lease book's
+to say: the middleware keeps no cooldown of its own. Every report names itself
+(``reportID``), so a report sent again counts once. A connection error or timeout is
+reported as ``error`` and left to Scrapy's retries. A request with
+``meta['proxy_operator'] = False``, or with a ``meta['proxy']`` of its own, is left alone.
 
 Every lease is released when the spider closes, whatever closed it (finished, SIGINT or
 SIGTERM, ``CloseSpider``), waits on 409 and on the API end at once, and a
@@ -132,8 +152,8 @@ class ProxyOperatorMiddleware:
             selector=settings.getdict("PROXY_OPERATOR_SELECTOR"),
             ttl=settings.getint("PROXY_OPERATOR_TTL", 300),
             renew_margin=settings.getfloat("PROXY_OPERATOR_RENEW_MARGIN", 5.0),
-            retry_times=settings.getint("PROXY_OPERATOR_RETRY_TIMES", 5),
-            no_match_wait=settings.getfloat("PROXY_OPERATOR_NO_MATCH_WAIT", 60.0),
+            retry_times=settings.getint("PROXY_OPERATOR_RETRY_TIMES", 10),
+            no_match_wait=settings.getfloat("PROXY_OPERATOR_NO_MATCH_WAIT", 300.0),
             leases_per_site=settings.getint("PROXY_OPERATOR_LEASES_PER_SITE", 1),
             ban_policy=_policy(settings.get("PROXY_OPERATOR_BAN_POLICY")),
             stats=crawler.stats,
@@ -167,17 +187,18 @@ class ProxyOperatorMiddleware:
         calls, lease_id, host = self.discovery, held.lease.id, held.host
         ban = self._is_ban("response_is_ban", request, response)
         if ban:
-            await self.leases.penalise(held, "blocked", calls.report_result_call(lease_id, "blocked", host))
+            await self.leases.penalise(held, calls.report_result_call(lease_id, "blocked", host))
         elif response.status in LEASE_AGAIN:
-            report = calls.report_status_call(lease_id, response.status, host)
-            await self.leases.penalise(held, LEASE_AGAIN[response.status], report)
+            await self.leases.penalise(held, calls.report_status_call(lease_id, response.status, host))
         else:
             self.leases.report_in_background(held, calls.report_status_call(lease_id, response.status, host))
             return response
         retry = self._retry(request, f"status {response.status}" + (" (a ban page)" if ban else ""))
         if retry is not None:
             return retry
+        # Given up: the response goes to the spider, and RetryMiddleware leaves it alone.
         request.meta[GAVE_UP_META] = True
+        request.meta["dont_retry"] = True
         return response
 
     async def process_exception(self, request: Request, exception: Exception) -> Request | None:
@@ -192,10 +213,10 @@ class ProxyOperatorMiddleware:
         calls = self.discovery
         if _is_407(exception):
             # The proxy refused the lease's credentials on CONNECT: lease again.
-            await self.leases.penalise(held, None, None)
+            await self.leases.penalise(held, None)
             return self._retry(request, "407 on CONNECT")
         if self._is_ban("exception_is_ban", request, exception):
-            await self.leases.penalise(held, "blocked", calls.report_result_call(held.lease.id, "blocked", held.host))
+            await self.leases.penalise(held, calls.report_result_call(held.lease.id, "blocked", held.host))
             return self._retry(request, f"a ban ({type(exception).__name__})")
         self.leases.report_in_background(held, calls.report_result_call(held.lease.id, "error", held.host))
         return None
@@ -204,23 +225,6 @@ class ProxyOperatorMiddleware:
         """Releases every lease the spider held, and then every lease of its holder."""
         await self.leases.close()
         self.leases.api.executor.shutdown(wait=False)
-
-    # ---- for spider code --------------------------------------------------------------------
-
-    def report_blocked(self, response: Response) -> None:
-        """Deprecated: set ``PROXY_OPERATOR_BAN_POLICY`` instead, whose verdict comes before
-        the status is reported (this reports ``blocked`` after the ``ok`` of the status,
-        so the page counts twice). Reports a ban page and drops the lease."""
-        lease_id = response.request.meta.get(LEASE_META) if response.request else None
-        held = self.leases.leases.get(lease_id or "")
-        if held is None:
-            return
-        self.discovery.report_result(held.lease.id, "blocked", held.host)
-        self._count("reports/blocked")
-        self.leases.penalised[(held.lease.proxy, held.host)] = ("blocked", float("inf"))
-        self.leases.known.pop(held.lease.id, None)
-        self.leases.leases.pop(held.lease.id, None)
-        self.discovery.release(held.lease.id)
 
     # ---- helpers ----------------------------------------------------------------------------
 

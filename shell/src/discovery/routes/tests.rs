@@ -68,6 +68,8 @@ async fn serve(state: Arc<Discovery>) -> String {
 struct Answer {
     status: StatusCode,
     body: Value,
+    /// The `Retry-After` header, if any.
+    retry_after: Option<String>,
 }
 
 async fn call(
@@ -93,11 +95,41 @@ async fn call(
     Answer {
         status: response.status(),
         body,
+        retry_after: response
+            .headers()
+            .get("retry-after")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned),
     }
 }
 
 async fn authed(state: &Arc<Discovery>, method: &str, path: &str, body: Option<&str>) -> Answer {
     call(state, method, path, body.map(str::as_bytes), Some(TOKEN)).await
+}
+
+/// A report's answer with its cooldown's end (a time) replaced by whether there is one.
+fn reported(answer: &Answer) -> Value {
+    assert_eq!(answer.status, StatusCode::OK, "{}", answer.body);
+    let mut body = answer.body.clone();
+    let until = body["cooldownUntil"].take();
+    assert_eq!(
+        until.is_string(),
+        body["cooldownSeconds"].is_u64(),
+        "{}",
+        answer.body
+    );
+    if let Some(until) = until.as_str() {
+        let until: jiff::Timestamp = until.parse().unwrap();
+        let seconds = body["cooldownSeconds"].as_u64().unwrap();
+        let left = until.duration_since(jiff::Timestamp::now()).as_secs_f64();
+        assert!(
+            (left - seconds as f64).abs() < 2.0,
+            "cooldownSeconds {seconds} is the time to cooldownUntil: {}",
+            answer.body
+        );
+    }
+    body["cooldownUntil"] = json!(until.is_string());
+    body
 }
 
 fn assert_error(answer: &Answer, status: StatusCode, code: &str) {
@@ -186,7 +218,11 @@ async fn a_follower_forwards_to_the_owner_and_relays_its_answers() {
         Some(r#"{"result": "rate_limited"}"#),
     )
     .await;
-    assert_eq!(reported.status, StatusCode::NO_CONTENT);
+    assert_eq!(reported.status, StatusCode::OK, "{}", reported.body);
+    assert_eq!(
+        reported.body["result"], "rate_limited",
+        "the owner's answer"
+    );
     let released = authed(&follower, "DELETE", &format!("/v1/leases/{id}"), None).await;
     assert_eq!(released.status, StatusCode::NO_CONTENT);
     assert_eq!(owner.active_leases(), 0);
@@ -660,14 +696,18 @@ async fn a_rate_limited_report_cools_the_proxy_down_for_that_target() {
     )
     .await;
     let id = lease.body["leaseID"].as_str().unwrap().to_owned();
-    let reported = authed(
+    let answer = authed(
         &state,
         "POST",
         &format!("/v1/leases/{id}/report"),
         Some(r#"{"result": "rate_limited"}"#),
     )
     .await;
-    assert_eq!(reported.status, StatusCode::NO_CONTENT);
+    assert_eq!(
+        reported(&answer),
+        json!({"result": "rate_limited", "leaseAgain": true, "target": "shop.example",
+               "cooldownUntil": true, "cooldownSeconds": 300, "repeated": false})
+    );
     authed(&state, "DELETE", &format!("/v1/leases/{id}"), None).await;
     let next = authed(
         &state,
@@ -713,32 +753,39 @@ async fn a_status_report_is_mapped_like_the_result_it_stands_for() {
         let state = state.clone();
         async move {
             let path = format!("/v1/leases/{id}/report");
-            let answer = authed(&state, "POST", &path, Some(body)).await;
-            assert_eq!(answer.status, StatusCode::OK, "{body}: {}", answer.body);
-            answer.body
+            reported(&authed(&state, "POST", &path, Some(body)).await)
         }
+    };
+    let answer = |result: Value, lease_again: bool, cooling: bool| {
+        let seconds = match (cooling, &result) {
+            (false, _) => Value::Null,
+            (true, r) if r == "rate_limited" => json!(300),
+            (true, _) => json!(1800),
+        };
+        json!({"result": result, "leaseAgain": lease_again, "target": "shop.example",
+               "cooldownUntil": cooling, "cooldownSeconds": seconds, "repeated": false})
     };
     let (id, name) = lease("shop.example").await;
     assert_eq!(name, "b");
     assert_eq!(
         report(id.clone(), r#"{"status": 200}"#).await,
-        json!({"result": "ok", "leaseAgain": false})
+        answer(json!("ok"), false, false)
     );
     // 407: nothing recorded, no cooldown, but lease again.
     assert_eq!(
         report(id.clone(), r#"{"status": 407}"#).await,
-        json!({"result": null, "leaseAgain": true})
+        answer(Value::Null, true, false)
     );
     assert_eq!(
         report(id.clone(), r#"{"status": 429}"#).await,
-        json!({"result": "rate_limited", "leaseAgain": true})
+        answer(json!("rate_limited"), true, true)
     );
     authed(&state, "DELETE", &format!("/v1/leases/{id}"), None).await;
     let (id, name) = lease("shop.example").await;
     assert_eq!(name, "a", "b cools down for shop.example after the 429");
     assert_eq!(
         report(id.clone(), r#"{"status": 403}"#).await,
-        json!({"result": "blocked", "leaseAgain": true})
+        answer(json!("blocked"), true, true)
     );
     authed(&state, "DELETE", &format!("/v1/leases/{id}"), None).await;
 
@@ -971,8 +1018,22 @@ async fn bad_reports_get_their_code() {
         authed(&state, "POST", &path, Some(r#"{"result": "ok"}"#))
             .await
             .status,
-        StatusCode::NO_CONTENT
+        StatusCode::OK
     );
+    for bad in [
+        r#""""#,
+        r#""a b""#,
+        r#"7"#,
+        r#"null"#,
+        &format!("{:?}", "r".repeat(65)),
+    ] {
+        let body = format!(r#"{{"result": "ok", "reportID": {bad}}}"#);
+        assert_error(
+            &authed(&state, "POST", &path, Some(&body)).await,
+            StatusCode::BAD_REQUEST,
+            "invalid_request",
+        );
+    }
 }
 
 #[tokio::test]
@@ -1620,10 +1681,10 @@ async fn a_session_is_resumed_until_a_ban_and_then_moves() {
         Some(r#"{"status": 429}"#),
     )
     .await;
-    assert_eq!(report.status, StatusCode::OK, "{}", report.body);
     assert_eq!(
-        report.body,
-        json!({"result": "rate_limited", "leaseAgain": true})
+        reported(&report),
+        json!({"result": "rate_limited", "leaseAgain": true, "target": "shop.example",
+               "cooldownUntil": true, "cooldownSeconds": 300, "repeated": false})
     );
     let gone = authed(
         &state,
@@ -1664,7 +1725,7 @@ async fn a_session_is_resumed_until_a_ban_and_then_moves() {
         Some(r#"{"result": "ok"}"#),
     )
     .await;
-    assert_eq!(encoded.status, StatusCode::NO_CONTENT, "{}", encoded.body);
+    assert_eq!(encoded.status, StatusCode::OK, "{}", encoded.body);
     let ended = authed(&state, "DELETE", "/v1/sessions/acme%3As1", None).await;
     assert_eq!(ended.status, StatusCode::NO_CONTENT);
     let gone = authed(
@@ -1692,4 +1753,83 @@ async fn a_session_is_resumed_until_a_ban_and_then_moves() {
         let bad = authed(&state, "DELETE", bad, None).await;
         assert_error(&bad, StatusCode::NOT_FOUND, "unknown_session");
     }
+}
+
+/// The answers tell a crawler what it needs to wait on the book's clock and not its own:
+/// a refused lease says when the first proxy cooling down for the target is free
+/// (`retryAt`, `retryAfterSeconds`, `Retry-After`), a report until when its proxy cools
+/// down, and a report sent again with its ID is heard once.
+#[tokio::test]
+async fn the_answers_carry_the_cooldowns_end_and_a_report_is_heard_once() {
+    let state = state();
+    let body = r#"{"selector": {"geo": "eu"}, "target": "shop.example"}"#;
+    let mut ids = Vec::new();
+    for _ in 0..2 {
+        let lease = authed(&state, "POST", "/v1/leases", Some(body)).await;
+        assert_eq!(lease.status, StatusCode::CREATED, "{}", lease.body);
+        ids.push(lease.body["leaseID"].as_str().unwrap().to_owned());
+    }
+    // Both eu proxies busy: no promise to make.
+    let full = authed(&state, "POST", "/v1/leases", Some(body)).await;
+    assert_eq!(full.status, StatusCode::CONFLICT, "{}", full.body);
+    assert!(
+        full.body.get("retryAt").is_none() && full.retry_after.is_none(),
+        "{}",
+        full.body
+    );
+    // b is rate-limited (300 s) and a blocked (1800 s), both released: the first one free
+    // is b, in 300 s.
+    for (id, result) in ids.iter().zip(["rate_limited", "blocked"]) {
+        let path = format!("/v1/leases/{id}/report");
+        let report = format!(r#"{{"result": "{result}", "reportID": "r1"}}"#);
+        let first = authed(&state, "POST", &path, Some(&report)).await;
+        let again = authed(&state, "POST", &path, Some(&report)).await;
+        assert_eq!(reported(&first)["repeated"], false);
+        assert_eq!(reported(&again)["repeated"], true, "{}", again.body);
+        assert_eq!(first.body["cooldownUntil"], again.body["cooldownUntil"]);
+        authed(&state, "DELETE", &format!("/v1/leases/{id}"), None).await;
+    }
+    let cooling = authed(&state, "POST", "/v1/leases", Some(body)).await;
+    assert_eq!(cooling.status, StatusCode::CONFLICT, "{}", cooling.body);
+    assert_eq!(cooling.body["inCooldown"], 2, "{}", cooling.body);
+    let seconds = cooling.body["retryAfterSeconds"].as_u64().unwrap();
+    assert!((299..=300).contains(&seconds), "{}", cooling.body);
+    assert_eq!(cooling.retry_after, Some(seconds.to_string()));
+    let retry_at: jiff::Timestamp = cooling.body["retryAt"].as_str().unwrap().parse().unwrap();
+    let left = retry_at
+        .duration_since(jiff::Timestamp::now())
+        .as_secs_f64();
+    assert!((298.0..=300.0).contains(&left), "{}", cooling.body);
+    // Heard once each: the statistics count one rate limit and one block.
+    let b = authed(&state, "GET", "/v1/proxies/crawl/b", None).await;
+    assert_eq!(b.body["sites"][0]["rateLimited"], 1, "{}", b.body);
+    let a = authed(&state, "GET", "/v1/proxies/crawl/a", None).await;
+    assert_eq!(a.body["sites"][0]["blocked"], 1, "{}", a.body);
+}
+
+/// A lease that ran out is counted by no view of the book, although no call ended it: the
+/// listing, the detail, the pool's count and the metric.
+#[tokio::test]
+async fn no_view_counts_a_lease_past_its_end() {
+    let state = state();
+    let lease = authed(
+        &state,
+        "POST",
+        "/v1/leases",
+        Some(r#"{"selector": {"geo": "eu"}, "ttlSeconds": 1}"#),
+    )
+    .await;
+    assert_eq!(lease.body["proxy"]["name"], "b", "{}", lease.body);
+    let b = proxy_core::ProxyKey::new("crawl", "b");
+    let active = |listing: &Answer| listing.body["proxies"][1]["activeLeases"].clone();
+    let listing = authed(&state, "GET", "/v1/proxies?fields=activeLeases", None).await;
+    assert_eq!(active(&listing), 1, "{}", listing.body);
+    tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
+    let listing = authed(&state, "GET", "/v1/proxies?fields=activeLeases", None).await;
+    assert_eq!(active(&listing), 0, "{}", listing.body);
+    let detail = authed(&state, "GET", "/v1/proxies/crawl/b", None).await;
+    assert_eq!(detail.body["activeLeases"], 0, "{}", detail.body);
+    assert_eq!(state.leases_of(&b), Some(0));
+    assert_eq!(state.active_leases(), 0);
+    assert_eq!(state.retained_leases(), 1, "ended, kept for a late report");
 }
