@@ -199,6 +199,13 @@ fn kubernetes_statuses_are_classified_by_code_reason_and_message() {
             "admission webhook \"policy.example.com\" denied the request: hostNetwork is not allowed",
             ErrorClass::Permanent,
         ),
+        // "cannot" alone is no RBAC refusal: RBAC names the user it refuses.
+        (
+            Some(403),
+            "Forbidden",
+            "admission webhook \"policy.example.com\" denied the request: a Pod cannot use hostNetwork",
+            ErrorClass::Permanent,
+        ),
         (
             Some(422),
             "Invalid",
@@ -261,4 +268,88 @@ fn kubernetes_statuses_are_classified_by_code_reason_and_message() {
     }
     .classify();
     assert_eq!(paced.retry_after(), Some(Duration::from_secs(1)));
+}
+
+/// A stockout is known by its reason or by its words alone: the reason a call answers with
+/// varies where an operation's does not, and the words of an operation vary too.
+#[test]
+fn a_stockout_is_known_by_its_reason_or_by_its_words_alone() {
+    let by_words = GceAnswer {
+        http_status: Some(503),
+        status: None,
+        reasons: vec!["resourcePoolExhausted".to_owned()],
+        message: "The zone 'projects/p/zones/europe-west1-b' does not have enough resources \
+                  available to fulfill the request."
+            .to_owned(),
+        retry_after: None,
+    };
+    let by_reason = GceAnswer {
+        http_status: Some(503),
+        status: None,
+        reasons: vec!["ZONE_RESOURCE_POOL_EXHAUSTED".to_owned()],
+        message: "Try a different zone, or try again later.".to_owned(),
+        retry_after: None,
+    };
+    for answer in [by_words, by_reason] {
+        assert_eq!(answer.classify().class, ErrorClass::Stockout, "{answer:?}");
+    }
+}
+
+/// Only a 404 naming a zone itself (`projects/p/zones/z`) blames `spec.placement.zone`, and
+/// only one naming the project itself (`projects/p`) the providers config: one naming
+/// something in them (the instance the call was about) or a region blames neither.
+#[test]
+fn a_404_blames_the_zone_or_the_project_only_when_it_names_it_itself() {
+    let not_found = |path: &str| GceAnswer {
+        http_status: Some(404),
+        status: None,
+        reasons: vec!["notFound".to_owned()],
+        message: format!("The resource '{path}' was not found"),
+        retry_after: None,
+    };
+    let zone = not_found("projects/p/zones/europe-west9-z").classify();
+    assert_eq!(zone.class, ErrorClass::Permanent, "{zone:?}");
+    assert!(
+        zone.message.starts_with("spec.placement.zone: "),
+        "{zone:?}"
+    );
+    let project = not_found("projects/p").classify();
+    assert_eq!(project.class, ErrorClass::Refused, "{project:?}");
+    assert!(
+        project
+            .message
+            .starts_with("the providers config's gcp.project: "),
+        "{project:?}"
+    );
+    for path in [
+        "projects/p/zones/europe-west1-b/instances/px-4c1d",
+        "projects/p/regions/europe-west1",
+    ] {
+        let got = not_found(path).classify();
+        assert_eq!(got.class, ErrorClass::Transient, "{path}: {got:?}");
+        assert!(got.message.starts_with("The resource"), "{path}: {got:?}");
+    }
+}
+
+/// What a Proxy shows of a GCE answer: its message, then the HTTP status, the `status` and
+/// every reason once, in the answer's order.
+#[test]
+fn a_gce_answer_is_described_with_its_status_and_each_reason_once() {
+    let answer = GceAnswer {
+        http_status: Some(403),
+        status: Some("PERMISSION_DENIED".to_owned()),
+        reasons: vec![
+            "forbidden".to_owned(),
+            "PERMISSION_DENIED".to_owned(),
+            "IAM_PERMISSION_DENIED".to_owned(),
+            "forbidden".to_owned(),
+        ],
+        message: "Required 'compute.instances.create' permission".to_owned(),
+        retry_after: None,
+    };
+    assert_eq!(
+        answer.classify().message,
+        "the compute API refused the operator: Required 'compute.instances.create' permission \
+         (HTTP 403, PERMISSION_DENIED, forbidden, IAM_PERMISSION_DENIED)"
+    );
 }

@@ -39,7 +39,13 @@
 # sandbox these machines run in refuses rlimits above conmon's, so the container gets
 # explicit ones (podman's defaults for root are higher).
 # Environment: VARIANT (kvm, as --kvm), IMAGE (default localhost/proxy-operator:<version of
-# Cargo.toml>[-kvm]).
+# Cargo.toml>[-kvm]), PROXY_OPERATOR_IMAGE_BINARIES: a directory holding an already built
+# `proxy-operator` (default features) and `proxy-operator-kvm` (`--features kvm`), staged
+# instead of building the release binary. The suite sets it (tests/bed/run-tests.sh): its
+# images carry the debug binaries it builds for its other tests anyway, what the image
+# tests check being the image (the staged libraries, the user, the read-only root, podman
+# and runc), not the optimizer; two whole-program-optimized builds took about 10 of the
+# 30 minutes of a warm run (docs/testing.md, "Where the time goes").
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 version=$(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -1)
@@ -68,6 +74,11 @@ build() {
     cargo+=(--features kvm)
     executables+=(/usr/bin/ssh)
   fi
+  local staged=${PROXY_OPERATOR_IMAGE_BINARIES:+$PROXY_OPERATOR_IMAGE_BINARIES/proxy-operator${VARIANT:+-$VARIANT}}
+  if [ -n "$staged" ] && [ ! -x "$staged" ]; then
+    log "PROXY_OPERATOR_IMAGE_BINARIES names no executable $staged"
+    exit 1
+  fi
   local ctx=$target/image${VARIANT:+-$VARIANT}
   rm -rf "$ctx" && mkdir -p "$ctx/rootfs/usr/local/bin" "$ctx/rootfs/etc/ssl/certs" \
     "$ctx/rootfs/etc/proxy-operator"
@@ -77,16 +88,21 @@ build() {
   mkdir -p "$target"
   exec 9>"$target/.image-build.lock"
   flock 9
-  log "building the release binary (${cargo[*]})"
-  "${cargo[@]}" >&2
-  strip -o "$root/usr/local/bin/proxy-operator" "$target/release/proxy-operator"
+  if [ -n "$staged" ]; then
+    log "staging $staged (PROXY_OPERATOR_IMAGE_BINARIES)"
+    strip -o "$root/usr/local/bin/proxy-operator" "$staged"
+  else
+    log "building the release binary (${cargo[*]})"
+    "${cargo[@]}" >&2
+    strip -o "$root/usr/local/bin/proxy-operator" "$target/release/proxy-operator"
+  fi
   flock -u 9
   # The copy is the variant's (a build of the other one by anything else meanwhile would
   # have replaced it).
   local links_libvirt=no
   ldd "$root/usr/local/bin/proxy-operator" | grep 'libvirt\.so' >/dev/null && links_libvirt=yes
   if [ "$links_libvirt" != "$([ "$VARIANT" = kvm ] && echo yes || echo no)" ]; then
-    log "target/release/proxy-operator is not the ${VARIANT:-default} build (another build replaced it): run again"
+    log "${staged:-target/release/proxy-operator} is not the ${VARIANT:-default} build (another build replaced it): run again"
     exit 1
   fi
   local exe

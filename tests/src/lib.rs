@@ -33,6 +33,7 @@ pub mod ports;
 pub mod probe_origin;
 pub mod process_usage;
 pub mod proxy_status;
+pub mod reserved;
 pub mod run_dir;
 pub mod squid;
 pub mod write_counts;

@@ -17,9 +17,8 @@
 //!
 //! A plane that restarts its etcd on the same port keeps the reservation across the restart.
 
-use std::fs::{File, OpenOptions, TryLockError};
+use std::fs::File;
 use std::net::{Ipv4Addr, TcpListener};
-use std::path::PathBuf;
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU32, Ordering};
 
@@ -58,18 +57,7 @@ impl Port {
     }
 
     fn try_reserve(number: u16) -> Option<Self> {
-        let dir = lock_dir();
-        let lock = OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(dir.join(number.to_string()))
-            .unwrap_or_else(|e| panic!("open a port lock in {}: {e}", dir.display()));
-        match lock.try_lock() {
-            Ok(()) => {}
-            Err(TryLockError::WouldBlock) => return None,
-            Err(TryLockError::Error(e)) => panic!("lock port {number}: {e}"),
-        }
+        let lock = crate::reserved::try_reserve("ports", &number.to_string())?;
         // Free now (what the lock cannot know: a program outside the bed may listen on it, or
         // a child of a test process that just ended may not have been reaped yet).
         TcpListener::bind((Ipv4Addr::LOCALHOST, number)).ok()?;
@@ -83,14 +71,6 @@ impl Port {
     pub fn number(&self) -> u16 {
         self.number
     }
-}
-
-/// The directory of the port locks, shared by every test process of this user.
-fn lock_dir() -> PathBuf {
-    let dir = std::env::temp_dir().join("proxy-operator-ports");
-    std::fs::create_dir_all(&dir)
-        .unwrap_or_else(|e| panic!("create the port lock directory {}: {e}", dir.display()));
-    dir
 }
 
 /// The ports from [`LOWEST`] up that lie outside the kernel's ephemeral range.

@@ -5,9 +5,11 @@
 //! (`tcp_outgoing_address`), so a site (the probe origin) sees each proxy's own egress
 //! address, as it would see each machine's. Facts and pitfalls: `../shared/docs/squid.md`.
 
+use std::fs::File;
 use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
@@ -51,14 +53,32 @@ http_access deny all
 shutdown_lifetime 0 seconds
 ";
 
-/// A loopback address no other squid of this test process uses. The second octet comes from
-/// the process ID so that two test processes running one after the other never collide with
-/// a squid the reaper is still stopping.
+/// A loopback address no other squid uses: the next one of this process's block,
+/// `127.<block>.0.0/16` ([`block`]).
 pub fn next_loopback_addr() -> Ipv4Addr {
     static NEXT: AtomicU32 = AtomicU32::new(0);
     let n = NEXT.fetch_add(1, Ordering::Relaxed);
-    let second = 100 + (std::process::id() % 150) as u8;
-    Ipv4Addr::new(127, second, (n / 250) as u8, (n % 250 + 1) as u8)
+    Ipv4Addr::new(127, block(), (n / 250) as u8, (n % 250 + 1) as u8)
+}
+
+/// The second octet of this process's squid addresses, one of 100 to 249, reserved for the
+/// process's life ([`crate::reserved`]) so that test processes running side by side (the
+/// suite runs groups of end-to-end tests at once) never share an address. The search starts
+/// at one the process ID picks, so that a test process that starts right after another
+/// does not take the block whose squids the reaper may still be stopping.
+fn block() -> u8 {
+    static BLOCK: OnceLock<(u8, File)> = OnceLock::new();
+    let (block, _lock) = BLOCK.get_or_init(|| {
+        let start = std::process::id() % 150;
+        (0..150)
+            .map(|i| 100 + ((start + i) % 150) as u8)
+            .find_map(|block| {
+                crate::reserved::try_reserve("loopback", &block.to_string())
+                    .map(|lock| (block, lock))
+            })
+            .expect("every loopback block 127.100-249.0.0/16 is held by another test process")
+    });
+    *block
 }
 
 impl Squid {
@@ -246,5 +266,27 @@ impl Squid {
             .args(["-s", signal, &self.pid().to_string()])
             .stderr(Stdio::null())
             .status();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Another test process (or anyone else) cannot take this process's block while it runs.
+    #[test]
+    fn the_loopback_block_is_held_for_the_process() {
+        let addr = next_loopback_addr();
+        let [_, block, ..] = addr.octets();
+        assert!((100..250).contains(&block), "{addr}");
+        assert!(
+            crate::reserved::try_reserve("loopback", &block.to_string()).is_none(),
+            "block {block} is not held"
+        );
+        assert_eq!(
+            next_loopback_addr().octets()[1],
+            block,
+            "one block per process"
+        );
     }
 }

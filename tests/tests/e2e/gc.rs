@@ -39,6 +39,14 @@ fn logged(log: &str, message: &str) -> Vec<Value> {
         .collect()
 }
 
+/// The sweeps of the `pods` provider the operator logged (`GC: swept`), in order.
+fn pods_sweeps(log: &str) -> Vec<Value> {
+    logged(log, "GC: swept")
+        .into_iter()
+        .filter(|sweep| sweep["provider"] == "pods")
+        .collect()
+}
+
 /// The value of the sample `series` (name and labels, as the text format prints them).
 fn sample(text: &str, series: &str) -> Option<f64> {
     text.lines()
@@ -113,8 +121,32 @@ async fn gc_reaps_only_old_orphans_of_its_own_installation() {
         "the orphan was not reaped in 10 s; operator log:\n{}",
         bed.operator.log()
     );
-    // Let a few more sweeps run, then check nothing else was touched.
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    // Three more sweeps after the one that reaped the orphan (its log line may come after
+    // the Pod is gone), counted from the reap: each deletes nothing, and the others' Pods
+    // are still there.
+    let after_the_reap = |sweeps: Vec<Value>| -> Vec<Value> {
+        let reap = sweeps.iter().position(|sweep| sweep["deleted"] != 0);
+        reap.map_or_else(Vec::new, |i| sweeps[i + 1..].to_vec())
+    };
+    let mut later = Vec::new();
+    for _ in 0..200 {
+        later = after_the_reap(pods_sweeps(&bed.operator.log()));
+        if later.len() >= 3 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(
+        later.len() >= 3,
+        "fewer than 3 sweeps in the 20 s after the reap (one a second); operator log:\n{}",
+        bed.operator.log()
+    );
+    for sweep in &later {
+        assert_eq!(
+            sweep["deleted"], 0,
+            "a sweep after the reap deleted: {sweep}"
+        );
+    }
     for survivor in [live_pod.as_str(), "of-held", "theirs"] {
         assert!(
             bed.pods.get_opt(survivor).await.unwrap().is_some(),
@@ -396,10 +428,7 @@ async fn gc_brake_holds_back_a_mass_sweep() {
         "held back are counted:\n{metrics}"
     );
     let log = operator.log();
-    let sweeps: Vec<Value> = logged(&log, "GC: swept")
-        .into_iter()
-        .filter(|s| s["provider"] == "pods")
-        .collect();
+    let sweeps = pods_sweeps(&log);
     let counts = |s: &Value| {
         ["ours", "orphans", "deleted", "held_back"].map(|field| s[field].as_u64().unwrap_or(99))
     };
