@@ -14,14 +14,14 @@
 #      features (the default image's; .ci/run's CRD check runs it again for nothing);
 #   3. the two images, staged from those two binaries (tests/bed/image.sh,
 #      PROXY_OPERATOR_IMAGE_BINARIES): podman, seconds; no release build;
-#   4. the tests, in groups side by side: the end-to-end tests (`tests/tests/e2e/`) in the
-#      groups of E2E_GROUPS below, each a test process of its own (its own control plane,
-#      libvirtd and test threads), and every other test binary of the workspace one after the
-#      other, as `cargo test --workspace` runs them (every test target cargo metadata lists
-#      but e2e, then the doc tests). They mostly wait on real processes, which is why they
-#      fit side by side on 2 cores.
-#      Each group's output is printed whole when the group ends, then every group's summary
-#      lines; the script fails when any test failed.
+#   4. the tests, one process after the other: the end-to-end tests (`tests/tests/e2e/`) in
+#      the groups of E2E_GROUPS below, each a test process of its own (its own control plane,
+#      libvirtd and test threads), then every other test binary of the workspace, as
+#      `cargo test --workspace` runs them (every test target cargo metadata lists but e2e,
+#      then the doc tests). Side by side on 2 cores they overloaded the machine: timeouts of
+#      real processes failed a dozen tests that pass alone (docs/testing.md).
+#      Each group's output is shown as it runs, then every group's summary lines; the
+#      script fails when any test failed.
 # Extra arguments go to every `cargo test`: cargo's before `--`, the test binaries' after it
 # (options such as `-- --nocapture`; to run some tests by name, run `cargo test` itself).
 set -euo pipefail
@@ -64,17 +64,12 @@ phase "images"
 # The end-to-end groups: "THREADS MODULE..." each (a module of tests/tests/e2e/), the one
 # with `*` every module no other group names; a group's tests run THREADS at a time. Each
 # control plane serves two tests at a time, as when the e2e binary ran alone on 2 cores;
-# the crawlers (chromium, eight pages at once) are a group of their own, and the longest
-# tests (kvm's VMs under TCG, the pools, schemathesis) share one. E2E_GROUPS overrides them,
-# one group a line: E2E_GROUPS='2 *' runs the e2e tests as one process, as before.
+# by default the e2e tests are one group. E2E_GROUPS overrides it, one group a line (e.g.
+# E2E_GROUPS=$'2 crawlers\n2 *' runs the crawlers apart from the rest).
 if [ -n "${E2E_GROUPS:-}" ]; then
   mapfile -t E2E_GROUPS <<<"$E2E_GROUPS"
 else
-  E2E_GROUPS=(
-    "2 crawlers"
-    "2 kvm pools api_fuzz chart image gateway"
-    "2 *"
-  )
+  E2E_GROUPS=("2 *")
 fi
 logs=$(mktemp -d)
 trap 'rm -rf "$logs"' EXIT
@@ -106,14 +101,19 @@ if [ "$assigned" -ne "$total" ] || [ "$(cat "$logs"/group.* | wc -l)" -ne "$tota
   exit 1
 fi
 
-# job I COMMAND...: runs COMMAND in the background, its output to out.I, its time to time.I.
-pids=()
+# job I COMMAND...: runs COMMAND, its output shown and kept in out.I, its time in time.I.
+ran=()
 job() {
   local i=$1; shift
-  ( begun=$SECONDS; rc=0; "$@" >"$logs/out.$i" 2>&1 || rc=$?
-    echo $((SECONDS - begun)) >"$logs/time.$i"; exit "$rc" ) &
-  pids[i]=$!
+  local begun=$SECONDS rc=0
+  printf '\n==> %s\n' "${names[$i]}"
+  "$@" 2>&1 | tee "$logs/out.$i" || rc=$?
+  echo $((SECONDS - begun)) >"$logs/time.$i"
+  ran+=("$i")
+  if [ "$rc" -eq 0 ]; then status=ok; else status=FAILED; failed+=("${names[$i]}"); fi
+  printf '==> %s: %s (%s s)\n' "${names[$i]}" "$status" "$(cat "$logs/time.$i")"
 }
+failed=()
 for i in "${!names[@]}"; do
   mapfile -t tests <"$logs/group.$i"
   [ ${#tests[@]} -gt 0 ] || continue
@@ -139,16 +139,10 @@ others=${#names[@]}
 names+=("every other test binary (cargo test --workspace, but e2e)")
 job "$others" others
 
-failed=()
-for i in "${!pids[@]}"; do
-  if wait "${pids[$i]}"; then status=ok; else status=FAILED; failed+=("${names[$i]}"); fi
-  printf '\n==> %s: %s (%s s)\n' "${names[$i]}" "$status" "$(cat "$logs/time.$i")"
-  cat "$logs/out.$i"
-done
-phase "tests (the groups side by side)"
+phase "tests"
 
 printf '\nSummary (e2e: %s tests in %s groups):\n' "$total" $((${#names[@]} - 1))
-for i in "${!pids[@]}"; do
+for i in "${ran[@]}"; do
   printf '%s\n' "${names[$i]}"
   grep -E '^test result:|Running ' "$logs/out.$i" | sed 's/^/  /'
 done

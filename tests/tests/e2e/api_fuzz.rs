@@ -65,7 +65,14 @@ async fn schemathesis_finds_no_request_on_which_the_document_and_the_server_disa
     }
     for i in 0..60 {
         let session = format!("fuzz:s{i}");
-        lease(&bed, json!({ "session": session }), &session).await;
+        // The longest TTL: the fuzzer reaches the session routes minutes later on a loaded
+        // machine, after the default 5 minutes had ended them.
+        lease(
+            &bed,
+            json!({ "session": session, "ttlSeconds": 3600 }),
+            &session,
+        )
+        .await;
         sessions.push(session);
     }
     let reports = subdir("api-fuzz-reports");

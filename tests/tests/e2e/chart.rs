@@ -752,21 +752,11 @@ impl Installed {
 
 /// The `proxy_operator_*` names the alert rules and the dashboard use that the operator
 /// does not export: neither announced by the scrape (`# TYPE` lines; a counter's `_total`, a
-/// histogram's `_bucket` are samples of the announced name) nor registered in
-/// shell/src/metrics.rs (a family without a sample yet, such as the panics of a process
-/// that never panicked, is not in the scrape).
+/// histogram's `_bucket` are samples of the announced name) nor registered by any part of
+/// the shell (a family without a sample yet, such as the panics of a process that never
+/// panicked, is not in the scrape).
 fn missing_metrics(scraped: &str) -> Vec<String> {
-    let source = std::fs::read_to_string(repo_root().join("shell/src/metrics.rs")).unwrap();
-    let registered: Vec<String> = source
-        .lines()
-        .zip(source.lines().skip(1))
-        .filter(|(line, _)| {
-            let line = line.trim_end();
-            line.ends_with("register(") || line.ends_with("encode_descriptor(")
-        })
-        .filter_map(|(_, next)| next.trim().strip_prefix('"')?.split('"').next())
-        .map(|name| format!("proxy_operator_{name}"))
-        .collect();
+    let registered = registered_metrics(&repo_root().join("shell/src"));
     let announced: Vec<&str> = scraped
         .lines()
         .filter_map(|l| l.strip_prefix("# TYPE "))
@@ -801,6 +791,40 @@ fn missing_metrics(scraped: &str) -> Vec<String> {
             !announced.contains(&base)
         })
         .collect()
+}
+
+/// The names each part of the shell registers (`registry.register(` or a gauge read at
+/// scrape time, `metrics::gauge(` and `gauges(`, with the name the first string after it),
+/// under `dir`, prefixed with `proxy_operator_`.
+fn registered_metrics(dir: &Path) -> Vec<String> {
+    let mut names = Vec::new();
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            names.extend(registered_metrics(&path));
+            continue;
+        }
+        if path.extension().is_none_or(|extension| extension != "rs") {
+            continue;
+        }
+        let source = std::fs::read_to_string(&path).unwrap();
+        for marker in ["register(", "metrics::gauge(", "metrics::gauges("] {
+            for (at, _) in source.match_indices(marker) {
+                let after = &source[at + marker.len()..];
+                let Some(open) = after.find('"') else {
+                    continue;
+                };
+                // The name is the first string of the call, within its first few lines.
+                if after[..open].lines().count() > 3 {
+                    continue;
+                }
+                if let Some(name) = after[open + 1..].split('"').next() {
+                    names.push(format!("proxy_operator_{name}"));
+                }
+            }
+        }
+    }
+    names
 }
 
 /// A process killed when dropped.

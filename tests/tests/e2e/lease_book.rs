@@ -174,7 +174,7 @@ impl Crawler {
                 Some(json!({"result": result})),
             )
             .await;
-        assert_eq!(status, 204, "report {result} on {id}: {body}");
+        assert_eq!(status, 200, "report {result} on {id}: {body}");
     }
 
     /// Takes the lease out of the account, then releases it.

@@ -160,7 +160,7 @@ async fn a_crawler_leases_a_ready_proxy_uses_it_reports_a_rate_limit_and_release
             Some(DISCOVERY_TOKEN),
         )
         .await;
-    assert_eq!(status, 204);
+    assert_eq!(status, 200);
     let (status, _) = api
         .call(
             reqwest::Method::DELETE,

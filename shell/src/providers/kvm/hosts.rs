@@ -69,8 +69,10 @@ impl Host {
         }
         // libvirt's default error handler prints every error to stderr; ours are returned.
         virt::error::clear_error_callback();
+        // No connection is no answer at all (an unknown host, a refused port, an ssh that
+        // cannot log in): a provider check that meets it marks the provider down at once.
         let connection = Arc::new(Connect::open(Some(&self.settings.uri)).map_err(|e| {
-            ProviderError::transient(format!(
+            ProviderError::unreachable(format!(
                 "host {}: cannot connect to {}: {}",
                 self.settings.name,
                 self.settings.uri,
