@@ -19,6 +19,7 @@ pub mod gateway;
 pub mod gc;
 pub mod health;
 pub mod leadership;
+pub mod lease_book;
 pub mod locks;
 pub mod operator;
 pub mod per_proxy;

@@ -2,7 +2,7 @@
 //!
 //! Six stores keep something per Proxy ([`PerProxy`](crate::per_proxy::PerProxy)): the
 //! recorder's rings, the controller's counts of consecutive failures and its last known
-//! versions, the health engine's verdicts, the discovery API's lease book, and the metric
+//! versions, the health engine's verdicts, the lease book, and the metric
 //! series labelled with a proxy. A reconcile, a probe or a sync adds to them; nothing in
 //! them knows when the Proxy is deleted. [`Tracked`] does, from the controller's watch,
 //! after the cache applied each event:
@@ -125,15 +125,14 @@ mod tests {
     use proxy_core::{Observed, decide};
 
     use super::*;
-    use crate::discovery::Limits;
     use crate::health::HealthEngine;
     use crate::health::probe::Prober;
     use std::sync::Arc;
 
     use crate::controller::versions::Versions;
-    use crate::discovery::Discovery;
     use crate::health::ProbeMetrics;
     use crate::leadership::Leadership;
+    use crate::lease_book::Book;
     use crate::recorder::Recorder;
     use crate::runtime::metrics::Registry;
     use crate::runtime::supervise::Panics;
@@ -161,7 +160,7 @@ mod tests {
         recorder: Arc<Recorder>,
         versions: Arc<Versions>,
         health: Arc<HealthEngine>,
-        discovery: Arc<Discovery>,
+        book: Arc<Book>,
         metrics: Arc<ProbeMetrics>,
     }
 
@@ -177,11 +176,7 @@ mod tests {
                 recorder: Arc::new(Recorder::new(record_header(), 4, usize::MAX, None).unwrap()),
                 versions: Arc::new(Versions::new(leadership.subscribe())),
                 health: Arc::new(HealthEngine::new(prober, 1, metrics.clone(), panics)),
-                discovery: Arc::new(Discovery::new(
-                    Some("token"),
-                    LeaseConfig::default(),
-                    Limits::default(),
-                )),
+                book: Arc::new(Book::alone(LeaseConfig::default())),
                 metrics,
             }
         }
@@ -191,7 +186,7 @@ mod tests {
                 ("recorder", self.recorder.clone()),
                 ("versions", self.versions.clone()),
                 ("health", self.health.clone()),
-                ("leases", self.discovery.clone()),
+                ("leases", self.book.clone()),
                 ("metrics", self.metrics.clone()),
             ]
         }
@@ -212,15 +207,14 @@ mod tests {
                 self.metrics.probe(&object, true, 0.01);
                 self.versions.set(&object, Some("1"));
             }
-            self.discovery
-                .replace_fleet(proxies.iter().filter_map(|proxy| {
-                    view_of(
-                        ProxyKey::of(proxy),
-                        Default::default(),
-                        &proxy.spec,
-                        proxy.status.as_ref(),
-                    )
-                }));
+            self.book.replace_fleet(proxies.iter().filter_map(|proxy| {
+                view_of(
+                    ProxyKey::of(proxy),
+                    Default::default(),
+                    &proxy.spec,
+                    proxy.status.as_ref(),
+                )
+            }));
         }
     }
 

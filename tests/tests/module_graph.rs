@@ -468,6 +468,35 @@ fn the_shells_modules_import_each_other_without_a_cycle() {
     assert_acyclic("shell");
 }
 
+/// The lease book's readers hold a `lease_book::Reader`, not the HTTP service: in production
+/// code only the wiring (`operator`) reaches `discovery`, the book's HTTP face, and nothing
+/// but the wiring and `discovery` reaches the book's mutable side (`lease_book` is read
+/// through its `Reader` by the controller, the pools and `tracked`).
+#[test]
+fn only_the_wiring_reaches_the_lease_books_http_face() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shell/src");
+    let graphs = graph(&src);
+    let reaching: BTreeMap<&str, &Vec<String>> = graphs
+        .production
+        .iter()
+        .filter_map(|(from, targets)| Some((from.as_str(), targets.get("discovery")?)))
+        .collect();
+    let others: Vec<String> = reaching
+        .iter()
+        .filter(|(from, _)| **from != "operator")
+        .map(|(from, lines)| format!("{from} ({})", lines.join(", ")))
+        .collect();
+    assert!(
+        reaching.contains_key("operator"),
+        "the reader lost the wiring's import of discovery: {reaching:?}"
+    );
+    assert!(
+        others.is_empty(),
+        "modules that take the discovery API instead of a lease_book::Reader: {}",
+        others.join("; ")
+    );
+}
+
 #[test]
 fn the_cores_modules_import_each_other_without_a_cycle() {
     assert_acyclic("core");

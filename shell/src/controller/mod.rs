@@ -36,10 +36,10 @@ use proxy_crd::{CLOUD_INIT_SECRET_LABEL, Proxy};
 
 use self::execute::Executor;
 use self::metrics::ReconcileMetrics;
-use crate::discovery::Discovery;
 use crate::gate::Interrupted;
 use crate::health::HealthEngine;
 use crate::leadership::Leadership;
+use crate::lease_book::Reader;
 use crate::provider_health::Board;
 use crate::providers::labels;
 use crate::providers::registry::Registry;
@@ -70,9 +70,9 @@ pub struct Context {
     /// Which providers failed their last health check, for the observations.
     pub provider_health: Arc<Board>,
     /// Where the observations read how many sites blocked each proxy: the lease book of
-    /// this replica's discovery API, and the `--banned-sites` threshold. `None`: nothing is
+    /// this replica, and the `--banned-sites` threshold. `None`: nothing is
     /// observed, and `Banned` conditions stay as they are.
-    bans: Option<(Arc<Discovery>, u32)>,
+    bans: Option<(Reader, u32)>,
     /// The version of each Proxy this replica last read or wrote: when the cache holds it,
     /// a reconcile decides on the cache ([`versions`]).
     pub(crate) versions: Arc<versions::Versions>,
@@ -209,18 +209,18 @@ impl Context {
         self.writer.bounded(what, call).await
     }
 
-    /// Observes the blocked sites of each proxy in `discovery`'s lease book, judged against
+    /// Observes the blocked sites of each proxy in the lease `book`, judged against
     /// `threshold` (the `Banned` condition).
-    pub fn with_bans(mut self, discovery: Arc<Discovery>, threshold: u32) -> Self {
-        self.bans = Some((discovery, threshold));
+    pub fn with_bans(mut self, book: Reader, threshold: u32) -> Self {
+        self.bans = Some((book, threshold));
         self
     }
 
     /// How many distinct sites blocked the proxy `key` lately, while this replica owns the
     /// lease book.
     pub(crate) fn blocked_sites(&self, key: &ProxyKey) -> Option<proxy_core::BlockedSites> {
-        let (discovery, threshold) = self.bans.as_ref()?;
-        discovery.blocked_sites(key, *threshold)
+        let (book, threshold) = self.bans.as_ref()?;
+        book.blocked_sites(key, *threshold)
     }
 
     /// The stores of this controller that keep something per Proxy, by the `store` label of

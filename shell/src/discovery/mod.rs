@@ -1,21 +1,21 @@
-//! The discovery API: crawlers list proxies, lease one for a target site, release it, and
-//! report how the site treated them (`docs/api.md`, `docs/openapi.yaml`).
+//! The discovery API, the lease book's HTTP face: crawlers list proxies, lease one for a
+//! target site, release it, and report how the site treated them (`docs/api.md`,
+//! `docs/openapi.yaml`).
 //!
-//! Every decision is the core's `LeaseBook`: which proxy, capacity, TTL, cooldowns, the 409
-//! statistics, and which replica answers (`proxy_core::lease::route`). This module keeps the
-//! book in step with the controller's cache, parses and checks requests, and turns the
-//! book's answers into HTTP. Every replica serves the API; one of them, the leader, owns the
-//! book, and the others forward lease requests to it ([`forward`]). The owner saves its
-//! book to a ConfigMap in the background and a new owner takes it back from there
-//! ([`ownership`]), so leases and cooldowns outlive a failover and a restart. The owner
-//! labels its own Pod, and the discovery Service selects that label ([`owner_label`]), so
-//! crawlers reach the owner and forwarding is the fallback of a handover.
+//! The book and every decision it takes live in [`crate::lease_book`]; this module parses and
+//! checks requests, asks the book, and turns its answers into HTTP. Every replica serves the
+//! API; the book says which replica answers a request (`proxy_core::lease::route`), and a
+//! replica that does not own it relays lease requests to the owner ([`forward`]).
 //!
-//! `GET /v1/proxies` is served from a snapshot of the fleet that each sync swaps in
-//! ([`FleetSnapshot`]), so a large answer is built without the book's lock and never holds
-//! up a lease; the book is told only what changed since the previous snapshot, and the
-//! listing reads from it only the active lease counts of the proxies it shows, a few hundred
-//! at a time.
+//! - [`routes`]: the router, one dispatch for every route, and the handlers per resource:
+//!   `proxies` (the listing and a proxy's detail), `leases` (lease, release, a holder's
+//!   leases), `reports`, `sessions`;
+//! - `wire`: the bodies of every request and answer, in one place;
+//! - `error`: the JSON errors, each with a machine code.
+//!
+//! `GET /v1/proxies` is served from the book's snapshot of the fleet, so a large answer is
+//! built without the book's lock and never holds up a lease; it reads from the book only the
+//! active lease counts of the proxies it shows, a few hundred at a time.
 //!
 //! Hardening, outermost first: a request log; a panic in a handler is a 500 JSON answer and
 //! the server keeps serving; bodies above 64 KiB are refused (413) without being buffered;
@@ -25,28 +25,16 @@
 mod error;
 mod flags;
 pub mod forward;
-pub mod owner_label;
-pub mod ownership;
-pub mod refusals;
 mod routes;
 
 pub use self::flags::Flags;
 
-use std::collections::{BTreeMap, BTreeSet};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 use std::time::Duration;
 
-use kube::ResourceExt;
-use kube::runtime::reflector::Store;
-use proxy_core::lease::{
-    Call, FleetSnapshot, Journal, LeaseBook, LeaseConfig, ProxyView, Route, Standing, route,
-    view_of,
-};
-use proxy_core::{BlockedSites, ProxyKey};
-use proxy_crd::Proxy;
+use proxy_core::lease::LeaseConfig;
 
-use crate::credentials::{Credentials, CredentialsCache};
-use crate::leadership::Leadership;
+use crate::lease_book::{Book, Elsewhere};
 use crate::runtime::server::{BearerToken, Settings};
 
 pub use error::ApiError;
@@ -54,9 +42,6 @@ pub use routes::routes;
 
 /// The largest request body accepted.
 pub const BODY_LIMIT: usize = 64 * 1024;
-
-/// How often the book is brought in line with the controller's cache.
-const SYNC_INTERVAL: Duration = Duration::from_millis(500);
 
 /// Limits of the lease requests.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -77,85 +62,19 @@ impl Default for Limits {
     }
 }
 
-/// The state behind the discovery API of one replica.
+/// The discovery API of one replica: the book it serves, and what the HTTP face adds.
 #[derive(Debug)]
 pub struct Discovery {
-    shared: Mutex<Shared>,
+    book: Arc<Book>,
     token: BearerToken,
     limits: Limits,
-    /// How this replica takes part in the fleet's one book; `None`: it is alone and owns
-    /// its book for good (tests, benchmarks).
-    replica: Option<Replica>,
     forwarder: forward::Forwarder,
-    /// The credentials of the proxies that have them, for the lease answer: in memory only,
-    /// kept in line with the credentials Secrets by [`Discovery::sync`]. Never in the book
-    /// (which is saved to a ConfigMap), never in a listing.
-    credentials: Mutex<BTreeMap<ProxyKey, Credentials>>,
-    /// The fleet as the last sync saw it, which the listing is served from.
-    snapshot: Mutex<Arc<FleetSnapshot>>,
-    /// Proxies [`Discovery::forget`] took out of the book since the last sync: the next
-    /// sync upserts them again if they are still in the fleet, although the snapshot did
-    /// not change for them.
-    forgotten: Mutex<BTreeSet<ProxyKey>>,
-    /// The lease requests lately refused for want of a proxy, for the pools that grow on
-    /// demand.
-    pub refusals: refusals::Refusals,
-    /// Whether the fleet was given at least once ([`Discovery::replace_fleet`]): the sync
-    /// gives it only once the Proxy cache has listed, and a replica takes the book over only
-    /// then ([`ownership`]), so that no report lands uncounted (site statistics count for
-    /// proxies the book holds) and no lease is refused for proxies the cache has not shown yet.
-    fleet_given: std::sync::atomic::AtomicBool,
-}
-
-/// What one lock guards: the book, what of it is saved, and who owns it. One lock, so that
-/// a request is routed and served in the same step: once ownership moves, this replica
-/// grants nothing more.
-#[derive(Debug)]
-pub struct Shared {
-    /// The lease book.
-    pub book: LeaseBook,
-    /// Which of the book's changes are saved.
-    pub journal: Journal,
-    /// Whether this replica owns the book, takes it over, or forwards to the owner.
-    pub standing: Standing,
-}
-
-/// A replica of a fleet of operators that share one book.
-#[derive(Debug)]
-pub struct Replica {
-    /// This replica's discovery URL as the others reach it (`None`: they cannot).
-    pub own_url: Option<String>,
-    /// Whether this replica leads, which makes it the book's owner.
-    pub leadership: Arc<Leadership>,
 }
 
 impl Discovery {
-    /// A discovery API with this token (`None`: no authentication, loudly warned about),
-    /// cooldowns and limits, that owns its book alone and never saves it.
-    pub fn new(token: Option<&str>, config: LeaseConfig, limits: Limits) -> Self {
-        Self::build(token, config, limits, None, Duration::MAX)
-    }
-
-    /// A discovery API for one replica among several: it owns the book while it leads and
-    /// forwards to the leader otherwise; `fence` is how long a change may stay unsaved
-    /// before it stops granting ([`Journal`]).
-    pub fn replicated(
-        token: Option<&str>,
-        config: LeaseConfig,
-        limits: Limits,
-        replica: Replica,
-        fence: Duration,
-    ) -> Self {
-        Self::build(token, config, limits, Some(replica), fence)
-    }
-
-    fn build(
-        token: Option<&str>,
-        config: LeaseConfig,
-        limits: Limits,
-        replica: Option<Replica>,
-        fence: Duration,
-    ) -> Self {
+    /// The API of `book`, with this token (`None`: no authentication, loudly warned about)
+    /// and limits.
+    pub fn serving(book: Arc<Book>, token: Option<&str>, limits: Limits) -> Self {
         let token = BearerToken::new(token);
         if !token.is_set() {
             tracing::warn!(
@@ -163,196 +82,23 @@ impl Discovery {
                  set, so anyone who can reach the API can lease the fleet's proxies"
             );
         }
-        let standing = match replica {
-            None => Standing::Owner,
-            Some(_) => Standing::Follower { owner: None },
-        };
         Self {
-            shared: Mutex::new(Shared {
-                book: LeaseBook::new(config),
-                journal: Journal::new(fence),
-                standing,
-            }),
+            book,
             token,
             limits,
-            replica,
             forwarder: forward::Forwarder::new(),
-            credentials: Mutex::default(),
-            snapshot: Mutex::default(),
-            forgotten: Mutex::default(),
-            refusals: refusals::Refusals::default(),
-            fleet_given: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
-    /// The book, its journal and its standing. A handler that panicked while holding them
-    /// leaves them as they were at the panic; the book's operations are single steps, so
-    /// serving on is the better choice.
-    pub fn shared(&self) -> MutexGuard<'_, Shared> {
-        crate::locks::lock(&self.shared)
+    /// An API with this token, cooldowns and limits, over a book of its own that it owns
+    /// alone and never saves (tests, benchmarks).
+    pub fn new(token: Option<&str>, config: LeaseConfig, limits: Limits) -> Self {
+        Self::serving(Arc::new(Book::alone(config)), token, limits)
     }
 
-    /// The book, locked, if this replica answers `call` itself; else where the request goes
-    /// (forwarded to the owner, or refused for now). `forwarded`: another replica sent it.
-    fn serving(&self, call: Call, forwarded: bool) -> Result<MutexGuard<'_, Shared>, Elsewhere> {
-        let shared = self.shared();
-        let (leading, own_url) = match &self.replica {
-            None => (true, None),
-            Some(replica) => (replica.leadership.is_leader(), replica.own_url.as_deref()),
-        };
-        let now = jiff::Timestamp::now();
-        match route(
-            &shared.standing,
-            leading,
-            call,
-            forwarded,
-            own_url,
-            &shared.journal,
-            now,
-        ) {
-            Route::Serve => Ok(shared),
-            Route::Forward(owner) => Err(Elsewhere::Forward(owner)),
-            Route::Refuse(refusal) => Err(Elsewhere::Answer(ApiError::unavailable(refusal))),
-        }
-    }
-
-    /// Active leases in the book of this replica while it owns the book (0 otherwise: a
-    /// follower's book is not the fleet's), for metrics; the book ends what is due first.
-    pub fn active_leases(&self) -> usize {
-        self.owned_count(LeaseBook::active_total)
-    }
-
-    /// Ended leases kept for late reports, as [`active_leases`](Self::active_leases).
-    pub fn retained_leases(&self) -> usize {
-        self.owned_count(LeaseBook::retained_total)
-    }
-
-    /// `count` of the book as of now while this replica owns it, else 0.
-    fn owned_count(&self, count: fn(&mut LeaseBook, jiff::Timestamp) -> usize) -> usize {
-        let mut shared = self.shared();
-        match shared.standing {
-            Standing::Owner => count(&mut shared.book, jiff::Timestamp::now()),
-            _ => 0,
-        }
-    }
-
-    /// Whether this replica owns the lease book now (what it counts is the fleet's).
-    pub fn owns_book(&self) -> bool {
-        self.shared().standing == Standing::Owner
-    }
-
-    /// The active leases of the proxy `key` as of now while this replica owns the book
-    /// (`None` otherwise), for the pool that drains it or scales on demand.
-    pub fn leases_of(&self, key: &ProxyKey) -> Option<u32> {
-        let mut shared = self.shared();
-        let now = jiff::Timestamp::now();
-        (shared.standing == Standing::Owner).then(|| shared.book.active_leases(key, now))
-    }
-
-    /// How many distinct sites blocked the proxy `key` within the site window, judged against
-    /// `threshold`, while this replica owns the book (`None` otherwise: a follower's book, or
-    /// one not merged yet, is not the fleet's).
-    pub fn blocked_sites(&self, key: &ProxyKey, threshold: u32) -> Option<BlockedSites> {
-        let shared = self.shared();
-        (shared.standing == Standing::Owner).then(|| BlockedSites {
-            sites: shared.book.blocked_sites(key, jiff::Timestamp::now()),
-            threshold,
-            window_seconds: shared.book.config().site_window.as_secs(),
-        })
-    }
-
-    /// The active leases of each of `proxies` (a page, in key order) as of now, read from
-    /// the book a chunk at a time, so that a long listing never holds its lock for long.
-    fn active_leases_of(&self, proxies: &[&ProxyView]) -> Vec<u32> {
-        /// Proxies read per hold of the lock: a few microseconds each time.
-        const CHUNK: usize = 256;
-        let now = jiff::Timestamp::now();
-        let mut active = Vec::with_capacity(proxies.len());
-        for chunk in proxies.chunks(CHUNK) {
-            let keys = chunk.iter().map(|p| &p.key);
-            active.extend(self.shared().book.active_leases_in_order(keys, now));
-        }
-        active
-    }
-
-    /// Keeps the book in line with the proxies of `store`, and the credentials the lease
-    /// answer carries with `credentials`, until the task is dropped.
-    /// The first sync waits until `listed` says the cache completed its first list.
-    pub async fn sync(
-        self: Arc<Self>,
-        store: Store<Proxy>,
-        credentials: CredentialsCache,
-        listed: Arc<dyn Fn() -> bool + Send + Sync>,
-    ) {
-        let mut tick = tokio::time::interval(SYNC_INTERVAL);
-        loop {
-            tick.tick().await;
-            if !listed() {
-                continue;
-            }
-            let proxies = store.state();
-            self.replace_credentials(proxies.iter().filter_map(|proxy| {
-                credentials
-                    .of(proxy)
-                    .map(|found| (ProxyKey::of(proxy), found))
-            }));
-            let views = proxies.iter().filter_map(|proxy| {
-                let labels = proxy.labels().clone().into_iter().collect();
-                view_of(
-                    ProxyKey::of(proxy),
-                    labels,
-                    &proxy.spec,
-                    proxy.status.as_ref(),
-                )
-            });
-            self.replace_fleet(views);
-        }
-    }
-
-    /// Makes `views` the fleet: the snapshot the listing is served from, and the book's,
-    /// which takes only what changed since the previous snapshot (under its lock: usually
-    /// nothing). Called by one task at a time (the sync).
-    pub fn replace_fleet(&self, views: impl IntoIterator<Item = ProxyView>) {
-        let next = Arc::new(FleetSnapshot::new(views));
-        let previous = self.snapshot();
-        let forgotten = std::mem::take(&mut *crate::locks::lock(&self.forgotten));
-        let changes = next.changes_from(&previous);
-        let again = forgotten.iter().filter_map(|key| next.get(key));
-        {
-            let mut shared = self.shared();
-            for view in changes.upserts.iter().copied().chain(again) {
-                shared.book.upsert(view.clone());
-            }
-            for key in changes.removals {
-                shared.book.remove(key);
-            }
-        }
-        *crate::locks::lock(&self.snapshot) = next;
-        self.fleet_given
-            .store(true, std::sync::atomic::Ordering::Release);
-    }
-
-    /// Whether the fleet was given at least once (see `fleet_given`).
-    pub fn fleet_given(&self) -> bool {
-        self.fleet_given.load(std::sync::atomic::Ordering::Acquire)
-    }
-
-    /// The fleet as the last sync saw it.
-    pub fn snapshot(&self) -> Arc<FleetSnapshot> {
-        crate::locks::lock(&self.snapshot).clone()
-    }
-
-    /// Makes `credentials` the credentials the lease answer hands out, per proxy.
-    pub fn replace_credentials(
-        &self,
-        credentials: impl IntoIterator<Item = (ProxyKey, Credentials)>,
-    ) {
-        *crate::locks::lock(&self.credentials) = credentials.into_iter().collect();
-    }
-
-    /// The credentials of the proxy `key`, if it has any.
-    fn credentials_of(&self, key: &ProxyKey) -> Option<Credentials> {
-        crate::locks::lock(&self.credentials).get(key).cloned()
+    /// The book it serves.
+    pub fn book(&self) -> &Arc<Book> {
+        &self.book
     }
 
     fn authorized(&self, header: Option<&str>) -> bool {
@@ -360,18 +106,27 @@ impl Discovery {
     }
 }
 
-/// Where a request goes when this replica does not answer it from its book.
+/// A request this replica does not answer from its book: an answer now, or the owner's.
 #[derive(Debug)]
-pub(crate) enum Elsewhere {
+pub(crate) enum Away {
     /// This answer, now (an error, or a refusal while ownership moves).
     Answer(ApiError),
     /// To the owner at this base URL.
     Forward(String),
 }
 
-impl From<ApiError> for Elsewhere {
+impl From<ApiError> for Away {
     fn from(error: ApiError) -> Self {
         Self::Answer(error)
+    }
+}
+
+impl From<Elsewhere> for Away {
+    fn from(elsewhere: Elsewhere) -> Self {
+        match elsewhere {
+            Elsewhere::Refused(refusal) => Self::Answer(ApiError::unavailable(refusal)),
+            Elsewhere::Forward(owner) => Self::Forward(owner),
+        }
     }
 }
 
@@ -385,36 +140,4 @@ pub async fn serve(
 ) {
     crate::runtime::server::serve("discovery", routes(discovery), listener, settings, shutdown)
         .await;
-}
-
-/// `proxy_operator_leases_active` and `proxy_operator_leases_retained`.
-impl crate::runtime::metrics::Gauges for Discovery {
-    fn encode(&self, encoder: &mut crate::runtime::metrics::DescriptorEncoder) -> std::fmt::Result {
-        crate::runtime::metrics::gauge(
-            encoder,
-            "leases_active",
-            "Crawler leases held on this replica's proxies",
-            self.active_leases(),
-        )?;
-        crate::runtime::metrics::gauge(
-            encoder,
-            "leases_retained",
-            "Ended leases kept for late reports (at most --max-retained-leases: at the bound, late reports on the oldest answer unknown_lease)",
-            self.retained_leases(),
-        )
-    }
-}
-
-impl crate::per_proxy::PerProxy for Discovery {
-    /// Removes the proxy `key`, which is gone, from the book (the listing follows at the
-    /// next sync).
-    fn forget(&self, key: &ProxyKey) {
-        self.shared().book.remove(key);
-        crate::locks::lock(&self.forgotten).insert(key.clone());
-    }
-
-    /// How many proxies the book holds.
-    fn tracked(&self) -> usize {
-        self.shared().book.proxies()
-    }
 }

@@ -21,7 +21,7 @@ use warp::{Filter, Reply};
 
 use super::error::{ApiError, json_response, recover};
 use super::forward::{FORWARDED_HEADER, Incoming};
-use super::{BODY_LIMIT, Discovery, Elsewhere};
+use super::{Away, BODY_LIMIT, Discovery};
 use crate::credentials::Credentials;
 
 /// Every route, with authentication, the body limit, panic recovery, JSON errors and the
@@ -186,7 +186,7 @@ async fn dispatch<B: Buf>(
                 let (state, query) = (state.clone(), query.to_owned());
                 tokio::task::spawn_blocking(move || guarded(|| list(&state, forwarded, &query)))
                     .await
-                    .unwrap_or_else(|_| Err(Elsewhere::Answer(ApiError::internal())))
+                    .unwrap_or_else(|_| Err(Away::Answer(ApiError::internal())))
             }
             Route::Detail { namespace, name } => {
                 guarded(|| detail(&state, forwarded, &ProxyKey::new(namespace, name)))
@@ -223,7 +223,7 @@ fn session_segment(segment: &str) -> std::borrow::Cow<'_, str> {
 }
 
 /// Refuses a query on a route that takes none, rather than ignore what the client meant.
-fn no_query(query: &str) -> Result<(), Elsewhere> {
+fn no_query(query: &str) -> Result<(), Away> {
     match form_urlencoded::parse(query.as_bytes()).next() {
         None => Ok(()),
         Some((name, _)) => Err(ApiError::invalid_request(format!(
@@ -282,14 +282,12 @@ async fn read_limited<B: Buf>(
 
 /// Runs a handler; a panic becomes a 500 answer instead of a dropped connection, and the
 /// server keeps serving.
-pub(super) fn guarded(
-    handler: impl FnOnce() -> Result<Response, Elsewhere>,
-) -> Result<Response, Elsewhere> {
+pub(super) fn guarded(handler: impl FnOnce() -> Result<Response, Away>) -> Result<Response, Away> {
     match std::panic::catch_unwind(AssertUnwindSafe(handler)) {
         Ok(outcome) => outcome,
         Err(_) => {
             tracing::error!("a discovery handler panicked (the panic message is above)");
-            Err(Elsewhere::Answer(ApiError::internal()))
+            Err(Away::Answer(ApiError::internal()))
         }
     }
 }
@@ -299,12 +297,12 @@ async fn answered(
     state: Arc<Discovery>,
     incoming: Incoming,
     body: bytes::Bytes,
-    outcome: Result<Response, Elsewhere>,
+    outcome: Result<Response, Away>,
 ) -> Response {
     match outcome {
         Ok(response) => response,
-        Err(Elsewhere::Answer(error)) => error.into_response(),
-        Err(Elsewhere::Forward(owner)) => state.forwarder.send(&owner, &incoming, body).await,
+        Err(Away::Answer(error)) => error.into_response(),
+        Err(Away::Forward(owner)) => state.forwarder.send(&owner, &incoming, body).await,
     }
 }
 
@@ -399,17 +397,17 @@ fn proxy_url_with(host: &str, port: u16, credentials: &Credentials) -> String {
 /// is the core's ([`ListQuery::parse`]). The page is taken from the fleet's snapshot, its
 /// active lease counts from the book a few hundred at a time, and the answer is serialized
 /// with no lock held.
-fn list(state: &Discovery, forwarded: bool, query: &str) -> Result<Response, Elsewhere> {
+fn list(state: &Discovery, forwarded: bool, query: &str) -> Result<Response, Away> {
     let pairs: Vec<(std::borrow::Cow<'_, str>, std::borrow::Cow<'_, str>)> =
         form_urlencoded::parse(query.as_bytes()).collect();
     let query = ListQuery::parse(pairs.iter().map(|(n, v)| (n.as_ref(), v.as_ref())))
         .map_err(ApiError::invalid_query)?;
     // Only the owner's book holds the fleet's leases: route, then let go of the lock.
-    drop(state.serving(Call::Other, forwarded)?);
-    let snapshot = state.snapshot();
+    drop(state.book().serving(Call::Other, forwarded)?);
+    let snapshot = state.book().snapshot();
     let page = snapshot.page(&query);
     let active = if query.fields.contains(Field::ActiveLeases) {
-        state.active_leases_of(&page.proxies)
+        state.book().active_leases_of(&page.proxies)
     } else {
         vec![0; page.proxies.len()]
     };
@@ -478,8 +476,8 @@ impl<'a> From<Site<'a>> for SiteItem<'a> {
 
 /// `GET /v1/proxies/{namespace}/{name}`: the proxy as of now (the book ends what is due
 /// before it counts).
-fn detail(state: &Discovery, forwarded: bool, key: &ProxyKey) -> Result<Response, Elsewhere> {
-    let mut shared = state.serving(Call::Other, forwarded)?;
+fn detail(state: &Discovery, forwarded: bool, key: &ProxyKey) -> Result<Response, Away> {
+    let mut shared = state.book().serving(Call::Other, forwarded)?;
     let site_window_seconds = shared.book.config().site_window.as_secs();
     let found = shared
         .book
@@ -658,7 +656,7 @@ fn parse<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
 }
 
 /// `POST /v1/leases`
-fn acquire(state: &Discovery, forwarded: bool, body: &[u8]) -> Result<Response, Elsewhere> {
+fn acquire(state: &Discovery, forwarded: bool, body: &[u8]) -> Result<Response, Away> {
     let request: AcquireBody = parse(body)?;
     let sticky = sticky(&request)?;
     let ttl = ttl(request.ttl_seconds.as_ref(), &state.limits)?;
@@ -667,7 +665,7 @@ fn acquire(state: &Discovery, forwarded: bool, body: &[u8]) -> Result<Response, 
     let target = target(request.target.as_deref())?;
     let holder = request.holder.as_deref().map(holder).transpose()?;
     let distinct_egress = request.distinct_egress;
-    let mut shared = state.serving(Call::Acquire, forwarded)?;
+    let mut shared = state.book().serving(Call::Acquire, forwarded)?;
     let now = jiff::Timestamp::now();
     let granted = loop {
         let id = uuid::Uuid::new_v4().to_string();
@@ -706,7 +704,7 @@ fn acquire(state: &Discovery, forwarded: bool, body: &[u8]) -> Result<Response, 
                     (StatusCode::CREATED, lease, Some(moved))
                 }
             };
-            let credentials = state.credentials_of(&lease.proxy);
+            let credentials = state.book().credentials_of(&lease.proxy);
             let answer = LeaseGranted {
                 session: sticky.session.map(|name| name.to_string()),
                 moved,
@@ -715,7 +713,7 @@ fn acquire(state: &Discovery, forwarded: bool, body: &[u8]) -> Result<Response, 
             json_response(status, &answer)
         }
         Err(stats) => {
-            state.refusals.note(&selector);
+            state.book().refusals.note(&selector);
             let retry_after = stats.retry_after(now);
             let mut response = json_response(
                 StatusCode::CONFLICT,
@@ -806,9 +804,9 @@ impl<'a> From<&'a Lease> for HeldLease<'a> {
 
 /// `GET /v1/leases[?holder=NAME]`: the active leases of the holder (of everyone without
 /// `holder`), by ID, so that a crawler's leases can be found after it crashed.
-fn held(state: &Discovery, forwarded: bool, query: &str) -> Result<Response, Elsewhere> {
+fn held(state: &Discovery, forwarded: bool, query: &str) -> Result<Response, Away> {
     let holder = holder_query(query)?;
-    let shared = state.serving(Call::Other, forwarded)?;
+    let shared = state.book().serving(Call::Other, forwarded)?;
     let leases = shared
         .book
         .leases(holder.as_deref(), jiff::Timestamp::now());
@@ -821,14 +819,14 @@ fn held(state: &Discovery, forwarded: bool, query: &str) -> Result<Response, Els
 
 /// `DELETE /v1/leases?holder=NAME`: releases every active lease of the holder, those whose
 /// IDs the crawler never learned included; 200 with how many it released.
-fn release_held(state: &Discovery, forwarded: bool, query: &str) -> Result<Response, Elsewhere> {
+fn release_held(state: &Discovery, forwarded: bool, query: &str) -> Result<Response, Away> {
     let Some(holder) = holder_query(query)? else {
         return Err(ApiError::invalid_request(
             "DELETE /v1/leases releases the leases of one holder: it needs ?holder=",
         )
         .into());
     };
-    let mut shared = state.serving(Call::Other, forwarded)?;
+    let mut shared = state.book().serving(Call::Other, forwarded)?;
     let now = jiff::Timestamp::now();
     let released = shared.book.release_held_by(&holder, now);
     if released > 0 {
@@ -877,11 +875,11 @@ impl From<proxy_core::lease::NoMatch> for NoMatchBody {
 
 /// `DELETE /v1/leases/{id}`: 204 for every lease ID, granted or not, so a retried release is
 /// harmless; 404 for what cannot be a lease ID at all.
-fn release(state: &Discovery, forwarded: bool, id: &str) -> Result<Response, Elsewhere> {
+fn release(state: &Discovery, forwarded: bool, id: &str) -> Result<Response, Away> {
     if !is_lease_id(id) {
         return Err(ApiError::unknown_lease(id).into());
     }
-    let mut shared = state.serving(Call::Other, forwarded)?;
+    let mut shared = state.book().serving(Call::Other, forwarded)?;
     let now = jiff::Timestamp::now();
     if shared.book.release(id, now) {
         shared.journal.changed(now);
@@ -1023,7 +1021,7 @@ fn report(
     forwarded: bool,
     on: ReportedOn<'_>,
     body: &[u8],
-) -> Result<Response, Elsewhere> {
+) -> Result<Response, Away> {
     let request: ReportBody = parse(body)?;
     let report = Report {
         saw: saw(&request)?,
@@ -1040,7 +1038,7 @@ fn report(
         ReportedOn::Lease(_) => None,
         ReportedOn::Session(name) => Some(SessionName::parse(name).map_err(|_| on.unknown())?),
     };
-    let mut shared = state.serving(Call::Other, forwarded)?;
+    let mut shared = state.book().serving(Call::Other, forwarded)?;
     let now = jiff::Timestamp::now();
     let book = &mut shared.book;
     let reported = match (on, &session) {
@@ -1079,9 +1077,9 @@ fn report(
 /// `DELETE /v1/sessions/{name}`: ends the session (releases its lease), so its next request
 /// gets a new choice. 204 for every session name, active or not, so a retry is harmless; 404
 /// for what cannot be a session name.
-fn end_session(state: &Discovery, forwarded: bool, name: &str) -> Result<Response, Elsewhere> {
+fn end_session(state: &Discovery, forwarded: bool, name: &str) -> Result<Response, Away> {
     let session = SessionName::parse(name).map_err(|_| ApiError::unknown_session(name))?;
-    let mut shared = state.serving(Call::Other, forwarded)?;
+    let mut shared = state.book().serving(Call::Other, forwarded)?;
     let now = jiff::Timestamp::now();
     if shared.book.end_session(&session, now) {
         shared.journal.changed(now);

@@ -234,17 +234,19 @@ impl Bed {
             Limits::default(),
         ));
         let key = |i: usize| ProxyKey::new("crawl", format!("p{i}"));
-        discovery.replace_fleet(addrs.iter().enumerate().map(|(i, addr)| ProxyView {
-            key: key(i),
-            labels: [("geo".to_owned(), "eu".to_owned())].into(),
-            healthy: true,
-            latency_ms: i as u32,
-            max_leases: fleet.max_leases,
-            host: addr.ip().to_string(),
-            port: addr.port(),
-            shared_egress: false,
-        }));
-        discovery.replace_credentials(
+        discovery
+            .book()
+            .replace_fleet(addrs.iter().enumerate().map(|(i, addr)| ProxyView {
+                key: key(i),
+                labels: [("geo".to_owned(), "eu".to_owned())].into(),
+                healthy: true,
+                latency_ms: i as u32,
+                max_leases: fleet.max_leases,
+                host: addr.ip().to_string(),
+                port: addr.port(),
+                shared_egress: false,
+            }));
+        discovery.book().replace_credentials(
             (0..addrs.len()).map(|i| (key(i), Credentials::new(format!("user-{i}"), "pw"))),
         );
         let api = TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -322,7 +324,7 @@ impl Bed {
     async fn leases_held_within(&self, n: usize, bound: Duration) {
         let clients = self.clients.load(std::sync::atomic::Ordering::Relaxed) as f64;
         let settled = || {
-            self.discovery.active_leases() == n
+            self.discovery.book().active_leases() == n
                 && self.state.book.in_flight() == 0
                 && (n > 0
                     || (self.metric("proxy_operator_gateway_open_connections") == 0.0
@@ -337,7 +339,7 @@ impl Bed {
         if tokio::time::timeout(bound, held).await.is_err() {
             panic!(
                 "the book holds {} leases, not {n}, {bound:?} on (calls to the book in flight: {}, client connections open: {}, accepted: {} of {clients})",
-                self.discovery.active_leases(),
+                self.discovery.book().active_leases(),
                 self.state.book.in_flight(),
                 self.metric("proxy_operator_gateway_open_connections"),
                 self.metric("proxy_operator_gateway_accepted_connections_total"),
@@ -350,7 +352,10 @@ impl Bed {
     /// have accepted.
     async fn no_lease_a_second_on(&self, what: &str) {
         tokio::time::sleep(Duration::from_secs(1)).await;
-        let (held, in_flight) = (self.discovery.active_leases(), self.state.book.in_flight());
+        let (held, in_flight) = (
+            self.discovery.book().active_leases(),
+            self.state.book.in_flight(),
+        );
         assert_eq!(
             (held, in_flight),
             (0, 0),
@@ -686,7 +691,7 @@ async fn a_5xx_on_plain_http_keeps_the_upstream_and_reaches_the_books_statistics
     // Sent in the background: it lands soon after the answer.
     let p0 = ProxyKey::new("crawl", "p0");
     let errors = || {
-        let shared = bed.discovery.shared();
+        let shared = bed.discovery.book().shared();
         let sites = shared.book.sites(&p0, jiff::Timestamp::now());
         sites
             .iter()
@@ -930,7 +935,7 @@ async fn a_stopped_gateway_closes_its_tunnels_and_gives_every_lease_back() {
         .await
         .expect("the gateway stops within its grace and the book's timeout")
         .unwrap();
-    assert_eq!(bed.discovery.active_leases(), 0);
+    assert_eq!(bed.discovery.book().active_leases(), 0);
     let mut rest = Vec::new();
     let read = tokio::time::timeout(BOUND, tunnel.read_to_end(&mut rest)).await;
     assert!(matches!(read, Ok(Ok(_))), "the tunnel was closed: {read:?}");
@@ -988,6 +993,7 @@ async fn one_at_a_time(hang_ups: &[HangUp]) {
                 200,
                 "after {how:?}: {answer}\n{:?}\n{}",
                 bed.discovery
+                    .book()
                     .shared()
                     .book
                     .leases(None, jiff::Timestamp::now()),
@@ -1076,7 +1082,7 @@ async fn a_release_met_by_503_during_a_failover_is_sent_again_until_the_book_ans
     let (status, _) = exchange(&mut tunnel, &connect_request("user-acme", TENANT_TOKEN)).await;
     assert_eq!(status, 200);
     bed.leases_held(1).await;
-    bed.discovery.shared().standing = Standing::Restoring;
+    bed.discovery.book().shared().standing = Standing::Restoring;
     drop(tunnel);
     let retried = async {
         while bed.metric("proxy_operator_gateway_lease_release_retries_total") < 3.0 {
@@ -1087,7 +1093,7 @@ async fn a_release_met_by_503_during_a_failover_is_sent_again_until_the_book_ans
         .await
         .expect("the release is sent again while the book answers 503");
     tokio::time::sleep(Duration::from_secs(3)).await;
-    bed.discovery.shared().standing = Standing::Owner;
+    bed.discovery.book().shared().standing = Standing::Owner;
     // The longest wait between two tries is 2 s.
     bed.leases_held_within(0, Duration::from_secs(3)).await;
     assert_eq!(
@@ -1206,7 +1212,7 @@ async fn a_restarted_gateway_releases_what_its_predecessor_held() {
     // A lease of a gateway of the same holder that died without releasing it.
     let api = bed.discovery.clone();
     let left = {
-        let mut shared = api.shared();
+        let mut shared = api.book().shared();
         let request = proxy_core::lease::AcquireRequest {
             id: "0b6c3a52-2f4e-4f8b-9d0e-6c1f5d6b7a10".into(),
             selector: Default::default(),
@@ -1228,6 +1234,7 @@ async fn a_restarted_gateway_releases_what_its_predecessor_held() {
     // The predecessor's lease is gone; this gateway's own tunnel holds the one left.
     let leases = bed
         .discovery
+        .book()
         .shared()
         .book
         .leases(Some(HOLDER), jiff::Timestamp::now())

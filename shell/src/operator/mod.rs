@@ -56,15 +56,16 @@ use crate::config::ProvidersConfig;
 use crate::controller::metrics::{Phases, ReconcileMetrics};
 use crate::controller::{self, Context};
 use crate::credentials::{self, CredentialsCache};
-use crate::discovery::owner_label::OwnerLabel;
-use crate::discovery::ownership::{self, SaveMetrics, Store as LeaseBookStore};
-use crate::discovery::{self, Discovery, Replica};
+use crate::discovery::{self, Discovery};
 use crate::events::Events;
 use crate::gate::{FIELD_MANAGER, Gate};
 use crate::gc::{CacheWatch, Collector, GcMetrics};
 use crate::health::probe::Prober;
 use crate::health::{HealthEngine, ProbeMetrics};
 use crate::leadership::{Leadership, RenewMetrics};
+use crate::lease_book::owner_label::OwnerLabel;
+use crate::lease_book::ownership::{self, SaveMetrics, Store as LeaseBookStore};
+use crate::lease_book::{Book, Reader, Replica};
 use crate::per_proxy::Store;
 use crate::pool::metrics::PoolErrors;
 use crate::pool::{self, PoolContext};
@@ -174,17 +175,20 @@ async fn serve(args: Args, config: ProvidersConfig) -> anyhow::Result<()> {
     let (checkpoint_interval, fence) = book.checkpoints();
     let leadership_namespace = args.leadership.leadership_namespace.clone();
     let leadership_name = args.leadership.leadership_name.clone();
-    let discovery = Arc::new(Discovery::replicated(
-        args.serving.discovery_token.as_deref(),
+    let leases = Arc::new(Book::replicated(
         book.lease_config(),
-        book.limits(),
         Replica {
             own_url: advertised,
             leadership: leadership.clone(),
         },
         fence,
     ));
-    registry.read_at_scrape(&discovery);
+    registry.read_at_scrape(&leases);
+    let discovery = Arc::new(Discovery::serving(
+        leases.clone(),
+        args.serving.discovery_token.as_deref(),
+        book.limits(),
+    ));
     let lease_book = Arc::new(
         LeaseBookStore::new(
             kube::Api::namespaced(client.clone(), &leadership_namespace),
@@ -337,16 +341,16 @@ async fn serve(args: Args, config: ProvidersConfig) -> anyhow::Result<()> {
             .map_err(|e| anyhow!("starting the health engine's thread: {e}"))?,
     );
     background.spawn(Loop::LeaseBook, {
-        let (discovery, lease_book) = (discovery.clone(), lease_book.clone());
-        move || ownership::run(discovery.clone(), lease_book.clone())
+        let (leases, lease_book) = (leases.clone(), lease_book.clone());
+        move || ownership::run(leases.clone(), lease_book.clone())
     });
     background.spawn(Loop::DiscoverySync, {
-        let (discovery, store) = (discovery.clone(), store.clone());
+        let (leases, store) = (leases.clone(), store.clone());
         let listed = completeness.clone();
         let listed: Arc<dyn Fn() -> bool + Send + Sync> =
             Arc::new(move || listed.first_list().is_ok());
         move || {
-            discovery
+            leases
                 .clone()
                 .sync(store.clone(), credentials.clone(), listed.clone())
         }
@@ -375,7 +379,7 @@ async fn serve(args: Args, config: ProvidersConfig) -> anyhow::Result<()> {
             leadership.clone(),
             recorder,
         )
-        .with_bans(discovery.clone(), book.banned_sites),
+        .with_bans(Reader::of(&leases), book.banned_sites),
     );
     let [failures, versions] = ctx.per_proxy();
     let stores: [Store; 6] = [
@@ -383,7 +387,7 @@ async fn serve(args: Args, config: ProvidersConfig) -> anyhow::Result<()> {
         failures,
         versions,
         ("health", ctx.health.clone()),
-        ("leases", discovery.clone()),
+        ("leases", leases.clone()),
         ("metrics", probe_metrics),
     ];
     let tracked = Arc::new(Tracked::new(stores, store.clone()));
@@ -397,7 +401,7 @@ async fn serve(args: Args, config: ProvidersConfig) -> anyhow::Result<()> {
         ctx.recorder.clone(),
         (panics, pool_errors, registry),
         store.clone(),
-        discovery.clone(),
+        Reader::of(&leases),
     ));
     let observe = move |item: &Result<watcher::Event<Proxy>, watcher::Error>| {
         completeness.observe(item);
@@ -442,7 +446,7 @@ async fn serve(args: Args, config: ProvidersConfig) -> anyhow::Result<()> {
     threads.stop().await;
     api.await?;
     // Every lease request is answered: save the book once more, so a restart loses nothing.
-    ownership::save_at_shutdown(&discovery, &lease_book).await;
+    ownership::save_at_shutdown(&leases, &lease_book).await;
     admin.await?;
     probes.await?;
     drop(phases);

@@ -33,9 +33,9 @@ pub mod metrics;
 
 use self::expectations::Expectations;
 use self::metrics::{PoolErrors, PoolFigures};
-use crate::discovery::Discovery;
 use crate::gate::{Interrupted, NotLeader, Write};
 use crate::leadership::Leadership;
+use crate::lease_book::Reader;
 use crate::recorder::Recorder;
 use crate::runtime::metrics::Registry;
 use crate::runtime::supervise::Panics;
@@ -105,7 +105,7 @@ pub struct PoolContext {
     /// The Proxy cache.
     pub proxies: Store<Proxy>,
     /// The lease book, for active leases and bans.
-    pub discovery: Arc<Discovery>,
+    pub book: Reader,
     /// What each pool's last actions should have made the cache show.
     pub(crate) expectations: Expectations,
     /// Where each pool reads the lease book's refusals from next.
@@ -115,7 +115,7 @@ pub struct PoolContext {
 impl PoolContext {
     /// A context for the pool controller: it writes with `writer` while `leadership` holds,
     /// records its decisions in `recorder`, reads the Proxy cache `proxies` and the lease book
-    /// of `discovery`, and counts its panics and failures into `metrics` and the registry
+    /// `book`, and counts its panics and failures into `metrics` and the registry
     /// that holds them.
     pub fn new(
         writer: Writer,
@@ -123,7 +123,7 @@ impl PoolContext {
         recorder: Arc<Recorder>,
         metrics: (Panics, PoolErrors, Arc<Registry>),
         proxies: Store<Proxy>,
-        discovery: Arc<Discovery>,
+        book: Reader,
     ) -> Self {
         let (panics, errors, registry) = metrics;
         Self {
@@ -134,7 +134,7 @@ impl PoolContext {
             errors,
             registry,
             proxies,
-            discovery,
+            book,
             expectations: Expectations::default(),
             refusals_read: std::sync::Mutex::default(),
         }
@@ -307,18 +307,15 @@ fn owned(pool: &ProxyPool, namespace: &str, proxy: &Proxy) -> bool {
 /// book knows of them (nothing, on a replica that does not own the book): their leases,
 /// and the requests for them it refused since the pool's last decision.
 fn observe(pool: &ProxyPool, members: &[&Proxy], pools: &PoolContext) -> PoolObserved {
-    let discovery = &pools.discovery;
-    let members: Vec<Member> = members
-        .iter()
-        .map(|proxy| member_of(proxy, discovery))
-        .collect();
+    let book = &pools.book;
+    let members: Vec<Member> = members.iter().map(|proxy| member_of(proxy, book)).collect();
     let name = pool.name_any();
-    let demand = discovery.owns_book().then(|| {
+    let demand = book.owns_book().then(|| {
         let key = ProxyKey::new(pool.namespace().unwrap_or_default(), &name);
         let labels = proxy_core::pool::spread::member_labels(&pool.spec, &name);
         let mut read = crate::locks::lock(&pools.refusals_read);
         let cursor = read.get(&key).copied().unwrap_or(0);
-        let (refused, next) = discovery.refusals.since(cursor, &labels);
+        let (refused, next) = book.refusals_since(cursor, &labels);
         read.insert(key, next);
         Demand {
             active_leases: members.iter().filter_map(|m| m.active_leases).sum(),
@@ -336,7 +333,7 @@ fn observe(pool: &ProxyPool, members: &[&Proxy], pools: &PoolContext) -> PoolObs
 }
 
 /// One Proxy as the pool decision sees it.
-fn member_of(proxy: &Proxy, discovery: &Discovery) -> Member {
+fn member_of(proxy: &Proxy, book: &Reader) -> Member {
     let key = ProxyKey::of(proxy);
     let annotations = proxy.annotations();
     let status = proxy.status.as_ref();
@@ -372,8 +369,8 @@ fn member_of(proxy: &Proxy, discovery: &Discovery) -> Member {
             .map(String::as_str)
             == Some("true"),
         deleting: proxy.meta().deletion_timestamp.is_some(),
-        active_leases: discovery.leases_of(&key),
-        blocked_sites: discovery.blocked_sites(&key, 1).map(|b| b.sites),
+        active_leases: book.leases_of(&key),
+        blocked_sites: book.blocked_sites(&key, 1).map(|b| b.sites),
     }
 }
 

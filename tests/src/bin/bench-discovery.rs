@@ -32,8 +32,9 @@ use std::time::{Duration, Instant};
 
 use proxy_core::leadership::{Candidate, Timing};
 use proxy_core::lease::{AcquireRequest, LeaseBook, LeaseConfig, ProxyView, Selector, Standing};
-use proxy_operator::discovery::{self, Discovery, Limits, Replica};
+use proxy_operator::discovery::{self, Discovery, Limits};
 use proxy_operator::leadership::Leadership;
+use proxy_operator::lease_book::{self, Book, Replica};
 use proxy_tests::process_usage::resident_bytes;
 use warp::Filter;
 
@@ -176,16 +177,19 @@ use warp::Reply;
 /// A replica of the fleet's discovery API, as the operator runs one: it owns the book while
 /// `leadership` says it leads, and forwards to the owner otherwise.
 fn replica(leadership: Leadership) -> Arc<Discovery> {
-    Arc::new(Discovery::replicated(
-        Some(TOKEN),
+    let book = Book::replicated(
         LeaseConfig::default(),
-        Limits::default(),
         Replica {
             own_url: None,
             leadership: Arc::new(leadership),
         },
         // Nothing saves the book here: never fence its grants.
         Duration::MAX,
+    );
+    Arc::new(Discovery::serving(
+        Arc::new(book),
+        Some(TOKEN),
+        Limits::default(),
     ))
 }
 
@@ -199,11 +203,11 @@ async fn two_replicas(n: usize) -> (String, String) {
         replica(Leadership::unopposed(candidate("owner"))),
         replica(Leadership::new(candidate("follower"))),
     );
-    owner.replace_fleet(fleet(n));
-    follower.replace_fleet(fleet(n));
-    owner.shared().standing = Standing::Owner;
+    owner.book().replace_fleet(fleet(n));
+    follower.book().replace_fleet(fleet(n));
+    owner.book().shared().standing = Standing::Owner;
     let owner = serve(discovery::routes(owner)).await;
-    follower.shared().standing = Standing::Follower {
+    follower.book().shared().standing = Standing::Follower {
         owner: Some(owner.clone()),
     };
     (owner, serve(discovery::routes(follower)).await)
@@ -278,7 +282,7 @@ async fn main() {
             LeaseConfig::default(),
             Limits::default(),
         ));
-        state.replace_fleet(fleet(n));
+        state.book().replace_fleet(fleet(n));
         servers.push((
             format!("discovery, {n:>6} proxies"),
             vec![serve(discovery::routes(state)).await],
@@ -328,7 +332,7 @@ async fn listing(body: &'static str) {
         LeaseConfig::default(),
         Limits::default(),
     ));
-    state.replace_fleet(fleet(LISTED));
+    state.book().replace_fleet(fleet(LISTED));
     let base = serve(discovery::routes(state)).await;
     let http = reqwest::Client::new();
     println!("listing at {LISTED} proxies, one client, sequential requests:");
@@ -485,7 +489,7 @@ async fn one_server(server: &str) -> String {
                 LeaseConfig::default(),
                 Limits::default(),
             ));
-            state.replace_fleet(fleet(1_000));
+            state.book().replace_fleet(fleet(1_000));
             serve(discovery::routes(state)).await
         }
         other => panic!("trivial|discovery, not {other}"),
@@ -534,7 +538,7 @@ fn sustained() {
     let mut bytes = 0;
     for _ in 0..5 {
         let started = Instant::now();
-        let checkpoint = book.checkpoint(now, discovery::ownership::SAVED_RETAINED);
+        let checkpoint = book.checkpoint(now, lease_book::ownership::SAVED_RETAINED);
         taken.push(started.elapsed());
         let started = Instant::now();
         bytes = serde_json::to_string(&checkpoint).expect("JSON").len();

@@ -19,7 +19,7 @@ const UNGRANTED: &str = "00000000-0000-4000-8000-000000000000";
 
 fn state() -> Arc<Discovery> {
     let discovery = Discovery::new(Some(TOKEN), LeaseConfig::default(), Limits::default());
-    discovery.replace_fleet(
+    discovery.book().replace_fleet(
         [
             ("a", "eu", true, 30),
             ("b", "eu", true, 10),
@@ -42,18 +42,17 @@ fn state() -> Arc<Discovery> {
 /// A replica that does not lead, following the owner at `owner` (`None`: none known).
 fn follower(owner: Option<String>) -> Arc<Discovery> {
     let candidate = proxy_core::leadership::Candidate::new("follower", Default::default()).unwrap();
-    let replica = crate::discovery::Replica {
+    let replica = crate::lease_book::Replica {
         own_url: Some("http://follower.invalid".into()),
         leadership: Arc::new(crate::leadership::Leadership::new(candidate)),
     };
-    let discovery = Discovery::replicated(
-        Some(TOKEN),
+    let book = crate::lease_book::Book::replicated(
         LeaseConfig::default(),
-        Limits::default(),
         replica,
         std::time::Duration::from_secs(3),
     );
-    discovery.shared().standing = proxy_core::lease::Standing::Follower { owner };
+    let discovery = Discovery::serving(Arc::new(book), Some(TOKEN), Limits::default());
+    discovery.book().shared().standing = proxy_core::lease::Standing::Follower { owner };
     Arc::new(discovery)
 }
 
@@ -168,7 +167,7 @@ async fn every_api_route_needs_the_token() {
         }
     }
     // A request without the token never reaches the book.
-    assert_eq!(state.active_leases(), 0);
+    assert_eq!(state.book().active_leases(), 0);
 }
 
 #[tokio::test]
@@ -197,9 +196,13 @@ async fn a_follower_forwards_to_the_owner_and_relays_its_answers() {
     .await;
     assert_eq!(lease.status, StatusCode::CREATED, "{}", lease.body);
     assert_eq!(lease.body["proxy"]["name"], "b");
-    assert_eq!(owner.active_leases(), 1, "granted in the owner's book");
     assert_eq!(
-        follower.active_leases(),
+        owner.book().active_leases(),
+        1,
+        "granted in the owner's book"
+    );
+    assert_eq!(
+        follower.book().active_leases(),
         0,
         "the follower's book is not the fleet's"
     );
@@ -225,7 +228,7 @@ async fn a_follower_forwards_to_the_owner_and_relays_its_answers() {
     );
     let released = authed(&follower, "DELETE", &format!("/v1/leases/{id}"), None).await;
     assert_eq!(released.status, StatusCode::NO_CONTENT);
-    assert_eq!(owner.active_leases(), 0);
+    assert_eq!(owner.book().active_leases(), 0);
     // The owner's errors come back as they are, and the token travels with the request.
     let full = authed(
         &follower,
@@ -458,15 +461,17 @@ async fn the_listing_and_the_book_follow_each_sync() {
         port: 3128,
         shared_egress: false,
     };
-    state.replace_fleet([view("a"), view("d")]);
+    state.book().replace_fleet([view("a"), view("d")]);
     let listed = authed(&state, "GET", "/v1/proxies?fields=name", None).await;
     assert_eq!(listed.body["count"], 2);
-    assert_eq!(state.tracked(), 2, "b and c left the book");
-    state.forget(&proxy_core::ProxyKey::new("crawl", "d"));
-    assert_eq!(state.tracked(), 1);
-    state.replace_fleet([view("a"), view("d")]);
+    assert_eq!(state.book().tracked(), 2, "b and c left the book");
+    state
+        .book()
+        .forget(&proxy_core::ProxyKey::new("crawl", "d"));
+    assert_eq!(state.book().tracked(), 1);
+    state.book().replace_fleet([view("a"), view("d")]);
     assert_eq!(
-        state.tracked(),
+        state.book().tracked(),
         2,
         "d is still in the fleet: it is back in the book"
     );
@@ -553,7 +558,7 @@ async fn a_lease_picks_the_best_proxy_and_a_release_frees_it() {
 #[tokio::test]
 async fn a_holders_leases_are_listed_and_released_by_holder() {
     let state = state();
-    state.replace_credentials([(
+    state.book().replace_credentials([(
         proxy_core::ProxyKey::new("crawl", "b"),
         Credentials::new("b", "s3cret-pass"),
     )]);
@@ -597,7 +602,11 @@ async fn a_holders_leases_are_listed_and_released_by_holder() {
     assert_eq!(released.body, json!({"released": 1}));
     let again = authed(&state, "DELETE", "/v1/leases?holder=scrapy/host-1/42", None).await;
     assert_eq!(again.body, json!({"released": 0}), "idempotent");
-    assert_eq!(state.active_leases(), 1, "the other holder's lease stays");
+    assert_eq!(
+        state.book().active_leases(),
+        1,
+        "the other holder's lease stays"
+    );
     let listed = authed(&state, "GET", "/v1/leases?holder=scrapy/host-1/42", None).await;
     assert_eq!(listed.body, json!({"count": 0, "leases": []}));
 
@@ -619,13 +628,13 @@ async fn a_holders_leases_are_listed_and_released_by_holder() {
     assert_error(&bad, StatusCode::BAD_REQUEST, "invalid_holder");
     let bad = lease(r#"{"holder": 7}"#).await;
     assert_error(&bad, StatusCode::BAD_REQUEST, "invalid_request");
-    assert_eq!(state.active_leases(), 1);
+    assert_eq!(state.book().active_leases(), 1);
 }
 
 #[tokio::test]
 async fn a_lease_of_a_proxy_with_credentials_carries_them_and_the_listing_never_does() {
     let state = state();
-    state.replace_credentials([(
+    state.book().replace_credentials([(
         proxy_core::ProxyKey::new("crawl", "b"),
         Credentials::new("b user", "p@ss:w/rd"),
     )]);
@@ -903,7 +912,11 @@ async fn bad_lease_requests_get_their_code() {
         let answer = authed(&state, "POST", "/v1/leases", Some(body)).await;
         assert_error(&answer, status, code);
     }
-    assert_eq!(state.active_leases(), 0, "a refused request leases nothing");
+    assert_eq!(
+        state.book().active_leases(),
+        0,
+        "a refused request leases nothing"
+    );
     // null is "not given" for target and ttlSeconds, as docs/openapi.yaml says.
     let answer = authed(
         &state,
@@ -1137,7 +1150,7 @@ async fn a_query_on_a_route_that_takes_none_is_refused() {
             answer.body
         );
     }
-    assert_eq!(state.active_leases(), 0);
+    assert_eq!(state.book().active_leases(), 0);
     // The health check of probes ignores a query, as it always did.
     let health = call(&state, "GET", "/healthz?probe=1", None, None).await;
     assert_eq!(health.status, StatusCode::OK, "{}", health.body);
@@ -1147,7 +1160,7 @@ async fn a_query_on_a_route_that_takes_none_is_refused() {
 async fn a_panicking_handler_is_a_500_and_the_server_keeps_serving() {
     // The same guard every handler runs in, around a handler with a bug.
     let buggy = warp::any().map(|| match guarded(|| panic!("a bug in a handler")) {
-        Err(Elsewhere::Answer(error)) => error.into_response(),
+        Err(Away::Answer(error)) => error.into_response(),
         _ => unreachable!("a panic is an answer"),
     });
     let response = warp::test::request().reply(&buggy).await;
@@ -1163,7 +1176,7 @@ async fn a_panicking_handler_is_a_500_and_the_server_keeps_serving() {
     // A panic while holding the book does not wedge the book for later requests.
     let state = state();
     let poisoned = std::panic::catch_unwind(AssertUnwindSafe(|| {
-        let _book = state.shared();
+        let _book = state.book().shared();
         panic!("a bug while holding the book");
     }));
     assert!(poisoned.is_err());
@@ -1561,14 +1574,14 @@ async fn only_the_owner_observes_blocked_sites() {
     authed(&state, "POST", &path, Some(r#"{"status": 403}"#)).await;
     let key = proxy_core::ProxyKey::new("crawl", &name);
     assert_eq!(
-        state.blocked_sites(&key, 2),
+        state.book().blocked_sites(&key, 2),
         Some(proxy_core::BlockedSites {
             sites: 1,
             threshold: 2,
             window_seconds: 3600
         })
     );
-    assert_eq!(follower(None).blocked_sites(&key, 2), None);
+    assert_eq!(follower(None).book().blocked_sites(&key, 2), None);
 }
 
 /// The `Allow` header's route table says, for every path of `docs/openapi.yaml`, the
@@ -1829,7 +1842,11 @@ async fn no_view_counts_a_lease_past_its_end() {
     assert_eq!(active(&listing), 0, "{}", listing.body);
     let detail = authed(&state, "GET", "/v1/proxies/crawl/b", None).await;
     assert_eq!(detail.body["activeLeases"], 0, "{}", detail.body);
-    assert_eq!(state.leases_of(&b), Some(0));
-    assert_eq!(state.active_leases(), 0);
-    assert_eq!(state.retained_leases(), 1, "ended, kept for a late report");
+    assert_eq!(state.book().leases_of(&b), Some(0));
+    assert_eq!(state.book().active_leases(), 0);
+    assert_eq!(
+        state.book().retained_leases(),
+        1,
+        "ended, kept for a late report"
+    );
 }

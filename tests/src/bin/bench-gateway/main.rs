@@ -419,16 +419,18 @@ async fn discovery_api(squids: &[SocketAddr]) -> anyhow::Result<(String, Arc<Dis
         LeaseConfig::default(),
         Limits::default(),
     ));
-    discovery.replace_fleet(squids.iter().enumerate().map(|(i, addr)| ProxyView {
-        key: proxy_core::ProxyKey::new("bench", format!("squid-{i}")),
-        labels: [("geo".to_owned(), "eu".to_owned())].into(),
-        healthy: true,
-        latency_ms: 1,
-        max_leases: 100_000,
-        host: addr.ip().to_string(),
-        port: addr.port(),
-        shared_egress: false,
-    }));
+    discovery
+        .book()
+        .replace_fleet(squids.iter().enumerate().map(|(i, addr)| ProxyView {
+            key: proxy_core::ProxyKey::new("bench", format!("squid-{i}")),
+            labels: [("geo".to_owned(), "eu".to_owned())].into(),
+            healthy: true,
+            latency_ms: 1,
+            max_leases: 100_000,
+            host: addr.ip().to_string(),
+            port: addr.port(),
+            shared_egress: false,
+        }));
     let listener = TcpListener::bind("127.0.0.1:0").await?;
     let url = format!("http://{}", listener.local_addr()?);
     tokio::spawn(discovery::serve(

@@ -231,7 +231,7 @@ async fn burst(
     let open = resident_bytes(pid)?;
     drop(opened);
     let released = tokio::time::timeout(RELEASED_WITHIN, async {
-        while book.active_leases() > 0 {
+        while book.book().active_leases() > 0 {
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
     })
@@ -239,7 +239,7 @@ async fn burst(
     if released.is_err() {
         eprintln!(
             "bench-gateway memory: {} leases still held {RELEASED_WITHIN:?} after the connections to {} closed",
-            book.active_leases(),
+            book.book().active_leases(),
             gateway.name
         );
     }
@@ -252,7 +252,7 @@ async fn burst(
         open,
         after: resident_bytes(pid)?,
         failed,
-        leases_left: book.active_leases(),
+        leases_left: book.book().active_leases(),
     })
 }
 

@@ -29,7 +29,7 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, ObjectMeta, PostParams};
 use proxy_core::lease::{Checkpoint, Standing};
 
-use super::Discovery;
+use super::Book;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -162,24 +162,24 @@ impl Store {
 
 /// Follows leadership, takes the book over, and saves it while this replica owns it, until
 /// the task is dropped. Does nothing for a replica that is alone.
-pub async fn run(discovery: Arc<Discovery>, store: Arc<Store>) {
-    let Some(replica) = &discovery.replica else {
+pub async fn run(book: Arc<Book>, store: Arc<Store>) {
+    let Some(replica) = &book.replica else {
         return;
     };
     // A save this loop's previous run was writing when it stopped never answered.
-    discovery.shared().journal.abandoned();
+    book.shared().journal.abandoned();
     let mut saved_at = tokio::time::Instant::now();
     loop {
         let leading = replica.leadership.is_leader();
-        let standing = discovery.shared().standing.clone();
+        let standing = book.shared().standing.clone();
         match (leading, standing) {
             (true, Standing::Follower { .. } | Standing::Restoring) => {
-                take_over(&discovery, &store).await;
+                take_over(&book, &store).await;
             }
             (true, Standing::Owner) => {
                 if saved_at.elapsed() >= store.interval {
                     saved_at = tokio::time::Instant::now();
-                    save(&discovery, &store).await;
+                    save(&book, &store).await;
                 }
             }
             (false, standing) => {
@@ -191,12 +191,12 @@ pub async fn run(discovery: Arc<Discovery>, store: Arc<Store>) {
                             "no longer the leader: the lease book is the new leader's now"
                         );
                     }
-                    discovery.shared().standing = following;
+                    book.shared().standing = following;
                 }
             }
         }
         if let Some(label) = &store.label {
-            let owner = discovery.shared().standing == Standing::Owner;
+            let owner = book.shared().standing == Standing::Owner;
             label.follow(owner).await;
         }
         tokio::time::sleep(TICK).await;
@@ -206,9 +206,9 @@ pub async fn run(discovery: Arc<Discovery>, store: Arc<Store>) {
 /// Reads the last saved book and merges it into ours, then owns the book; on a failed read,
 /// or before the fleet was given once (the Proxy cache has not listed yet), stays
 /// `Restoring` (the next tick tries again).
-async fn take_over(discovery: &Discovery, store: &Store) {
-    discovery.shared().standing = Standing::Restoring;
-    if !discovery.fleet_given() {
+async fn take_over(book: &Book, store: &Store) {
+    book.shared().standing = Standing::Restoring;
+    if !book.fleet_given() {
         return;
     }
     let checkpoint = match store.load().await {
@@ -218,7 +218,7 @@ async fn take_over(discovery: &Discovery, store: &Store) {
             return;
         }
     };
-    let mut shared = discovery.shared();
+    let mut shared = book.shared();
     let now = jiff::Timestamp::now();
     if let Some(checkpoint) = &checkpoint {
         merge(&mut shared.book, checkpoint, now);
@@ -254,9 +254,9 @@ fn merge(book: &mut proxy_core::lease::LeaseBook, checkpoint: &Checkpoint, now: 
 
 /// Saves the book if it changed since the last save; on a conflict, merges the book that
 /// won and leaves it for the next save.
-async fn save(discovery: &Discovery, store: &Store) {
+async fn save(book: &Book, store: &Store) {
     let (checkpoint, ticket) = {
-        let mut shared = discovery.shared();
+        let mut shared = book.shared();
         if shared.standing != Standing::Owner || !shared.journal.needs_checkpoint() {
             return;
         }
@@ -265,36 +265,32 @@ async fn save(discovery: &Discovery, store: &Store) {
             .checkpoint(jiff::Timestamp::now(), SAVED_RETAINED);
         (checkpoint, shared.journal.started())
     };
-    let leading = discovery
+    let leading = book
         .replica
         .as_ref()
         .is_some_and(|replica| replica.leadership.is_leader());
     if !leading {
         // The claim ran out since the book was taken: the next owner saves.
-        discovery.shared().journal.failed(ticket);
+        book.shared().journal.failed(ticket);
         return;
     }
     match store.write(encode(checkpoint)).await {
         Ok(()) => {
-            discovery.shared().journal.saved(ticket);
+            book.shared().journal.saved(ticket);
             store.metrics.count("saved");
         }
         Err(WriteError::Conflict) => {
-            discovery.shared().journal.failed(ticket);
+            book.shared().journal.failed(ticket);
             store.metrics.count("conflict");
             tracing::warn!("another replica saved the lease book since this one did: merging it");
             match store.load().await {
-                Ok(Some(theirs)) => merge(
-                    &mut discovery.shared().book,
-                    &theirs,
-                    jiff::Timestamp::now(),
-                ),
+                Ok(Some(theirs)) => merge(&mut book.shared().book, &theirs, jiff::Timestamp::now()),
                 Ok(None) => {}
                 Err(error) => tracing::warn!(%error, "cannot read the saved lease book"),
             }
         }
         Err(WriteError::Other(error)) => {
-            discovery.shared().journal.failed(ticket);
+            book.shared().journal.failed(ticket);
             store.metrics.count("failed");
             tracing::warn!(%error, "cannot save the lease book; retrying");
         }
@@ -343,13 +339,13 @@ fn encode(mut checkpoint: Checkpoint) -> String {
 
 /// Saves the book once more if this replica owns it: on SIGTERM, after the last request was
 /// answered, so that a restart loses nothing.
-pub async fn save_at_shutdown(discovery: &Discovery, store: &Store) {
+pub async fn save_at_shutdown(book: &Book, store: &Store) {
     {
-        let mut shared = discovery.shared();
+        let mut shared = book.shared();
         shared.journal.abandoned();
         shared.journal.changed(jiff::Timestamp::now());
     }
-    save(discovery, store).await;
+    save(book, store).await;
 }
 
 /// Labels of the lease book's saves.
