@@ -787,3 +787,16 @@ fn a_holders_active_leases_are_listed_and_released_together() {
     );
     assert_eq!(ids(book.leases(None, at(13))), ["l4", "l5"]);
 }
+
+#[test]
+fn a_report_result_is_written_as_the_api_reads_it() {
+    use proxy_core::lease::ReportResult;
+    for result in [
+        ReportResult::Ok,
+        ReportResult::RateLimited,
+        ReportResult::Blocked,
+        ReportResult::Error,
+    ] {
+        assert_eq!(serde_json::to_value(result).unwrap(), result.as_str());
+    }
+}

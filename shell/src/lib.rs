@@ -31,4 +31,5 @@ pub mod runtime;
 pub mod tasks;
 pub mod time;
 pub mod tracked;
+pub mod wire;
 pub mod writes;

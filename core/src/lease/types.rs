@@ -182,6 +182,18 @@ pub enum ReportResult {
     Error,
 }
 
+impl ReportResult {
+    /// The result as the API writes it: `ok`, `rate_limited`, `blocked`, `error`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Ok => "ok",
+            Self::RateLimited => "rate_limited",
+            Self::Blocked => "blocked",
+            Self::Error => "error",
+        }
+    }
+}
+
 /// How long reports keep a proxy away from a target; ended leases are kept as long as the
 /// longest of them ([`retention`](Self::retention)), and at most
 /// [`max_retained`](Self::max_retained) of them at once.

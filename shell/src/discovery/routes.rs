@@ -14,7 +14,7 @@ use proxy_core::lease::{
     Report, ReportId, ReportResult, Selector, SessionName, Site, StatusMeaning, Sticky,
     checked_holder, checked_target, meaning_of, seconds_until,
 };
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 use warp::http::{HeaderValue, StatusCode, header};
 use warp::reply::Response;
 use warp::{Filter, Reply};
@@ -23,6 +23,9 @@ use super::error::{ApiError, json_response, recover};
 use super::forward::{FORWARDED_HEADER, Incoming};
 use super::{Away, BODY_LIMIT, Discovery};
 use crate::credentials::Credentials;
+use crate::wire::{
+    LeaseGranted, LeaseRequest, LeasedProxy, Moved, NoMatchBody, ReportAnswer, ReportRequest,
+};
 
 /// Every route, with authentication, the body limit, panic recovery, JSON errors and the
 /// request log. A request this replica does not answer from its book is forwarded to the
@@ -492,41 +495,11 @@ fn detail(state: &Discovery, forwarded: bool, key: &ProxyKey) -> Result<Response
     Ok(json_response(StatusCode::OK, &detail))
 }
 
-/// The body of `POST /v1/leases`.
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
-struct AcquireBody {
-    /// Label terms the proxy must carry, `{"geo": "eu"}`.
-    #[serde(default)]
-    selector: Labels,
-    /// The site the lease is for (its host name); cooldowns are per target.
-    #[serde(default)]
-    target: Option<String>,
-    /// How long the lease lasts, in whole seconds. A JSON number, since JSON Schema counts
-    /// `60.0` as the integer 60 and the API document promises integers.
-    #[serde(default)]
-    ttl_seconds: Option<serde_json::Number>,
-    /// Only proxies whose egress address no other proxy shares.
-    #[serde(default)]
-    distinct_egress: bool,
-    /// Who holds the lease, so that `GET`/`DELETE /v1/leases?holder=` find it.
-    #[serde(default)]
-    holder: Option<String>,
-    /// The session the lease is for: its active lease is answered again (200) while its
-    /// proxy still fits the request, and a new lease is bound to it otherwise.
-    #[serde(default)]
-    session: Option<String>,
-    /// Proxies (`namespace/name`) not to grant, at most [`MAX_AVOID`]: the upstreams a
-    /// gateway just failed to reach.
-    #[serde(default)]
-    avoid: Vec<String>,
-}
-
 /// The most proxies a lease request may avoid.
 const MAX_AVOID: usize = 8;
 
 /// The session and the avoided proxies of a lease request, checked.
-fn sticky(request: &AcquireBody) -> Result<Sticky, ApiError> {
+fn sticky(request: &LeaseRequest) -> Result<Sticky, ApiError> {
     let session = request
         .session
         .as_deref()
@@ -563,51 +536,6 @@ fn ttl(seconds: Option<&serde_json::Number>, limits: &super::Limits) -> Result<D
             "ttlSeconds must be a whole number of seconds between 1 and {max}, not {seconds}"
         ))),
     }
-}
-
-/// The answer to a granted lease. `Debug` is not derived: it carries the password.
-#[derive(Serialize)]
-#[serde(rename_all = "camelCase")]
-struct LeaseGranted {
-    #[serde(rename = "leaseID")]
-    lease_id: String,
-    proxy: LeasedProxy,
-    target: Option<String>,
-    expires_at: String,
-    ttl_seconds: u64,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    holder: Option<String>,
-    /// The session the lease stands for, when the request named one.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    session: Option<String>,
-    /// The proxy the session left, and why, when it moved.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    moved: Option<Moved>,
-}
-
-/// Where a session moved from, and why.
-#[derive(Serialize)]
-struct Moved {
-    from: String,
-    reason: &'static str,
-}
-
-/// The leased proxy. `Debug` is not derived: the answer carries the password.
-#[derive(Serialize)]
-struct LeasedProxy {
-    namespace: String,
-    name: String,
-    host: String,
-    port: u16,
-    /// `http://user:pass@host:port` (userinfo percent-encoded) when the proxy has
-    /// credentials, `http://host:port` when it has none.
-    url: String,
-    /// The credentials, also on their own (crawlee's `ProxyInfo`, Playwright's `proxy`);
-    /// absent when the proxy has none.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    username: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    password: Option<String>,
 }
 
 impl LeaseGranted {
@@ -657,7 +585,7 @@ fn parse<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
 
 /// `POST /v1/leases`
 fn acquire(state: &Discovery, forwarded: bool, body: &[u8]) -> Result<Response, Away> {
-    let request: AcquireBody = parse(body)?;
+    let request: LeaseRequest = parse(body)?;
     let sticky = sticky(&request)?;
     let ttl = ttl(request.ttl_seconds.as_ref(), &state.limits)?;
     let selector = Selector::checked(request.selector)
@@ -699,7 +627,7 @@ fn acquire(state: &Discovery, forwarded: bool, body: &[u8]) -> Result<Response, 
                 Grant::Moved { lease, from, why } => {
                     let moved = Moved {
                         from: from.to_string(),
-                        reason: why.as_str(),
+                        reason: why.as_str().to_owned(),
                     };
                     (StatusCode::CREATED, lease, Some(moved))
                 }
@@ -848,25 +776,12 @@ fn is_lease_id(id: &str) -> bool {
         && uuid::Uuid::try_parse(id).is_ok()
 }
 
-/// The 409 of `POST /v1/leases`: the error, why each matching proxy was passed over, and
-/// when the first of them cooling down for the target leaves its cooldown (`retryAt`, and
-/// the seconds until then, also as `Retry-After`).
-#[derive(Debug, Serialize)]
-#[serde(rename_all = "camelCase")]
-struct NoMatchBody {
-    error: &'static str,
-    message: &'static str,
-    #[serde(flatten)]
-    stats: proxy_core::lease::NoMatch,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    retry_after_seconds: Option<u64>,
-}
-
 impl From<proxy_core::lease::NoMatch> for NoMatchBody {
     fn from(stats: proxy_core::lease::NoMatch) -> Self {
         Self {
-            error: "no_match",
-            message: "no healthy proxy with free capacity matches the selector and target",
+            error: "no_match".to_owned(),
+            message: "no healthy proxy with free capacity matches the selector and target"
+                .to_owned(),
             stats,
             retry_after_seconds: None,
         }
@@ -885,37 +800,6 @@ fn release(state: &Discovery, forwarded: bool, id: &str) -> Result<Response, Awa
         shared.journal.changed(now);
     }
     Ok(no_content())
-}
-
-/// The body of `POST /v1/leases/{id}/report`: `result`, or the `status` the crawler saw,
-/// which the core maps ([`meaning_of`]).
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct ReportBody {
-    /// `ok`, `rate_limited`, `blocked` or `error`. Absent is `None`; `null` is refused.
-    #[serde(default, deserialize_with = "present")]
-    result: Option<String>,
-    /// The HTTP status code the crawler saw through the proxy: a JSON number, since JSON
-    /// Schema counts `429.0` as the integer 429. Absent is `None`; `null` is refused.
-    #[serde(default, deserialize_with = "present")]
-    status: Option<serde_json::Number>,
-    /// The site, when it is not the lease's target.
-    #[serde(default)]
-    target: Option<String>,
-    /// The client's name for this report, so that sending it again counts it once. Absent
-    /// is `None`; `null` is refused.
-    #[serde(default, rename = "reportID", deserialize_with = "present")]
-    report_id: Option<String>,
-}
-
-/// A field that may be absent (`None`) but not `null`: with `#[serde(default)]`, serde
-/// calls this only for a field that is there, and `T` refuses `null`.
-fn present<'de, D, T>(deserializer: D) -> Result<Option<T>, D::Error>
-where
-    D: serde::Deserializer<'de>,
-    T: Deserialize<'de>,
-{
-    T::deserialize(deserializer).map(Some)
 }
 
 /// The status code a JSON number stands for, or 0 (refused by [`meaning_of`]) when it is
@@ -940,7 +824,7 @@ fn whole(number: &serde_json::Number) -> Option<u64> {
 
 /// What a report body says the crawler saw: a result (as the core's `StatusMeaning::Report`),
 /// or the meaning of the status code it saw.
-fn saw(request: &ReportBody) -> Result<StatusMeaning, ApiError> {
+fn saw(request: &ReportRequest) -> Result<StatusMeaning, ApiError> {
     match (&request.result, &request.status) {
         (Some(result), None) => serde_json::from_value(serde_json::Value::String(result.clone()))
             .map(StatusMeaning::Report)
@@ -961,24 +845,6 @@ fn saw(request: &ReportBody) -> Result<StatusMeaning, ApiError> {
             "a report needs result (ok, rate_limited, blocked, error) or status (an HTTP status code)",
         )),
     }
-}
-
-/// The answer to every report: what the book recorded and what the crawler does next, so
-/// that no client maps status codes or keeps a cooldown clock of its own.
-#[derive(Debug, Serialize)]
-#[serde(rename_all = "camelCase")]
-struct ReportAnswer {
-    /// `null` for a 407, which records nothing.
-    result: Option<ReportResult>,
-    lease_again: bool,
-    /// The site the report counted for (the report's target, else the lease's).
-    target: Option<String>,
-    /// While the proxy cools down for that site: when the cooldown ends, and the whole
-    /// seconds until then (rounded up), for clients whose clock is not the server's.
-    cooldown_until: Option<String>,
-    cooldown_seconds: Option<u64>,
-    /// The report's ID was heard before on this lease: nothing was recorded again.
-    repeated: bool,
 }
 
 impl ReportAnswer {
@@ -1022,7 +888,7 @@ fn report(
     on: ReportedOn<'_>,
     body: &[u8],
 ) -> Result<Response, Away> {
-    let request: ReportBody = parse(body)?;
+    let request: ReportRequest = parse(body)?;
     let report = Report {
         saw: saw(&request)?,
         target: target(request.target.as_deref())?,

@@ -35,13 +35,12 @@ use proxy_core::ProxyKey;
 use proxy_core::gateway::credentials::basic_header;
 use proxy_core::gateway::release::{Next, ReleaseTries, Released};
 use proxy_core::gateway::{LeaseAsk, Refusal};
-use proxy_core::lease::{NoMatch, ReportResult};
-use serde::Deserialize;
-use serde_json::{Value, json};
+use proxy_core::lease::ReportResult;
 use tokio::sync::OnceCell;
 use tokio_util::task::TaskTracker;
 
 use super::metrics::GatewayMetrics;
+use crate::wire::{HeldReleased, LeaseGranted, LeaseRequest, NoMatchBody, ReportRequest};
 
 /// How long one request to the lease book may take.
 const TIMEOUT: Duration = Duration::from_secs(5);
@@ -122,29 +121,6 @@ pub struct Book {
     metrics: Arc<GatewayMetrics>,
     /// The grants awaited, the releases and reports in flight.
     background: TaskTracker,
-}
-
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct Granted {
-    #[serde(rename = "leaseID")]
-    lease_id: String,
-    proxy: GrantedProxy,
-    ttl_seconds: u64,
-    #[serde(default)]
-    moved: Option<Value>,
-}
-
-#[derive(Deserialize)]
-struct GrantedProxy {
-    namespace: String,
-    name: String,
-    host: String,
-    port: u16,
-    #[serde(default)]
-    username: Option<String>,
-    #[serde(default)]
-    password: Option<String>,
 }
 
 impl Book {
@@ -239,14 +215,15 @@ impl Book {
                 Refusal::BookUnavailable
             })?;
         let status = answer.status();
-        let body: Value = answer.json().await.unwrap_or_default();
         if status.is_success() {
-            Ok(body["released"].as_u64().unwrap_or(0))
+            let body = answer.json::<HeldReleased>().await;
+            Ok(body.map_or(0, |body| body.released as u64))
         } else if status.is_server_error() {
             Err(Refusal::BookUnavailable)
         } else {
             // No retry changes a refusal (a token the API refuses): serve on, and let the
             // leases a predecessor left expire.
+            let body = answer.text().await.unwrap_or_default();
             tracing::warn!(status = status.as_u16(), %body, holder = self.holder, "the lease book refused a release by holder");
             Ok(0)
         }
@@ -259,27 +236,19 @@ impl Book {
     /// hung up) while the book answers, the grant is released as it lands.
     pub async fn lease(&self, ask: &LeaseAsk) -> Result<Held, Refusal> {
         self.released_predecessor().await?;
-        let mut body = json!({
-            "selector": ask.selector.terms().collect::<std::collections::BTreeMap<_, _>>(),
-            "target": ask.target,
-        });
-        if let Some(ttl) = ask.ttl {
-            body["ttlSeconds"] = json!(ttl.as_secs());
-        }
-        if let Some(session) = &ask.session {
-            body["session"] = json!(session.as_str());
-        }
-        if let Some(holder) = ask.holder(&self.holder) {
-            body["holder"] = json!(holder);
-        }
-        if !ask.avoid.is_empty() {
-            body["avoid"] = json!(
-                ask.avoid
-                    .iter()
-                    .map(ToString::to_string)
-                    .collect::<Vec<_>>()
-            );
-        }
+        let body = LeaseRequest {
+            selector: ask
+                .selector
+                .terms()
+                .map(|(key, value)| (key.to_owned(), value.to_owned()))
+                .collect(),
+            target: Some(ask.target.clone()),
+            ttl_seconds: ask.ttl.map(|ttl| ttl.as_secs().into()),
+            session: ask.session.as_ref().map(|s| s.as_str().to_owned()),
+            holder: ask.holder(&self.holder).map(str::to_owned),
+            avoid: ask.avoid.iter().map(ToString::to_string).collect(),
+            ..LeaseRequest::default()
+        };
         let session = ask.session.as_ref().map(|s| s.as_str().to_owned());
         let book = self.clone();
         self.background
@@ -289,7 +258,7 @@ impl Book {
     }
 
     /// `POST /v1/leases` with `body`, for `session`.
-    async fn grant(self, body: Value, session: Option<String>) -> Result<Held, Refusal> {
+    async fn grant(self, body: LeaseRequest, session: Option<String>) -> Result<Held, Refusal> {
         let started = Instant::now();
         let answer = self
             .request(reqwest::Method::POST, "/v1/leases")
@@ -311,7 +280,7 @@ impl Book {
         self.metrics.lease_took(started.elapsed().as_secs_f64());
         match status {
             200 | 201 => {
-                let granted: Granted = serde_json::from_slice(&bytes).map_err(|error| {
+                let granted: LeaseGranted = serde_json::from_slice(&bytes).map_err(|error| {
                     tracing::warn!(%error, "the lease book's answer is not a lease");
                     Refusal::BookUnavailable
                 })?;
@@ -338,7 +307,9 @@ impl Book {
                 Ok(Held { book: self, leased })
             }
             409 => Err(Refusal::NoProxy(
-                serde_json::from_slice::<NoMatch>(&bytes).unwrap_or_default(),
+                serde_json::from_slice::<NoMatchBody>(&bytes)
+                    .map(|body| body.stats)
+                    .unwrap_or_default(),
             )),
             503 => Err(Refusal::BookUnavailable),
             other => {
@@ -437,7 +408,11 @@ impl Book {
             reqwest::Method::POST,
             &format!("/v1/leases/{}/report", leased.id),
         )
-        .json(&json!({"result": result, "target": target}))
+        .json(&ReportRequest {
+            result: Some(result.as_str().to_owned()),
+            target: Some(target.to_owned()),
+            ..ReportRequest::default()
+        })
     }
 
     /// Runs `work` (a call to the book) on the current runtime, tracked for [`settle`](Self::settle).
