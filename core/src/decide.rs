@@ -503,7 +503,10 @@ fn managed(spec: &ProxySpec, status: &ProxyStatus, observed: &Observed) -> Step 
                     if may_serve(&observed.instance)
                         && provisioned_reason(status) != Some(ProvisionedReason::Replacing) =>
                 {
-                    replacement_held(observe(status, observed, provider, provider_id), why)
+                    replacement_held(
+                        follow_instance(status, observed, provider, provider_id),
+                        why,
+                    )
                 }
                 _ => replace(observed, provider, provider_id),
             }
@@ -511,7 +514,7 @@ fn managed(spec: &ProxySpec, status: &ProxyStatus, observed: &Observed) -> Step 
         // Instances created before the annotation existed (or whose annotation was removed)
         // are adopted: otherwise the first release that adds a field to the hash input
         // would replace the whole fleet.
-        HashState::Missing => observe(status, observed, provider, provider_id)
+        HashState::Missing => follow_instance(status, observed, provider, provider_id)
             .with_metadata(MetadataWrite::SetSpecHash { hash: machine.hash })
             .with_event(
                 EventType::Normal,
@@ -521,7 +524,7 @@ fn managed(spec: &ProxySpec, status: &ProxyStatus, observed: &Observed) -> Step 
                      spec hash and kept the instance"
                 ),
             ),
-        HashState::Matches => observe(status, observed, provider, provider_id),
+        HashState::Matches => follow_instance(status, observed, provider, provider_id),
     }
 }
 
@@ -659,7 +662,12 @@ fn replacement_held(mut step: Step, why: String) -> Step {
 }
 
 /// The instance matches the spec: follow what `get` answered.
-fn observe(status: &ProxyStatus, observed: &Observed, provider: &str, provider_id: &str) -> Step {
+fn follow_instance(
+    status: &ProxyStatus,
+    observed: &Observed,
+    provider: &str,
+    provider_id: &str,
+) -> Step {
     let timing = &observed.timing;
     match &observed.instance {
         InstanceView::Running { ip } if !ip.is_empty() => Step::set(

@@ -94,6 +94,17 @@ pub struct ProviderError {
     pub cause: Option<Cause>,
 }
 
+/// `<class>: <message>`, as a log line or an error chain shows it.
+impl std::fmt::Display for ProviderError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.class.label(), self.message)
+    }
+}
+
+/// A provider error is an error like any other: `?` takes it into `anyhow` and `Box<dyn
+/// Error>` chains.
+impl std::error::Error for ProviderError {}
+
 /// What a failed call says about the provider as a whole.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", rename_all_fields = "camelCase")]

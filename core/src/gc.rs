@@ -81,7 +81,7 @@ use jiff::Timestamp;
 mod brake;
 mod cache;
 
-pub use brake::{DeleteFraction, FractionError, Plan, plan};
+pub use brake::{DeleteFraction, Deletions, FractionError, plan};
 pub use cache::{CacheSync, Gate, WatchSignal, gate};
 
 /// The labels the GC reads. Every instance carries them, set at creation, in the same call

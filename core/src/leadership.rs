@@ -12,17 +12,17 @@
 //! 1. reads the leadership Lease (or learns that it does not exist) and converts its spec to
 //!    a [`Claim`];
 //! 2. calls [`plan`] with it, its [`Candidate`] and `now`;
-//! 3. executes the [`Plan`]: for [`Plan::Lead`] and [`Plan::Acquire`] it writes the claim,
+//! 3. executes the [`Round`]: for [`Round::Lead`] and [`Round::Acquire`] it writes the claim,
 //!    creating the Lease when `create` is set and otherwise replacing it
 //!    with the `resourceVersion` read in step 1 as a precondition. Only when the write
 //!    succeeds does it set its *held-until* time to the plan's `held_until`; when the write
 //!    fails (a conflict: someone else wrote first) it keeps the old one;
-//! 4. runs the next round at [`Plan::next_round`].
+//! 4. runs the next round at [`Round::next_round`].
 //!
 //! The shell keeps that held-until time in a [`Standing`], which also says, each time the
 //! shell looks (after every round, and when the held-until time passes between rounds),
 //! whether leadership was just gained or lost and why ([`Change`]), for the log. A
-//! [`Plan::Follow`] drops the held-until time at once: the Lease names someone else with a
+//! [`Round::Follow`] drops the held-until time at once: the Lease names someone else with a
 //! valid claim, so whatever we wrote last, we no longer lead.
 //!
 //! Before every leader-only write (a GC delete, a status write from the health engine), the
@@ -31,11 +31,11 @@
 //! from the API server, stalled) may still believe it leads when its queue drains.
 //!
 //! The `resourceVersion` precondition is what makes two replicas that both see a free or
-//! expired claim safe: both plan [`Plan::Acquire`], one write wins, the other conflicts and
+//! expired claim safe: both plan [`Round::Acquire`], one write wins, the other conflicts and
 //! follows in its next round. [`plan`] itself guarantees the rest: while a claim is valid,
-//! only its holder gets anything but [`Plan::Follow`].
+//! only its holder gets anything but [`Round::Follow`].
 //!
-//! # Timing
+//! # Durations
 //!
 //! Three durations, with client-go's defaults ([`DURATION`], [`RENEW_DEADLINE`],
 //! [`RETRY_PERIOD`]), related by `retry period < renew deadline < duration`:
@@ -49,18 +49,18 @@
 //!   the leader's, the old leader has stopped writing before anyone else can take over;
 //! - a follower polls every retry period (sooner when the claim ends before that), so when the
 //!   leader stops renewing, a follower takes over no later than `duration + retry period`
-//!   after the last renew, and exactly at `duration` when it polls on [`Plan::next_round`].
+//!   after the last renew, and exactly at `duration` when it polls on [`Round::next_round`].
 //!
 //! # Rules
 //!
-//! - **No Lease**: [`Plan::Acquire`] with `create` and 0 transitions.
-//! - **Free** (no holder, or an empty one, as a released claim has): [`Plan::Acquire`],
+//! - **No Lease**: [`Round::Acquire`] with `create` and 0 transitions.
+//! - **Free** (no holder, or an empty one, as a released claim has): [`Round::Acquire`],
 //!   transitions + 1.
-//! - **Held by us**: [`Plan::Lead`], renewing it, keeping the acquire time and the
+//! - **Held by us**: [`Round::Lead`], renewing it, keeping the acquire time and the
 //!   transitions, *even when it has expired*: we restarted, or stalled, and nobody took it
 //!   over meanwhile. Identities must therefore be unique per replica.
-//! - **Held by someone else, valid at `now`**: [`Plan::Follow`] until it ends.
-//! - **Held by someone else, expired**: [`Plan::Acquire`], transitions + 1.
+//! - **Held by someone else, valid at `now`**: [`Round::Follow`] until it ends.
+//! - **Held by someone else, expired**: [`Round::Acquire`], transitions + 1.
 //!
 //! A claim is valid while `now < renew time + its duration`: the holder's duration as
 //! written (ours when the Lease has none), and the acquire time when there is no renew time.
@@ -132,13 +132,13 @@ impl Claim {
 /// The three durations of the module doc. Valid by construction: whole seconds for the
 /// duration (the Lease stores seconds), and `0 < retry period < renew deadline < duration`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Timing {
+pub struct Durations {
     duration: Duration,
     renew_deadline: Duration,
     retry_period: Duration,
 }
 
-impl Default for Timing {
+impl Default for Durations {
     /// [`DURATION`], [`RENEW_DEADLINE`], [`RETRY_PERIOD`].
     fn default() -> Self {
         Self {
@@ -149,21 +149,21 @@ impl Default for Timing {
     }
 }
 
-impl Timing {
+impl Durations {
     /// The timing, when its durations keep the rules of the module doc.
     pub fn new(
         duration: Duration,
         renew_deadline: Duration,
         retry_period: Duration,
-    ) -> Result<Self, InvalidTiming> {
+    ) -> Result<Self, InvalidDurations> {
         if duration.subsec_nanos() != 0 || duration.as_secs() > i32::MAX as u64 {
-            Err(InvalidTiming::DurationNotWholeSeconds)
+            Err(InvalidDurations::DurationNotWholeSeconds)
         } else if retry_period.is_zero() {
-            Err(InvalidTiming::ZeroRetryPeriod)
+            Err(InvalidDurations::ZeroRetryPeriod)
         } else if retry_period >= renew_deadline {
-            Err(InvalidTiming::RetryPeriodNotBelowRenewDeadline)
+            Err(InvalidDurations::RetryPeriodNotBelowRenewDeadline)
         } else if renew_deadline >= duration {
-            Err(InvalidTiming::RenewDeadlineNotBelowDuration)
+            Err(InvalidDurations::RenewDeadlineNotBelowDuration)
         } else {
             Ok(Self {
                 duration,
@@ -189,9 +189,9 @@ impl Timing {
     }
 }
 
-/// Why [`Timing::new`] refused its durations.
+/// Why [`Durations::new`] refused its durations.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum InvalidTiming {
+pub enum InvalidDurations {
     /// The duration has a fraction of a second, or does not fit `leaseDurationSeconds`.
     DurationNotWholeSeconds,
     /// The retry period is zero: the shell would spin.
@@ -202,7 +202,7 @@ pub enum InvalidTiming {
     RenewDeadlineNotBelowDuration,
 }
 
-impl fmt::Display for InvalidTiming {
+impl fmt::Display for InvalidDurations {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
             Self::DurationNotWholeSeconds => {
@@ -219,20 +219,20 @@ impl fmt::Display for InvalidTiming {
     }
 }
 
-impl std::error::Error for InvalidTiming {}
+impl std::error::Error for InvalidDurations {}
 
 /// A replica standing for leadership.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Candidate {
     identity: String,
-    timing: Timing,
+    timing: Durations,
 }
 
 impl Candidate {
     /// The candidate `identity` with `timing`; `None` when the identity is empty, since an
     /// empty holder means a free claim and others would take it over at once. The identity
     /// must be unique per replica (the pod name, say): see the rules in the module doc.
-    pub fn new(identity: impl Into<String>, timing: Timing) -> Option<Self> {
+    pub fn new(identity: impl Into<String>, timing: Durations) -> Option<Self> {
         let identity = identity.into();
         (!identity.is_empty()).then_some(Self { identity, timing })
     }
@@ -243,7 +243,7 @@ impl Candidate {
     }
 
     /// The timing.
-    pub fn timing(&self) -> &Timing {
+    pub fn timing(&self) -> &Durations {
         &self.timing
     }
 }
@@ -251,7 +251,7 @@ impl Candidate {
 /// What a replica does in one round; see the module doc for the shell's part.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[must_use = "a plan is to be executed: write the claim, or wait"]
-pub enum Plan {
+pub enum Round {
     /// We hold the claim: write `renew` over it (with the `resourceVersion` precondition).
     Lead {
         /// The claim to write.
@@ -285,7 +285,7 @@ pub enum Plan {
     },
 }
 
-impl Plan {
+impl Round {
     /// The claim to write, if any.
     pub fn write(&self) -> Option<&Claim> {
         match self {
@@ -295,7 +295,7 @@ impl Plan {
         }
     }
 
-    /// Until when we lead once [`Plan::write`] succeeded; `None` when following.
+    /// Until when we lead once [`Round::write`] succeeded; `None` when following.
     pub fn held_until(&self) -> Option<Timestamp> {
         match self {
             Self::Lead { held_until, .. } | Self::Acquire { held_until, .. } => Some(*held_until),
@@ -315,7 +315,7 @@ impl Plan {
 
 /// The round's plan for `candidate`, given the claim observed in the Lease (`None` when the
 /// Lease does not exist) and `now`. Rules in the module doc.
-pub fn plan(observed: Option<&Claim>, candidate: &Candidate, now: Timestamp) -> Plan {
+pub fn plan(observed: Option<&Claim>, candidate: &Candidate, now: Timestamp) -> Round {
     let timing = candidate.timing;
     let now = to_micros(now);
     let held_until = later(now, timing.renew_deadline);
@@ -328,7 +328,7 @@ pub fn plan(observed: Option<&Claim>, candidate: &Candidate, now: Timestamp) -> 
         transitions,
     };
     let Some(observed) = observed else {
-        return Plan::Acquire {
+        return Round::Acquire {
             claim: ours(now, 0),
             create: true,
             held_until,
@@ -336,25 +336,25 @@ pub fn plan(observed: Option<&Claim>, candidate: &Candidate, now: Timestamp) -> 
         };
     };
     match observed.holder() {
-        Some(holder) if holder == candidate.identity => Plan::Lead {
+        Some(holder) if holder == candidate.identity => Round::Lead {
             renew: ours(observed.acquired_at.unwrap_or(now), observed.transitions),
             held_until,
             next_round,
         },
         Some(holder) => match observed.valid_until(timing.duration) {
-            Some(until) if now < until => Plan::Follow {
+            Some(until) if now < until => Round::Follow {
                 holder: holder.to_owned(),
                 until,
                 next_round: next_round.min(until),
             },
-            _ => Plan::Acquire {
+            _ => Round::Acquire {
                 claim: ours(now, observed.transitions.saturating_add(1)),
                 create: false,
                 held_until,
                 next_round,
             },
         },
-        None => Plan::Acquire {
+        None => Round::Acquire {
             claim: ours(now, observed.transitions.saturating_add(1)),
             create: false,
             held_until,
@@ -423,18 +423,18 @@ impl Standing {
 
     /// Records a round's outcome: its `plan`, and whether the claim it wrote (if any) was
     /// `written`. A failed write keeps the previous held-until time, which runs out unless a
-    /// later renew succeeds; a [`Plan::Follow`] forgets it.
-    pub fn record(&mut self, plan: &Plan, written: bool) {
+    /// later renew succeeds; a [`Round::Follow`] forgets it.
+    pub fn record(&mut self, plan: &Round, written: bool) {
         match plan {
-            Plan::Follow { holder, .. } => {
+            Round::Follow { holder, .. } => {
                 self.held_until = None;
                 self.other_holder = Some(holder.clone());
             }
-            Plan::Lead { held_until, .. } | Plan::Acquire { held_until, .. } if written => {
+            Round::Lead { held_until, .. } | Round::Acquire { held_until, .. } if written => {
                 self.held_until = Some(*held_until);
                 self.other_holder = None;
             }
-            Plan::Lead { .. } | Plan::Acquire { .. } => {}
+            Round::Lead { .. } | Round::Acquire { .. } => {}
         }
     }
 
@@ -512,7 +512,7 @@ mod tests {
     }
 
     fn me() -> Candidate {
-        Candidate::new(ME, Timing::default()).unwrap()
+        Candidate::new(ME, Durations::default()).unwrap()
     }
 
     /// A claim of `holder`'s renewed at `renewed`.

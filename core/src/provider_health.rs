@@ -62,7 +62,7 @@ pub enum Check {
     },
     /// The provider has no check.
     Unsupported,
-    /// A call of a reconcile was refused ([`Refusal`]), and the check that passed since does
+    /// A call of a reconcile was refused ([`RefusedCall`]), and the check that passed since does
     /// not clear it yet.
     Refused {
         /// What the refused call said.
@@ -78,18 +78,18 @@ pub enum Check {
 /// instances, and the refused call may need more (an insert needs
 /// `compute.instances.create`), so a passing check would release every waiting Proxy into
 /// the same refusal, check after check. A refusal stands until a check passes at least the
-/// hold after it ([`Refusal::applied_to`]).
+/// hold after it ([`RefusedCall::applied_to`]).
 ///
 /// [`ErrorClass::Refused`]: crate::ErrorClass::Refused
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Refusal {
+pub struct RefusedCall {
     /// When the call was refused.
     pub at: Timestamp,
     /// What it said.
     pub message: String,
 }
 
-impl Refusal {
+impl RefusedCall {
     /// A refusal by provider `provider` at `now`: what the Proxies of it are told at once.
     pub fn of(provider: &str, error: &ProviderError, now: Timestamp) -> (Self, ProviderDown) {
         let message = format!("provider {provider} refused a call: {}", error.message);
@@ -223,7 +223,7 @@ fn cannot_serve(error: &ProviderError) -> bool {
 /// | failed transiently or timed out, the [`TRANSIENT_CHECKS_TO_DOWN`]th time in a row | `False`, `CheckFailed` or `CheckTimedOut` | held |
 /// | refused the operator, unreachable, a configuration error, anything not transient | `False`, `CheckFailed` | held |
 /// | could not start | `False`, `NotStarted` | held |
-/// | a call was refused lately ([`Refusal`]) | `False`, `CallRefused` | held |
+/// | a call was refused lately ([`RefusedCall`]) | `False`, `CallRefused` | held |
 /// | no check | `Unknown`, `NoCheck` | released |
 pub fn assess(
     provider: &str,
@@ -601,7 +601,7 @@ mod tests {
             ErrorClass::Refused,
             "Required 'compute.instances.create' permission",
         );
-        let (refusal, down) = Refusal::of("gcp-eu", &error, at(0));
+        let (refusal, down) = RefusedCall::of("gcp-eu", &error, at(0));
         assert_eq!(
             down.message,
             "provider gcp-eu refused a call: Required 'compute.instances.create' permission"

@@ -353,3 +353,12 @@ fn a_gce_answer_is_described_with_its_status_and_each_reason_once() {
          (HTTP 403, PERMISSION_DENIED, forbidden, IAM_PERMISSION_DENIED)"
     );
 }
+
+/// A provider error reads as its class and message, and is a `std::error::Error`.
+#[test]
+fn a_provider_error_is_an_error_that_says_its_class() {
+    let error = proxy_core::ProviderError::refused("401 UNAUTHENTICATED");
+    assert_eq!(error.to_string(), "refused: 401 UNAUTHENTICATED");
+    let boxed: Box<dyn std::error::Error> = Box::new(error);
+    assert_eq!(boxed.to_string(), "refused: 401 UNAUTHENTICATED");
+}

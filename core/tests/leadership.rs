@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use jiff::Timestamp;
 use proxy_core::leadership::{
-    Candidate, Claim, DURATION, InvalidTiming, Plan, RELEASED_DURATION, RENEW_DEADLINE,
-    RETRY_PERIOD, Timing, is_leader_at, plan, release,
+    Candidate, Claim, DURATION, Durations, InvalidDurations, RELEASED_DURATION, RENEW_DEADLINE,
+    RETRY_PERIOD, Round, is_leader_at, plan, release,
 };
 
 const ME: &str = "operator-0";
@@ -23,7 +23,7 @@ fn secs(secs: u64) -> Duration {
 }
 
 fn me() -> Candidate {
-    Candidate::new(ME, Timing::default()).unwrap()
+    Candidate::new(ME, Durations::default()).unwrap()
 }
 
 /// `holder`'s claim, acquired at 0 after 3 transitions, renewed at `renewed`, 15 s.
@@ -48,8 +48,8 @@ fn mine(now: i64, acquired: i64, transitions: i32) -> Claim {
     }
 }
 
-fn acquire(now: i64, create: bool, transitions: i32) -> Plan {
-    Plan::Acquire {
+fn acquire(now: i64, create: bool, transitions: i32) -> Round {
+    Round::Acquire {
         claim: mine(now, now, transitions),
         create,
         held_until: at(now + 10),
@@ -57,16 +57,16 @@ fn acquire(now: i64, create: bool, transitions: i32) -> Plan {
     }
 }
 
-fn lead(now: i64, acquired: i64, transitions: i32) -> Plan {
-    Plan::Lead {
+fn lead(now: i64, acquired: i64, transitions: i32) -> Round {
+    Round::Lead {
         renew: mine(now, acquired, transitions),
         held_until: at(now + 10),
         next_round: at(now + 2),
     }
 }
 
-fn follow(until: i64, next_round: i64) -> Plan {
-    Plan::Follow {
+fn follow(until: i64, next_round: i64) -> Round {
+    Round::Follow {
         holder: OTHER.to_owned(),
         until: at(until),
         next_round: at(next_round),
@@ -83,7 +83,7 @@ fn each_case_of_the_rules() {
         holder: Some(String::new()),
         ..claim(OTHER, 100)
     };
-    let rows: Vec<(&str, Option<Claim>, i64, Plan)> = vec![
+    let rows: Vec<(&str, Option<Claim>, i64, Round)> = vec![
         ("no Lease: create it", None, 100, acquire(100, true, 0)),
         (
             "released (no holder): take it",
@@ -221,7 +221,7 @@ fn malformed_claims() {
 fn times_written_are_truncated_to_microseconds() {
     let now = Timestamp::new(1_780_000_100, 123_456_789).unwrap();
     let written = Timestamp::new(1_780_000_100, 123_456_000).unwrap();
-    let Plan::Acquire {
+    let Round::Acquire {
         claim,
         held_until,
         next_round,
@@ -283,8 +283,8 @@ fn release_frees_our_claim_only() {
     assert_eq!(release(&claim(OTHER, 95), &me(), at(100)), None);
     assert_eq!(release(&released, &me(), at(100)), None);
     // The next candidate takes it at once, as a new term.
-    let other = Candidate::new(OTHER, Timing::default()).unwrap();
-    let Plan::Acquire { claim, create, .. } = plan(Some(&released), &other, at(100)) else {
+    let other = Candidate::new(OTHER, Durations::default()).unwrap();
+    let Round::Acquire { claim, create, .. } = plan(Some(&released), &other, at(100)) else {
         panic!("a released claim is free");
     };
     assert!(!create);
@@ -295,10 +295,10 @@ fn release_frees_our_claim_only() {
 #[test]
 fn timing_rules() {
     assert_eq!(
-        Timing::new(DURATION, RENEW_DEADLINE, RETRY_PERIOD),
-        Ok(Timing::default())
+        Durations::new(DURATION, RENEW_DEADLINE, RETRY_PERIOD),
+        Ok(Durations::default())
     );
-    let timing = Timing::default();
+    let timing = Durations::default();
     assert_eq!(
         (
             timing.duration(),
@@ -312,48 +312,48 @@ fn timing_rules() {
             Duration::from_millis(15_500),
             secs(10),
             secs(2),
-            InvalidTiming::DurationNotWholeSeconds,
+            InvalidDurations::DurationNotWholeSeconds,
         ),
         (
             secs(i32::MAX as u64 + 1),
             secs(10),
             secs(2),
-            InvalidTiming::DurationNotWholeSeconds,
+            InvalidDurations::DurationNotWholeSeconds,
         ),
         (
             secs(15),
             secs(10),
             Duration::ZERO,
-            InvalidTiming::ZeroRetryPeriod,
+            InvalidDurations::ZeroRetryPeriod,
         ),
         (
             secs(15),
             secs(10),
             secs(10),
-            InvalidTiming::RetryPeriodNotBelowRenewDeadline,
+            InvalidDurations::RetryPeriodNotBelowRenewDeadline,
         ),
         (
             secs(15),
             secs(15),
             secs(2),
-            InvalidTiming::RenewDeadlineNotBelowDuration,
+            InvalidDurations::RenewDeadlineNotBelowDuration,
         ),
         (
             Duration::ZERO,
             secs(10),
             secs(2),
-            InvalidTiming::RenewDeadlineNotBelowDuration,
+            InvalidDurations::RenewDeadlineNotBelowDuration,
         ),
     ];
     for (duration, renew_deadline, retry_period, expected) in rows {
         assert_eq!(
-            Timing::new(duration, renew_deadline, retry_period),
+            Durations::new(duration, renew_deadline, retry_period),
             Err(expected),
             "{duration:?} {renew_deadline:?} {retry_period:?}"
         );
     }
     assert!(
-        Timing::new(
+        Durations::new(
             secs(60),
             Duration::from_millis(40_500),
             Duration::from_millis(1500)
@@ -361,18 +361,18 @@ fn timing_rules() {
         .is_ok()
     );
     assert_eq!(
-        InvalidTiming::RenewDeadlineNotBelowDuration.to_string(),
+        InvalidDurations::RenewDeadlineNotBelowDuration.to_string(),
         "the leadership renew deadline must be shorter than the duration"
     );
 }
 
 #[test]
 fn a_custom_timing_is_used_throughout() {
-    let timing = Timing::new(secs(30), secs(20), secs(5)).unwrap();
+    let timing = Durations::new(secs(30), secs(20), secs(5)).unwrap();
     let candidate = Candidate::new(ME, timing).unwrap();
     assert_eq!(
         plan(None, &candidate, at(0)),
-        Plan::Acquire {
+        Round::Acquire {
             claim: Claim {
                 duration: Some(secs(30)),
                 ..mine(0, 0, 0)
@@ -388,7 +388,7 @@ fn a_custom_timing_is_used_throughout() {
     };
     assert_eq!(
         plan(Some(&unset), &candidate, at(10)),
-        Plan::Follow {
+        Round::Follow {
             holder: OTHER.to_owned(),
             until: at(30),
             next_round: at(15),
@@ -398,8 +398,8 @@ fn a_custom_timing_is_used_throughout() {
 
 #[test]
 fn an_empty_identity_cannot_stand() {
-    assert_eq!(Candidate::new("", Timing::default()), None);
-    let candidate = Candidate::new(ME, Timing::default()).unwrap();
+    assert_eq!(Candidate::new("", Durations::default()), None);
+    let candidate = Candidate::new(ME, Durations::default()).unwrap();
     assert_eq!(candidate.identity(), ME);
-    assert_eq!(candidate.timing(), &Timing::default());
+    assert_eq!(candidate.timing(), &Durations::default());
 }

@@ -19,7 +19,7 @@ use jiff::{SignedDuration, Timestamp};
 use proptest::collection::vec;
 use proptest::prelude::*;
 use proxy_core::leadership::{
-    Candidate, Claim, DURATION, Plan, RETRY_PERIOD, Timing, is_leader_at, plan, release,
+    Candidate, Claim, DURATION, Durations, RETRY_PERIOD, Round, is_leader_at, plan, release,
 };
 
 const IDENTITIES: [&str; 4] = ["a", "b", "c", "d"];
@@ -31,7 +31,7 @@ fn at_ms(ms: i64) -> Timestamp {
 }
 
 fn candidate(identity: &str) -> Candidate {
-    Candidate::new(identity, Timing::default()).unwrap()
+    Candidate::new(identity, Durations::default()).unwrap()
 }
 
 /// Any claim: holder among the identities (or none, or empty), times within a minute of the
@@ -68,7 +68,7 @@ struct Replica {
     /// From its last successful write; forgotten on a crash or a release.
     held_until: Option<Timestamp>,
     /// A plan made but not yet written, with the `resourceVersion` it was made on.
-    pending: Option<(Plan, u64)>,
+    pending: Option<(Round, u64)>,
     /// Whether its writes fail (partitioned from the API server).
     cut_off: bool,
 }
@@ -152,18 +152,18 @@ proptest! {
             let planned = plan(Some(&observed), &candidate(identity), now);
             prop_assert_eq!(&planned, &plan(Some(&observed), &candidate(identity), now));
             match &planned {
-                Plan::Lead { .. } | Plan::Acquire { .. } => writers.push(identity),
-                Plan::Follow { holder, until, next_round } => {
+                Round::Lead { .. } | Round::Acquire { .. } => writers.push(identity),
+                Round::Follow { holder, until, next_round } => {
                     prop_assert!(valid);
                     prop_assert_eq!(Some(holder.as_str()), observed.holder());
                     prop_assert!(*until > now);
                     prop_assert!(*next_round > now && next_round <= until);
                 }
             }
-            if let Plan::Lead { renew, .. } = &planned {
+            if let Round::Lead { renew, .. } = &planned {
                 prop_assert_eq!(renew.transitions, observed.transitions);
             }
-            if let Plan::Acquire { claim, create, .. } = &planned {
+            if let Round::Acquire { claim, create, .. } = &planned {
                 prop_assert!(!create);
                 prop_assert!(!valid || observed.holder() == Some(identity));
                 prop_assert_eq!(claim.transitions, observed.transitions + 1);
@@ -204,12 +204,12 @@ proptest! {
         let mut gaps = polls.into_iter().map(i64::from).chain(std::iter::repeat(2_000));
         let took_over_ms = loop {
             match plan(observed.as_ref(), &follower, at_ms(now_ms)) {
-                Plan::Follow { .. } => prop_assert!(now_ms < deadline_ms),
-                Plan::Acquire { claim, .. } => {
+                Round::Follow { .. } => prop_assert!(now_ms < deadline_ms),
+                Round::Acquire { claim, .. } => {
                     prop_assert_eq!(claim.transitions, 1);
                     break now_ms;
                 }
-                Plan::Lead { .. } => prop_assert!(false, "the follower never held it"),
+                Round::Lead { .. } => prop_assert!(false, "the follower never held it"),
             }
             now_ms += gaps.next().unwrap();
         };
@@ -220,7 +220,7 @@ proptest! {
         let mut now = at_ms(last_renew_ms + start_ms);
         loop {
             let planned = plan(observed.as_ref(), &follower, now);
-            if let Plan::Acquire { .. } = planned {
+            if let Round::Acquire { .. } = planned {
                 break;
             }
             now = planned.next_round();
@@ -309,9 +309,9 @@ fn write(server: &mut Server, r: &mut Replica) {
         return;
     };
     let (claim, create) = match &planned {
-        Plan::Lead { renew, .. } => (renew, false),
-        Plan::Acquire { claim, create, .. } => (claim, *create),
-        Plan::Follow { .. } => return,
+        Round::Lead { renew, .. } => (renew, false),
+        Round::Acquire { claim, create, .. } => (claim, *create),
+        Round::Follow { .. } => return,
     };
     if !r.cut_off && server.write(claim, create, version) {
         r.held_until = planned.held_until();
@@ -322,7 +322,7 @@ fn write(server: &mut Server, r: &mut Replica) {
 /// than the 5 s between the renew deadline and the duration.
 #[test]
 fn the_simulated_skew_fits_the_margin() {
-    let timing = Timing::default();
+    let timing = Durations::default();
     let margin = SignedDuration::try_from(timing.duration() - timing.renew_deadline()).unwrap();
     assert!(SignedDuration::from_secs(4) < margin);
 }

@@ -9,8 +9,8 @@ use proptest::prelude::*;
 use proxy_core::ProxyKey;
 use proxy_core::lease::{
     AcquireError, AcquireRequest, CHECKPOINT_VERSION, Call, Checkpoint, Journal, LeaseBook,
-    LeaseConfig, Merged, ProxyView, Refusal, ReportResult, Route, Selector, Standing, UnknownLease,
-    route,
+    LeaseConfig, Merged, NotServing, ProxyView, ReportResult, Route, Selector, Standing,
+    UnknownLease, route,
 };
 use proxy_core::testing::proxy_view;
 
@@ -346,15 +346,15 @@ fn requests_are_served_by_the_owner_and_forwarded_once_by_the_others() {
         (Standing::Owner, Call::Acquire, false, &fresh, Route::Serve),
         (Standing::Owner, Call::Other, false, &fresh, Route::Serve),
         (Standing::Owner, Call::Acquire, true, &fresh, Route::Serve),
-        (Standing::Owner, Call::Acquire, false, &stale, refuse(Refusal::Unsaved)),
+        (Standing::Owner, Call::Acquire, false, &stale, refuse(NotServing::Unsaved)),
         (Standing::Owner, Call::Other, false, &stale, Route::Serve),
-        (Standing::Restoring, Call::Other, false, &fresh, refuse(Refusal::Restoring)),
-        (Standing::Restoring, Call::Acquire, true, &fresh, refuse(Refusal::Restoring)),
+        (Standing::Restoring, Call::Other, false, &fresh, refuse(NotServing::Restoring)),
+        (Standing::Restoring, Call::Acquire, true, &fresh, refuse(NotServing::Restoring)),
         (owner("http://them:8090"), Call::Acquire, false, &fresh, forward.clone()),
         (owner("http://them:8090"), Call::Other, false, &stale, forward),
-        (owner("http://them:8090"), Call::Acquire, true, &fresh, refuse(Refusal::Misrouted)),
-        (owner("http://me:8090"), Call::Acquire, false, &fresh, refuse(Refusal::NoOwner)),
-        (Standing::Follower { owner: None }, Call::Other, false, &fresh, refuse(Refusal::NoOwner)),
+        (owner("http://them:8090"), Call::Acquire, true, &fresh, refuse(NotServing::Misrouted)),
+        (owner("http://me:8090"), Call::Acquire, false, &fresh, refuse(NotServing::NoOwner)),
+        (Standing::Follower { owner: None }, Call::Other, false, &fresh, refuse(NotServing::NoOwner)),
     ];
     for (standing, call, forwarded, journal, want) in table {
         assert_eq!(
@@ -366,7 +366,11 @@ fn requests_are_served_by_the_owner_and_forwarded_once_by_the_others() {
         let unled = route(&standing, false, call, forwarded, me, journal, at(10));
         assert_ne!(unled, Route::Serve, "{standing:?} {call:?} not leading");
         if matches!(standing, Standing::Owner | Standing::Restoring) {
-            assert_eq!(unled, refuse(Refusal::NoOwner), "{standing:?} not leading");
+            assert_eq!(
+                unled,
+                refuse(NotServing::NoOwner),
+                "{standing:?} not leading"
+            );
         }
     }
 }

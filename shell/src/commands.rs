@@ -1,4 +1,4 @@
-//! The subcommands besides `run` (which is [`crate::wiring`]'s): each prints its answer and
+//! The subcommands besides `run` (which is [`crate::operator`]'s): each prints its answer and
 //! returns the exit code `--help` documents.
 
 use std::path::Path;

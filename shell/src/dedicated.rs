@@ -2,7 +2,7 @@
 //! runtime, so that no amount of work queued on the main runtime (thousands of probe tasks,
 //! reconciles, 2 MB list answers) delays it.
 //!
-//! The leadership rounds run here ([`crate::loops`]): on the shared runtime a renew waited
+//! The leadership rounds run here ([`crate::operator`]): on the shared runtime a renew waited
 //! behind that work until the claim ran out, and every reconcile in flight failed with it.
 //! The OS schedules the thread on its own, however busy the main runtime's workers are.
 //!

@@ -6,7 +6,7 @@
 //! and every delete of the garbage collector, therefore asks the gate first, and a refused
 //! write is dropped, counted
 //! (`proxy_operator_writes_dropped_total{kind}`) and ends the reconcile
-//! ([`Interruption::NotLeader`](proxy_core::Interruption::NotLeader): the new leader
+//! ([`proxy_core::Interruption::NotLeader`]: the new leader
 //! reconciles the object).
 
 use std::sync::Arc;
@@ -141,12 +141,12 @@ impl Gate {
 
 #[cfg(test)]
 mod tests {
-    use proxy_core::leadership::{Candidate, Timing};
+    use proxy_core::leadership::{Candidate, Durations};
 
     use super::*;
 
     fn gate(leading: bool) -> (Gate, Registry) {
-        let candidate = Candidate::new("replica-a", Timing::default()).unwrap();
+        let candidate = Candidate::new("replica-a", Durations::default()).unwrap();
         let leadership = if leading {
             Leadership::unopposed(candidate)
         } else {

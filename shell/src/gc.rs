@@ -29,7 +29,7 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use proxy_core::gc::{
-    CacheSync, DeleteFraction, Gate, Plan, Selection, Sweep, WatchSignal, gate, plan, select,
+    CacheSync, DeleteFraction, Deletions, Gate, Selection, Sweep, WatchSignal, gate, plan, select,
 };
 use proxy_crd::Proxy;
 
@@ -263,7 +263,7 @@ impl Collector {
     }
 
     /// Logs what the brake held back and what is kept for a human, with the instances' IDs.
-    fn report_held(&self, name: &str, selection: &Selection, plan: &Plan) {
+    fn report_held(&self, name: &str, selection: &Selection, plan: &Deletions) {
         if !plan.held_back.is_empty() {
             let ids: Vec<&str> = plan
                 .held_back
@@ -300,7 +300,7 @@ impl Collector {
 
     /// Deletes the planned orphans (only logs them in a dry run); the number deleted, or
     /// `None` when leadership ran out during the sweep.
-    async fn delete(&self, name: &str, provider: &dyn Provider, plan: &Plan) -> Option<usize> {
+    async fn delete(&self, name: &str, provider: &dyn Provider, plan: &Deletions) -> Option<usize> {
         let mut deleted = 0;
         for orphan in &plan.delete {
             if self.settings.dry_run {

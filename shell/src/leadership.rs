@@ -19,7 +19,7 @@
 //! answer could not extend the claim anyway.
 //!
 //! The rounds run on a thread and runtime of their own, with a kube client of their own
-//! ([`crate::dedicated`], started in [`crate::loops`]): on the shared runtime, under list and
+//! ([`crate::dedicated`], started in [`crate::operator`]): on the shared runtime, under list and
 //! probe load, renews waited until the claim ran out. How long ago this replica last renewed
 //! is `proxy_operator_leadership_renew_age_seconds`, and the interval between its renews
 //! `proxy_operator_leadership_renew_interval_seconds` ([`RenewMetrics`]).
@@ -33,7 +33,7 @@ use jiff::Timestamp;
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use kube::api::{Api, PostParams};
-use proxy_core::leadership::{Candidate, Change, Claim, Loss, Plan, Standing, plan};
+use proxy_core::leadership::{Candidate, Change, Claim, Loss, Round, Standing, plan};
 use tokio::sync::watch;
 
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
@@ -250,7 +250,7 @@ impl Leadership {
         let observed = existing.as_ref().map(claim_of);
         let plan = plan(observed.as_ref(), &self.candidate, now);
         *crate::locks::lock(&self.leader_url) = match &plan {
-            Plan::Follow { .. } => existing.as_ref().and_then(discovery_url),
+            Round::Follow { .. } => existing.as_ref().and_then(discovery_url),
             _ => None,
         };
         let mut written = false;
@@ -264,7 +264,7 @@ impl Leadership {
                 None => annotations.remove(DISCOVERY_URL_ANNOTATION),
             };
             let write = match &plan {
-                Plan::Acquire { create: true, .. } => {
+                Round::Acquire { create: true, .. } => {
                     api.create(&PostParams::default(), &lease).await
                 }
                 // The resourceVersion read above is the precondition: when another replica
@@ -279,7 +279,7 @@ impl Leadership {
                 Err(error) => tracing::debug!(%error, "leadership write lost; following"),
             }
         }
-        if matches!(plan, Plan::Follow { .. }) {
+        if matches!(plan, Round::Follow { .. }) {
             *crate::locks::lock(&self.renewed_at) = None;
         }
         self.standing().record(&plan, written);
@@ -403,7 +403,7 @@ impl Flags {
     /// This replica in the leadership election: `--identity` (default: hostname and process
     /// ID) with the `--leadership-*` timing.
     pub fn candidate(&self) -> anyhow::Result<Candidate> {
-        let timing = proxy_core::leadership::Timing::new(
+        let timing = proxy_core::leadership::Durations::new(
             self.leadership_duration_seconds,
             at_least_10ms(self.leadership_renew_deadline_seconds),
             at_least_10ms(self.leadership_retry_period_seconds),
@@ -445,7 +445,7 @@ mod tests {
     #[test]
     fn each_renew_is_timed_and_its_age_read_at_scrape_time_until_another_replica_leads() {
         let candidate =
-            Candidate::new("replica-a", proxy_core::leadership::Timing::default()).unwrap();
+            Candidate::new("replica-a", proxy_core::leadership::Durations::default()).unwrap();
         let leadership = Arc::new(Leadership::new(candidate));
         let mut registry = Registry::default();
         let metrics = RenewMetrics::register(&mut registry);

@@ -25,7 +25,7 @@ use futures::future::join_all;
 use kube::api::{Api, ListParams, Patch, PatchParams};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Resource, ResourceExt};
-use proxy_core::provider_health::{Check, Refusal, assess};
+use proxy_core::provider_health::{Check, RefusedCall, assess};
 use proxy_core::{ProviderDown, ProviderError};
 use proxy_crd::{
     ProviderHealth, ProviderHealthSpec, ProviderHealthStatus, Proxy, ProxySpec, ScopePacing,
@@ -51,8 +51,8 @@ pub const OPERATOR_LABEL: &str = "crawl.example.com/operator";
 #[derive(Debug, Default)]
 pub struct Board {
     down: Mutex<BTreeMap<String, ProviderDown>>,
-    /// The last refused call of each provider that still stands ([`Refusal`]).
-    refusals: Mutex<BTreeMap<String, Refusal>>,
+    /// The last refused call of each provider that still stands ([`RefusedCall`]).
+    refusals: Mutex<BTreeMap<String, RefusedCall>>,
     /// Transient failures of each provider's check in a row
     /// ([`proxy_core::provider_health::Assessment::transient`]).
     transient: Mutex<BTreeMap<String, u32>>,
@@ -83,9 +83,9 @@ impl Board {
     }
 
     /// `provider` refused a call of a reconcile with `error`: its Proxies wait from now on,
-    /// until a check passes after the refusal's hold ([`Refusal::applied_to`]).
+    /// until a check passes after the refusal's hold ([`RefusedCall::applied_to`]).
     pub fn refuse(&self, provider: &str, error: &ProviderError) {
-        let (refusal, down) = Refusal::of(provider, error, jiff::Timestamp::now());
+        let (refusal, down) = RefusedCall::of(provider, error, jiff::Timestamp::now());
         tracing::warn!(provider, error = %error.message, "the provider refused a call: its proxies wait until a check passes");
         self.set(provider, Some(down));
         locks::lock(&self.refusals).insert(provider.to_owned(), refusal);

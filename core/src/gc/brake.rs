@@ -117,8 +117,8 @@ impl FromStr for DeleteFraction {
 /// What one sweep of one provider does with its [`Selection`].
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 #[must_use = "delete the `delete` orphans, report the held-back ones"]
-pub struct Plan {
-    /// The orphans to delete now, oldest first: at most [`Plan::allowance`].
+pub struct Deletions {
+    /// The orphans to delete now, oldest first: at most [`Deletions::allowance`].
     pub delete: Vec<Orphan>,
     /// The orphans the brake holds back this sweep, oldest first: log and count them.
     pub held_back: Vec<Orphan>,
@@ -130,7 +130,7 @@ pub struct Plan {
 
 /// Applies the brake to one provider's selection: the oldest orphans up to the allowance
 /// are deleted, the rest held back. Pure and deterministic.
-pub fn plan(selection: &Selection, fraction: DeleteFraction) -> Plan {
+pub fn plan(selection: &Selection, fraction: DeleteFraction) -> Deletions {
     let ours = selection.orphans.len()
         + selection
             .kept
@@ -143,7 +143,7 @@ pub fn plan(selection: &Selection, fraction: DeleteFraction) -> Plan {
         (a.created_at, &a.provider_id, &a.uid).cmp(&(b.created_at, &b.provider_id, &b.uid))
     });
     let held_back = orphans.split_off(allowance.min(orphans.len()));
-    Plan {
+    Deletions {
         delete: orphans,
         held_back,
         ours,

@@ -170,7 +170,7 @@ use report_ids::ReportIds;
 pub use report_ids::{
     InvalidReportId, MAX_REPORT_ID_LEN, MAX_REPORT_IDS, REPORT_ID_MEMORY, ReportId,
 };
-pub use routing::{Call, Refusal, Route, Standing, route};
+pub use routing::{Call, NotServing, Route, Standing, route};
 use sessions::Sessions;
 pub use sessions::{InvalidSession, MAX_SESSION_LEN, SessionName};
 use sites::Sites;

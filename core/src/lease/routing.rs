@@ -43,12 +43,12 @@ pub enum Route {
     /// This replica sends it on to the owner at this base URL and relays the answer.
     Forward(String),
     /// Nobody can answer it now (503, retry).
-    Refuse(Refusal),
+    Refuse(NotServing),
 }
 
 /// Why a request cannot be answered now.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Refusal {
+pub enum NotServing {
     /// No replica owns the book as far as this one knows: a failover is under way.
     NoOwner,
     /// This replica is taking the book over and has not merged the last checkpoint yet.
@@ -84,19 +84,19 @@ pub fn route(
     now: Timestamp,
 ) -> Route {
     match standing {
-        Standing::Owner | Standing::Restoring if !leading => Route::Refuse(Refusal::NoOwner),
+        Standing::Owner | Standing::Restoring if !leading => Route::Refuse(NotServing::NoOwner),
         Standing::Owner if call == Call::Acquire && !journal.may_grant(now) => {
-            Route::Refuse(Refusal::Unsaved)
+            Route::Refuse(NotServing::Unsaved)
         }
         Standing::Owner => Route::Serve,
-        Standing::Restoring => Route::Refuse(Refusal::Restoring),
+        Standing::Restoring => Route::Refuse(NotServing::Restoring),
         Standing::Follower { owner: Some(owner) } if Some(owner.as_str()) != own_url => {
             if forwarded {
-                Route::Refuse(Refusal::Misrouted)
+                Route::Refuse(NotServing::Misrouted)
             } else {
                 Route::Forward(owner.clone())
             }
         }
-        Standing::Follower { .. } => Route::Refuse(Refusal::NoOwner),
+        Standing::Follower { .. } => Route::Refuse(NotServing::NoOwner),
     }
 }

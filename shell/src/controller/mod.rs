@@ -262,7 +262,7 @@ impl Context {
 /// run at once (0: unbounded).
 ///
 /// The controller's watch fills `cache`, the Proxy cache the other loops read
-/// ([`crate::loops`]); `observe` sees every item of that watch after the cache applied it.
+/// ([`crate::operator`]); `observe` sees every item of that watch after the cache applied it.
 /// Each Proxy `triggers` names is reconciled (the health engine's reports).
 pub async fn run(
     ctx: Arc<Context>,

@@ -1,7 +1,7 @@
 //! Every error of the discovery API: an HTTP status and `{"error": "<machine_code>",
 //! "message": "..."}`, so clients branch on the code and people read the message.
 
-use proxy_core::lease::Refusal;
+use proxy_core::lease::NotServing;
 use serde::Serialize;
 use warp::http::StatusCode;
 use warp::reply::Response;
@@ -150,18 +150,18 @@ impl ApiError {
 
     /// 503: no replica can answer for the lease book right now (it is moving between
     /// replicas, or cannot be saved); the answer says `Retry-After: 1`.
-    pub fn unavailable(refusal: Refusal) -> Self {
+    pub fn unavailable(refusal: NotServing) -> Self {
         let message = match refusal {
-            Refusal::NoOwner => {
+            NotServing::NoOwner => {
                 "no replica owns the lease book right now (a failover is under way); retry in a second"
             }
-            Refusal::Restoring => {
+            NotServing::Restoring => {
                 "this replica is taking the lease book over (reading its last checkpoint); retry in a second"
             }
-            Refusal::Unsaved => {
+            NotServing::Unsaved => {
                 "the lease book could not be saved to the API server lately, so no new lease is granted until it is; retry in a second"
             }
-            Refusal::Misrouted => "the lease book is moving between replicas; retry in a second",
+            NotServing::Misrouted => "the lease book is moving between replicas; retry in a second",
         };
         Self::new(StatusCode::SERVICE_UNAVAILABLE, "unavailable", message)
     }

@@ -175,17 +175,10 @@ pub async fn serve(
     let mut connections = JoinSet::new();
     let mut shutdown = std::pin::pin!(shutdown);
     loop {
-        let (stream, peer) = tokio::select! {
-            () = &mut shutdown => break,
-            accepted = listener.accept() => match accepted {
-                Ok(accepted) => accepted,
-                Err(error) => {
-                    // Out of file descriptors, most likely: wait for connections to close.
-                    tracing::warn!(%error, "the gateway failed to accept a connection");
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                    continue;
-                }
-            },
+        let Some((stream, peer)) =
+            crate::runtime::server::accept(&listener, "gateway", shutdown.as_mut()).await
+        else {
+            break;
         };
         while connections.try_join_next().is_some() {}
         let _ = stream.set_nodelay(true);

@@ -27,7 +27,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use proxy_core::lease::{
-    Call, FleetSnapshot, Journal, LeaseBook, LeaseConfig, ProxyView, Refusal, Route, Standing,
+    Call, FleetSnapshot, Journal, LeaseBook, LeaseConfig, NotServing, ProxyView, Route, Standing,
     route,
 };
 use proxy_core::{BlockedSites, ProxyKey};
@@ -148,7 +148,7 @@ impl Book {
         ) {
             Route::Serve => Ok(shared),
             Route::Forward(owner) => Err(Elsewhere::Forward(owner)),
-            Route::Refuse(refusal) => Err(Elsewhere::Refused(refusal)),
+            Route::Refuse(why) => Err(Elsewhere::Refused(why)),
         }
     }
 
@@ -261,8 +261,8 @@ impl Book {
 /// Where a request goes when this replica does not answer it from its book.
 #[derive(Debug)]
 pub enum Elsewhere {
-    /// Nowhere for now: ownership is moving, or the book is not saved ([`Refusal`]).
-    Refused(Refusal),
+    /// Nowhere for now: ownership is moving, or the book is not saved ([`NotServing`]).
+    Refused(NotServing),
     /// To the owner at this base URL.
     Forward(String),
 }

@@ -1,6 +1,6 @@
 //! The owner's mark on its own Pod: while a replica owns the lease book it carries the label
 //! [`OWNER_LABEL`]` = true`, and the chart's discovery Service selects on it, so crawlers
-//! reach the owner directly and forwarding ([`super::forward`]) is left to the seconds of
+//! reach the owner directly and forwarding ([`crate::discovery::forward`]) is left to the seconds of
 //! a handover and to clients that reach a Pod by its address.
 //!
 //! The ownership loop ([`super::ownership`]) says after every step whether this replica

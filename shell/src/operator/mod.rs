@@ -1,7 +1,7 @@
 //! `proxy-operator run`: the operator, built from its flags ([`Args`]) on the shared
 //! [`runtime`](crate::runtime), and run until SIGTERM or SIGINT.
 //!
-//! [`serve`] builds each part and starts it in one place, in the order they depend on each
+//! `serve` builds each part and starts it in one place, in the order they depend on each
 //! other: the leadership, the metrics each part registers, the health engine, the
 //! providers, the lease book and its API, the recorder, the writer, then the loops and the
 //! two controllers. Everything that can refuse a start (the providers config, the probe CA

@@ -30,7 +30,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use proxy_core::leadership::{Candidate, Timing};
+use proxy_core::leadership::{Candidate, Durations};
 use proxy_core::lease::{AcquireRequest, LeaseBook, LeaseConfig, ProxyView, Selector, Standing};
 use proxy_operator::discovery::{self, Discovery, Limits};
 use proxy_operator::leadership::Leadership;
@@ -197,7 +197,7 @@ fn replica(leadership: Leadership) -> Arc<Discovery> {
 /// of the book (the leader), and a follower that forwards every request to it (what a
 /// replica that does not lead does). Their base URLs.
 async fn two_replicas(n: usize) -> (String, String) {
-    let candidate = |name: &str| Candidate::new(name, Timing::default()).expect("an identity");
+    let candidate = |name: &str| Candidate::new(name, Durations::default()).expect("an identity");
     // The owner leads for good; the follower never runs for leadership.
     let (owner, follower) = (
         replica(Leadership::unopposed(candidate("owner"))),

@@ -187,8 +187,10 @@ impl KvmProvider {
                 "provider ID {provider_id:?} is not <host>/<domain>"
             ))
         })?;
+        // The config no longer names the host: the operator is refused by its own config,
+        // which only a change of it can fix (the provider goes unhealthy, saying so).
         let host = self.host(host).ok_or_else(|| {
-            ProviderError::permanent(format!(
+            ProviderError::refused(format!(
                 "provider ID {provider_id:?}: host {host:?} is not in the providers config (known: {})",
                 self.host_names()
             ))

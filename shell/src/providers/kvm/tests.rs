@@ -323,8 +323,16 @@ async fn placement_errors_name_the_field() {
         error.message.starts_with("spec.placement.image: host td-place: base image \"no-such-volume.qcow2\" is not a volume"),
         "{error:?}"
     );
+    // A host the providers config no longer names: the config refuses the operator, as a
+    // host that lacks a pool or network does (core/src/classify/libvirt.rs).
     let error = provider.get("elsewhere/proxy-x").await.unwrap_err();
-    assert_eq!(error.class, ErrorClass::Permanent);
+    assert_eq!(error.class, ErrorClass::Refused, "{error:?}");
+    assert!(
+        error
+            .message
+            .contains("host \"elsewhere\" is not in the providers config"),
+        "{error:?}"
+    );
 }
 
 #[tokio::test]

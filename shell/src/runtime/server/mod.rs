@@ -27,7 +27,7 @@ use hyper::server::conn::http1;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
-use tokio::net::TcpListener;
+use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinSet;
 use warp::http::{HeaderValue, StatusCode, header};
 use warp::{Filter, Reply};
@@ -62,6 +62,28 @@ impl Default for Settings {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Peer(pub SocketAddr);
 
+/// The next connection on `listener`, or `None` once `shutdown` resolves. A failed accept
+/// (out of file descriptors, most likely) is logged as `server`'s and tried again 100 ms
+/// later, once connections may have closed. Both programs' servers accept through it.
+pub async fn accept(
+    listener: &TcpListener,
+    server: &str,
+    mut shutdown: std::pin::Pin<&mut impl Future<Output = ()>>,
+) -> Option<(TcpStream, SocketAddr)> {
+    loop {
+        tokio::select! {
+            () = shutdown.as_mut() => return None,
+            accepted = listener.accept() => match accepted {
+                Ok(accepted) => return Some(accepted),
+                Err(error) => {
+                    tracing::warn!(server, %error, "accepting a connection failed");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+            },
+        }
+    }
+}
+
 /// Serves `filter` on `listener` until `shutdown` resolves, then for at most the shutdown
 /// grace. `name` names the server in its log lines.
 pub async fn serve<F, R>(
@@ -79,17 +101,8 @@ pub async fn serve<F, R>(
     let mut connections = JoinSet::new();
     let mut shutdown = std::pin::pin!(shutdown);
     loop {
-        let (stream, peer) = tokio::select! {
-            () = &mut shutdown => break,
-            accepted = listener.accept() => match accepted {
-                Ok(accepted) => accepted,
-                Err(error) => {
-                    // Out of file descriptors, most likely: wait for connections to close.
-                    tracing::warn!(server = name, %error, "accepting a connection failed");
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                    continue;
-                }
-            },
+        let Some((stream, peer)) = accept(&listener, name, shutdown.as_mut()).await else {
+            break;
         };
         while connections.try_join_next().is_some() {}
         let service = service.clone();

@@ -234,7 +234,7 @@ impl Bed {
         // One process, no election: it always leads. The engine runs on its own thread, as
         // in the operator.
         let candidate =
-            Candidate::new("bench-health", leadership::Timing::default()).expect("an identity");
+            Candidate::new("bench-health", leadership::Durations::default()).expect("an identity");
         let thread = engine.start(
             store,
             proxy_operator::credentials::CredentialsCache::empty(),
