@@ -7,10 +7,19 @@ use std::time::Duration;
 use jiff::Timestamp;
 use proxy_core::ProxyKey;
 use proxy_core::lease::{
-    AcquireError, AcquireRequest, Grant, LeaseBook, LeaseConfig, MoveReason, ProxyView,
-    ReportResult, Selector, SessionName, Sticky, UnknownSession,
+    AcquireError, AcquireRequest, Grant, LeaseBook, LeaseConfig, MoveReason, ProxyView, Report,
+    ReportResult, Selector, SessionName, StatusMeaning, Sticky, UnknownSession,
 };
 use proxy_core::testing::proxy_view;
+
+/// A report of `result` on `target` (else the lease's), without an ID.
+fn by(result: ReportResult, target: Option<&str>) -> Report {
+    Report {
+        saw: StatusMeaning::Report(result),
+        target: target.map(str::to_owned),
+        id: None,
+    }
+}
 
 fn at(secs: i64) -> Timestamp {
     Timestamp::from_second(1_780_000_000 + secs).unwrap()
@@ -118,23 +127,25 @@ fn a_ban_report_ends_the_session_and_its_next_request_moves() {
     ask(&mut book, "1", "shop.example", &s1, 0);
     // `ok` and `error` keep the session.
     for result in [ReportResult::Ok, ReportResult::Error] {
-        book.report_session(&name, result, None, at(1)).unwrap();
+        book.submit_session(&name, &by(result, None), at(1))
+            .unwrap();
         assert_eq!(ask(&mut book, "x", "shop.example", &s1, 2).0, "resumed");
     }
     // A 429 from the site: the lease ends, the proxy cools down for the site.
-    let cooldown = book
-        .report_session(
+    let reported = book
+        .submit_session(
             &name,
-            ReportResult::RateLimited,
-            Some("shop.example"),
+            &by(ReportResult::RateLimited, Some("shop.example")),
             at(3),
         )
-        .unwrap()
-        .expect("a cooldown");
-    assert_eq!(cooldown.proxy, key("a"));
+        .unwrap();
+    assert!(
+        reported.lease_again && reported.cooldown_until.is_some(),
+        "{reported:?}"
+    );
     assert_eq!(book.active_leases(&key("a"), at(3)), 0);
     assert_eq!(
-        book.report_session(&name, ReportResult::Blocked, None, at(4)),
+        book.submit_session(&name, &by(ReportResult::Blocked, None), at(4)),
         Err(UnknownSession),
         "the session has no active lease until its next request"
     );

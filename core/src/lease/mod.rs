@@ -470,24 +470,6 @@ impl LeaseBook {
         }))
     }
 
-    /// [`report`](Self::report) on the active lease of the session `name`.
-    pub fn report_session(
-        &mut self,
-        name: &SessionName,
-        result: ReportResult,
-        target: Option<&str>,
-        now: Timestamp,
-    ) -> Result<Option<Cooldown>, UnknownSession> {
-        self.expire(now);
-        let id = self
-            .sessions
-            .lease_of(name)
-            .ok_or(UnknownSession)?
-            .to_owned();
-        self.report(&id, result, target, now)
-            .map_err(|UnknownLease| UnknownSession)
-    }
-
     /// Hears a crawler's report on the lease `id` as the API takes it, and answers what the
     /// crawler acts on ([`Reported`]): the result recorded, whether to lease again, and the
     /// end of the proxy's cooldown for the site, from the book's own clock. The report is
