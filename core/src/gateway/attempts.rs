@@ -84,6 +84,28 @@ mod tests {
     use super::*;
 
     #[test]
+    fn each_upstream_failure_has_its_own_word() {
+        let words = [
+            UpstreamFailure::Connect,
+            UpstreamFailure::ConnectTimeout,
+            UpstreamFailure::AnswerTimeout,
+            UpstreamFailure::Credentials,
+            UpstreamFailure::Closed,
+        ]
+        .map(UpstreamFailure::as_str);
+        assert_eq!(
+            words,
+            [
+                "connect",
+                "connect timeout",
+                "no answer in time",
+                "credentials",
+                "closed"
+            ]
+        );
+    }
+
+    #[test]
     fn one_retry_avoiding_the_failed_upstream_then_a_502() {
         let mut attempts = Attempts::default();
         assert!(attempts.avoid().is_empty());
