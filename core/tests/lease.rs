@@ -1,38 +1,21 @@
 //! Table tests of the lease book: selection order, capacity, the 409 statistics, TTL and
 //! retention, reports and cooldowns, selectors, upsert and removal.
 
+#[path = "support/fleet.rs"]
+mod fleet;
+
 use std::time::Duration;
 
-use jiff::Timestamp;
+use fleet::{at, key, proxy};
 use proxy_core::ProxyKey;
 use proxy_core::lease::{
     AcquireError, AcquireRequest, Cooldown, Lease, LeaseBook, LeaseConfig, NoMatch, ProxyView,
     ReportResult, Selector, UnknownLease,
 };
-use proxy_core::testing::proxy_view;
 
 const MINUTE: i64 = 60;
 /// How long ended leases are kept with the default config: the longest cooldown, `blocked`'s.
 const RETENTION: i64 = 30 * MINUTE;
-
-/// `secs` seconds after a fixed start.
-fn at(secs: i64) -> Timestamp {
-    Timestamp::from_second(1_780_000_000 + secs).unwrap()
-}
-
-/// The key of the proxy `default/{name}`.
-fn key(name: &str) -> ProxyKey {
-    ProxyKey::new("default", name)
-}
-
-/// A healthy, unlabelled proxy `default/{name}`.
-fn proxy(name: &str, latency_ms: u32, max_leases: u32) -> ProxyView {
-    ProxyView {
-        latency_ms,
-        max_leases,
-        ..proxy_view(key(name))
-    }
-}
 
 fn labelled(mut view: ProxyView, labels: &[(&str, &str)]) -> ProxyView {
     view.labels = labels

@@ -3,34 +3,20 @@
 //! when the proxy's cooldown for the site ends, a report heard before), when a refused
 //! lease can be granted (`retryAt`), and views that end expired leases before they count.
 
+#[path = "support/fleet.rs"]
+mod fleet;
+
 use std::time::Duration;
 
+use fleet::{at, key, proxy};
 use jiff::Timestamp;
-use proxy_core::ProxyKey;
 use proxy_core::lease::{
     AcquireError, AcquireRequest, LeaseBook, LeaseConfig, NoMatch, ProxyView, REPORT_ID_MEMORY,
     Report, ReportId, ReportResult, Reported, Selector, SessionName, StatusMeaning, Sticky,
     UnknownLease, UnknownSession, meaning_of, seconds_until,
 };
-use proxy_core::testing::proxy_view;
 
 const MINUTE: i64 = 60;
-
-fn at(secs: i64) -> Timestamp {
-    Timestamp::from_second(1_780_000_000 + secs).unwrap()
-}
-
-fn key(name: &str) -> ProxyKey {
-    ProxyKey::new("default", name)
-}
-
-fn proxy(name: &str, latency_ms: u32, max_leases: u32) -> ProxyView {
-    ProxyView {
-        latency_ms,
-        max_leases,
-        ..proxy_view(key(name))
-    }
-}
 
 /// Cooldowns of 10 s for a rate limit and 60 s for a block.
 fn config() -> LeaseConfig {
