@@ -146,7 +146,20 @@ for i in "${ran[@]}"; do
   printf '%s\n' "${names[$i]}"
   grep -E '^test result:|Running ' "$logs/out.$i" | sed 's/^/  /'
 done
+# Why each failing test failed, in a few lines: its panic message and what follows, so that
+# the end of a long run says it (a CI log shown by its ends keeps them). Also kept in
+# $target/test-failures.txt, which .ci/run prints again as its last words.
+why=$target/test-failures.txt
+rm -f "$why"
 if [ ${#failed[@]} -gt 0 ]; then
+  for i in "${ran[@]}"; do
+    awk '/^---- .* stdout ----$/ { test = $2; shown = 0; next }
+         /^failures:$/ { test = ""; shown = 0 }
+         test != "" && /panicked at/ { shown = 14; print "--- " test }
+         shown > 0 { print "  " substr($0, 1, 600); shown-- }' "$logs/out.$i"
+  done > "$why"
+  printf '\nWhy they failed (each panic, first lines; all of it above):\n'
+  cat "$why"
   printf '\nfailed: %s\n' "${failed[*]}"
   exit 1
 fi
