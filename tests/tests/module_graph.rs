@@ -7,6 +7,9 @@
 //! braces wherever it sits in a file, and the files a `#[cfg(test)] mod name;` declares. A
 //! cycle in production code fails; a cycle only test code makes is printed (a test may build
 //! what sits above the module it tests).
+//!
+//! And the files the modules live in follow one convention (`name/mod.rs` for a module with
+//! submodules).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -494,6 +497,32 @@ fn only_the_wiring_reaches_the_lease_books_http_face() {
         others.is_empty(),
         "modules that take the discovery API instead of a lease_book::Reader: {}",
         others.join("; ")
+    );
+}
+
+/// One module-file convention in every crate: a module with submodules is a directory with
+/// its `mod.rs` (`gc/mod.rs`, `gc/plan.rs`), never `gc.rs` beside a `gc/` directory, so a
+/// reader finds a module's code at one kind of path. `mod.rs` was the more common form.
+#[test]
+fn every_module_with_submodules_is_a_directory_with_its_mod_rs() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let mut both = Vec::new();
+    for crate_src in ["core/src", "shell/src", "crd/src", "tests/src"] {
+        let mut found = Vec::new();
+        sources(&root.join(crate_src), &mut found);
+        assert!(!found.is_empty(), "no sources under {crate_src}");
+        both.extend(
+            found
+                .iter()
+                .filter(|file| file.with_extension("").is_dir())
+                .filter_map(|file| file.strip_prefix(&root).ok())
+                .map(|file| file.display().to_string()),
+        );
+    }
+    assert!(
+        both.is_empty(),
+        "files beside a directory of the same name (move each to <name>/mod.rs): {}",
+        both.join(", ")
     );
 }
 

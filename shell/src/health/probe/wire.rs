@@ -511,7 +511,7 @@ fn io_cause(error: &std::io::Error) -> ProbeFailure {
 #[cfg(test)]
 mod tests {
     //! The framing of bodies; every step's failure is pinned with a real socket in
-    //! `probe.rs`'s tests.
+    //! `probe/mod.rs`'s tests.
 
     use super::*;
 
