@@ -204,3 +204,6 @@ impl std::fmt::Debug for LeasedProxy {
             .finish_non_exhaustive()
     }
 }
+
+#[cfg(test)]
+pub(crate) mod contract;

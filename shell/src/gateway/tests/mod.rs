@@ -22,6 +22,8 @@ use super::{Gateway, Settings, serve};
 use crate::credentials::Credentials;
 use crate::discovery::{self, Discovery, Limits};
 
+mod openapi;
+
 const TOKEN: &str = "discovery-token";
 /// The holder of the gateway's leases.
 const HOLDER: &str = "gateway:test";
@@ -127,6 +129,8 @@ struct Fleet {
     api: crate::runtime::server::Settings,
     /// How long each answer of the book takes to come back, if longer than it does.
     book_delay: Option<Duration>,
+    /// Where to keep every exchange with the book, whole, if anywhere ([`openapi::tapped`]).
+    tap: Option<openapi::Taps>,
 }
 
 impl Default for Fleet {
@@ -135,6 +139,7 @@ impl Default for Fleet {
             max_leases: 4,
             api: crate::runtime::server::Settings::default(),
             book_delay: None,
+            tap: None,
         }
     }
 }
@@ -259,6 +264,9 @@ impl Bed {
         ));
         if let Some(delay) = fleet.book_delay {
             api_url = format!("http://{}", delayed(&api_url[7..], delay).await);
+        }
+        if let Some(taps) = fleet.tap {
+            api_url = format!("http://{}", openapi::tapped(api_url, taps).await);
         }
         let metrics = Arc::new(GatewayMetrics::default());
         let grammar = Grammar::new(
