@@ -1,20 +1,65 @@
-//! A proxy's identity: [`ProxyKey`], `metadata.namespace` and `metadata.name` of its `Proxy`.
+//! An object's identity: a [`Key`], `metadata.namespace` and `metadata.name`, typed by the
+//! kind of object it names: [`ProxyKey`] for a `Proxy`, [`PoolKey`] for a `ProxyPool`.
 //!
-//! Every part of the operator that keeps something per proxy keys it by this one type: the
+//! Every part of the operator that keeps something per proxy keys it by [`ProxyKey`]: the
 //! health book, the lease book, the recorder's rings and the recording's `object` field,
-//! the metrics' series, the discovery API. It is shown, serialized and parsed as
+//! the metrics' series, the discovery API; the pool controller keeps what it knows of a
+//! pool by [`PoolKey`]. A Proxy and a ProxyPool may share a name, so the two are two types:
+//! a pool's key is never taken for a proxy's. Both are shown, serialized and parsed as
 //! `namespace/name`, the form `kubectl` and the logs use, so a recording or a JSON answer
-//! carries a plain string and nothing has to format or split it by hand.
+//! carries a plain string and nothing has to format or split it by hand; [`ObjectKey`]
+//! forgets the kind, for what holds keys of every kind (the recorder's rings).
 
 use std::fmt;
+use std::marker::PhantomData;
 use std::str::FromStr;
 use std::sync::Arc;
 
-use proxy_crd::Proxy;
+use proxy_crd::{Proxy, ProxyPool};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
-/// A proxy, by `metadata.namespace` and `metadata.name`. Shown, serialized and parsed as
-/// `namespace/name`.
+/// The kind of object a [`Key`] names: only a type, never a value.
+pub trait Kind {
+    /// The key's name in its `Debug` form (`ProxyKey("crawl/a")`).
+    const KEY: &'static str;
+}
+
+/// A `Proxy`'s kind.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum ProxyKind {}
+
+/// A `ProxyPool`'s kind.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum PoolKind {}
+
+/// Any kind: a key whose kind its holder does not need (the recorder keeps the records of
+/// proxies and pools side by side).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum AnyKind {}
+
+impl Kind for ProxyKind {
+    const KEY: &'static str = "ProxyKey";
+}
+
+impl Kind for PoolKind {
+    const KEY: &'static str = "PoolKey";
+}
+
+impl Kind for AnyKind {
+    const KEY: &'static str = "ObjectKey";
+}
+
+/// A proxy, by `metadata.namespace` and `metadata.name`.
+pub type ProxyKey = Key<ProxyKind>;
+
+/// A proxy pool, by `metadata.namespace` and `metadata.name`.
+pub type PoolKey = Key<PoolKind>;
+
+/// An object of any kind, by `metadata.namespace` and `metadata.name`.
+pub type ObjectKey = Key<AnyKind>;
+
+/// An object of kind `K`, by `metadata.namespace` and `metadata.name`. Shown, serialized and
+/// parsed as `namespace/name`.
 ///
 /// It holds that text, shared: a clone (the lease book keeps a key in every index set a
 /// proxy is in) is a reference count, and keys compare as their text, so `crawl-eu/b` sorts
@@ -22,32 +67,24 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 /// map keyed by `ProxyKey` lists proxies in that order, and the lease book's tie-break
 /// ("then the smallest key") is the one it had when keys were strings.
 #[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct ProxyKey {
+pub struct Key<K> {
     /// `namespace/name`.
     text: Arc<str>,
     /// Where the `/` between the two is. Compared after the text, so that two keys built
     /// with a `/` inside a part ("a/b" + "c" and "a" + "b/c") are still two keys.
     slash: usize,
+    kind: PhantomData<fn() -> K>,
 }
 
-impl ProxyKey {
-    /// The key of the proxy `name` in `namespace`.
+impl<K: Kind> Key<K> {
+    /// The key of the object `name` in `namespace`.
     pub fn new(namespace: impl AsRef<str>, name: impl AsRef<str>) -> Self {
         let (namespace, name) = (namespace.as_ref(), name.as_ref());
         Self {
             text: Arc::from(format!("{namespace}/{name}")),
             slash: namespace.len(),
+            kind: PhantomData,
         }
-    }
-
-    /// The key of `proxy`, from its metadata. An object the API server returned always has
-    /// both; a missing one (an object built by hand) reads as empty.
-    pub fn of(proxy: &Proxy) -> Self {
-        let metadata = &proxy.metadata;
-        Self::new(
-            metadata.namespace.as_deref().unwrap_or_default(),
-            metadata.name.as_deref().unwrap_or_default(),
-        )
     }
 
     /// `metadata.namespace`.
@@ -64,34 +101,66 @@ impl ProxyKey {
     pub fn as_str(&self) -> &str {
         &self.text
     }
+
+    /// The same key, its kind forgotten (the text is shared, not copied).
+    pub fn to_object(&self) -> ObjectKey {
+        Key {
+            text: self.text.clone(),
+            slash: self.slash,
+            kind: PhantomData,
+        }
+    }
 }
 
-impl fmt::Display for ProxyKey {
+impl ProxyKey {
+    /// The key of `proxy`, from its metadata. An object the API server returned always has
+    /// both; a missing one (an object built by hand) reads as empty.
+    pub fn of(proxy: &Proxy) -> Self {
+        let metadata = &proxy.metadata;
+        Self::new(
+            metadata.namespace.as_deref().unwrap_or_default(),
+            metadata.name.as_deref().unwrap_or_default(),
+        )
+    }
+}
+
+impl PoolKey {
+    /// The key of `pool`, from its metadata (a missing part reads as empty).
+    pub fn of(pool: &ProxyPool) -> Self {
+        let metadata = &pool.metadata;
+        Self::new(
+            metadata.namespace.as_deref().unwrap_or_default(),
+            metadata.name.as_deref().unwrap_or_default(),
+        )
+    }
+}
+
+impl<K: Kind> fmt::Display for Key<K> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         fmt::Display::fmt(self.as_str(), f)
     }
 }
 
-impl fmt::Debug for ProxyKey {
+impl<K: Kind> fmt::Debug for Key<K> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_tuple("ProxyKey").field(&self.as_str()).finish()
+        f.debug_tuple(K::KEY).field(&self.as_str()).finish()
     }
 }
 
 /// Compares with the text `namespace/name`.
-impl PartialEq<str> for ProxyKey {
+impl<K: Kind> PartialEq<str> for Key<K> {
     fn eq(&self, text: &str) -> bool {
         self.as_str() == text
     }
 }
 
-impl PartialEq<&str> for ProxyKey {
+impl<K: Kind> PartialEq<&str> for Key<K> {
     fn eq(&self, text: &&str) -> bool {
         self.as_str() == *text
     }
 }
 
-/// Why a text is not a [`ProxyKey`]; says which text and what is wrong with it.
+/// Why a text is not a [`Key`]; says which text and what is wrong with it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct InvalidProxyKey {
     /// The text that was parsed.
@@ -131,7 +200,7 @@ impl fmt::Display for InvalidProxyKey {
 
 impl std::error::Error for InvalidProxyKey {}
 
-impl FromStr for ProxyKey {
+impl<K: Kind> FromStr for Key<K> {
     type Err = InvalidProxyKey;
 
     /// Parses `namespace/name`: exactly one `/`, with something on each side.
@@ -155,19 +224,20 @@ impl FromStr for ProxyKey {
         Ok(Self {
             text: Arc::from(text),
             slash: namespace.len(),
+            kind: PhantomData,
         })
     }
 }
 
 /// As the string `namespace/name`.
-impl Serialize for ProxyKey {
+impl<K: Kind> Serialize for Key<K> {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         serializer.serialize_str(self.as_str())
     }
 }
 
 /// From the string `namespace/name`; anything else is an error that says what is wrong.
-impl<'de> Deserialize<'de> for ProxyKey {
+impl<'de, K: Kind> Deserialize<'de> for Key<K> {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         let text = String::deserialize(deserializer)?;
         text.parse().map_err(serde::de::Error::custom)
@@ -197,6 +267,20 @@ mod tests {
             assert_eq!(key, text);
             assert_eq!(format!("{key:?}"), format!("ProxyKey({text:?})"));
         }
+    }
+
+    /// A pool's key is a type of its own, shown as one, and forgets its kind only when asked.
+    #[test]
+    fn a_pools_key_is_its_own_type_with_the_same_text() {
+        let pool = PoolKey::new("crawl", "web");
+        assert_eq!(format!("{pool:?}"), r#"PoolKey("crawl/web")"#);
+        assert_eq!(pool.to_string(), "crawl/web");
+        assert_eq!(pool.to_object(), ProxyKey::new("crawl", "web").to_object());
+        assert_eq!(
+            format!("{:?}", pool.to_object()),
+            r#"ObjectKey("crawl/web")"#
+        );
+        assert_eq!("crawl/web".parse::<PoolKey>().unwrap(), pool);
     }
 
     #[test]

@@ -460,7 +460,7 @@ fn a_pool_name_too_long_for_a_label_creates_nothing_and_says_why() {
 
 #[test]
 fn pool_decisions_record_without_inline_cloud_init_and_replay_identically() {
-    use proxy_core::ProxyKey;
+    use proxy_core::PoolKey;
     use proxy_core::record::{PoolRecord, Record, Recording};
 
     let secret = "#cloud-config\npassword: hunter2-pool";
@@ -478,7 +478,7 @@ fn pool_decisions_record_without_inline_cloud_init_and_replay_identically() {
         let observed = world.observed();
         let decision = proxy_core::decide_pool(&spec, &world.status, &observed);
         recording.push(Record::from(PoolRecord::new(
-            ProxyKey::new("crawl", world::POOL),
+            PoolKey::new("crawl", world::POOL),
             &spec,
             &world.status,
             &observed,

@@ -261,7 +261,7 @@ mod tests {
             stores
                 .recorder
                 .dump(&crate::recorder::Filter {
-                    object: Some(ProxyKey::new("ns", "c")),
+                    object: Some(ProxyKey::new("ns", "c").to_object()),
                     since: None,
                 })
                 .count(),

@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::digest::digest_of_content;
-use crate::key::ProxyKey;
+use crate::key::PoolKey;
 use crate::pool::{PoolAction, PoolDecision, PoolObserved, decide_pool};
 
 /// One call of [`decide_pool`]: its whole input and its output, redacted.
@@ -21,7 +21,7 @@ pub struct PoolRecord {
     /// Position in the file, set by [`Recording::push`](super::Recording::push).
     pub seq: u64,
     /// The pool, `namespace/name`.
-    pub object: ProxyKey,
+    pub object: PoolKey,
     /// The arguments of the call.
     pub input: PoolInput,
     /// What the call returned.
@@ -45,7 +45,7 @@ impl PoolRecord {
     /// with inline cloud-init replaced by its placeholder. `seq` is 0 until
     /// [`Recording::push`](super::Recording::push) numbers it.
     pub fn new(
-        object: ProxyKey,
+        object: PoolKey,
         spec: &ProxyPoolSpec,
         status: &ProxyPoolStatus,
         observed: &PoolObserved,

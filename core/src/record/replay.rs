@@ -17,7 +17,7 @@ use crate::action::Decision;
 use crate::health::{
     HealthBook, LATENCY_FLOOR_MS, LATENCY_REPORT_INTERVAL, Probe, Report, ReportReason, Thresholds,
 };
-use crate::key::ProxyKey;
+use crate::key::{ObjectKey, ProxyKey};
 use crate::observed::{HealthVerdict, Observed};
 
 /// Replays `text`, a recording, through this build's [`decide`](fn@crate::decide) and health
@@ -99,7 +99,7 @@ impl Recording {
                     line,
                     seq: record.seq(),
                     kind: record.kind(),
-                    object: record.object().clone(),
+                    object: record.object(),
                     at: record.at(),
                     path,
                     recorded: canonical::pretty(&recorded),
@@ -155,7 +155,7 @@ pub struct Divergence {
     /// `"decide"` or `"health"`.
     pub kind: &'static str,
     /// The object.
-    pub object: ProxyKey,
+    pub object: ObjectKey,
     /// The time of the call ([`Record::at`]).
     pub at: Timestamp,
     /// Where the outputs first differ, as a JSON pointer into the output (`/actions/0`);

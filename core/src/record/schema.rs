@@ -19,7 +19,7 @@ use crate::health::{
     HealthBook, LATENCY_FLOOR_MS, LATENCY_REPORT_INTERVAL, Probe, ProxyHealth, Report,
     ReportReason, Target, Thresholds,
 };
-use crate::key::ProxyKey;
+use crate::key::{ObjectKey, ProxyKey};
 use crate::observed::{HealthVerdict, Observed, Timing};
 use crate::probe_failure::ProbeFailure;
 
@@ -139,12 +139,12 @@ impl Record {
         }
     }
 
-    /// The object the call was about.
-    pub fn object(&self) -> &ProxyKey {
+    /// The object the call was about, whatever its kind (a proxy, or a pool).
+    pub fn object(&self) -> ObjectKey {
         match self {
-            Self::Decide(record) => &record.object,
-            Self::Health(record) => &record.object,
-            Self::Pool(record) => &record.object,
+            Self::Decide(record) => record.object.to_object(),
+            Self::Health(record) => record.object.to_object(),
+            Self::Pool(record) => record.object.to_object(),
         }
     }
 

@@ -11,7 +11,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
-use proxy_core::ProxyKey;
+use proxy_core::PoolKey;
 use proxy_core::pool::PoolAction;
 use proxy_crd::Proxy;
 use proxy_crd::pool::DRAINING_ANNOTATION;
@@ -33,11 +33,11 @@ struct Expected {
 
 /// The expectations of every pool, by pool.
 #[derive(Debug, Default)]
-pub struct Expectations(std::sync::Mutex<BTreeMap<ProxyKey, Expected>>);
+pub struct Expectations(std::sync::Mutex<BTreeMap<PoolKey, Expected>>);
 
 impl Expectations {
     /// Notes what `actions`, just carried out for `pool`, expect.
-    pub fn expect(&self, pool: &ProxyKey, actions: &[PoolAction], now: Instant) {
+    pub fn expect(&self, pool: &PoolKey, actions: &[PoolAction], now: Instant) {
         let mut expected = Expected {
             since: now,
             created: BTreeSet::new(),
@@ -63,7 +63,7 @@ impl Expectations {
 
     /// Whether `pool` may decide on `members` (its Proxies in the cache) at `now`: yes once
     /// they show what its last actions expect, or once [`PATIENCE`] is over.
-    pub fn met(&self, pool: &ProxyKey, members: &[&Proxy], now: Instant) -> bool {
+    pub fn met(&self, pool: &PoolKey, members: &[&Proxy], now: Instant) -> bool {
         let mut all = crate::locks::lock(&self.0);
         let Some(expected) = all.get(pool) else {
             return true;
@@ -95,7 +95,7 @@ impl Expectations {
     }
 
     /// Forgets a pool that is gone.
-    pub fn forget(&self, pool: &ProxyKey) {
+    pub fn forget(&self, pool: &PoolKey) {
         crate::locks::lock(&self.0).remove(pool);
     }
 }
@@ -128,7 +128,7 @@ mod tests {
     #[test]
     fn a_pool_waits_until_the_cache_shows_its_creates_drains_and_deletes_or_patience_ends() {
         let expectations = Expectations::default();
-        let pool = ProxyKey::new("ns", "web");
+        let pool = PoolKey::new("ns", "web");
         let start = Instant::now();
         let actions = [
             PoolAction::Create {

@@ -21,7 +21,7 @@ use kube::{Resource, ResourceExt};
 use proxy_core::conditions::{HEALTHY, TRUE};
 use proxy_core::pool::{Demand, Health, Member, PoolObserved};
 use proxy_core::record::PoolRecord;
-use proxy_core::{ProxyKey, Wake};
+use proxy_core::{PoolKey, ProxyKey, Wake};
 use proxy_crd::pool::{
     DO_NOT_DISRUPT_ANNOTATION, DRAINING_ANNOTATION, POOL_LABEL, TEMPLATE_HASH_ANNOTATION,
 };
@@ -109,7 +109,7 @@ pub struct PoolContext {
     /// What each pool's last actions should have made the cache show.
     pub(crate) expectations: Expectations,
     /// Where each pool reads the lease book's refusals from next.
-    refusals_read: std::sync::Mutex<std::collections::BTreeMap<ProxyKey, u64>>,
+    refusals_read: std::sync::Mutex<std::collections::BTreeMap<PoolKey, u64>>,
 }
 
 impl PoolContext {
@@ -200,7 +200,7 @@ async fn reconcile(
     pool: Arc<ProxyPool>,
     pools: Arc<PoolContext>,
 ) -> Result<controller::Action, Error> {
-    let object = ProxyKey::new(pool.namespace().unwrap_or_default(), pool.name_any());
+    let object = PoolKey::of(&pool);
     let result = crate::runtime::supervise::guard(
         Loop::Pool.label(),
         object.as_str(),
@@ -226,7 +226,7 @@ async fn reconcile_once(
     let (Some(namespace), name) = (pool.namespace(), pool.name_any()) else {
         return Ok(controller::Action::await_change());
     };
-    let key = ProxyKey::new(&namespace, &name);
+    let key = PoolKey::new(&namespace, &name);
     if pool.meta().deletion_timestamp.is_some() {
         // Its Proxies go with it: each has the pool as its controlling owner.
         pools.expectations.forget(&key);
@@ -311,7 +311,7 @@ fn observe(pool: &ProxyPool, members: &[&Proxy], pools: &PoolContext) -> PoolObs
     let members: Vec<Member> = members.iter().map(|proxy| member_of(proxy, book)).collect();
     let name = pool.name_any();
     let demand = book.owns_book().then(|| {
-        let key = ProxyKey::new(pool.namespace().unwrap_or_default(), &name);
+        let key = PoolKey::of(pool);
         let labels = proxy_core::pool::spread::member_labels(&pool.spec, &name);
         let mut read = crate::locks::lock(&pools.refusals_read);
         let cursor = read.get(&key).copied().unwrap_or(0);

@@ -37,8 +37,8 @@ use std::sync::{Mutex, MutexGuard};
 
 use bytes::Bytes;
 use jiff::Timestamp;
-use proxy_core::ProxyKey;
 use proxy_core::record::{Header, Record};
+use proxy_core::{ObjectKey, ProxyKey};
 
 use self::packing::{Packed, Packer, Unpackable};
 
@@ -97,7 +97,7 @@ struct Kept {
 /// in the eviction queue (up to two before a sweep), and the allocator's share of its line.
 /// At about 250 bytes a packed line, this is nearly as much again, so the budget counts it.
 const KEPT_OVERHEAD: usize =
-    size_of::<Kept>() + 2 * size_of::<(u64, ProxyKey)>() + 2 * size_of::<usize>();
+    size_of::<Kept>() + 2 * size_of::<(u64, ObjectKey)>() + 2 * size_of::<usize>();
 
 impl Kept {
     /// The bytes the record counts against the budget.
@@ -108,11 +108,11 @@ impl Kept {
 
 #[derive(Debug)]
 struct Inner {
-    rings: BTreeMap<ProxyKey, VecDeque<Kept>>,
+    rings: BTreeMap<ObjectKey, VecDeque<Kept>>,
     /// Every record still in a ring, and some already gone (dropped by the per-object cap
     /// or a forget), oldest first: what the byte budget evicts from. Gone entries are
     /// skipped, and swept once they outnumber the kept ones.
-    by_age: VecDeque<(u64, ProxyKey)>,
+    by_age: VecDeque<(u64, ObjectKey)>,
     /// How many records the rings hold, and their packed bytes with what keeping each costs.
     kept: usize,
     bytes: usize,
@@ -153,7 +153,7 @@ impl Inner {
 impl Inner {
     /// Drops record `seq` from `key`'s ring, if it is still there. Rings are in sequence
     /// order (one object is never reconciled twice at once), so it is found by bisection.
-    fn drop_record(&mut self, key: &ProxyKey, seq: u64) {
+    fn drop_record(&mut self, key: &ObjectKey, seq: u64) {
         let Some(ring) = self.rings.get_mut(key) else {
             return;
         };
@@ -221,8 +221,8 @@ pub struct Usage {
 /// What a dump holds: every record (of one object, or all) made at or after a time.
 #[derive(Debug, Default)]
 pub struct Filter {
-    /// Only this Proxy's records.
-    pub object: Option<ProxyKey>,
+    /// Only this object's records (a Proxy's, or a pool's).
+    pub object: Option<ObjectKey>,
     /// Only records whose call happened at or after this time.
     pub since: Option<Timestamp>,
 }
@@ -282,9 +282,10 @@ impl Recorder {
         line.push('\n');
         // The ring's own key when it has one: the eviction queue shares it rather than
         // keeping a copy per record.
-        let key = match inner.rings.get_key_value(record.object()) {
+        let object = record.object();
+        let key = match inner.rings.get_key_value(&object) {
             Some((key, _)) => key.clone(),
-            None => record.object().clone(),
+            None => object,
         };
         let kept = Kept {
             seq,
@@ -413,7 +414,7 @@ impl crate::per_proxy::PerProxy for Recorder {
     /// Forgets an object that is gone.
     fn forget(&self, object: &ProxyKey) {
         let mut inner = self.lock();
-        if let Some(ring) = inner.rings.remove(object) {
+        if let Some(ring) = inner.rings.remove(&object.to_object()) {
             for kept in &ring {
                 inner.release(kept);
             }
@@ -439,7 +440,7 @@ mod tests {
     /// A dump as the text `GET /debug/recording` sends.
     fn text(recorder: &Recorder, object: Option<&str>) -> String {
         let filter = Filter {
-            object: object.map(|name| ProxyKey::new("ns", name)),
+            object: object.map(|name| ObjectKey::new("ns", name)),
             since: None,
         };
         let lines: Vec<Bytes> = recorder.dump(&filter).collect();
@@ -690,7 +691,7 @@ mod tests {
         record(&recorder, &["a", "b"], 10, 60);
         let since = jiff::Timestamp::UNIX_EPOCH + jiff::SignedDuration::from_secs(7 * 60);
         let filter = Filter {
-            object: Some(ProxyKey::new("ns", "b")),
+            object: Some(ObjectKey::new("ns", "b")),
             since: Some(since),
         };
         let text = String::from_utf8(recorder.dump(&filter).collect::<Vec<_>>().concat()).unwrap();
