@@ -179,7 +179,7 @@ pub async fn run(book: Arc<Book>, store: Arc<Store>) {
             (true, Standing::Owner) => {
                 if saved_at.elapsed() >= store.interval {
                     saved_at = tokio::time::Instant::now();
-                    save(&book, &store).await;
+                    save(&book, &store, Claim::Held).await;
                 }
             }
             (false, standing) => {
@@ -252,13 +252,36 @@ fn merge(book: &mut proxy_core::lease::LeaseBook, checkpoint: &Checkpoint, now: 
     }
 }
 
+/// What a save asks of this replica's leadership.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Claim {
+    /// The saves while running: only the owner of the book, while its claim holds.
+    Held,
+    /// The save at shutdown: whoever has changes of its own unsaved ([`save_at_shutdown`]).
+    NotNeeded,
+}
+
+/// How a save ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Saved {
+    /// Nothing was written: nothing to save, or not this replica's to save.
+    Nothing,
+    /// The checkpoint is the ConfigMap's.
+    Written,
+    /// Another replica wrote first; its book is merged into ours, unsaved.
+    Conflict,
+    /// The write failed otherwise.
+    Failed,
+}
+
 /// Saves the book if it changed since the last save; on a conflict, merges the book that
 /// won and leaves it for the next save.
-async fn save(book: &Book, store: &Store) {
+async fn save(book: &Book, store: &Store, claim: Claim) -> Saved {
     let (checkpoint, ticket) = {
         let mut shared = book.shared();
-        if shared.standing != Standing::Owner || !shared.journal.needs_checkpoint() {
-            return;
+        let owner = shared.standing == Standing::Owner;
+        if (claim == Claim::Held && !owner) || !shared.journal.needs_checkpoint() {
+            return Saved::Nothing;
         }
         let checkpoint = shared
             .book
@@ -269,15 +292,16 @@ async fn save(book: &Book, store: &Store) {
         .replica
         .as_ref()
         .is_some_and(|replica| replica.leadership.is_leader());
-    if !leading {
+    if claim == Claim::Held && !leading {
         // The claim ran out since the book was taken: the next owner saves.
         book.shared().journal.failed(ticket);
-        return;
+        return Saved::Nothing;
     }
     match store.write(encode(checkpoint)).await {
         Ok(()) => {
             book.shared().journal.saved(ticket);
             store.metrics.count("saved");
+            Saved::Written
         }
         Err(WriteError::Conflict) => {
             book.shared().journal.failed(ticket);
@@ -288,11 +312,13 @@ async fn save(book: &Book, store: &Store) {
                 Ok(None) => {}
                 Err(error) => tracing::warn!(%error, "cannot read the saved lease book"),
             }
+            Saved::Conflict
         }
         Err(WriteError::Other(error)) => {
             book.shared().journal.failed(ticket);
             store.metrics.count("failed");
             tracing::warn!(%error, "cannot save the lease book; retrying");
+            Saved::Failed
         }
     }
 }
@@ -337,15 +363,28 @@ fn encode(mut checkpoint: Checkpoint) -> String {
     text
 }
 
-/// Saves the book once more if this replica owns it: on SIGTERM, after the last request was
-/// answered, so that a restart loses nothing.
+/// Saves the book once more on SIGTERM, after the last request was answered, so that a
+/// restart loses nothing: when this replica owns the book, and also when it owned it and
+/// lost its claim with changes unsaved (a renew that failed just before the SIGTERM, under a
+/// slow API server; a shutdown that outlasted the claim). Skipping those lost every grant
+/// and report since the last save, and the crawlers' reports on those leases then met a
+/// book that had never heard of them.
+///
+/// The claim is not needed for this write to be safe: its `resourceVersion` precondition
+/// refuses it when another replica saved since, and then that book is merged into ours (a
+/// union: leases and counts of both are kept) and the union written once more. A replica
+/// that never owned the book, or saved all of it, has nothing unsaved and writes nothing.
 pub async fn save_at_shutdown(book: &Book, store: &Store) {
     {
         let mut shared = book.shared();
         shared.journal.abandoned();
-        shared.journal.changed(jiff::Timestamp::now());
+        if shared.standing == Standing::Owner {
+            shared.journal.changed(jiff::Timestamp::now());
+        }
     }
-    save(book, store).await;
+    if save(book, store, Claim::NotNeeded).await == Saved::Conflict {
+        save(book, store, Claim::NotNeeded).await;
+    }
 }
 
 /// Labels of the lease book's saves.

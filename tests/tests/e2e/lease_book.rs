@@ -21,7 +21,7 @@ use proxy_tests::control_plane::ControlPlane;
 use proxy_tests::operator::{DISCOVERY_TOKEN, Operator};
 use serde_json::{Value, json};
 
-use crate::leadership::holder;
+use crate::leadership::{holder, logged, take_claim};
 use crate::operated::{Bed, start_operator};
 
 const PROXIES: [&str; 3] = ["eu-1", "eu-2", "eu-3"];
@@ -497,6 +497,63 @@ async fn a_restarted_single_replica_keeps_its_leases_and_cooldowns() {
     }
     assert_eq!(crawler.listed_active().await, before.len() as u64);
     crawler.run(40).await;
+    crawler.release_all().await;
+    assert_eq!(crawler.listed_active().await, 0);
+}
+
+/// The book's last changes survive a SIGTERM that comes after the replica lost its claim
+/// (a renew that failed under a slow API server, or a shutdown that outlasted the claim):
+/// the saves while running are the owner's only, so a replica that stopped owning the book
+/// with changes unsaved writes them at shutdown, under the ConfigMap's `resourceVersion`
+/// precondition. Seen in CI: a claim that lapsed just before the SIGTERM of the crawlers'
+/// API outage lost ten seconds of grants and reports.
+#[tokio::test]
+async fn a_replica_that_lost_its_claim_before_sigterm_still_saves_its_book() {
+    // Saves ten minutes apart: everything the crawler does below is unsaved at the SIGTERM.
+    let mut bed = Bed::new_with(
+        "book-lapse",
+        &["--lease-checkpoint-interval-seconds", "600"],
+    )
+    .await;
+    ready_fleet(&mut bed).await;
+    let mut crawler = Crawler::new(vec![bed.operator.discovery.clone()]);
+    crawler.cool_one().await;
+    crawler.run(40).await;
+    let before = crawler.held();
+    assert!(!before.is_empty(), "the crawler holds leases");
+
+    // Another replica's claim, valid for an hour: this one stops owning the book.
+    let leases: Api<Lease> = Api::namespaced(bed.proxies.clone().into_client(), &bed.ns);
+    take_claim(&leases, "another-replica", 3_600).await;
+    logged(&bed.operator, &["no longer the leader"]).await;
+    let exit = bed.operator.terminate(Duration::from_secs(30));
+    assert!(
+        exit.is_some_and(|e| e.success()),
+        "the operator did not stop cleanly: {exit:?}"
+    );
+    let maps: Api<ConfigMap> = Api::namespaced(bed.proxies.clone().into_client(), &bed.ns);
+    assert!(
+        maps.list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .iter()
+            .any(|m| m.data.as_ref().is_some_and(|d| d.contains_key("book.json"))),
+        "the book was saved at the SIGTERM"
+    );
+
+    // The other replica went away without a word: its claim is gone, the next one leads.
+    leases
+        .delete("proxy-operator", &Default::default())
+        .await
+        .unwrap();
+    bed.operator = start_operator(&bed.ns, &bed.origin, &[]);
+    *crawler.replicas.lock().unwrap() = vec![bed.operator.discovery.clone()];
+    crawler.assert_cooled_site_kept(&bed.ns).await;
+    for (id, _) in &before {
+        crawler.report(id, "ok").await;
+    }
+    assert_eq!(crawler.listed_active().await, before.len() as u64);
     crawler.release_all().await;
     assert_eq!(crawler.listed_active().await, 0);
 }
