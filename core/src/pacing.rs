@@ -24,7 +24,14 @@
 //!   Calls admitted before a rate limit that come back rate-limited too are the same event,
 //!   not new ones ([`Ticket`]): four calls in flight when the quota ran out count one rate
 //!   limit, not four. The first call admitted after the last rate limit that is not
-//!   rate-limited ends the run.
+//!   rate-limited ends the run;
+//! - **a trial call when unsure**: a scope that has heard no answer for [`QUIET`] (or none
+//!   yet), and a scope whose pause after a rate limit just ended, sends one call and holds
+//!   the others back until its answer, as a circuit breaker's half-open state does, or TCP
+//!   after an idle while. Calls sent before any answer are sent blind: when the quota is
+//!   spent they all meet the same limit. With the trial, a burst of rate limits that begins
+//!   as 20 Proxies are applied costs one insert and then one per pause, not one per call
+//!   in flight; a mass apply after a quiet while waits one answer before the rest go.
 //!
 //! # Driving it
 //!
@@ -57,6 +64,17 @@ pub const BURST: Duration = Duration::from_secs(15);
 
 /// The longest wait an answer's own hint is followed for.
 pub const LONGEST_HINT: Duration = Duration::from_secs(300);
+
+/// How long a scope may go without an answer before its next call is a trial again.
+pub const QUIET: Duration = Duration::from_secs(15);
+
+/// How long a call held back behind a trial waits before it asks again: about what a
+/// provider's answer takes.
+pub const TRIAL_WAIT: Duration = Duration::from_millis(500);
+
+/// How long a trial may go unanswered before it is taken as lost (its caller gave up
+/// without saying how it ended) and another may go.
+pub const TRIAL_LOST: Duration = Duration::from_secs(60);
 
 /// A group of methods a cloud API counts its rate quota in, apart from the others.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -129,15 +147,20 @@ pub enum Why {
     RateLimited,
     /// The scope's budget for the minute is spent.
     Budget,
+    /// The scope is unsure of the provider (quiet for a while, or just out of a pause) and
+    /// waits for the answer to the one call it sent.
+    Trial,
 }
 
-/// A call [`Pacer::admit`] let through: its scope, and how many rate limits the scope had
+/// A call [`Pacer::admit`] let through: its scope, how many rate limits the scope had
 /// counted when it was admitted (a call admitted before a rate limit says nothing about
-/// whether the limit lifted since).
+/// whether the limit lifted since), and whether it is the scope's trial.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Ticket {
     scope: Scope,
     era: u64,
+    /// When the trial was admitted, when this call is the scope's trial.
+    trial: Option<Moment>,
 }
 
 impl Ticket {
@@ -197,6 +220,10 @@ struct Lane {
     era: u64,
     /// No call before this moment (after a rate limit).
     paused_until: Moment,
+    /// When the last call ended, once one did.
+    last_answer: Option<Moment>,
+    /// When the trial in flight was admitted, while one is.
+    trial: Option<Moment>,
 }
 
 impl Lane {
@@ -207,7 +234,24 @@ impl Lane {
             strikes: 0,
             era: 0,
             paused_until: Moment::EPOCH,
+            last_answer: None,
+            trial: None,
         }
+    }
+
+    /// Whether the scope is unsure of the provider at `now`: out of a pause after rate
+    /// limits (none passed since), or without an answer for [`QUIET`].
+    fn unsure(&self, now: Moment) -> bool {
+        self.strikes > 0
+            || self
+                .last_answer
+                .is_none_or(|answered| now.saturating_since(answered) > QUIET)
+    }
+
+    /// Whether a trial is in flight at `now` (not yet taken as lost).
+    fn trial_in_flight(&self, now: Moment) -> bool {
+        self.trial
+            .is_some_and(|admitted| now.saturating_since(admitted) < TRIAL_LOST)
     }
 
     /// The time one call of the budget stands for, and how far ahead of now the budget may
@@ -243,6 +287,13 @@ impl Pacer {
                 why: Why::RateLimited,
             };
         }
+        let trial = lane.unsure(now);
+        if trial && lane.trial_in_flight(now) {
+            return Admission::Wait {
+                until: now + TRIAL_WAIT,
+                why: Why::Trial,
+            };
+        }
         if let Some(budget) = lane.budget {
             let (interval, burst) = Lane::cell(budget);
             let earliest = Moment::after(lane.spent_until.since_epoch().saturating_sub(burst));
@@ -254,9 +305,13 @@ impl Pacer {
             }
             lane.spent_until = lane.spent_until.max(now) + interval;
         }
+        if trial {
+            lane.trial = Some(now);
+        }
         Admission::Go(Ticket {
             scope,
             era: lane.era,
+            trial: trial.then_some(now),
         })
     }
 
@@ -264,6 +319,10 @@ impl Pacer {
     /// scope now waits (zero when it does not).
     pub fn record(&mut self, ticket: Ticket, ended: Ended, now: Moment) -> Duration {
         let lane = self.lane(ticket.scope);
+        lane.last_answer = Some(lane.last_answer.map_or(now, |last| last.max(now)));
+        if ticket.trial.is_some() && ticket.trial == lane.trial {
+            lane.trial = None;
+        }
         match ended {
             Ended::RateLimited { retry_after } => {
                 // Calls admitted before the last rate limit met the same limit: no new one.
@@ -319,6 +378,13 @@ mod tests {
     }
 
     const LIMITED: Ended = Ended::RateLimited { retry_after: None };
+
+    /// One call of `scope` admitted and answered at `now`: the scope is sure of the
+    /// provider for [`QUIET`] after.
+    fn answered(pacer: &mut Pacer, scope: Scope, now: Moment) {
+        let ticket = go(pacer.admit(scope, now));
+        let _ = pacer.record(ticket, Ended::Otherwise, now);
+    }
 
     #[test]
     fn the_pause_doubles_from_a_second_to_a_minute() {
@@ -382,6 +448,7 @@ mod tests {
     #[test]
     fn calls_in_flight_when_the_limit_came_count_one_rate_limit_not_one_each() {
         let mut pacer = Pacer::new(Budgets::default());
+        answered(&mut pacer, Scope::Read, at(0));
         let flying: Vec<Ticket> = (0..4)
             .map(|_| go(pacer.admit(Scope::Read, at(0))))
             .collect();
@@ -429,31 +496,34 @@ mod tests {
 
     #[test]
     fn a_budget_lets_a_quarter_minutes_worth_through_then_one_call_per_share_of_the_minute() {
-        // 60 a minute: 15 and one at once, then a call a second.
+        // 60 a minute: 15 and one at once, then a call a second (the first call, answered,
+        // makes the scope sure of the provider; its second is back by then).
         let mut pacer = Pacer::new(Budgets {
             read: Some(60),
             write: None,
         });
+        answered(&mut pacer, Scope::Read, at(0));
         for n in 0..16 {
-            assert_eq!(pacer.view(at(0))[0].spare, Some(16 - n), "before {n}");
-            go(pacer.admit(Scope::Read, at(0)));
+            assert_eq!(pacer.view(at(1_000))[0].spare, Some(16 - n), "before {n}");
+            go(pacer.admit(Scope::Read, at(1_000)));
         }
-        assert_eq!(pacer.view(at(0))[0].spare, Some(0));
+        assert_eq!(pacer.view(at(1_000))[0].spare, Some(0));
         assert_eq!(
-            pacer.admit(Scope::Read, at(0)),
+            pacer.admit(Scope::Read, at(1_000)),
             Admission::Wait {
-                until: at(1_000),
+                until: at(2_000),
                 why: Why::Budget
             }
         );
-        go(pacer.admit(Scope::Read, at(1_000)));
+        go(pacer.admit(Scope::Read, at(2_000)));
         assert!(matches!(
-            pacer.admit(Scope::Read, at(1_500)),
+            pacer.admit(Scope::Read, at(2_500)),
             Admission::Wait { .. }
         ));
         // Unused time refills it, up to its burst.
         assert_eq!(pacer.view(at(600_000))[0].spare, Some(16));
         // The scope without a budget is never held by it.
+        answered(&mut pacer, Scope::Write, at(0));
         for _ in 0..1_000 {
             go(pacer.admit(Scope::Write, at(0)));
         }
@@ -497,5 +567,140 @@ mod tests {
             ]
         );
         assert_eq!(pacer.view(at(1_000))[0].paused_until, None);
+    }
+
+    #[test]
+    fn a_quiet_scope_sends_one_call_and_the_rest_wait_for_its_answer() {
+        let mut pacer = Pacer::new(Budgets::default());
+        // Never answered: the first call is a trial, the others wait for its answer.
+        let trial = go(pacer.admit(Scope::Write, at(0)));
+        for now in [0, 100, 400] {
+            assert_eq!(
+                pacer.admit(Scope::Write, at(now)),
+                Admission::Wait {
+                    until: at(now) + TRIAL_WAIT,
+                    why: Why::Trial
+                },
+                "{now}"
+            );
+        }
+        // The other scope has a trial of its own.
+        go(pacer.admit(Scope::Read, at(0)));
+        let _ = pacer.record(trial, Ended::Otherwise, at(400));
+        for _ in 0..4 {
+            go(pacer.admit(Scope::Write, at(500)));
+        }
+        // Quiet for longer than QUIET: unsure again.
+        let later = at(400) + QUIET + Duration::from_millis(1);
+        go(pacer.admit(Scope::Write, later));
+        assert!(matches!(
+            pacer.admit(Scope::Write, later),
+            Admission::Wait {
+                why: Why::Trial,
+                ..
+            }
+        ));
+    }
+
+    #[test]
+    fn out_of_a_pause_one_trial_goes_and_its_answer_decides_for_the_rest() {
+        let mut pacer = Pacer::new(Budgets::default());
+        answered(&mut pacer, Scope::Read, at(0));
+        let flying: Vec<Ticket> = (0..3)
+            .map(|_| go(pacer.admit(Scope::Read, at(0))))
+            .collect();
+        for ticket in flying {
+            let _ = pacer.record(ticket, LIMITED, at(100));
+        }
+        // The pause ends at 1 100: one trial, which meets the limit again (2 s more).
+        let trial = go(pacer.admit(Scope::Read, at(1_100)));
+        assert!(matches!(
+            pacer.admit(Scope::Read, at(1_100)),
+            Admission::Wait {
+                why: Why::Trial,
+                ..
+            }
+        ));
+        assert_eq!(
+            pacer.record(trial, LIMITED, at(1_200)),
+            Duration::from_secs(2)
+        );
+        // The next trial passes: the rest go at once.
+        let trial = go(pacer.admit(Scope::Read, at(3_200)));
+        let _ = pacer.record(trial, Ended::Otherwise, at(3_300));
+        for _ in 0..4 {
+            go(pacer.admit(Scope::Read, at(3_300)));
+        }
+    }
+
+    #[test]
+    fn a_trial_never_answered_is_taken_as_lost_after_a_minute_and_its_late_answer_changes_nothing()
+    {
+        let mut pacer = Pacer::new(Budgets::default());
+        let lost = go(pacer.admit(Scope::Write, at(0)));
+        let just_before = Moment::after(TRIAL_LOST - Duration::from_millis(1));
+        assert!(matches!(
+            pacer.admit(Scope::Write, just_before),
+            Admission::Wait {
+                why: Why::Trial,
+                ..
+            }
+        ));
+        let second = go(pacer.admit(Scope::Write, at(0) + TRIAL_LOST));
+        // The lost one's answer comes at last: the second is still the trial.
+        let _ = pacer.record(lost, Ended::Otherwise, at(0) + TRIAL_LOST);
+        let _ = second;
+        let answered_at = at(0) + TRIAL_LOST;
+        // Sure of the provider now (an answer came), so others go.
+        go(pacer.admit(Scope::Write, answered_at));
+    }
+
+    /// The goal of issue 50 in the core: callers that ask again as soon as they are let
+    /// (at the wait's end, never sooner than the core's first retry), through a 25-second
+    /// burst in which every call meets a rate limit 100 ms after it is sent. However many
+    /// callers, the burst costs at most five calls: one, then one trial per pause.
+    #[test]
+    fn a_burst_of_rate_limits_costs_one_call_per_pause_however_many_ask() {
+        for many in [1_usize, 4, 20, 200] {
+            let mut pacer = Pacer::new(Budgets {
+                read: None,
+                write: Some(1_200),
+            });
+            // Quiet before the burst: the last answer long ago.
+            answered(&mut pacer, Scope::Write, at(0));
+            let start = 600_000_u64;
+            let end = start + 25_000;
+            // Each caller: due to ask at a moment, or its call in flight until a moment.
+            let mut callers: Vec<(u64, Option<Ticket>)> = vec![(start, None); many];
+            let mut calls = 0;
+            let asks_again = |wait: Duration, now: u64| {
+                now + u64::try_from(wait.max(Duration::from_millis(500)).as_millis())
+                    .unwrap_or(u64::MAX)
+            };
+            for now in (start..end).step_by(10) {
+                for (due, flying) in &mut callers {
+                    if *due > now {
+                        continue;
+                    }
+                    if let Some(ticket) = flying.take() {
+                        let paused = pacer.record(ticket, LIMITED, at(now));
+                        *due = asks_again(paused, now);
+                        continue;
+                    }
+                    match pacer.admit(Scope::Write, at(now)) {
+                        Admission::Go(ticket) => {
+                            calls += 1;
+                            *flying = Some(ticket);
+                            *due = now + 100;
+                        }
+                        Admission::Wait { until, .. } => {
+                            *due = asks_again(until.saturating_since(at(now)), now);
+                        }
+                    }
+                }
+            }
+            assert!(calls <= 5, "{many} callers: {calls} calls in the burst");
+            assert!(calls >= 4, "{many} callers: {calls}: one trial per pause");
+        }
     }
 }

@@ -17,7 +17,7 @@ use std::sync::Mutex;
 use std::time::Instant;
 
 use proxy_core::ProviderError;
-use proxy_core::pacing::{Admission, Budgets, Ended, Pacer, Scope, ScopeView, Why};
+use proxy_core::pacing::{Admission, Budgets, Ended, Pacer, Scope, ScopeView, Ticket, Why};
 use proxy_core::probe_schedule::Moment;
 
 use super::metrics::ProviderMetrics;
@@ -78,6 +78,7 @@ impl Pace {
                 let reason = match why {
                     Why::RateLimited => "wait after rate-limit answers",
                     Why::Budget => "wait for the minute's budget",
+                    Why::Trial => "wait for the answer to the one call sent after a quiet while",
                 };
                 return Err(ProviderError::rate_limited(
                     format!(
@@ -89,6 +90,10 @@ impl Pace {
                 ));
             }
         };
+        let flying = InFlight {
+            pace: self,
+            ticket: Some(ticket),
+        };
         let result = call.await;
         let limit = result.as_ref().err().and_then(rate_limited);
         let ended = match &limit {
@@ -97,7 +102,7 @@ impl Pace {
             },
             None => Ended::Otherwise,
         };
-        let paused = lock(&self.pacer).record(ticket, ended, self.now());
+        let paused = flying.ended(ended);
         self.metrics.pause(&self.provider, scope.as_str(), paused);
         match limit {
             Some(error) => {
@@ -107,6 +112,10 @@ impl Pace {
             }
             None => Ok(result),
         }
+    }
+
+    fn record(&self, ticket: Ticket, ended: Ended) -> std::time::Duration {
+        lock(&self.pacer).record(ticket, ended, self.now())
     }
 
     /// Every scope's state now.
@@ -124,5 +133,30 @@ impl Pace {
                 view,
             })
             .collect()
+    }
+}
+
+/// A call admitted and not yet recorded. Dropped unrecorded (its caller was cancelled
+/// mid-call: a deadline, a shutdown), it records the call as ended without an answer, so
+/// that a trial call never holds its scope until the pacing takes it as lost.
+struct InFlight<'a> {
+    pace: &'a Pace,
+    ticket: Option<Ticket>,
+}
+
+impl InFlight<'_> {
+    /// Records how the call ended; returns how long its scope now waits.
+    fn ended(mut self, ended: Ended) -> std::time::Duration {
+        self.ticket
+            .take()
+            .map_or_else(Default::default, |ticket| self.pace.record(ticket, ended))
+    }
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        if let Some(ticket) = self.ticket.take() {
+            let _ = self.pace.record(ticket, Ended::Otherwise);
+        }
     }
 }
