@@ -634,8 +634,7 @@ mod tests {
     }
 
     #[test]
-    fn a_trial_never_answered_is_taken_as_lost_after_a_minute_and_its_late_answer_changes_nothing()
-    {
+    fn a_trial_never_answered_is_taken_as_lost_after_a_minute_and_its_late_answer_ends_no_other() {
         let mut pacer = Pacer::new(Budgets::default());
         let lost = go(pacer.admit(Scope::Write, at(0)));
         let just_before = Moment::after(TRIAL_LOST - Duration::from_millis(1));
@@ -646,13 +645,22 @@ mod tests {
                 ..
             }
         ));
-        let second = go(pacer.admit(Scope::Write, at(0) + TRIAL_LOST));
-        // The lost one's answer comes at last: the second is still the trial.
-        let _ = pacer.record(lost, Ended::Otherwise, at(0) + TRIAL_LOST);
-        let _ = second;
-        let answered_at = at(0) + TRIAL_LOST;
-        // Sure of the provider now (an answer came), so others go.
-        go(pacer.admit(Scope::Write, answered_at));
+        let minute = Moment::after(TRIAL_LOST);
+        let second = go(pacer.admit(Scope::Write, minute));
+        // The lost one's answer comes at last: an answer (others may go for a while), but
+        // the second is still the trial in flight once the scope is quiet again.
+        let _ = pacer.record(lost, Ended::Otherwise, minute);
+        go(pacer.admit(Scope::Write, minute));
+        let quiet_again = minute + QUIET + Duration::from_millis(1);
+        assert!(matches!(
+            pacer.admit(Scope::Write, quiet_again),
+            Admission::Wait {
+                why: Why::Trial,
+                ..
+            }
+        ));
+        let _ = pacer.record(second, Ended::Otherwise, quiet_again);
+        go(pacer.admit(Scope::Write, quiet_again));
     }
 
     /// The goal of issue 50 in the core: callers that ask again as soon as they are let
