@@ -56,11 +56,23 @@ async fn provider(gce: &FakeGce) -> GcpProvider {
 }
 
 /// Creates `n` VMs at once, of Proxies whose UIDs start with `prefix`, and waits until
-/// each runs; their provider IDs.
+/// each runs; their provider IDs. A create the provider's pacing holds back (the first
+/// call of a quiet scope is a trial, the others wait for its answer) is made again after
+/// the wait it names, as the controller requeues it.
 async fn running_fleet(provider: &GcpProvider, prefix: &str, n: usize) -> Vec<String> {
     let creates = (0..n).map(|i| {
         let request = request(&format!("{prefix}-{i}"));
-        async move { provider.create(&request, None).await }
+        async move {
+            loop {
+                match provider.create(&request, None).await {
+                    Err(error) if error.is_rate_limit() => {
+                        let wait = error.retry_after().unwrap_or(Duration::from_millis(500));
+                        tokio::time::sleep(wait).await;
+                    }
+                    created => return created,
+                }
+            }
+        }
     });
     let ids = futures::future::try_join_all(creates).await.unwrap();
     for id in &ids {
