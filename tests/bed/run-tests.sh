@@ -147,9 +147,10 @@ for i in "${ran[@]}"; do
   grep -E '^test result:|Running ' "$logs/out.$i" | sed 's/^/  /'
 done
 # Why each failing test failed, in a few lines: where it panicked and the first lines of its
-# message, up to the output it quotes (a crawler's stdout, a squid log), so that the end of a
-# long run says it: a CI log shown by its ends keeps only a dozen lines of its tail. Also kept
-# in $target/test-failures.txt, which .ci/run prints again as its last words.
+# message, up to the output it quotes (a crawler's stdout, a squid log) or its backtrace, so
+# that the end of a long run says it: a CI log shown by its ends keeps only a dozen lines of
+# its tail. Also kept in $target/test-failures.txt, which .ci/run prints again as its last
+# words.
 why=$target/test-failures.txt
 rm -f "$why"
 if [ ${#failed[@]} -gt 0 ]; then
@@ -157,7 +158,7 @@ if [ ${#failed[@]} -gt 0 ]; then
     awk '/^---- .* stdout ----$/ { test = $2; shown = 0; next }
          /^failures:$/ { test = ""; shown = 0 }
          test != "" && /panicked at/ { shown = 4; print "--- " test }
-         shown > 0 && /^(stdout|stderr|squid):$/ { shown = 0 }
+         shown > 0 && /^(stdout|stderr|squid|stack backtrace):$/ { shown = 0 }
          shown > 0 { print "  " substr($0, 1, 700); shown-- }' "$logs/out.$i"
   done > "$why"
   printf '\nWhy they failed (each panic, first lines; all of it above):\n'
