@@ -85,6 +85,28 @@ impl FileSink {
     }
 }
 
+/// Whose calls a ring holds: a Proxy's (`decide` and health) or a ProxyPool's
+/// (`decide_pool`). A Proxy and a ProxyPool may share a name: they get two rings, so that
+/// neither's records push the other's out of a ring, and a deleted Proxy's forget keeps its
+/// namesake pool's.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Of {
+    Proxy,
+    Pool,
+}
+
+/// A ring's key: the object's `namespace/name`, and its kind.
+type RingKey = (ObjectKey, Of);
+
+/// The ring `record` goes to.
+fn ring_of(record: &Record) -> RingKey {
+    let of = match record {
+        Record::Pool(_) => Of::Pool,
+        Record::Decide(_) | Record::Health(_) => Of::Proxy,
+    };
+    (record.object(), of)
+}
+
 /// One record as it is kept: its line (with the newline, packed), and what a dump filters on.
 #[derive(Debug, Clone)]
 struct Kept {
@@ -97,7 +119,7 @@ struct Kept {
 /// in the eviction queue (up to two before a sweep), and the allocator's share of its line.
 /// At about 250 bytes a packed line, this is nearly as much again, so the budget counts it.
 const KEPT_OVERHEAD: usize =
-    size_of::<Kept>() + 2 * size_of::<(u64, ObjectKey)>() + 2 * size_of::<usize>();
+    size_of::<Kept>() + 2 * size_of::<(u64, RingKey)>() + 2 * size_of::<usize>();
 
 impl Kept {
     /// The bytes the record counts against the budget.
@@ -108,11 +130,11 @@ impl Kept {
 
 #[derive(Debug)]
 struct Inner {
-    rings: BTreeMap<ObjectKey, VecDeque<Kept>>,
+    rings: BTreeMap<RingKey, VecDeque<Kept>>,
     /// Every record still in a ring, and some already gone (dropped by the per-object cap
     /// or a forget), oldest first: what the byte budget evicts from. Gone entries are
     /// skipped, and swept once they outnumber the kept ones.
-    by_age: VecDeque<(u64, ObjectKey)>,
+    by_age: VecDeque<(u64, RingKey)>,
     /// How many records the rings hold, and their packed bytes with what keeping each costs.
     kept: usize,
     bytes: usize,
@@ -153,7 +175,7 @@ impl Inner {
 impl Inner {
     /// Drops record `seq` from `key`'s ring, if it is still there. Rings are in sequence
     /// order (one object is never reconciled twice at once), so it is found by bisection.
-    fn drop_record(&mut self, key: &ObjectKey, seq: u64) {
+    fn drop_record(&mut self, key: &RingKey, seq: u64) {
         let Some(ring) = self.rings.get_mut(key) else {
             return;
         };
@@ -221,7 +243,8 @@ pub struct Usage {
 /// What a dump holds: every record (of one object, or all) made at or after a time.
 #[derive(Debug, Default)]
 pub struct Filter {
-    /// Only this object's records (a Proxy's, or a pool's).
+    /// Only the records of the objects of this `namespace/name`: a Proxy's and a pool's of
+    /// that name both (each record says which it is about).
     pub object: Option<ObjectKey>,
     /// Only records whose call happened at or after this time.
     pub since: Option<Timestamp>,
@@ -282,10 +305,10 @@ impl Recorder {
         line.push('\n');
         // The ring's own key when it has one: the eviction queue shares it rather than
         // keeping a copy per record.
-        let object = record.object();
-        let key = match inner.rings.get_key_value(&object) {
+        let ring = ring_of(&record);
+        let key = match inner.rings.get_key_value(&ring) {
             Some((key, _)) => key.clone(),
-            None => object,
+            None => ring,
         };
         let kept = Kept {
             seq,
@@ -336,7 +359,7 @@ impl Recorder {
             inner
                 .rings
                 .iter()
-                .filter(|(key, _)| filter.object.as_ref().is_none_or(|o| o == *key))
+                .filter(|((object, _), _)| filter.object.as_ref().is_none_or(|o| o == object))
                 .flat_map(|(_, ring)| ring.iter())
                 .filter(|kept| filter.since.is_none_or(|since| kept.at >= since))
                 .filter_map(|kept| Some((kept.seq, inner.packer.unpackable(&kept.line)?)))
@@ -414,7 +437,7 @@ impl crate::per_proxy::PerProxy for Recorder {
     /// Forgets an object that is gone.
     fn forget(&self, object: &ProxyKey) {
         let mut inner = self.lock();
-        if let Some(ring) = inner.rings.remove(&object.to_object()) {
+        if let Some(ring) = inner.rings.remove(&(object.to_object(), Of::Proxy)) {
             for kept in &ring {
                 inner.release(kept);
             }
@@ -706,5 +729,48 @@ mod tests {
                 .all(|line| line.contains(r#""object":"ns/b""#))
         );
         assert!(proxy_core::record::replay(&text).unwrap().is_identical());
+    }
+
+    /// A Proxy and a ProxyPool of the same name: two rings, each capped on its own, and the
+    /// Proxy's forget leaves the pool's records; a dump by name shows both.
+    #[test]
+    fn a_proxy_and_a_pool_of_one_name_keep_rings_of_their_own() {
+        let recorder = Recorder::new(header(), 2, usize::MAX, None).unwrap();
+        let spec: proxy_crd::pool::ProxyPoolSpec = serde_json::from_value(serde_json::json!({
+            "template": {"spec": {"mode": "Managed", "provider": "pods"}},
+        }))
+        .unwrap();
+        let status = proxy_crd::pool::ProxyPoolStatus::default();
+        let observed = proxy_core::pool::PoolObserved {
+            name: "a".into(),
+            generation: 1,
+            members: Vec::new(),
+            demand: None,
+            now: jiff::Timestamp::UNIX_EPOCH,
+        };
+        let decision = proxy_core::decide_pool(&spec, &status, &observed);
+        for _ in 0..2 {
+            recorder.decide(proxy_core::record::PoolRecord::new(
+                proxy_core::PoolKey::new("ns", "a"),
+                &spec,
+                &status,
+                &observed,
+                &decision,
+            ));
+        }
+        // Three calls of the Proxy `ns/a`: its ring keeps two, the pool's two stay.
+        record(&recorder, &["a"], 3, 60);
+        assert_eq!(recorder.tracked(), 2, "two rings");
+        assert_eq!(recorder.usage().records, 4);
+        assert_eq!(text(&recorder, Some("a")).lines().count(), 1 + 4);
+        recorder.forget(&ProxyKey::new("ns", "a"));
+        assert_eq!(recorder.usage().records, 2, "the pool's records stay");
+        let left = text(&recorder, Some("a"));
+        assert!(
+            left.lines()
+                .skip(1)
+                .all(|line| line.contains(r#""kind":"pool""#)),
+            "{left}"
+        );
     }
 }
