@@ -8,7 +8,8 @@
 //! a pool's key is never taken for a proxy's. Both are shown, serialized and parsed as
 //! `namespace/name`, the form `kubectl` and the logs use, so a recording or a JSON answer
 //! carries a plain string and nothing has to format or split it by hand; [`ObjectKey`]
-//! forgets the kind, for what holds keys of every kind (the recorder's rings).
+//! forgets the kind, for what holds keys of every kind (a recording's `object`, a replay's
+//! divergence): what keeps them apart keeps the kind beside it (the recorder's rings).
 
 use std::fmt;
 use std::marker::PhantomData;
@@ -162,7 +163,7 @@ impl<K: Kind> PartialEq<&str> for Key<K> {
 
 /// Why a text is not a [`Key`]; says which text and what is wrong with it.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct InvalidProxyKey {
+pub struct InvalidKey {
     /// The text that was parsed.
     pub text: String,
     /// What is wrong with it.
@@ -182,7 +183,7 @@ pub enum KeyProblem {
     ExtraSlash,
 }
 
-impl fmt::Display for InvalidProxyKey {
+impl fmt::Display for InvalidKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let problem = match self.problem {
             KeyProblem::NoSlash => "it has no '/'",
@@ -198,14 +199,14 @@ impl fmt::Display for InvalidProxyKey {
     }
 }
 
-impl std::error::Error for InvalidProxyKey {}
+impl std::error::Error for InvalidKey {}
 
 impl<K: Kind> FromStr for Key<K> {
-    type Err = InvalidProxyKey;
+    type Err = InvalidKey;
 
     /// Parses `namespace/name`: exactly one `/`, with something on each side.
     fn from_str(text: &str) -> Result<Self, Self::Err> {
-        let invalid = |problem| InvalidProxyKey {
+        let invalid = |problem| InvalidKey {
             text: text.to_owned(),
             problem,
         };

@@ -101,7 +101,7 @@ pub use decide::{FIRST_VERDICT_SLACK, decide};
 pub use error::{Cause, ErrorClass, ProviderError};
 pub use event::{Event, EventType};
 pub use instance::InstanceState;
-pub use key::{InvalidProxyKey, Key, KeyProblem, Kind, ObjectKey, PoolKey, ProxyKey};
+pub use key::{InvalidKey, Key, KeyProblem, Kind, ObjectKey, PoolKey, ProxyKey};
 pub use observed::{
     CloudInitView, HealthVerdict, Hold, InstanceView, Metadata, Observed, Outcome, ProviderCall,
     Timing, instance_id,
