@@ -116,7 +116,8 @@ use crate::status::{self, Provisioning};
 ///   [`crate::pacing`]) is no failure of the Proxy's: a lookup that met it changes nothing
 ///   in the status, a call that met it (or that the pacing held back) says that it waits
 ///   and is held back for that wait, no Event is emitted, the failure count is kept, and
-///   the Proxy looks again when the provider takes calls again ([`Requeue::Held`]).
+///   the Proxy looks again when the provider takes calls again ([`Requeue::Held`]); a
+///   Ready one, whose lookup nothing waits on, at its next drift poll if that is later.
 /// - A placement the provider refuses ([`Observed::placement_problem`]: a parameter its
 ///   type does not use) creates nothing (`PermanentError`, naming the field) and replaces
 ///   no machine that serves or starts; the machine of an unchanged spec is left alone.
@@ -1042,6 +1043,12 @@ fn paced(error: &ProviderError) -> Option<Duration> {
 /// looks again when the provider takes calls again. A lookup changes nothing in the status:
 /// the last known state stands (a Ready proxy stays Ready); a held call says that it waits,
 /// and is held back until then. `kept` is what the status states about the instance.
+///
+/// A lookup of an instance last seen running with its address (the drift poll of a Ready
+/// Proxy: nothing waits on its answer) looks again at its next drift poll, not at the
+/// pause's end: the lookups of a whole fleet would otherwise gather at each pause's end and
+/// spend its one trial call ([`crate::pacing`]) on reads no decision needs. A spec change
+/// never waits so: it is a replacement, which makes a call instead of a lookup.
 fn paced_by_the_provider(
     observed: &Observed,
     kept: Provisioning,
@@ -1051,7 +1058,12 @@ fn paced_by_the_provider(
     wait: Duration,
 ) -> Step {
     let Some(call) = call else {
-        return Step::set(kept, Requeue::Held(wait));
+        let again = if kept.reason == ProvisionedReason::Created {
+            wait.max(observed.timing.drift_poll)
+        } else {
+            wait
+        };
+        return Step::set(kept, Requeue::Held(again));
     };
     let facts = Provisioning {
         message: format!(

@@ -14,7 +14,7 @@ use proxy_core::{
     Reconcile, Requeue, decide,
 };
 use proxy_crd::{Phase, ProxyStatus};
-use support::{ID, creating_status, running_status};
+use support::{ID, creating_status, provisioning_status, running_status};
 
 /// A rate limit of the provider whose pacing says: again in `secs` seconds.
 fn limited(secs: u64) -> ProviderError {
@@ -40,7 +40,7 @@ fn failed(call: ProviderCall, error: ProviderError) -> Observed {
 #[test]
 fn a_ready_proxy_whose_lookup_met_the_providers_rate_limit_stays_ready_and_says_nothing() {
     // (the wait the pacing decided, the failures before)
-    for (secs, failures) in [(1, 0), (16, 0), (60, 3)] {
+    for (secs, failures) in [(1, 0), (16, 0), (60, 3), (90, 0)] {
         let decision = lookup(&running_status(), limited(secs), failures);
         assert_eq!(decision.status().phase, Some(Phase::Ready), "{secs} s");
         assert_eq!(decision.status_write(), None, "{secs} s: nothing to write");
@@ -48,10 +48,27 @@ fn a_ready_proxy_whose_lookup_met_the_providers_rate_limit_stays_ready_and_says_
         assert_eq!(decision.provider_call(), None);
         assert_eq!(
             decision.requeue(),
-            Requeue::Held(Duration::from_secs(secs)),
-            "{secs} s: looks again when the provider takes calls"
+            Requeue::Held(Duration::from_secs(secs.max(60))),
+            "{secs} s: nothing waits on its answer: it looks again at its next drift poll \
+             (60 s), or when the provider takes calls again if that is later"
         );
         assert_eq!(decision.hold(), None, "a lookup holds nothing");
+    }
+}
+
+#[test]
+fn a_starting_instance_whose_lookup_met_the_rate_limit_looks_again_when_the_pause_ends() {
+    // A Proxy waiting for its machine to run cannot wait a drift poll: it looks again as
+    // soon as the provider takes calls again.
+    for secs in [1, 16, 60] {
+        let decision = lookup(&provisioning_status(), limited(secs), 0);
+        assert_eq!(decision.status_write(), None, "{secs} s: nothing to write");
+        assert_eq!(decision.events(), [], "{secs} s");
+        assert_eq!(
+            decision.requeue(),
+            Requeue::Held(Duration::from_secs(secs)),
+            "{secs} s"
+        );
     }
 }
 
@@ -62,7 +79,8 @@ fn the_proxys_failure_count_is_kept_not_raised() {
         .instance(InstanceView::Error(limited(8)));
     let mut observed = observed.health(support::IP, true);
     observed.failures = 2;
-    let plan = match Reconcile::start(managed_spec(), running_status(), observed).metadata_written()
+    let plan = match Reconcile::start(managed_spec(), provisioning_status(), observed)
+        .metadata_written()
     {
         proxy_core::Next::Done(plan) => plan,
         proxy_core::Next::Call(_) => panic!("a lookup that met a rate limit makes no call"),
@@ -140,7 +158,7 @@ fn a_held_delete_of_a_deleted_proxy_waits_as_well() {
 
 #[test]
 fn a_wait_shorter_than_the_first_retry_is_the_first_retry() {
-    let decision = lookup(&running_status(), limited(0), 0);
+    let decision = lookup(&provisioning_status(), limited(0), 0);
     assert_eq!(
         decision.requeue(),
         Requeue::Held(proxy_core::backoff::FIRST_RETRY)
