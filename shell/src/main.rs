@@ -9,6 +9,10 @@ use clap::Parser;
 use proxy_operator::cli::{Cli, Command};
 use proxy_operator::{commands, gateway, operator};
 
+/// jemalloc, for the memory a burst took to go back once it ends: see `shell/Cargo.toml`.
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 fn main() -> ExitCode {
     match Cli::parse().command {
         Command::Run(args) => operator::run(*args),

@@ -21,6 +21,14 @@
 //! ([`proxy_core::gateway::release`]); a stopping gateway waits for those in flight, at most
 //! [`SETTLE`], then releases whatever it still holds at once, by holder ([`Book::settle`]).
 //!
+//! **Calls in the background wait their turn.** At most [`BACKGROUND_CALLS`] releases and
+//! background reports are sent at once; the others wait as a few bytes each (the lease's
+//! ID). Without the bound, a burst of clients closing together (2 000 kept-alive
+//! connections a crawl drops at its end) sent 2 000 requests at once, each on a connection
+//! of its own to the book, and the gateway's memory rose by a fifth of the burst's after
+//! every client had gone (docs/benchmarks.md, the gateway's memory). Grants are not
+//! bounded: a client waits on each.
+//!
 //! **The gateway's holder.** Every lease it takes outside a session names the gateway as its
 //! holder (`--holder`, by default `gateway:<host name>`, in a Pod its name). Before its first
 //! lease a gateway releases every lease of its holder (`DELETE /v1/leases?holder=`): those of
@@ -36,7 +44,7 @@ use proxy_core::gateway::credentials::basic_header;
 use proxy_core::gateway::release::{Next, ReleaseTries, Released};
 use proxy_core::gateway::{LeaseAsk, Refusal};
 use proxy_core::lease::ReportResult;
-use tokio::sync::OnceCell;
+use tokio::sync::{OnceCell, Semaphore};
 use tokio_util::task::TaskTracker;
 
 use super::metrics::GatewayMetrics;
@@ -55,6 +63,11 @@ pub const POOL_IDLE: Duration = Duration::from_secs(4);
 /// rest by holder: about a leadership failover, and with the shutdown grace (10 s) within
 /// a Pod's default termination grace of 30 s.
 pub const SETTLE: Duration = Duration::from_secs(15);
+
+/// How many releases and background reports may be in flight at once: a few pooled
+/// connections' worth, which at a millisecond each clears thousands a second, while a burst
+/// of releases no longer opens a connection to the book per release.
+pub const BACKGROUND_CALLS: usize = 32;
 
 /// A lease the book granted a connection: where to connect, and how to authenticate there.
 #[derive(Clone)]
@@ -121,6 +134,8 @@ pub struct Book {
     metrics: Arc<GatewayMetrics>,
     /// The grants awaited, the releases and reports in flight.
     background: TaskTracker,
+    /// The turns of the releases and background reports ([`BACKGROUND_CALLS`]).
+    turns: Arc<Semaphore>,
 }
 
 impl Book {
@@ -159,6 +174,7 @@ impl Book {
             predecessor: Arc::default(),
             metrics,
             background: TaskTracker::new(),
+            turns: Arc::new(Semaphore::new(BACKGROUND_CALLS)),
         }
     }
 
@@ -342,14 +358,16 @@ impl Book {
     async fn release(&self, id: &str, expires: Instant) -> Released {
         let mut tries = ReleaseTries::default();
         loop {
-            let answer = self
-                .request(reqwest::Method::DELETE, &format!("/v1/leases/{id}"))
-                .send()
-                .await;
-            let status = match &answer {
-                Ok(answer) => Some(answer.status().as_u16()),
-                Err(_) => None,
+            // The turn lasts until the answer is dropped, when its connection is back in
+            // the pool for the next release.
+            let answer = {
+                let _turn = self.turns.acquire().await;
+                self.request(reqwest::Method::DELETE, &format!("/v1/leases/{id}"))
+                    .send()
+                    .await
+                    .map(|answer| answer.status().as_u16())
             };
+            let status = answer.as_ref().ok().copied();
             let left = expires.saturating_duration_since(Instant::now());
             match tries.after(status, left) {
                 Next::Done(Released::Refused) => {
@@ -367,8 +385,8 @@ impl Book {
                 Next::Done(done) => return done,
                 Next::RetryIn(wait) => {
                     match answer {
-                        Ok(answer) => tracing::debug!(
-                            status = answer.status().as_u16(),
+                        Ok(status) => tracing::debug!(
+                            status,
                             lease = id,
                             ?wait,
                             "a release met no book: sending it again"
@@ -395,7 +413,11 @@ impl Book {
     pub fn report_later(&self, leased: &Leased, result: ReportResult, target: &str) {
         let request = self.report_request(leased, result, target);
         let id = leased.id.clone();
-        self.in_background(async move { deliver(request, &id).await });
+        let turns = Arc::clone(&self.turns);
+        self.in_background(async move {
+            let _turn = turns.acquire().await;
+            deliver(request, &id).await;
+        });
     }
 
     fn report_request(

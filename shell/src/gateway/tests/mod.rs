@@ -5,6 +5,7 @@
 //! (`tests/tests/e2e/gateway.rs`) run the same through real squids with real clients.
 
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -147,12 +148,14 @@ impl Default for Fleet {
 /// A relay in front of the discovery API at `api` (`host:port`) whose answers come back
 /// `delay` late, as a book's answer does through a forwarding replica or a busy network:
 /// a client that hangs up within `delay` of its request hangs up while the book answers.
-async fn delayed(api: &str, delay: Duration) -> SocketAddr {
+/// Counts the connections made to it in `opened`.
+async fn delayed(api: &str, delay: Duration, opened: Arc<AtomicUsize>) -> SocketAddr {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let api = api.to_owned();
     tokio::spawn(async move {
         while let Ok((client, _)) = listener.accept().await {
+            opened.fetch_add(1, Ordering::Relaxed);
             let Ok(server) = TcpStream::connect(&api).await else {
                 continue;
             };
@@ -194,6 +197,8 @@ struct Bed {
     seen: Vec<(u16, Seen)>,
     /// The lease book.
     discovery: Arc<Discovery>,
+    /// The connections the gateway opened to the book, when its answers are delayed.
+    book_connections: Arc<AtomicUsize>,
     /// Stops the gateway (its SIGTERM).
     stop: tokio::sync::oneshot::Sender<()>,
     /// The gateway's serving, which ends once it has stopped.
@@ -262,8 +267,10 @@ impl Bed {
             fleet.api,
             std::future::pending(),
         ));
+        let book_connections = Arc::new(AtomicUsize::new(0));
         if let Some(delay) = fleet.book_delay {
-            api_url = format!("http://{}", delayed(&api_url[7..], delay).await);
+            let relay = delayed(&api_url[7..], delay, book_connections.clone()).await;
+            api_url = format!("http://{relay}");
         }
         if let Some(taps) = fleet.tap {
             api_url = format!("http://{}", openapi::tapped(api_url, taps).await);
@@ -315,6 +322,7 @@ impl Bed {
             metrics,
             seen,
             discovery,
+            book_connections,
             stop,
             served,
         }
@@ -1078,6 +1086,47 @@ async fn two_hundred_clients_hanging_up_in_parallel_leave_no_lease() {
     assert!(
         answered >= 10.0,
         "the book answered {answered} lease requests"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hundred_tunnels_closing_together_send_their_releases_in_turn() {
+    // The book answers 20 ms late: a release sent while all the gateway's connections to it
+    // are busy needs a connection of its own, unless it waits its turn.
+    let (addr, seen) = upstream().await;
+    let fleet = Fleet {
+        max_leases: 100,
+        book_delay: Some(Duration::from_millis(20)),
+        ..Fleet::default()
+    };
+    let bed = Bed::build(
+        &[addr],
+        vec![(addr.port(), seen)],
+        Settings::default(),
+        fleet,
+    )
+    .await;
+    let mut tunnels = Vec::new();
+    for _ in 0..100 {
+        let mut tunnel = bed.connect().await;
+        let (status, _) = exchange(&mut tunnel, &connect_request("user-acme", TENANT_TOKEN)).await;
+        assert_eq!(status, 200);
+        tunnels.push(tunnel);
+    }
+    bed.leases_held(100).await;
+    let before = bed.book_connections.load(Ordering::Relaxed);
+    drop(tunnels);
+    bed.leases_held_within(0, BOUND).await;
+    let opened = bed.book_connections.load(Ordering::Relaxed) - before;
+    assert!(
+        opened <= super::book::BACKGROUND_CALLS,
+        "100 releases at once opened {opened} connections to the book, more than the {} \
+         releases that may be in flight",
+        super::book::BACKGROUND_CALLS
+    );
+    assert_eq!(
+        bed.metric("proxy_operator_gateway_lease_releases_total{result=\"released\"}"),
+        100.0
     );
 }
 

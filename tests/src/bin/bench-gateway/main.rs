@@ -455,7 +455,9 @@ fn start_gateway(
     std::fs::create_dir_all(&tenants)?;
     std::fs::write(tenants.join("bench"), TENANT_TOKEN)?;
     let metrics = Port::reserve();
-    let log = std::fs::File::create(dir.join(format!("{name}.log")))?;
+    // The name may hold a path (`after, LD_PRELOAD=/usr/lib/...`): not one for the log's.
+    let file = name.replace(|c: char| !c.is_ascii_alphanumeric(), "_");
+    let log = std::fs::File::create(dir.join(format!("{file}.log")))?;
     Ok(std::process::Command::new(binary)
         .arg("gateway")
         .args(["--listen", &addr.to_string()])

@@ -7,8 +7,8 @@
 //! forwarded `GET http://`), reads the answer and stays open. For each mode and each count
 //! (`BENCH_MEMORY_CONNECTIONS`, 2000,10000), each gateway in turn: its RSS (`VmRSS`) before
 //! the burst, with every connection open and answered (after a second's rest), and once every
-//! connection has closed and the book has had every lease back (plus two seconds): whether
-//! the memory went back. The figures per connection are the growth over the RSS before the
+//! connection has closed and the book has had every lease back (plus [`AFTER`], and again
+//! at [`SETTLED`]): whether the memory went back. The figures per connection are the growth over the RSS before the
 //! burst, divided by the connections.
 //!
 //! The gateways: this tree's release build ("after") and `BENCH_BASELINE_BINARY` ("before", a
@@ -47,6 +47,11 @@ const OPEN_FILES: u64 = 65_536;
 const OPENING: usize = 128;
 /// How long the book may take to have every lease back after a burst closed.
 const RELEASED_WITHIN: Duration = Duration::from_secs(60);
+/// When the memory after a burst is read, from the last lease back.
+const AFTER: Duration = Duration::from_secs(2);
+/// When it is read again: past jemalloc's decay time (10 s), by which it gives back the
+/// pages its background threads found unused.
+const SETTLED: Duration = Duration::from_secs(15);
 
 /// A gateway under measurement.
 struct Measured {
@@ -62,7 +67,10 @@ struct Burst {
     gateway: String,
     before: u64,
     open: u64,
+    /// [`AFTER`] after the book had every lease back.
     after: u64,
+    /// [`SETTLED`] after it: once an allocator that gives memory back by time has.
+    settled: u64,
     /// Connections that failed to open or got no 200.
     failed: usize,
     /// Leases the book still held when the wait for them ended.
@@ -132,12 +140,13 @@ pub async fn run() -> anyhow::Result<()> {
             for gateway in &gateways {
                 let burst = burst(gateway, mode, connections, origin, &book).await?;
                 eprintln!(
-                    "bench-gateway memory: {:>7} {connections:>6} {:<24} {:>7.1} MiB before, {:>7.1} MiB open, {:>7.1} MiB after; {} failed, {} leases left",
+                    "bench-gateway memory: {:>7} {connections:>6} {:<24} {:>7.1} MiB before, {:>7.1} MiB open, {:>7.1} MiB after, {:>7.1} MiB settled; {} failed, {} leases left",
                     mode_name(mode),
                     burst.gateway,
                     mib(burst.before),
                     mib(burst.open),
                     mib(burst.after),
+                    mib(burst.settled),
                     burst.failed,
                     burst.leases_left,
                 );
@@ -148,14 +157,14 @@ pub async fn run() -> anyhow::Result<()> {
 
     println!();
     println!(
-        "| mode | connections | gateway | RSS before | RSS with all open | per connection | RSS after all closed | kept of the growth | failed | leases left |"
+        "| mode | connections | gateway | RSS before | RSS with all open | per connection | RSS 2 s after all closed | kept of the growth | RSS 15 s after | kept | failed | leases left |"
     );
-    println!("|---|---|---|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|");
     for b in &bursts {
         let grown = b.open.saturating_sub(b.before);
-        let kept = b.after.saturating_sub(b.before) as f64 / grown.max(1) as f64;
+        let kept = |rss: u64| rss.saturating_sub(b.before) as f64 / grown.max(1) as f64 * 100.0;
         println!(
-            "| {} | {} | {} | {:.1} MiB | {:.1} MiB | {:.1} KiB | {:.1} MiB | {:.0} % | {} | {} |",
+            "| {} | {} | {} | {:.1} MiB | {:.1} MiB | {:.1} KiB | {:.1} MiB | {:.0} % | {:.1} MiB | {:.0} % | {} | {} |",
             mode_name(b.mode),
             b.connections,
             b.gateway,
@@ -163,7 +172,9 @@ pub async fn run() -> anyhow::Result<()> {
             mib(b.open),
             grown as f64 / 1024.0 / b.connections as f64,
             mib(b.after),
-            kept * 100.0,
+            kept(b.after),
+            mib(b.settled),
+            kept(b.settled),
             b.failed,
             b.leases_left,
         );
@@ -243,14 +254,17 @@ async fn burst(
             gateway.name
         );
     }
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    tokio::time::sleep(AFTER).await;
+    let after = resident_bytes(pid)?;
+    tokio::time::sleep(SETTLED.saturating_sub(AFTER)).await;
     Ok(Burst {
         mode,
         connections,
         gateway: gateway.name.clone(),
         before,
         open,
-        after: resident_bytes(pid)?,
+        after,
+        settled: resident_bytes(pid)?,
         failed,
         leases_left: book.book().active_leases(),
     })
