@@ -180,4 +180,33 @@ mod tests {
         assert_eq!(index.narrowest(&selector("eu")), None);
         assert!(index.narrowest(&selector("us")).is_some());
     }
+
+    #[test]
+    fn a_selector_looks_only_at_the_proxies_of_its_rarest_term() {
+        // Three proxies in eu, one of them gold: `geo=eu,tier=gold` walks one proxy, not
+        // three, whichever order its terms come in (what keeps a grant cheap in a large
+        // fleet; the result is the same either way, as the grant checks the whole selector).
+        let mut fleet = super::super::fleet::Fleet::default();
+        let mut index = EligibleIndex::default();
+        for (i, tier) in ["silver", "gold", "silver"].into_iter().enumerate() {
+            let key = ProxyKey::new("crawl", format!("p{i}"));
+            let labels = Labels::from([
+                ("geo".to_owned(), "eu".to_owned()),
+                ("tier".to_owned(), tier.to_owned()),
+            ]);
+            let terms = index.carry(&labels);
+            let rank = Rank {
+                active: 0,
+                latency_ms: 0,
+                slot: fleet.slot_or_new(&key),
+                key,
+            };
+            index.insert(rank, &terms);
+        }
+        let gold_in_eu: Selector = [("geo", "eu"), ("tier", "gold")].into_iter().collect();
+        let narrowest = index.narrowest(&gold_in_eu).map(BTreeSet::len);
+        assert_eq!(narrowest, Some(1), "the gold proxy alone");
+        let eu = index.narrowest(&selector("eu")).map(BTreeSet::len);
+        assert_eq!(eu, Some(3));
+    }
 }
