@@ -25,9 +25,9 @@
 //! background reports are sent at once; the others wait as a few bytes each (the lease's
 //! ID). Without the bound, a burst of clients closing together (2 000 kept-alive
 //! connections a crawl drops at its end) sent 2 000 requests at once, each on a connection
-//! of its own to the book, and the gateway's memory rose by a fifth of the burst's after
-//! every client had gone (docs/benchmarks.md, the gateway's memory). Grants are not
-//! bounded: a client waits on each.
+//! of its own to the book, and the gateway's memory rose after every client had gone, by
+//! up to two thirds of what the burst itself took (docs/benchmarks.md, the gateway's
+//! memory). Grants are not bounded: a client waits on each.
 //!
 //! **The gateway's holder.** Every lease it takes outside a session names the gateway as its
 //! holder (`--holder`, by default `gateway:<host name>`, in a Pod its name). Before its first

@@ -8,8 +8,8 @@
 //! (`BENCH_MEMORY_CONNECTIONS`, 2000,10000), each gateway in turn: its RSS (`VmRSS`) before
 //! the burst, with every connection open and answered (after a second's rest), and once every
 //! connection has closed and the book has had every lease back (plus [`AFTER`], and again
-//! at [`SETTLED`]): whether the memory went back. The figures per connection are the growth over the RSS before the
-//! burst, divided by the connections.
+//! at [`SETTLED`]): whether the memory went back. The figures per connection are the
+//! growth over the RSS before the burst, divided by the connections.
 //!
 //! The gateways: this tree's release build ("after") and `BENCH_BASELINE_BINARY` ("before", a
 //! release build of an earlier commit), each in its own process, both through the same four
