@@ -102,23 +102,6 @@ pub(super) fn report(
         (ReportedOn::Session(_), None) => None,
     }
     .ok_or_else(|| on.unknown())?;
-    // DIAG (temporary)
-    if let ReportedOn::Lease(id) = on {
-        let lease = book
-            .leases(None, now)
-            .into_iter()
-            .find(|l| l.id == id)
-            .map(|l| l.proxy.clone());
-        let counts: Vec<String> = lease
-            .iter()
-            .flat_map(|p| {
-                book.sites(p, now)
-                    .into_iter()
-                    .map(|s| format!("{}:{}/{}", s.target, s.stats.rate_limited, s.stats.blocked))
-            })
-            .collect();
-        tracing::info!(lease = id, proxy = ?lease, result = ?reported.result, repeated = reported.repeated, target = ?reported.target, counts = ?counts, "DIAG report");
-    }
     if reported.result.is_some() && !reported.repeated {
         // Every report recorded changes the book: its site statistics, maybe a cooldown.
         shared.journal.changed(now);
