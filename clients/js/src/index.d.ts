@@ -129,7 +129,7 @@ export class LeaseKeeper {
     closing: boolean;
     /** The longest a request waits for a lease: `noMatchWaitMs` plus `apiWaitMs`. */
     get leaseWaitMs(): number;
-    acquire(slot: string, host: string, most?: number): Promise<Held>;
+    acquire(slot: string, host: string, most?: number, perLease?: number): Promise<Held>;
     done(leaseId: string): Held | undefined;
     penalise(held: Held, call: Call | null): Promise<void>;
     reportInBackground(held: Held, call: Call): void;
@@ -159,6 +159,8 @@ export interface LeasedContextsOptions {
     contextOptions?: Record<string, unknown>;
     /** Leases at once per site (1). */
     leasesPerSite?: number;
+    /** Pages at once in one context (6: the connections Chromium opens to one site through one proxy); a page past it waits for its lease. */
+    pagesPerContext?: number;
     /** Whether a page answered 2xx is a ban page. */
     isBlocked?: (page: any, response: any) => boolean | Promise<boolean>;
 }

@@ -56,7 +56,22 @@ export function leaseOf(granted, host) {
     };
 }
 
+/** What a slot's look says when each of its leases has its fill of requests in flight. */
+const FULL = Symbol('full');
+
+/** A promise and its `resolve` (Node 20 has no `Promise.withResolvers`). */
+function resolvable() {
+    let resolve;
+    const promise = new Promise((r) => {
+        resolve = r;
+    });
+    return { promise, resolve };
+}
+
 export class LeaseKeeper {
+    /** Resolved, and replaced, whenever a request in flight ends or a lease is dropped. */
+    #placeFreed = resolvable();
+
     /**
      * @param {import('./api.js').Discovery} discovery
      * @param {object} [options]
@@ -99,13 +114,15 @@ export class LeaseKeeper {
 
     /**
      * A lease of `slot` for `host`, counted in flight until `done`; throws `NoProxy`. The slot
-     * holds up to `most` leases (`leasesPerSlot`).
+     * holds up to `most` leases (`leasesPerSlot`), each at most `perLease` requests in flight:
+     * past that, the caller waits here until one is `done` or a lease is dropped.
      */
-    async acquire(slot, host, most = this.leasesPerSlot) {
+    async acquire(slot, host, most = this.leasesPerSlot, perLease = Infinity) {
         const entry = this.#slot(slot);
         const deadline = Date.now() + this.leaseWaitMs;
         for (;;) {
             await this.#settled(host, deadline);
+            const freed = this.#placeFreed.promise; // taken before looking: no freeing is missed
             const held = await this.#locked(entry, async () => {
                 if (this.pending.get(host)?.size) return null; // a penalty came while waiting
                 for (const old of entry.held.filter((h) => h.lease.expiresAt - this.renewMarginMs <= Date.now())) {
@@ -119,9 +136,15 @@ export class LeaseKeeper {
                 }
                 if (!entry.held.length) return null;
                 const chosen = entry.held.reduce((a, b) => (b.inFlight < a.inFlight ? b : a));
+                if (chosen.inFlight >= perLease) return FULL;
                 chosen.inFlight += 1;
                 return chosen;
             });
+            if (held === FULL) {
+                await freed;
+                if (this.closing) throw new NoProxy('stopping');
+                continue;
+            }
             if (held) {
                 // The slot ended (its session was retired) while this lease was being taken:
                 // the request still uses it, and it is released once it is done.
@@ -135,6 +158,7 @@ export class LeaseKeeper {
     done(leaseId) {
         const held = this.known.get(leaseId);
         if (held) held.inFlight = Math.max(0, held.inFlight - 1);
+        this.#freePlace();
         if (held?.orphan && held.inFlight === 0) {
             this.#drop(held);
             this.inBackground(this.release(held));
@@ -236,6 +260,14 @@ export class LeaseKeeper {
         const entry = this.slots.get(held.slot);
         if (entry) entry.held = entry.held.filter((h) => h !== held);
         for (const listener of this.dropListeners) listener(held);
+        this.#freePlace(); // its slot may take another lease
+    }
+
+    /** Wakes every caller waiting for a place in flight (`acquire`'s `perLease`). */
+    #freePlace() {
+        const freed = this.#placeFreed;
+        this.#placeFreed = resolvable();
+        freed.resolve();
     }
 
     async #report(held, call, { boundMs } = {}) {
@@ -278,6 +310,7 @@ export class LeaseKeeper {
     /** Ends every wait, lands the reports in the air, releases every lease held and then every lease of the holder. */
     async close() {
         this.closing = true;
+        this.#freePlace();
         const inAir = [...this.background, ...[...this.pending.values()].flatMap((set) => [...set])];
         await Promise.race([Promise.allSettled(inAir), new Promise((r) => setTimeout(r, this.discovery.apiWaitMs).unref())]);
         this.abandoned = true;

@@ -13,9 +13,18 @@
 // once) and after a 429, 401, 403, 407 or a ban page drops the lease (see leases.js): no
 // page is opened on it again, no request leaves through its context any more, and the
 // context closes once the pages already on their way through it are judged.
+//
+// A context has at most `pagesPerContext` pages at once (6): Chromium opens at most six
+// connections to one site through one proxy, and a seventh request, once the context's
+// guard let it go, would wait inside the browser for a connection to free, where a penalty
+// can no longer stop it (it reached the site seconds after the crawler knew the proxy was
+// done for it). A page past the bound waits for its lease here instead.
 
 import { LEASE_AGAIN } from './leases.js';
 import { hostOf } from './crawlee.js';
+
+/** The connections Chromium opens at most to one site (host and port) through one proxy. */
+const CHROMIUM_CONNECTIONS_PER_SITE = 6;
 
 export class LeasedContexts {
     /**
@@ -24,15 +33,18 @@ export class LeasedContexts {
      * @param {object} [options]
      * @param {object} [options.contextOptions] for `browser.newContext`, besides `proxy`
      * @param {number} [options.leasesPerSite] leases at once per site (1)
+     * @param {number} [options.pagesPerContext] pages at once in one context (6: the
+     *   connections Chromium opens to one site through one proxy)
      * @param {(page, response) => boolean | Promise<boolean>} [options.isBlocked] whether a
      *   page answered 2xx is a ban page
      */
-    constructor(browser, px, { contextOptions = {}, leasesPerSite = 1, isBlocked } = {}) {
+    constructor(browser, px, { contextOptions = {}, leasesPerSite = 1, pagesPerContext = CHROMIUM_CONNECTIONS_PER_SITE, isBlocked } = {}) {
         this.browser = browser;
         this.px = px;
         this.keeper = px.keeper;
         this.contextOptions = contextOptions;
         this.leasesPerSite = leasesPerSite;
+        this.pagesPerContext = Math.max(1, pagesPerContext);
         this.isBlocked = isBlocked;
         this.opening = new Map();
         this.closing = new Set();
@@ -65,7 +77,7 @@ export class LeasedContexts {
     /** A context on a lease for the URL's host (shared by the callers using that lease). */
     async forUrl(url) {
         const host = hostOf(url);
-        const held = await this.keeper.acquire(`page ${host}`, host, this.leasesPerSite);
+        const held = await this.keeper.acquire(`page ${host}`, host, this.leasesPerSite, this.pagesPerContext);
         if (!held.extra) {
             // One context per lease: the first caller opens it, the others wait for it.
             if (!this.opening.has(held.lease.id)) this.opening.set(held.lease.id, this.#open(held));

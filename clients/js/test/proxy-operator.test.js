@@ -256,6 +256,50 @@ test('plain Playwright: one context per lease, its proxy apart; a penalty closes
     assert.deepEqual(api.paths('DELETE').sort(), ['/v1/leases/lease-1', '/v1/leases/lease-2', '/v1/leases?holder=test%2Fholder']);
 });
 
+test('plain Playwright: six pages at once in a context; the seventh waits for its lease, never inside the browser', async () => {
+    const api = fakeApi();
+    const px = helper(api);
+    const browser = {
+        async newContext(options) {
+            return { options, closed: false, async close() { this.closed = true; }, async route() {} };
+        },
+    };
+    const contexts = px.browserContexts(browser);
+    const later = (promise) => {
+        const seen = { leased: null };
+        seen.done = promise.then((leased) => { seen.leased = leased; return leased; });
+        return seen;
+    };
+    const tick = () => new Promise((resolve) => setTimeout(resolve, 20));
+    const six = await Promise.all(Array.from({ length: 6 }, (_, n) => contexts.forUrl(`https://a.example/${n}`)));
+    assert.equal(new Set(six.map((leased) => leased.context)).size, 1, 'one context on one lease');
+    const seventh = later(contexts.forUrl('https://a.example/6'));
+    await tick();
+    assert.equal(seventh.leased, null, 'a seventh page waits while six are on their way');
+    assert.equal(await contexts.judge(six[0], { status: () => 200 }), true);
+    assert.equal((await seventh.done).context, six[0].context, 'a page judged frees its place');
+    // A page waiting when the proxy is done for the site goes through the next lease.
+    const eighth = later(contexts.forUrl('https://a.example/7'));
+    await tick();
+    assert.equal(eighth.leased, null);
+    assert.equal(await contexts.judge(six[1], { status: () => 429 }), false);
+    assert.equal((await eighth.done).proxy, 'crawl/p2', 'after a penalty the waiting page leases another proxy');
+    await contexts.close();
+    assert.equal(api.granted, 2);
+});
+
+test('plain Playwright: closing ends a wait for a place in a context', async () => {
+    const api = fakeApi();
+    const px = helper(api);
+    const browser = { async newContext() { return { async close() {}, async route() {} }; } };
+    const contexts = px.browserContexts(browser, { pagesPerContext: 1 });
+    await contexts.forUrl('https://a.example/1');
+    const waiting = contexts.forUrl('https://a.example/2');
+    await contexts.close();
+    await assert.rejects(waiting, { name: 'NoProxy' });
+    assert.equal(api.granted, 1);
+});
+
 test('closing ends a wait on 409 at once and releases every lease, the holder\'s too', async () => {
     const api = fakeApi();
     const px = helper(api, { noMatchWaitMs: 60000 });

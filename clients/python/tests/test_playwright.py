@@ -10,7 +10,7 @@ import pytest
 
 from fake_api import FakeApi
 from proxy_operator_client import Discovery
-from proxy_operator_client.playwright import LeasedContexts
+from proxy_operator_client.playwright import LeasedContexts, NoProxy
 
 
 class Context:
@@ -120,3 +120,44 @@ def test_a_ban_page_is_reported_blocked_once(api):
 
 def run(coroutine):
     return asyncio.run(coroutine)
+
+
+def test_six_pages_at_once_in_a_context_and_the_seventh_waits_for_its_lease_not_in_the_browser(api):
+    browser = Browser()
+
+    async def crawl():
+        contexts = LeasedContexts(browser, Discovery(api.url, "t0ken"))
+        six = [await contexts.for_url(f"https://a.example/{n}") for n in range(6)]
+        assert {id(leased.context) for leased in six} == {id(browser.contexts[0])}
+        seventh = asyncio.ensure_future(contexts.for_url("https://a.example/6"))
+        await asyncio.sleep(0.05)
+        assert not seventh.done(), "a seventh page waits while six are on their way"
+        assert await contexts.judge(six[0], response(200)) is True
+        assert (await asyncio.wait_for(seventh, 5)).context is browser.contexts[0], \
+            "a page judged frees its place"
+        eighth = asyncio.ensure_future(contexts.for_url("https://a.example/7"))
+        await asyncio.sleep(0.05)
+        assert not eighth.done()
+        assert await contexts.judge(six[1], response(429)) is False
+        moved = await asyncio.wait_for(eighth, 5)
+        assert moved.proxy == "crawl/p2", "after a penalty the waiting page leases another proxy"
+        await contexts.close()
+
+    run(crawl())
+    assert api.granted == 2
+
+
+def test_closing_ends_a_wait_for_a_place_in_a_context(api):
+    browser = Browser()
+
+    async def crawl():
+        contexts = LeasedContexts(browser, Discovery(api.url, "t0ken"), pages_per_context=1)
+        await contexts.for_url("https://a.example/1")
+        waiting = asyncio.ensure_future(contexts.for_url("https://a.example/2"))
+        await asyncio.sleep(0.05)
+        await contexts.close()
+        with pytest.raises(NoProxy):
+            await asyncio.wait_for(waiting, 5)
+
+    run(crawl())
+    assert api.granted == 1

@@ -103,6 +103,8 @@ class LeaseKeeper:
         #: dropped are judged (and reported) all the same.
         self.known: dict[str, Held] = {}
         self.background: set[asyncio.Task] = set()
+        #: Set, and replaced, whenever a request in flight ends or a lease is dropped.
+        self._place_freed = asyncio.Event()
         self.closing = False
         self.closed = False
 
@@ -113,11 +115,14 @@ class LeaseKeeper:
 
     # ---- leases -----------------------------------------------------------------------------
 
-    async def acquire(self, host: str) -> Held:
-        """A lease for `host`, counted in flight until :meth:`done`; raises `NoProxy`."""
+    async def acquire(self, host: str, per_lease: float = math.inf) -> Held:
+        """A lease for `host`, counted in flight until :meth:`done`; raises `NoProxy`. Each
+        lease carries at most `per_lease` requests at once: past that, the caller waits here
+        until one is done or a lease is dropped."""
         site = self.sites.setdefault(host, Site())
         deadline = time.monotonic() + self.lease_wait()
         while True:
+            freed = self._place_freed  # taken before looking: no freeing is missed
             if site.pending:
                 # A penalty's report lands before the next lease for the host is asked for.
                 left = deadline - time.monotonic()
@@ -135,17 +140,30 @@ class LeaseKeeper:
                     fresh = await self._new_lease(host, deadline if not site.held else None)
                     if fresh is not None:
                         site.held.append(fresh)
+                full = False
                 if site.held:
                     held = min(site.held, key=lambda h: h.in_flight)
-                    held.in_flight += 1
-                    return held
+                    if held.in_flight < per_lease:
+                        held.in_flight += 1
+                        return held
+                    full = True
+            if full:
+                await freed.wait()
+                if self.closing:
+                    raise NoProxy("stopping")
 
     def done(self, lease_id: str | None) -> Held | None:
         """The lease a request went through (dropped or not), no longer counted in flight."""
         held = self.known.get(lease_id or "")
         if held is not None:
             held.in_flight = max(0, held.in_flight - 1)
+        self._free_place()
         return held
+
+    def _free_place(self) -> None:
+        """Wakes every caller waiting for a place in flight (:meth:`acquire`'s `per_lease`)."""
+        self._place_freed.set()
+        self._place_freed = asyncio.Event()
 
     async def _new_lease(self, host: str, deadline: float | None) -> Held | None:
         """A new lease for `host`; with no `deadline`, one try (None on 409), else waiting on
@@ -233,6 +251,7 @@ class LeaseKeeper:
         if site is not None and held in site.held:
             site.held.remove(held)
         self.on_drop(held)
+        self._free_place()  # its site may take another lease
 
     async def _report(self, held: Held, call: Call, bound: float | None = None) -> None:
         try:
@@ -284,6 +303,7 @@ class LeaseKeeper:
         """Ends every wait, lands the reports in the air (for at most ``api_wait``), releases
         every lease held and then every lease of the holder."""
         self.closing = True
+        self._free_place()
         if self.background:
             _, late = await asyncio.wait(list(self.background), timeout=self.discovery.api_wait)
             for task in late:

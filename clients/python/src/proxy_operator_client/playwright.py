@@ -16,6 +16,11 @@ judged), lands the report, and releases: the
 next :meth:`LeasedContexts.for_url` gets another proxy (leasing is as
 :mod:`proxy_operator_client.leases` says). :meth:`LeasedContexts.close` (or leaving the
 ``async with``) closes every context and releases every lease, those of the holder too.
+
+A context has at most ``pages_per_context`` pages at once (6): Chromium opens at most six
+connections to one site through one proxy, and a seventh request, once the context's guard
+let it go, would wait inside the browser for a connection to free, where a penalty can no
+longer stop it. A page past the bound waits for its lease here instead.
 """
 
 from __future__ import annotations
@@ -45,6 +50,9 @@ CHROMIUM_ARGS = [
     "--disable-sync",
 ]
 
+#: The connections Chromium opens at most to one site (host and port) through one proxy.
+CHROMIUM_CONNECTIONS_PER_SITE = 6
+
 #: `is_ban(response, page)`: whether a page answered 200 is a ban page (a captcha).
 BanCheck = Callable[[Any, Any], "bool | Awaitable[bool]"]
 
@@ -72,11 +80,13 @@ class LeasedContexts:
         selector: dict[str, str] | None = None,
         ttl: int = 300,
         leases_per_site: int = 1,
+        pages_per_context: int = CHROMIUM_CONNECTIONS_PER_SITE,
         no_match_wait: float = 300.0,
         is_ban: BanCheck | None = None,
         context_options: dict[str, Any] | None = None,
     ):
         self.browser = browser
+        self.pages_per_context = max(1, pages_per_context)
         self.discovery = discovery
         self.is_ban = is_ban
         self.context_options = context_options or {}
@@ -121,7 +131,7 @@ class LeasedContexts:
     async def for_url(self, url: str) -> Leased:
         """A context on a lease for the URL's host (shared by the callers using that lease);
         raises `NoProxy` when no proxy came within the waits."""
-        held = await self.leases.acquire(_host(url))
+        held = await self.leases.acquire(_host(url), per_lease=self.pages_per_context)
         if held.extra is None:
             # One context per lease: the first caller opens it, the others wait for it.
             opening = self._opening.get(held.lease.id)
