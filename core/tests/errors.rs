@@ -487,6 +487,26 @@ fn a_transient_failure_of_an_accepted_create_backs_off_with_no_instance() {
     assert_eq!(decision.requeue(), Requeue::Backoff);
 }
 
+/// A creation failure that `get` reports for an instance the status last saw running: the
+/// instance is gone, so its address goes with its providerID. Keeping the address would
+/// keep `Provisioned` `True` (`Created`) for an instance that does not exist.
+#[test]
+fn a_failed_create_found_after_the_instance_ran_drops_its_address() {
+    let failed =
+        InstanceView::CreateFailed(ProviderError::transient("ZONE_RESOURCE_POOL_EXHAUSTED"));
+    let observed = Observed::test().annotated(testing::hash()).instance(failed);
+    let decision = decide(&managed_spec(), &running_status(), &observed);
+    let status = decision.status();
+    assert_eq!(status.provider_id, None, "{status:?}");
+    assert_eq!(status.ip, None, "{status:?}");
+    let provisioned = &status.conditions[0];
+    assert_eq!(
+        (provisioned.status.as_str(), provisioned.reason.as_str()),
+        ("False", "Creating")
+    );
+    assert_eq!(decision.requeue(), Requeue::Backoff);
+}
+
 #[test]
 fn a_failed_create_needs_no_delete_when_the_proxy_goes_or_is_replaced() {
     let failed = InstanceView::CreateFailed(ProviderError::quota("QUOTA_EXCEEDED"));

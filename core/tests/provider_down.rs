@@ -125,6 +125,32 @@ fn dead_or_gone_instances_are_still_cleared_away() {
     assert_eq!(next.status().conditions[0].reason, "ProviderUnhealthy");
 }
 
+/// A dead or gone machine of an old spec is cleared away as a replacement, not as a machine
+/// that died under the current spec: the Proxy says that its spec changed (`Replacing`),
+/// whether or not a successor can be created yet. Only a machine that serves or may serve
+/// is kept while the provider is down.
+#[test]
+fn a_dead_machine_of_an_old_spec_is_cleared_away_as_a_replacement() {
+    for instance in [InstanceView::Stopped, InstanceView::Terminated] {
+        let observed = down().annotated("an-older-hash").instance(instance.clone());
+        let decision = decide(&managed_spec(), &running_status(), &observed);
+        assert!(decision.actions().contains(&delete()), "{instance:?}");
+        let provisioned = &decision.status().conditions[0];
+        assert_eq!(provisioned.reason, "Replacing", "{instance:?}");
+        assert_eq!(decision.requeue(), DELETION_POLL, "{instance:?}");
+    }
+    let observed = down()
+        .annotated("an-older-hash")
+        .instance(InstanceView::NotFound);
+    let decision = decide(&managed_spec(), &running_status(), &observed);
+    let provisioned = &decision.status().conditions[0];
+    assert_eq!(provisioned.reason, "Replacing");
+    assert_eq!(
+        provisioned.message,
+        "the old instance crawl/proxy-kbqzhquppopaia3n is gone: creating its replacement"
+    );
+}
+
 #[test]
 fn deletion_of_the_proxy_goes_ahead() {
     let observed = down()
