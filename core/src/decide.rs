@@ -143,10 +143,7 @@ fn held(step: Step, observed: &Observed) -> Step {
     if step.call.as_ref().map(ProviderRequest::call) != Some(hold.call) {
         return step;
     }
-    Step {
-        hold: HoldChange::Keep,
-        ..Step::untouched(Requeue::Held(left))
-    }
+    Step::untouched(Requeue::Held(left))
 }
 
 /// What one branch of the table decided, before the status is completed.
@@ -182,6 +179,7 @@ enum NextStatus {
 }
 
 impl Step {
+    /// No write, no call, the status untouched, and the observed hold kept.
     fn untouched(requeue: Requeue) -> Self {
         Self {
             metadata: Vec::new(),
