@@ -206,7 +206,10 @@ export class Discovery {
         if (response.status >= 500) {
             const after = Number(response.headers.get('retry-after'));
             const retryAfterMs = Number.isFinite(after) && response.headers.has('retry-after') ? after * 1000 : undefined;
-            throw new Transient(response.status, `${response.status} ${answer?.error ?? ''}`, retryAfterMs);
+            // The server's message says why (a failover, a book it cannot save): a crawler
+            // that gives up says it too.
+            const why = answer?.message ? `: ${answer.message}` : '';
+            throw new Transient(response.status, `${response.status} ${answer?.error ?? ''}${why}`, retryAfterMs);
         }
         throw new ApiError(response.status, answer);
     }

@@ -44,6 +44,10 @@ test('a call is retried on refused connections and 503, not on 409, and gives up
     const short = new Discovery({ url: 'http://discovery.test:8090', token: 't0ken', fetch: api.fetch, apiWaitMs: 300 });
     api.down = 1000;
     await assert.rejects(short.run(short.releaseCall('lease-1')), Unavailable);
+    api.down = 0;
+    api.unavailable = 1000;
+    await assert.rejects(short.run(short.releaseCall('lease-1')), (e) => e instanceof Unavailable && /\(503 unavailable: moving\)$/.test(e.message),
+        'giving up on 503s says what the server said');
 });
 
 test('Crawlee 3: one lease per session and host, carrying its holder', async () => {

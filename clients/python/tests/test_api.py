@@ -61,3 +61,14 @@ def test_a_call_gives_up_with_unavailable_after_the_bound():
     with pytest.raises(Unavailable, match="no answer after"):
         discovery.release("lease-1")
     assert time.monotonic() - started < 2
+
+
+def test_giving_up_on_503s_says_what_the_server_said():
+    api = FakeApi()
+    try:
+        api.unavailable = 1000
+        discovery = Discovery(api.url, "t0ken", api_wait=0.3)
+        with pytest.raises(Unavailable, match=r"\(503 unavailable: moving\)$"):
+            discovery.release("lease-1")
+    finally:
+        api.close()

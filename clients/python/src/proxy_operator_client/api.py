@@ -275,7 +275,10 @@ class Discovery:
             except ValueError:
                 answer = {}
             if error.code >= 500:
-                raise Transient(error.code, f"{error.code} {answer.get('error', '')}", _retry_after(error.headers)) from None
+                # The server's message says why (a failover, a book it cannot save): a crawler
+                # that gives up says it too.
+                why = f": {answer['message']}" if answer.get("message") else ""
+                raise Transient(error.code, f"{error.code} {answer.get('error', '')}{why}", _retry_after(error.headers)) from None
             kind = NoMatch if error.code == 409 else ApiError
             raise kind(error.code, answer.get("error", ""), answer.get("message", ""), answer) from None
         except (urllib.error.URLError, OSError, http.client.HTTPException, ValueError) as error:
