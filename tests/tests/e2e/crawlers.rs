@@ -11,17 +11,17 @@
 //! disruption: the discovery API stopped for 20 s mid-crawl, or a 75 s drain of the whole
 //! fleet (`maxLeases: 0` on every proxy, as a pool drains one). The clients are spread so
 //! that each meets an outage and a drain, 8 and 16 requests at once, and two of the
-//! operator's cooldowns (10 s, 30 s, and its defaults of 300 s and 1800 s), and each
+//! operator's cooldowns (20 s, 30 s, and its defaults of 300 s and 1800 s), and each
 //! (cooldowns, disruption) pair two clients; the beds run side by side because a crawl
 //! mostly waits (on its sites, the outage, the drain), and they share nothing but the
 //! control plane:
 //!
 //! | test | cooldowns | crawls (client at concurrency) |
 //! |---|---|---|
-//! | `every_client_through_an_api_outage` | 10 s | Scrapy 16, Crawlee Playwright 8 |
+//! | `every_client_through_an_api_outage` | 20 s | Scrapy 16, Crawlee Playwright 8 |
 //! | | 30 s | Crawlee Http 8, Playwright for Python 16 |
 //! | | 300 s, 1800 s | Crawlee Cheerio 16, Playwright for Node 8 |
-//! | `every_client_through_a_fleet_drain` | 10 s | Crawlee Cheerio 8, Playwright for Python 8 |
+//! | `every_client_through_a_fleet_drain` | 20 s | Crawlee Cheerio 8, Playwright for Python 8 |
 //! | | 30 s | Scrapy 8, Playwright for Node 16 |
 //! | | 300 s, 1800 s | Crawlee Http 16, Crawlee Playwright 16 |
 //!
@@ -773,6 +773,14 @@ struct Figures {
 /// Runs the crawls of `beds` (each with its cooldowns) at once, each bed through
 /// `disruption` mid-crawl; then judges each crawl (see the module's doc).
 async fn matrix(disruption: Disruption, beds: &[(Cooldowns, &[Plan])]) {
+    for (cooldowns, _) in beds {
+        let (rate_limited, blocked) = cooldowns.of();
+        assert!(
+            rate_limited.min(blocked) >= GRACE + Duration::from_secs(5),
+            "{cooldowns:?}: a cooldown that ends within the grace leaves no time in which a \
+             request could count as reuse"
+        );
+    }
     let name = match disruption {
         Disruption::Outage => "out",
         Disruption::Drain => "drain",
@@ -955,7 +963,7 @@ async fn every_client_through_an_api_outage() {
         Disruption::Outage,
         &[
             (
-                Cooldowns::Both(10),
+                Cooldowns::Both(20),
                 &[
                     plan(Client::Scrapy, 16, FIRST),
                     plan(Client::CrawleePlaywright, 8, SECOND),
@@ -986,7 +994,7 @@ async fn every_client_through_a_fleet_drain() {
         Disruption::Drain,
         &[
             (
-                Cooldowns::Both(10),
+                Cooldowns::Both(20),
                 &[
                     plan(Client::CrawleeCheerio, 8, FIRST),
                     plan(Client::PlaywrightPython, 8, SECOND),
@@ -1364,4 +1372,43 @@ async fn the_readme_snippets_crawl_through_the_fleet() {
         .count();
     assert_eq!(through, 4, "two pages each, through the fleet's proxies");
     assert!(leases(&bed).await.is_empty(), "no lease left");
+}
+
+/// The reuse judgement on a log of its own: through the banned proxy, a request within the
+/// grace (on its way before the crawler knew) is not reuse, one past the grace and before the
+/// cooldown's end is, one after the end is not, nor is one through another proxy. A cooldown
+/// within the grace finds nothing, which is why [`matrix`] refuses such a bed (the short beds
+/// had 10 s cooldowns, under the 15 s grace, until 2026-12-07).
+#[test]
+fn reuse_is_a_request_past_the_grace_before_the_cooldowns_end() {
+    let start = Instant::now();
+    let banned = std::net::IpAddr::from([127, 0, 0, 2]);
+    let other = std::net::IpAddr::from([127, 0, 0, 3]);
+    let request = |second: u64, peer, status| origin::Request {
+        at: start + Duration::from_secs(second),
+        answered: start + Duration::from_secs(second),
+        path: format!("/page/{second}"),
+        peer,
+        resumed: false,
+        host: "shop.test".into(),
+        status,
+        captcha: false,
+    };
+    let log = [
+        request(0, banned, 403),
+        request(10, banned, 200),
+        request(16, other, 200),
+        request(17, banned, 200),
+        request(40, banned, 200),
+    ];
+    let found = reuse(&log, &["shop.test"], Cooldowns::Both(20));
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert!(
+        found[0].contains("/page/17 arrived 17s after the 403"),
+        "{found:?}"
+    );
+    assert_eq!(
+        reuse(&log, &["shop.test"], Cooldowns::Both(10)),
+        Vec::<String>::new()
+    );
 }
