@@ -14,6 +14,11 @@
 // page is opened on it again, no request leaves through its context any more, and the
 // context closes once the pages already on their way through it are judged.
 //
+// A 429, 401, 403 or 407 is acted on as soon as its status line reaches the browser (the
+// context's `response` event), not when the crawler's `goto` returns: the page must first
+// load, in a renderer a busy machine starts seconds later, and meanwhile the other pages on
+// the lease kept going to a site that had said no. `judge` then finds that answer reported.
+//
 // A context has at most `pagesPerContext` pages at once (6): Chromium opens at most six
 // connections to one site through one proxy, and a seventh request, once the context's
 // guard let it go, would wait inside the browser for a connection to free, where a penalty
@@ -48,6 +53,8 @@ export class LeasedContexts {
         this.isBlocked = isBlocked;
         this.opening = new Map();
         this.closing = new Set();
+        /** Penalties acted on from a response's status line, by its request: `judge` awaits them, never reports them again. */
+        this.early = new WeakMap();
         this.onDrop = (held) => this.#closeContext(held);
         this.keeper.dropListeners.add(this.onDrop);
     }
@@ -98,7 +105,16 @@ export class LeasedContexts {
         // busy browser takes seconds): no request leaves through a proxy the crawler knows is
         // done for the site. What was already sent comes back and is judged as usual.
         await context.route('**/*', (route) => (held.dropped ? route.abort('blockedbyclient') : route.continue()));
+        context.on('response', (response) => this.#statusLine(held, response));
         held.extra = context;
+    }
+
+    /** A page's answer as its status line arrives: a 429, 401, 403 or 407 ends the proxy for the site at once. */
+    #statusLine(held, response) {
+        const status = response.status();
+        if (!(status in LEASE_AGAIN) || !isPage(response)) return;
+        const { discovery } = this.keeper;
+        this.early.set(response.request(), this.keeper.penalise(held, discovery.reportStatusCall(held.lease.id, status, held.host)));
     }
 
     /**
@@ -119,6 +135,11 @@ export class LeasedContexts {
         const { id } = held.lease;
         if (!response) {
             this.keeper.reportInBackground(held, discovery.reportResultCall(id, 'error', held.host));
+            return false;
+        }
+        const early = this.early.get(response.request());
+        if (early) {
+            await early; // reported as its status line came
             return false;
         }
         const status = response.status();
@@ -165,5 +186,15 @@ export class LeasedContexts {
         held.extra = undefined;
         const closing = context.close().catch(() => {}).finally(() => this.closing.delete(closing));
         this.closing.add(closing);
+    }
+}
+
+/** Whether `response` answers a page's own navigation (its main frame), which `judge` is given. */
+function isPage(response) {
+    try {
+        const request = response.request();
+        return request.isNavigationRequest() && request.frame().parentFrame() === null;
+    } catch {
+        return false; // a service worker's request has no frame
     }
 }

@@ -167,3 +167,46 @@ export const crawlee4 = {
         async newSession() {}
     },
 };
+
+/**
+ * A stand-in of a Playwright browser: `made` lists its contexts. A context keeps its route
+ * guard (`guarded()` asks it about a request: ['continue'] or ['abort', reason]) and its
+ * `response` listeners (`answer(status)` sends them a response as Playwright would, and
+ * returns it, for `judge`).
+ */
+export function fakeBrowser() {
+    const made = [];
+    const browser = {
+        made,
+        async newContext(options) {
+            const listeners = [];
+            const context = {
+                options,
+                closed: false,
+                async close() { this.closed = true; },
+                async route(pattern, handler) { this.guard = handler; },
+                on(event, listener) { if (event === 'response') listeners.push(listener); },
+                guarded() {
+                    let done;
+                    this.guard({ abort: (reason) => { done = ['abort', reason]; }, continue: () => { done = ['continue']; } });
+                    return done;
+                },
+                answer(status, { page = true } = {}) {
+                    const response = fakeResponse(status, { page });
+                    for (const listener of listeners) listener(response);
+                    return response;
+                },
+            };
+            made.push(context);
+            return context;
+        },
+    };
+    return browser;
+}
+
+/** A Playwright response of `status`: to a page's own navigation, or (`page: false`) to one of its resources. */
+export function fakeResponse(status, { page = true } = {}) {
+    const frame = { parentFrame: () => null };
+    const request = { isNavigationRequest: () => page, frame: () => frame };
+    return { status: () => status, request: () => request };
+}

@@ -6,7 +6,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 
 import { Backoff, Discovery, ProxyOperator, Unavailable, credentialsInProxyUrl, isCrawlee4, statusOf } from '../src/index.js';
-import { FakeSession, crawlee3, crawlee4, fakeApi } from './fake-api.js';
+import { FakeSession, crawlee3, crawlee4, fakeApi, fakeBrowser, fakeResponse } from './fake-api.js';
 
 const helper = (api, options = {}) => new ProxyOperator({
     url: 'http://discovery.test:8090/', token: 't0ken', selector: { geo: 'eu' }, holder: 'test/holder', fetch: api.fetch, ...options,
@@ -225,32 +225,16 @@ test('the sizing rule: sessions times sites at most half the places', async () =
 test('plain Playwright: one context per lease, its proxy apart; a penalty closes it', async () => {
     const api = fakeApi();
     const px = helper(api);
-    const made = [];
-    const browser = {
-        async newContext(options) {
-            const context = {
-                options,
-                closed: false,
-                async close() { this.closed = true; },
-                async route(pattern, handler) { this.guard = handler; },
-                guarded() {
-                    let done;
-                    this.guard({ abort: (reason) => { done = ['abort', reason]; }, continue: () => { done = ['continue']; } });
-                    return done;
-                },
-            };
-            made.push(context);
-            return context;
-        },
-    };
+    const browser = fakeBrowser();
+    const { made } = browser;
     const contexts = px.browserContexts(browser, { contextOptions: { ignoreHTTPSErrors: true } });
     const [one, two] = await Promise.all([contexts.forUrl('https://a.example/1'), contexts.forUrl('https://a.example/2')]);
     assert.equal(one.context, two.context);
     assert.equal(made.length, 1);
     assert.deepEqual(made[0].options, { ignoreHTTPSErrors: true, proxy: { server: 'http://127.0.0.1:3128', username: 'p1', password: 'pa@ss' } });
     assert.deepEqual(made[0].guarded(), ['continue']);
-    assert.equal(await contexts.judge(one, { status: () => 200 }), true);
-    assert.equal(await contexts.judge(two, { status: () => 429 }), false);
+    assert.equal(await contexts.judge(one, fakeResponse(200)), true);
+    assert.equal(await contexts.judge(two, fakeResponse(429)), false);
     assert.deepEqual(made[0].guarded(), ['abort', 'blockedbyclient'], 'no request leaves through the proxy once the lease is dropped');
     assert.equal(made[0].closed, true);
     const three = await contexts.forUrl('https://a.example/3');
@@ -260,15 +244,31 @@ test('plain Playwright: one context per lease, its proxy apart; a penalty closes
     assert.deepEqual(api.paths('DELETE').sort(), ['/v1/leases/lease-1', '/v1/leases/lease-2', '/v1/leases?holder=test%2Fholder']);
 });
 
+test('plain Playwright: a 429 ends the proxy for the site as its status line comes, before its page loads', async () => {
+    const api = fakeApi();
+    const px = helper(api);
+    const browser = fakeBrowser();
+    const contexts = px.browserContexts(browser);
+    const [one, two] = await Promise.all([contexts.forUrl('https://a.example/1'), contexts.forUrl('https://a.example/2')]);
+    const context = browser.made[0];
+    context.answer(403, { page: false });
+    assert.deepEqual(context.guarded(), ['continue'], "a resource's 403 is not the page's answer");
+    const answered = context.answer(429);
+    assert.deepEqual(context.guarded(), ['abort', 'blockedbyclient'], 'no request leaves once the status line said 429, while the page still loads');
+    assert.equal(await contexts.judge(one, answered), false);
+    assert.equal(await contexts.judge(two, fakeResponse(200)), true, 'a page sent before is judged as usual');
+    await settle(px);
+    assert.deepEqual(api.reports().map(([path, body]) => [path, body.status]), [['/v1/leases/lease-1/report', 429], ['/v1/leases/lease-1/report', 200]],
+        'the 429 reported once, as its status line came');
+    assert.equal(context.closed, true);
+    assert.equal((await contexts.forUrl('https://a.example/3')).proxy, 'crawl/p2');
+    await contexts.close();
+});
+
 test('plain Playwright: six pages at once in a context; the seventh waits for its lease, never inside the browser', async () => {
     const api = fakeApi();
     const px = helper(api);
-    const browser = {
-        async newContext(options) {
-            return { options, closed: false, async close() { this.closed = true; }, async route() {} };
-        },
-    };
-    const contexts = px.browserContexts(browser);
+    const contexts = px.browserContexts(fakeBrowser());
     const later = (promise) => {
         const seen = { leased: null };
         seen.done = promise.then((leased) => { seen.leased = leased; return leased; });
@@ -280,13 +280,13 @@ test('plain Playwright: six pages at once in a context; the seventh waits for it
     const seventh = later(contexts.forUrl('https://a.example/6'));
     await tick();
     assert.equal(seventh.leased, null, 'a seventh page waits while six are on their way');
-    assert.equal(await contexts.judge(six[0], { status: () => 200 }), true);
+    assert.equal(await contexts.judge(six[0], fakeResponse(200)), true);
     assert.equal((await seventh.done).context, six[0].context, 'a page judged frees its place');
     // A page waiting when the proxy is done for the site goes through the next lease.
     const eighth = later(contexts.forUrl('https://a.example/7'));
     await tick();
     assert.equal(eighth.leased, null);
-    assert.equal(await contexts.judge(six[1], { status: () => 429 }), false);
+    assert.equal(await contexts.judge(six[1], fakeResponse(429)), false);
     assert.equal((await eighth.done).proxy, 'crawl/p2', 'after a penalty the waiting page leases another proxy');
     await contexts.close();
     assert.equal(api.granted, 2);
@@ -295,8 +295,7 @@ test('plain Playwright: six pages at once in a context; the seventh waits for it
 test('plain Playwright: closing ends a wait for a place in a context', async () => {
     const api = fakeApi();
     const px = helper(api);
-    const browser = { async newContext() { return { async close() {}, async route() {} }; } };
-    const contexts = px.browserContexts(browser, { pagesPerContext: 1 });
+    const contexts = px.browserContexts(fakeBrowser(), { pagesPerContext: 1 });
     await contexts.forUrl('https://a.example/1');
     const waiting = contexts.forUrl('https://a.example/2');
     await contexts.close();

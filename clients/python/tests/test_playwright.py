@@ -18,6 +18,19 @@ class Context:
         self.options = options
         self.closed = False
         self.pages = 0
+        self.listeners = []
+
+    def on(self, event, listener):
+        if event == "response":
+            self.listeners.append(listener)
+
+    def answer(self, status, page=True):
+        """Sends the context's `response` listeners a response, as Playwright does when its
+        status line comes, and returns it (for `judge`)."""
+        answered = response(status, page)
+        for listener in self.listeners:
+            listener(answered)
+        return answered
 
     async def new_page(self):
         if self.closed:
@@ -65,8 +78,19 @@ def api():
     api.close()
 
 
-def response(status):
-    return SimpleNamespace(status=status)
+class Request:
+    """A Playwright request: to a page's own navigation, or to one of its resources."""
+
+    def __init__(self, page):
+        self.page = page
+        self.frame = SimpleNamespace(parent_frame=None)
+
+    def is_navigation_request(self):
+        return self.page
+
+
+def response(status, page=True):
+    return SimpleNamespace(status=status, request=Request(page))
 
 
 def test_one_context_per_lease_its_proxy_apart_and_a_penalty_closes_it_after_its_pages(api):
@@ -120,6 +144,34 @@ def test_a_ban_page_is_reported_blocked_once(api):
 
 def run(coroutine):
     return asyncio.run(coroutine)
+
+
+def test_a_429_ends_the_proxy_for_the_site_as_its_status_line_comes_before_its_page_loads(api):
+    browser = Browser()
+
+    async def crawl():
+        contexts = LeasedContexts(browser, Discovery(api.url, "t0ken"))
+        (one, _), (two, _) = await asyncio.gather(contexts.new_page("https://a.example/1"),
+                                                  contexts.new_page("https://a.example/2"))
+        context = browser.contexts[0]
+        context.answer(403, page=False)
+        await asyncio.sleep(0)
+        assert await context.guarded() == ("continue", None), "a resource's 403 is not the page's answer"
+        answered = context.answer(429)
+        await asyncio.sleep(0)
+        assert await context.guarded() == ("abort", "blockedbyclient"), \
+            "no request leaves once the status line said 429, while the page still loads"
+        assert await contexts.judge(one, answered) is False
+        assert await contexts.judge(two, response(200)) is True, "a page sent before is judged as usual"
+        await asyncio.sleep(0)
+        assert context.closed
+        three, _ = await contexts.new_page("https://a.example/3")
+        assert three.proxy == "crawl/p2"
+        await contexts.close()
+
+    run(crawl())
+    assert [(path, body.get("status")) for path, body in api.reports()] == [
+        ("/v1/leases/lease-1/report", 429), ("/v1/leases/lease-1/report", 200)], "the 429 reported once"
 
 
 def test_six_pages_at_once_in_a_context_and_the_seventh_waits_for_its_lease_not_in_the_browser(api):

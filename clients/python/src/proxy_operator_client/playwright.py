@@ -14,7 +14,13 @@ lease on that proxy for the site (no page is opened on it again, no request leav
 its context any more, which closes once the pages already on their way through it are
 judged), lands the report, and releases: the
 next :meth:`LeasedContexts.for_url` gets another proxy (leasing is as
-:mod:`proxy_operator_client.leases` says). :meth:`LeasedContexts.close` (or leaving the
+:mod:`proxy_operator_client.leases` says).
+
+A 429, 401, 403 or 407 is acted on as soon as its status line reaches the browser (the
+context's ``response`` event), not when the crawler's ``goto`` returns: the page must first
+load, in a renderer a busy machine starts seconds later, and meanwhile the other pages on the
+lease kept going to a site that had said no. :meth:`LeasedContexts.judge` then finds that
+answer reported. :meth:`LeasedContexts.close` (or leaving the
 ``async with``) closes every context and releases every lease, those of the holder too.
 
 A context has at most ``pages_per_context`` pages at once (6): Chromium opens at most six
@@ -29,6 +35,7 @@ import asyncio
 import inspect
 import logging
 import urllib.parse
+import weakref
 from typing import Any, Awaitable, Callable
 
 from .api import Discovery
@@ -102,6 +109,9 @@ class LeasedContexts:
             on_drop=self._close_context,
         )
         self._opening: dict[str, asyncio.Future] = {}
+        # Penalties acted on from a response's status line, by its request: `judge` awaits
+        # them, never reports them again.
+        self._early: weakref.WeakKeyDictionary[Any, asyncio.Future] = weakref.WeakKeyDictionary()
 
     async def __aenter__(self) -> "LeasedContexts":
         return self
@@ -157,7 +167,17 @@ class LeasedContexts:
                 await route.continue_()
 
         await context.route("**/*", guard)
+        context.on("response", lambda response: self._status_line(held, response))
         held.extra = context
+
+    def _status_line(self, held: Held, response: Any) -> None:
+        """A page's answer as its status line arrives: a 429, 401, 403 or 407 ends the proxy
+        for the site at once."""
+        status = response.status
+        if status not in LEASE_AGAIN or not _is_page(response):
+            return
+        report = self.discovery.report_status_call(held.lease.id, status, held.host)
+        self._early[response.request] = asyncio.ensure_future(self.leases.penalise(held, report))
 
     async def judge(self, leased: Leased, response: Any, page: Any = None) -> bool:
         """Reports what the page got through the lease and says whether the page is good;
@@ -172,6 +192,10 @@ class LeasedContexts:
         calls, lease_id, host = self.discovery, held.lease.id, held.host
         if response is None:
             self.leases.report_in_background(held, calls.report_result_call(lease_id, "error", host))
+            return False
+        early = self._early.get(response.request)
+        if early is not None:
+            await asyncio.shield(early)  # reported as its status line came
             return False
         status = response.status
         if 200 <= status < 300 and self.is_ban is not None and await _maybe(self.is_ban(response, page)):
@@ -228,6 +252,16 @@ async def _quietly(closing: Awaitable[Any]) -> None:
         await closing
     except Exception as error:  # noqa: BLE001 - a context already gone is closed enough
         logger.debug("proxy-operator: closing a context: %s", error)
+
+
+def _is_page(response: Any) -> bool:
+    """Whether `response` answers a page's own navigation (its main frame), which `judge`
+    is given."""
+    try:
+        request = response.request
+        return bool(request.is_navigation_request()) and request.frame.parent_frame is None
+    except Exception:  # noqa: BLE001 - a service worker's request has no frame
+        return False
 
 
 def _host(url: str) -> str:
