@@ -36,6 +36,7 @@ use std::time::Instant;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
+use tokio::sync::watch;
 use tokio_rustls::TlsAcceptor;
 use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer, pem::PemObject};
 use tokio_rustls::rustls::{HandshakeKind, ServerConfig};
@@ -139,6 +140,10 @@ pub const CAPTCHA_BODY: &str = "<html><head><title>Just a moment...</title></hea
 /// One request the origin answered.
 #[derive(Debug, Clone)]
 pub struct Request {
+    /// When the origin accepted its connection (through a proxy: when the proxy connected,
+    /// having got the client's CONNECT or request). Every request has a connection of its
+    /// own: the origin answers `Connection: close`.
+    pub connected: Instant,
     /// When it arrived (after the TLS handshake).
     pub at: Instant,
     /// When its answer went out (a site's after [`SITE_LATENCY`]).
@@ -178,15 +183,34 @@ pub struct ProbeOrigin {
 /// Requests seen per `/limited/<k>/<key>` key.
 type Limited = Arc<Mutex<HashMap<String, u32>>>;
 
-/// The sites' policies by host, and the requests each proxy sent each site.
-#[derive(Debug, Default, Clone)]
-struct Sites(Arc<Mutex<SiteState>>);
+/// The sites' policies by host, the requests each proxy sent each site, and whether they
+/// answer or hold what comes ([`ProbeOrigin::hold_sites`]).
+#[derive(Debug, Clone)]
+struct Sites {
+    state: Arc<Mutex<SiteState>>,
+    open: Arc<watch::Sender<bool>>,
+}
+
+impl Default for Sites {
+    fn default() -> Self {
+        Self {
+            state: Arc::default(),
+            open: Arc::new(watch::Sender::new(true)),
+        }
+    }
+}
 
 #[derive(Debug, Default)]
 struct SiteState {
     policies: HashMap<String, SitePolicy>,
     seen: HashMap<(String, IpAddr), Visits>,
+    /// Requests held now, by site.
+    held: HashMap<String, usize>,
 }
+
+/// The longest the sites hold a request ([`ProbeOrigin::hold_sites`]): under the timeouts of
+/// the crawlers (Playwright's 30 s), so that a hold delays a page and fails none.
+pub const HOLD_AT_MOST: std::time::Duration = std::time::Duration::from_secs(15);
 
 impl ProbeOrigin {
     /// Starts an origin on a free port, on the current tokio runtime.
@@ -227,6 +251,7 @@ impl ProbeOrigin {
         let served = sites.clone();
         let task = tokio::spawn(async move {
             while let Ok((stream, peer)) = listener.accept().await {
+                let connected = Instant::now();
                 let (acceptor, log, limited, sites) = (
                     acceptor.clone(),
                     log.clone(),
@@ -237,7 +262,12 @@ impl ProbeOrigin {
                     if let Ok(tls) = acceptor.accept(stream).await {
                         let resumed =
                             tls.get_ref().1.handshake_kind() == Some(HandshakeKind::Resumed);
-                        let _ = serve(tls, resumed, peer, log, limited, sites).await;
+                        let client = Client {
+                            peer,
+                            connected,
+                            resumed,
+                        };
+                        let _ = serve(tls, client, log, limited, sites).await;
                     }
                 });
             }
@@ -247,9 +277,14 @@ impl ProbeOrigin {
         let (log, limited, served) = (requests.clone(), Limited::default(), sites.clone());
         let http_task = tokio::spawn(async move {
             while let Ok((stream, peer)) = http.accept().await {
+                let client = Client {
+                    peer,
+                    connected: Instant::now(),
+                    resumed: false,
+                };
                 let (log, limited, sites) = (log.clone(), limited.clone(), served.clone());
                 tokio::spawn(async move {
-                    let _ = serve(stream, false, peer, log, limited, sites).await;
+                    let _ = serve(stream, client, log, limited, sites).await;
                 });
             }
         });
@@ -272,8 +307,28 @@ impl ProbeOrigin {
             SITE_HOSTS.contains(&host),
             "{host} is not one of {SITE_HOSTS:?}"
         );
-        let mut sites = self.sites.0.lock().expect("sites");
+        let mut sites = self.sites.state.lock().expect("sites");
         sites.policies.insert(host.to_owned(), policy);
+    }
+
+    /// From now on the sites hold each request that comes, [`HOLD_AT_MOST`] at most, until
+    /// [`release_sites`](Self::release_sites): crawls started one after the other all wait
+    /// at their first requests, so that a disruption that begins on the release comes in
+    /// the middle of each, however fast the first one is and however slowly the last one
+    /// starts.
+    pub fn hold_sites(&self) {
+        self.sites.open.send_replace(false);
+    }
+
+    /// The sites answer again, the requests they hold first.
+    pub fn release_sites(&self) {
+        self.sites.open.send_replace(true);
+    }
+
+    /// How many requests to `sites` the sites hold now.
+    pub fn held(&self, sites: &[&str]) -> usize {
+        let state = self.sites.state.lock().expect("sites");
+        sites.iter().filter_map(|site| state.held.get(*site)).sum()
     }
 
     /// The URL of page `n` of the site `host`.
@@ -303,10 +358,18 @@ impl ProbeOrigin {
     }
 }
 
+/// The connection a request came on.
+struct Client {
+    peer: SocketAddr,
+    /// When the origin accepted the TCP connection.
+    connected: Instant,
+    /// Whether the client resumed an earlier TLS session.
+    resumed: bool,
+}
+
 async fn serve(
     mut stream: impl tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
-    resumed: bool,
-    peer: SocketAddr,
+    client: Client,
     log: Arc<Mutex<Vec<Request>>>,
     limited: Limited,
     sites: Sites,
@@ -326,6 +389,12 @@ async fn serve(
     let at = Instant::now();
     // Route on the path alone: tests tell probes apart by a query string (`?p=name`).
     let route = path.split('?').next().unwrap_or_default();
+    let Client {
+        peer,
+        connected,
+        resumed,
+    } = client;
+    sites.wait_open(&host).await;
     let (status, body, captcha) = match sites.answer(&host, peer.ip(), route) {
         Some(answer) => {
             tokio::time::sleep(SITE_LATENCY).await;
@@ -348,6 +417,7 @@ async fn serve(
         }
     };
     log.lock().expect("request log").push(Request {
+        connected,
         at,
         answered: Instant::now(),
         path: path.clone(),
@@ -397,10 +467,32 @@ fn host_of(head: &str) -> String {
 }
 
 impl Sites {
+    /// Holds a request to the site `host` while the sites are held, [`HOLD_AT_MOST`] at most
+    /// (a host that is no site is never held).
+    async fn wait_open(&self, host: &str) {
+        let mut open = self.open.subscribe();
+        if *open.borrow() || !self.held_by(host, 1) {
+            return;
+        }
+        let _ = tokio::time::timeout(HOLD_AT_MOST, open.wait_for(|open| *open)).await;
+        self.held_by(host, -1);
+    }
+
+    /// Counts a request to `host` held (`1`) or no longer (`-1`); false when `host` is no site.
+    fn held_by(&self, host: &str, change: isize) -> bool {
+        let mut state = self.state.lock().expect("sites");
+        if !state.policies.contains_key(host) {
+            return false;
+        }
+        let held = state.held.entry(host.to_owned()).or_default();
+        *held = held.saturating_add_signed(change);
+        true
+    }
+
     /// The answer of the site `host` to `peer` for `route`, if `host` is a site: its page
     /// or its treatment of `peer`; `/page/<n>` only (anything else is 404).
     fn answer(&self, host: &str, peer: IpAddr, route: &str) -> Option<(u16, String, bool)> {
-        let mut sites = self.0.lock().expect("sites");
+        let mut sites = self.state.lock().expect("sites");
         let policy = *sites.policies.get(host)?;
         let Some(n) = route
             .strip_prefix("/page/")
