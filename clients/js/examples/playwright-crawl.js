@@ -41,7 +41,8 @@ const browser = await chromium.launch({
 });
 const contexts = px.browserContexts(browser, {
     contextOptions: { ignoreHTTPSErrors: true },
-    isBlocked: async (page) => (await page.content()).includes('id="captcha"'),
+    // From the body as it arrives: the proxy is done for the site before the page loads.
+    isBlockedBody: (body) => body.includes('id="captcha"'),
 });
 
 let stopped = null;

@@ -161,8 +161,10 @@ export interface LeasedContextsOptions {
     leasesPerSite?: number;
     /** Pages at once in one context (6: the connections Chromium opens to one site through one proxy); a page past it waits for its lease. */
     pagesPerContext?: number;
-    /** Whether a page answered 2xx is a ban page. */
+    /** Whether a page answered 2xx is a ban page, from the page once it loaded. */
     isBlocked?: (page: any, response: any) => boolean | Promise<boolean>;
+    /** Whether a page answered 2xx is a ban page, from its body as soon as it arrived: the proxy is done for the site before the page loads. */
+    isBlockedBody?: (body: string, response: any) => boolean | Promise<boolean>;
 }
 
 /** Crawlee 4's session pool on leases (untested: no Crawlee 4 release was available). */

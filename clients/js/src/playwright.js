@@ -2,7 +2,7 @@
 // one context per lease, its proxy given to the context as Playwright takes it (server,
 // username and password apart: Chromium takes no credentials in a proxy URL).
 //
-//   const contexts = px.browserContexts(browser, { contextOptions, leasesPerSite });
+//   const contexts = px.browserContexts(browser, { contextOptions, leasesPerSite, isBlockedBody });
 //   const { leased, page } = await contexts.newPage(url);
 //   const response = await page.goto(url);
 //   if (await contexts.judge(leased, response, page)) { /* the page is good */ }
@@ -15,9 +15,11 @@
 // context closes once the pages already on their way through it are judged.
 //
 // A 429, 401, 403 or 407 is acted on as soon as its status line reaches the browser (the
-// context's `response` event), not when the crawler's `goto` returns: the page must first
-// load, in a renderer a busy machine starts seconds later, and meanwhile the other pages on
-// the lease kept going to a site that had said no. `judge` then finds that answer reported.
+// context's `response` event), and a ban page as soon as its body has (`isBlockedBody`), not
+// when the crawler's `goto` returns: the page must first load, in a renderer a busy machine
+// starts seconds later, and meanwhile the other pages on the lease kept going to a site that
+// had said no. `judge` then finds that answer reported. (`isBlocked`, which reads the page,
+// can only run once it loaded.)
 //
 // A context has at most `pagesPerContext` pages at once (6): Chromium opens at most six
 // connections to one site through one proxy, and a seventh request, once the context's
@@ -41,9 +43,11 @@ export class LeasedContexts {
      * @param {number} [options.pagesPerContext] pages at once in one context (6: the
      *   connections Chromium opens to one site through one proxy)
      * @param {(page, response) => boolean | Promise<boolean>} [options.isBlocked] whether a
-     *   page answered 2xx is a ban page
+     *   page answered 2xx is a ban page, from the page once it loaded
+     * @param {(body: string, response) => boolean | Promise<boolean>} [options.isBlockedBody]
+     *   whether a page answered 2xx is a ban page, from its body as soon as it arrived
      */
-    constructor(browser, px, { contextOptions = {}, leasesPerSite = 1, pagesPerContext = CHROMIUM_CONNECTIONS_PER_SITE, isBlocked } = {}) {
+    constructor(browser, px, { contextOptions = {}, leasesPerSite = 1, pagesPerContext = CHROMIUM_CONNECTIONS_PER_SITE, isBlocked, isBlockedBody } = {}) {
         this.browser = browser;
         this.px = px;
         this.keeper = px.keeper;
@@ -51,9 +55,10 @@ export class LeasedContexts {
         this.leasesPerSite = leasesPerSite;
         this.pagesPerContext = Math.max(1, pagesPerContext);
         this.isBlocked = isBlocked;
+        this.isBlockedBody = isBlockedBody;
         this.opening = new Map();
         this.closing = new Set();
-        /** Penalties acted on from a response's status line, by its request: `judge` awaits them, never reports them again. */
+        /** Verdicts on a response as it came, by its request (true: penalised, and reported): `judge` awaits them, never reports a penalty again. */
         this.early = new WeakMap();
         this.onDrop = (held) => this.#closeContext(held);
         this.keeper.dropListeners.add(this.onDrop);
@@ -109,12 +114,37 @@ export class LeasedContexts {
         held.extra = context;
     }
 
-    /** A page's answer as its status line arrives: a 429, 401, 403 or 407 ends the proxy for the site at once. */
+    /**
+     * A page's answer as its status line arrives: a 429, 401, 403 or 407 ends the proxy for
+     * the site at once; a 2xx does once its body has arrived, if `isBlockedBody` calls it a
+     * ban page.
+     */
     #statusLine(held, response) {
+        if (!isPage(response)) return;
         const status = response.status();
-        if (!(status in LEASE_AGAIN) || !isPage(response)) return;
         const { discovery } = this.keeper;
-        this.early.set(response.request(), this.keeper.penalise(held, discovery.reportStatusCall(held.lease.id, status, held.host)));
+        const { id } = held.lease;
+        if (status in LEASE_AGAIN) {
+            const penalised = this.keeper.penalise(held, discovery.reportStatusCall(id, status, held.host));
+            this.early.set(response.request(), penalised.then(() => true));
+        } else if (status >= 200 && status < 300 && this.isBlockedBody) {
+            const verdict = this.#banned(response).then(async (banned) => {
+                if (banned) await this.keeper.penalise(held, discovery.reportResultCall(id, 'blocked', held.host));
+                return banned;
+            });
+            this.early.set(response.request(), verdict);
+        }
+    }
+
+    /** Whether `isBlockedBody` calls the response's body a ban page (no body: not one). */
+    async #banned(response) {
+        let body;
+        try {
+            body = await response.text();
+        } catch {
+            return false; // the page went before its body came
+        }
+        return Boolean(await this.isBlockedBody(body, response));
     }
 
     /**
@@ -138,10 +168,7 @@ export class LeasedContexts {
             return false;
         }
         const early = this.early.get(response.request());
-        if (early) {
-            await early; // reported as its status line came
-            return false;
-        }
+        if (early && (await early)) return false; // penalised, and reported, as it came
         const status = response.status();
         const banned = status >= 200 && status < 300 && this.isBlocked && (await this.isBlocked(page, response));
         if (banned) {

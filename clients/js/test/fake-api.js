@@ -191,8 +191,8 @@ export function fakeBrowser() {
                     this.guard({ abort: (reason) => { done = ['abort', reason]; }, continue: () => { done = ['continue']; } });
                     return done;
                 },
-                answer(status, { page = true } = {}) {
-                    const response = fakeResponse(status, { page });
+                answer(status, { page = true, body = '' } = {}) {
+                    const response = fakeResponse(status, { page, body });
                     for (const listener of listeners) listener(response);
                     return response;
                 },
@@ -204,9 +204,9 @@ export function fakeBrowser() {
     return browser;
 }
 
-/** A Playwright response of `status`: to a page's own navigation, or (`page: false`) to one of its resources. */
-export function fakeResponse(status, { page = true } = {}) {
+/** A Playwright response of `status` with `body`: to a page's own navigation, or (`page: false`) to one of its resources. */
+export function fakeResponse(status, { page = true, body = '' } = {}) {
     const frame = { parentFrame: () => null };
     const request = { isNavigationRequest: () => page, frame: () => frame };
-    return { status: () => status, request: () => request };
+    return { status: () => status, request: () => request, text: async () => body };
 }

@@ -265,6 +265,25 @@ test('plain Playwright: a 429 ends the proxy for the site as its status line com
     await contexts.close();
 });
 
+test('plain Playwright: a ban page ends the proxy for the site as its body comes, before it loads', async () => {
+    const api = fakeApi();
+    const px = helper(api);
+    const browser = fakeBrowser();
+    const contexts = px.browserContexts(browser, { isBlockedBody: (body) => body.includes('captcha') });
+    const [one, two] = await Promise.all([contexts.forUrl('https://a.example/1'), contexts.forUrl('https://a.example/2')]);
+    const context = browser.made[0];
+    const good = context.answer(200, { body: 'a page' });
+    const ban = context.answer(200, { body: 'a captcha' });
+    await new Promise((resolve) => setImmediate(resolve));
+    assert.deepEqual(context.guarded(), ['abort', 'blockedbyclient'], 'no request leaves once the body was a ban page, while the page still loads');
+    assert.equal(await contexts.judge(two, ban), false);
+    assert.equal(await contexts.judge(one, good), true);
+    await settle(px);
+    assert.deepEqual(api.reports().map(([path, body]) => [path, body.result ?? body.status]), [['/v1/leases/lease-1/report', 'blocked'], ['/v1/leases/lease-1/report', 200]],
+        'the ban reported once, as its body came; the good page once, when judged');
+    await contexts.close();
+});
+
 test('plain Playwright: six pages at once in a context; the seventh waits for its lease, never inside the browser', async () => {
     const api = fakeApi();
     const px = helper(api);

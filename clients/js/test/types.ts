@@ -43,7 +43,7 @@ export async function readme(): Promise<number> {
     const crawler = { run: async (urls?: string[]) => ({ requestsFinished: urls?.length ?? 0 }) };
     const finished = await px.run(crawler, ['https://shop.example/'], { exitOnSignal: false });
     const verdict: Verdict | null = await px.report({});
-    const contexts: LeasedContexts = px.browserContexts(browser, { contextOptions: {}, leasesPerSite: 1 });
+    const contexts: LeasedContexts = px.browserContexts(browser, { contextOptions: {}, leasesPerSite: 1, isBlockedBody: (body: string) => body.includes('captcha') });
     const { leased, page } = await contexts.newPage('https://shop.example/');
     const good: boolean = await contexts.judge(leased, page);
     contexts.failed(leased);

@@ -35,8 +35,9 @@ async def close(page):
         pass  # its context closed first
 
 
-async def is_ban(response, page):
-    return 'id="captcha"' in await page.content()
+def is_ban_body(body, response):
+    """From the body as it arrives: the proxy is done for the site before the page loads."""
+    return 'id="captcha"' in body
 
 
 async def crawl(contexts, url, attempts=20):
@@ -86,7 +87,7 @@ async def main():
         browser = await playwright.chromium.launch(
             executable_path=os.environ.get("CHROMIUM", "/usr/bin/chromium"), args=CHROMIUM_ARGS,
             handle_sigint=False, handle_sigterm=False)
-        contexts = LeasedContexts(browser, discovery, is_ban=is_ban,
+        contexts = LeasedContexts(browser, discovery, is_ban_body=is_ban_body,
                                   context_options={"ignore_https_errors": True})
         workers = [asyncio.ensure_future(worker(contexts)) for _ in range(concurrency)]
         stopped = asyncio.Event()

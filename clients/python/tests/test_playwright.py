@@ -24,10 +24,10 @@ class Context:
         if event == "response":
             self.listeners.append(listener)
 
-    def answer(self, status, page=True):
+    def answer(self, status, page=True, body=""):
         """Sends the context's `response` listeners a response, as Playwright does when its
         status line comes, and returns it (for `judge`)."""
-        answered = response(status, page)
+        answered = response(status, page, body)
         for listener in self.listeners:
             listener(answered)
         return answered
@@ -89,8 +89,11 @@ class Request:
         return self.page
 
 
-def response(status, page=True):
-    return SimpleNamespace(status=status, request=Request(page))
+def response(status, page=True, body=""):
+    async def text():
+        return body
+
+    return SimpleNamespace(status=status, request=Request(page), text=text)
 
 
 def test_one_context_per_lease_its_proxy_apart_and_a_penalty_closes_it_after_its_pages(api):
@@ -172,6 +175,31 @@ def test_a_429_ends_the_proxy_for_the_site_as_its_status_line_comes_before_its_p
     run(crawl())
     assert [(path, body.get("status")) for path, body in api.reports()] == [
         ("/v1/leases/lease-1/report", 429), ("/v1/leases/lease-1/report", 200)], "the 429 reported once"
+
+
+def test_a_ban_page_ends_the_proxy_for_the_site_as_its_body_comes_before_it_loads(api):
+    browser = Browser()
+
+    async def crawl():
+        contexts = LeasedContexts(browser, Discovery(api.url, "t0ken"),
+                                  is_ban_body=lambda body, response: "captcha" in body)
+        (one, _), (two, _) = await asyncio.gather(contexts.new_page("https://a.example/1"),
+                                                  contexts.new_page("https://a.example/2"))
+        context = browser.contexts[0]
+        good = context.answer(200, body="a page")
+        ban = context.answer(200, body="a captcha")
+        for _ in range(3):
+            await asyncio.sleep(0)
+        assert await context.guarded() == ("abort", "blockedbyclient"), \
+            "no request leaves once the body was a ban page, while the page still loads"
+        assert await contexts.judge(two, ban) is False
+        assert await contexts.judge(one, good) is True
+        await contexts.close()
+
+    run(crawl())
+    assert [(path, body.get("result", body.get("status"))) for path, body in api.reports()] == [
+        ("/v1/leases/lease-1/report", "blocked"), ("/v1/leases/lease-1/report", 200)], \
+        "the ban reported once, as its body came; the good page once, when judged"
 
 
 def test_six_pages_at_once_in_a_context_and_the_seventh_waits_for_its_lease_not_in_the_browser(api):

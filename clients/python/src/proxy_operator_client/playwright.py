@@ -17,10 +17,11 @@ next :meth:`LeasedContexts.for_url` gets another proxy (leasing is as
 :mod:`proxy_operator_client.leases` says).
 
 A 429, 401, 403 or 407 is acted on as soon as its status line reaches the browser (the
-context's ``response`` event), not when the crawler's ``goto`` returns: the page must first
-load, in a renderer a busy machine starts seconds later, and meanwhile the other pages on the
-lease kept going to a site that had said no. :meth:`LeasedContexts.judge` then finds that
-answer reported. :meth:`LeasedContexts.close` (or leaving the
+context's ``response`` event), and a ban page as soon as its body has (``is_ban_body``), not
+when the crawler's ``goto`` returns: the page must first load, in a renderer a busy machine
+starts seconds later, and meanwhile the other pages on the lease kept going to a site that
+had said no. :meth:`LeasedContexts.judge` then finds that answer reported. (``is_ban``,
+which reads the page, can only run once it loaded.) :meth:`LeasedContexts.close` (or leaving the
 ``async with``) closes every context and releases every lease, those of the holder too.
 
 A context has at most ``pages_per_context`` pages at once (6): Chromium opens at most six
@@ -60,8 +61,13 @@ CHROMIUM_ARGS = [
 #: The connections Chromium opens at most to one site (host and port) through one proxy.
 CHROMIUM_CONNECTIONS_PER_SITE = 6
 
-#: `is_ban(response, page)`: whether a page answered 200 is a ban page (a captcha).
+#: `is_ban(response, page)`: whether a page answered 2xx is a ban page (a captcha), from the
+#: page once it loaded.
 BanCheck = Callable[[Any, Any], "bool | Awaitable[bool]"]
+
+#: `is_ban_body(body, response)`: whether a page answered 2xx is a ban page, from its body as
+#: soon as it arrived.
+BodyBanCheck = Callable[[str, Any], "bool | Awaitable[bool]"]
 
 
 class Leased:
@@ -90,12 +96,14 @@ class LeasedContexts:
         pages_per_context: int = CHROMIUM_CONNECTIONS_PER_SITE,
         no_match_wait: float = 300.0,
         is_ban: BanCheck | None = None,
+        is_ban_body: BodyBanCheck | None = None,
         context_options: dict[str, Any] | None = None,
     ):
         self.browser = browser
         self.pages_per_context = max(1, pages_per_context)
         self.discovery = discovery
         self.is_ban = is_ban
+        self.is_ban_body = is_ban_body
         self.context_options = context_options or {}
         self.stats: dict[str, int] = {}
         self.closing_contexts: set[asyncio.Task] = set()
@@ -109,8 +117,8 @@ class LeasedContexts:
             on_drop=self._close_context,
         )
         self._opening: dict[str, asyncio.Future] = {}
-        # Penalties acted on from a response's status line, by its request: `judge` awaits
-        # them, never reports them again.
+        # Verdicts on a response as it came, by its request (True: penalised, and reported):
+        # `judge` awaits them, never reports a penalty again.
         self._early: weakref.WeakKeyDictionary[Any, asyncio.Future] = weakref.WeakKeyDictionary()
 
     async def __aenter__(self) -> "LeasedContexts":
@@ -172,12 +180,32 @@ class LeasedContexts:
 
     def _status_line(self, held: Held, response: Any) -> None:
         """A page's answer as its status line arrives: a 429, 401, 403 or 407 ends the proxy
-        for the site at once."""
-        status = response.status
-        if status not in LEASE_AGAIN or not _is_page(response):
+        for the site at once; a 2xx does once its body has arrived, if `is_ban_body` calls it
+        a ban page."""
+        if not _is_page(response):
             return
-        report = self.discovery.report_status_call(held.lease.id, status, held.host)
-        self._early[response.request] = asyncio.ensure_future(self.leases.penalise(held, report))
+        status = response.status
+        if status in LEASE_AGAIN:
+            report = self.discovery.report_status_call(held.lease.id, status, held.host)
+            self._early[response.request] = asyncio.ensure_future(self._penalised(held, report))
+        elif 200 <= status < 300 and self.is_ban_body is not None:
+            self._early[response.request] = asyncio.ensure_future(self._body_verdict(held, response))
+
+    async def _penalised(self, held: Held, report: Any) -> bool:
+        await self.leases.penalise(held, report)
+        return True
+
+    async def _body_verdict(self, held: Held, response: Any) -> bool:
+        """Whether `is_ban_body` calls the response's body a ban page (then penalised); no
+        body: not one."""
+        try:
+            body = await response.text()
+        except Exception:  # noqa: BLE001 - the page went before its body came
+            return False
+        if self.is_ban_body is None or not await _maybe(self.is_ban_body(body, response)):
+            return False
+        report = self.discovery.report_result_call(held.lease.id, "blocked", held.host)
+        return await self._penalised(held, report)
 
     async def judge(self, leased: Leased, response: Any, page: Any = None) -> bool:
         """Reports what the page got through the lease and says whether the page is good;
@@ -194,9 +222,8 @@ class LeasedContexts:
             self.leases.report_in_background(held, calls.report_result_call(lease_id, "error", host))
             return False
         early = self._early.get(response.request)
-        if early is not None:
-            await asyncio.shield(early)  # reported as its status line came
-            return False
+        if early is not None and await asyncio.shield(early):
+            return False  # penalised, and reported, as it came
         status = response.status
         if 200 <= status < 300 and self.is_ban is not None and await _maybe(self.is_ban(response, page)):
             await self.leases.penalise(held, calls.report_result_call(lease_id, "blocked", host))
