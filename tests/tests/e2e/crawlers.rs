@@ -133,7 +133,7 @@ enum Disruption {
 
 /// A bed with the fleet Ready, its operator run with `args`.
 async fn fleet(prefix: &str, args: &[String]) -> Bed {
-    let args: Vec<&str> = args.iter().map(String::as_str).chain(LEADERSHIP).collect();
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let mut bed = Bed::new_with(prefix, &args).await;
     for name in PROXIES {
         bed.create(name, proxy_spec(&bed, MAX_LEASES)).await;
