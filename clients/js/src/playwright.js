@@ -124,16 +124,21 @@ export class LeasedContexts {
         const status = response.status();
         const { discovery } = this.keeper;
         const { id } = held.lease;
+        let verdict;
         if (status in LEASE_AGAIN) {
-            const penalised = this.keeper.penalise(held, discovery.reportStatusCall(id, status, held.host));
-            this.early.set(response.request(), penalised.then(() => true));
+            verdict = this.keeper.penalise(held, discovery.reportStatusCall(id, status, held.host)).then(() => true);
         } else if (status >= 200 && status < 300 && this.isBlockedBody) {
-            const verdict = this.#banned(response).then(async (banned) => {
+            verdict = this.#banned(response).then(async (banned) => {
                 if (banned) await this.keeper.penalise(held, discovery.reportResultCall(id, 'blocked', held.host));
                 return banned;
             });
-            this.early.set(response.request(), verdict);
+        } else {
+            return;
         }
+        // A check that throws fails the page's `judge`; a page never judged (its goto
+        // failed) must not end the process with an unhandled rejection.
+        verdict.catch(() => {});
+        this.early.set(response.request(), verdict);
     }
 
     /** Whether `isBlockedBody` calls the response's body a ban page (no body: not one). */

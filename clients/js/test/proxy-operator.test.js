@@ -284,6 +284,21 @@ test('plain Playwright: a ban page ends the proxy for the site as its body comes
     await contexts.close();
 });
 
+test('plain Playwright: a body check that throws fails the page it judged, and nothing else', async () => {
+    const api = fakeApi();
+    const px = helper(api);
+    const browser = fakeBrowser();
+    const contexts = px.browserContexts(browser, { isBlockedBody: () => { throw new Error('the check broke'); } });
+    const [one] = await Promise.all([contexts.forUrl('https://a.example/1'), contexts.forUrl('https://a.example/2')]);
+    const context = browser.made[0];
+    const judged = context.answer(200, { body: 'a page' });
+    context.answer(200, { body: 'a page never judged' });
+    await new Promise((resolve) => setImmediate(resolve));
+    await assert.rejects(contexts.judge(one, judged), /the check broke/);
+    assert.deepEqual(context.guarded(), ['continue']);
+    await contexts.close();
+});
+
 test('plain Playwright: six pages at once in a context; the seventh waits for its lease, never inside the browser', async () => {
     const api = fakeApi();
     const px = helper(api);
