@@ -131,9 +131,25 @@ enum Disruption {
     Drain,
 }
 
-/// A bed with the fleet Ready, its operator run with `args`.
+/// The leadership timing of the crawler beds: claims of 6 s, renewed within 4 s, every
+/// second. These tests judge crawlers, not failovers (the outage's restart keeps its
+/// identity and leads at once). With the bed's fast timing (3 s, 2 s, 0.5 s), two matrices
+/// of three beds on one API server lapsed their claims 17 times in one crawl (leadership
+/// rounds without an answer within 2 s), each lapse a stretch of 503s, until a crawler gave
+/// up after 60 s of them (2026-12-07); the operator's defaults (15 s, 10 s, 2 s) kept its
+/// shutdown past the test's 15 s SIGTERM bound.
+const LEADERSHIP: [&str; 6] = [
+    "--leadership-duration-seconds",
+    "6",
+    "--leadership-renew-deadline-seconds",
+    "4",
+    "--leadership-retry-period-seconds",
+    "1",
+];
+
+/// A bed with the fleet Ready, its operator run with `args` and [`LEADERSHIP`].
 async fn fleet(prefix: &str, args: &[String]) -> Bed {
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let args: Vec<&str> = args.iter().map(String::as_str).chain(LEADERSHIP).collect();
     let mut bed = Bed::new_with(prefix, &args).await;
     for name in PROXIES {
         bed.create(name, proxy_spec(&bed, MAX_LEASES)).await;
