@@ -756,6 +756,23 @@ async fn the_fake_is_as_unkind_as_gce() {
 }
 
 #[tokio::test]
+async fn quota_windows_start_as_the_minutes_of_the_wall_clock_start() {
+    // GCE: "if a project reaches a quota limit at 10:00:15, the quota refills at the start
+    // of the next synchronized interval, such as 10:01:00": not a minute after the fake
+    // started, nor after the first call.
+    let fake = FakeGce::start(FakeOptions::address_only()).await.unwrap();
+    let wall = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap();
+    let next = fake.next_window_in();
+    let ends = (wall + next).as_millis() % 60_000;
+    assert!(
+        ends <= 50 || ends >= 59_950,
+        "the window ends {ends} ms into a minute of the wall clock"
+    );
+}
+
+#[tokio::test]
 async fn per_minute_quotas_per_project_count_reads_and_writes_apart_and_refill() {
     // A window of 2 s instead of a minute, so that the refill shows in a test.
     let fake = FakeGce::start(FakeOptions {

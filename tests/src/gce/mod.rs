@@ -33,7 +33,8 @@
 //!
 //! Rate quotas, as GCE documents them: per project and per minute, for reads (`get`,
 //! `list`, `aggregatedList`, the operations) and writes (`insert`, `delete`) apart, counted
-//! in windows that start together ([`Quotas`], 1 500 of each a minute by default, GCE's
+//! in windows that start together as each minute of the wall clock starts, as GCE's
+//! "synchronized intervals" do ([`Quotas`], 1 500 of each a minute by default, GCE's
 //! default for a project). A call over its group's quota is answered `403
 //! rateLimitExceeded`, as Google's front end says it, alternately in its two body shapes:
 //! `errors[]` next to an `ErrorInfo` `RATE_LIMIT_EXCEEDED` in `details[]`, and `details[]`

@@ -156,7 +156,7 @@ pub(super) struct State {
 /// The calls one quota window counted.
 #[derive(Debug, Default)]
 struct QuotaWindow {
-    /// Which window (since the fake started).
+    /// Which window (since the Unix epoch).
     number: u64,
     reads: u32,
     writes: u32,
@@ -177,8 +177,15 @@ impl State {
 pub(super) struct Store {
     options: FakeOptions,
     state: Mutex<State>,
-    /// When the fake started: quota windows count from here.
-    started: Instant,
+}
+
+/// The wall clock, as the time since the Unix epoch: quota windows are synchronized to it,
+/// as GCE's are ("the quota refills at the start of the next synchronized interval, such as
+/// 10:01:00"): a minute's window starts as each minute of the clock starts.
+fn since_unix_epoch() -> Duration {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default()
 }
 
 fn now() -> String {
@@ -194,7 +201,6 @@ impl Store {
         Self {
             options,
             state: Mutex::new(state),
-            started: Instant::now(),
         }
     }
 
@@ -275,7 +281,7 @@ impl Store {
             window,
             retry_info,
         } = self.options.quotas.clone();
-        let elapsed = self.started.elapsed();
+        let elapsed = since_unix_epoch();
         let number = (elapsed.as_nanos() / window.as_nanos().max(1)) as u64;
         if state.window.number != number {
             state.window = QuotaWindow {
@@ -293,8 +299,7 @@ impl Store {
             *used += 1;
             return Ok(());
         }
-        let next = window.saturating_mul(u32::try_from(number + 1).unwrap_or(u32::MAX));
-        let retry = retry_info.then(|| next.saturating_sub(elapsed));
+        let retry = retry_info.then(|| self.next_window_in());
         let details_only = !state.window.answered.is_multiple_of(2);
         state.window.answered += 1;
         *state.rate_limited.entry(method).or_default() += 1;
@@ -876,8 +881,7 @@ impl Store {
 
     pub fn next_window_in(&self) -> Duration {
         let window = self.options.quotas.window.max(Duration::from_nanos(1));
-        let elapsed = self.started.elapsed().as_nanos();
-        let into = elapsed % window.as_nanos();
+        let into = since_unix_epoch().as_nanos() % window.as_nanos();
         Duration::from_nanos(u64::try_from(window.as_nanos() - into).unwrap_or(u64::MAX))
     }
 
