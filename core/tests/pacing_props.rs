@@ -6,9 +6,12 @@
 //! before the pause its last rate limit earned has ended; a call told to wait is told a
 //! moment ahead; a pause is at least the wait the answer named and at most the longest it
 //! may ask for (the first pause of a run, a second, and its doubling are the unit tests');
-//! a pause never shortens; and no minute, wherever it starts, admits
+//! a pause never shortens; no minute, wherever it starts, admits
 //! more calls of a budgeted scope than its budget and a quarter of it (and one): GCE counts
-//! its quotas per minute.
+//! its quotas per minute; and, for a provider whose quotas refill as each minute of the
+//! wall clock starts (GCE; a case picks that or nothing, and the clock's phase), a pause
+//! that neither an answer's hint nor an earlier limit decided ends the margin after a
+//! minute starts.
 //!
 //! Failing cases are saved under `core/proptest-regressions/pacing_props.txt`: commit that
 //! file. `PROPTEST_CASES` raises the number of cases (256 by default).
@@ -21,7 +24,8 @@ use std::time::Duration;
 use proptest::collection::vec;
 use proptest::prelude::*;
 use proxy_core::pacing::{
-    Admission, Budgets, Ended, LONGEST_HINT, LONGEST_PAUSE, Pacer, Scope, Ticket,
+    Admission, Budgets, Ended, LONGEST_HINT, LONGEST_PAUSE, Pacer, REFILL_MARGIN, Refill, Scope,
+    Ticket,
 };
 use proxy_core::probe_schedule::Moment;
 
@@ -65,8 +69,17 @@ proptest! {
     #![proptest_config(regressions::config("pacing_props", None))]
 
     #[test]
-    fn the_pacing_keeps_its_promises(steps in vec(step(), 1..120)) {
+    fn the_pacing_keeps_its_promises(
+        steps in vec(step(), 1..120),
+        each_minute in prop::option::of(0u64..60_000),
+    ) {
         let mut pacer = Pacer::new(Budgets { read: Some(READS_PER_MINUTE), write: None });
+        // A provider whose quotas refill as each minute of the wall clock starts (GCE), the
+        // wall clock that many ms into its minute at the epoch, or one that says nothing.
+        let phase = Duration::from_millis(each_minute.unwrap_or_default());
+        if each_minute.is_some() {
+            pacer = pacer.refilling(Refill::EachMinute, phase);
+        }
         let mut now = Duration::ZERO;
         let mut flying: Vec<Ticket> = Vec::new();
         // Per scope: the end of the longest pause recorded so far.
@@ -122,11 +135,24 @@ proptest! {
                     };
                     let pause = pacer.record(ticket, ended, Moment::after(now));
                     let scope = ticket.scope();
-                    prop_assert!(pause <= LONGEST_PAUSE.max(LONGEST_HINT), "{pause:?}");
+                    prop_assert!(
+                        pause <= (LONGEST_PAUSE + REFILL_MARGIN).max(LONGEST_HINT),
+                        "{pause:?}"
+                    );
                     if let (true, Some(hint)) = (limited, hint) {
                         prop_assert!(pause >= hint.min(LONGEST_HINT), "{pause:?} < {hint:?}");
                     }
                     let until = now + pause;
+                    if each_minute.is_some() && limited && pause > hint.unwrap_or_default().min(LONGEST_HINT) {
+                        // The pause the minute decided (no longer hint, no longer pause of
+                        // an earlier limit): it ends the margin after a minute starts.
+                        let wall = (until + phase).saturating_sub(REFILL_MARGIN).as_millis();
+                        prop_assert!(
+                            wall.is_multiple_of(60_000) || until < paused_until[index(ticket.scope())] + Duration::from_millis(1),
+                            "a pause of {pause:?} at {now:?} ends {} ms into a minute",
+                            wall % 60_000
+                        );
+                    }
                     let slot = &mut paused_until[index(scope)];
                     prop_assert!(until >= *slot || !limited, "a pause never shortens");
                     *slot = (*slot).max(until);

@@ -6,7 +6,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use proxy_core::pacing::Budgets;
+use proxy_core::pacing::{Budgets, Refill};
 use proxy_core::{CreateRequest, InstanceState};
 use proxy_operator::providers::Provider;
 use proxy_operator::providers::gcp::GcpProvider;
@@ -14,7 +14,7 @@ use proxy_operator::providers::metrics::ProviderMetrics;
 use proxy_operator::providers::pace::Pace;
 use proxy_operator::providers::settings::{GcpBudget, GcpCredentials, GcpSettings};
 use proxy_operator::runtime::metrics::Registry;
-use proxy_tests::gce::{FakeGce, FakeOptions, InsertFault, Method};
+use proxy_tests::gce::{FakeGce, FakeOptions, InsertFault, Method, Quotas};
 
 const ZONE: &str = "europe-west1-b";
 
@@ -48,6 +48,7 @@ async fn provider(gce: &FakeGce) -> GcpProvider {
     let pace = Arc::new(Pace::new(
         "gcp-eu",
         budgets,
+        Refill::EachMinute,
         ProviderMetrics::register(&mut Registry::default()),
     ));
     GcpProvider::start(settings(gce), "install-1".into(), pace)
@@ -296,8 +297,24 @@ async fn the_polls_after_an_insert_make_no_get_of_the_vm() {
     );
 }
 
+/// How far past the start of a minute of the wall clock a wait of `wait` from now ends, in
+/// ms (0 to 59 999).
+fn into_minute_after(wait: Duration) -> u128 {
+    let wall = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap();
+    (wall + wait).as_millis() % 60_000
+}
+
+/// Whether a pause ends the margin (2 s) after a minute of the wall clock starts, give or
+/// take the moments between the pacing's reading of the clock and the test's.
+fn ends_after_a_minute_starts(wait: Duration) -> bool {
+    (1_700..=2_300).contains(&into_minute_after(wait))
+}
+
 #[tokio::test]
-async fn a_rate_limit_pauses_every_call_of_the_provider_not_each_poll_on_its_own() {
+async fn a_rate_limit_pauses_every_call_of_the_provider_until_the_next_minute_not_each_poll_on_its_own()
+ {
     let gce = fake().await;
     let provider = provider(&gce).await;
     let ids = running_fleet(&provider, "uid-rl", 5).await;
@@ -306,16 +323,19 @@ async fn a_rate_limit_pauses_every_call_of_the_provider_not_each_poll_on_its_own
     let before = all_calls(&gce);
     // Five polls at once, three times: the first list meets the limit, and every call
     // after it waits for the pause instead of being sent (before: a get each, each with
-    // its own backoff).
+    // its own backoff). GCE refills a rate quota as the next minute of the clock starts:
+    // the pause ends just after it, not a second later.
+    let mut wait = Duration::ZERO;
     for _ in 0..3 {
         let states = futures::future::join_all(ids.iter().map(|id| provider.get(id))).await;
         for state in &states {
             let error = state.as_ref().expect_err("rate-limited");
             assert!(error.is_rate_limit(), "{error:?}");
-            let wait = error.retry_after().expect("the pause is said");
+            wait = error.retry_after().expect("the pause is said");
             assert!(
-                wait > Duration::ZERO && wait <= Duration::from_secs(1),
-                "{wait:?}"
+                ends_after_a_minute_starts(wait),
+                "a pause of {wait:?} ends {} ms into a minute",
+                into_minute_after(wait)
             );
         }
         let created = provider.create(&request("uid-rl-new"), None).await;
@@ -328,7 +348,7 @@ async fn a_rate_limit_pauses_every_call_of_the_provider_not_each_poll_on_its_own
     );
     // The pause over, the next poll lists again, and the limit lifted: one list for all.
     gce.set_rate_limited(false);
-    tokio::time::sleep(Duration::from_millis(1100)).await;
+    tokio::time::sleep(wait + Duration::from_millis(100)).await;
     let lists = gce.calls(Method::AggregatedList);
     let states = futures::future::join_all(ids.iter().map(|id| provider.get(id))).await;
     assert!(
@@ -339,6 +359,65 @@ async fn a_rate_limit_pauses_every_call_of_the_provider_not_each_poll_on_its_own
     );
     assert_eq!(gce.calls(Method::AggregatedList) - lists, 1);
     assert_eq!(gce.calls(Method::Get), 0);
+}
+
+/// The project's own per-minute quota spent (the fake's, in windows that start with the
+/// minutes of the wall clock, as GCE's do): the insert that meets it is the only one sent
+/// until the next minute starts, and the first one after it passes.
+#[tokio::test]
+async fn a_spent_write_quota_is_tried_again_once_as_the_next_minute_starts() {
+    let gce = FakeGce::start(FakeOptions {
+        quotas: Quotas {
+            writes: Some(2),
+            ..Quotas::default()
+        },
+        ..FakeOptions::address_only()
+    })
+    .await
+    .unwrap();
+    let provider = provider(&gce).await;
+    // Not in a minute's last seconds: the two inserts the quota allows share its window.
+    if gce.next_window_in() < Duration::from_secs(5) {
+        tokio::time::sleep(gce.next_window_in() + Duration::from_millis(200)).await;
+    }
+    for n in 0..2 {
+        provider
+            .create(&request(&format!("uid-q-{n}")), None)
+            .await
+            .expect("within the quota");
+    }
+    let over = request("uid-q-2");
+    let error = provider
+        .create(&over, None)
+        .await
+        .expect_err("over the quota");
+    let found = tokio::time::Instant::now();
+    assert!(error.is_rate_limit(), "{error:?}");
+    let wait = error.retry_after().expect("the pause is said");
+    assert!(
+        ends_after_a_minute_starts(wait),
+        "a pause of {wait:?} ends {} ms into a minute",
+        into_minute_after(wait)
+    );
+    assert_eq!(gce.rate_limited(Method::Insert), 1);
+    // Asked again and again before the minute turns: nothing is sent.
+    let inserts = gce.calls(Method::Insert);
+    for n in 3..6 {
+        let held = provider.create(&request(&format!("uid-q-{n}")), None).await;
+        assert!(held.is_err_and(|e| e.is_rate_limit()));
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    assert_eq!(gce.calls(Method::Insert), inserts, "held, not sent");
+    tokio::time::sleep_until(found + wait + Duration::from_millis(100)).await;
+    provider
+        .create(&over, None)
+        .await
+        .expect("the quota refilled as the minute started");
+    assert_eq!(
+        gce.rate_limited(Method::Insert),
+        1,
+        "one insert met the spent quota, the one that found it"
+    );
 }
 
 #[tokio::test]

@@ -14,10 +14,10 @@
 
 use std::future::Future;
 use std::sync::Mutex;
-use std::time::Instant;
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use proxy_core::ProviderError;
-use proxy_core::pacing::{Admission, Budgets, Ended, Pacer, Scope, ScopeView, Ticket, Why};
+use proxy_core::pacing::{Admission, Budgets, Ended, Pacer, Refill, Scope, ScopeView, Ticket, Why};
 use proxy_core::probe_schedule::Moment;
 
 use super::metrics::ProviderMetrics;
@@ -43,13 +43,17 @@ pub struct Shown {
 }
 
 impl Pace {
-    /// The pacing of the provider `provider` with `budgets`, counting into `metrics`.
-    pub fn new(provider: &str, budgets: Budgets, metrics: ProviderMetrics) -> Self {
+    /// The pacing of the provider `provider` with `budgets`, whose quotas refill as
+    /// `refill` says, counting into `metrics`.
+    pub fn new(provider: &str, budgets: Budgets, refill: Refill, metrics: ProviderMetrics) -> Self {
         metrics.pace_from_zero(provider, Scope::ALL.map(Scope::as_str));
+        let origin = Instant::now();
         Self {
             provider: provider.to_owned(),
-            origin: Instant::now(),
-            pacer: Mutex::new(Pacer::new(budgets)),
+            origin,
+            pacer: Mutex::new(
+                Pacer::new(budgets).refilling(refill, into_minute(SystemTime::now())),
+            ),
             metrics,
         }
     }
@@ -134,6 +138,17 @@ impl Pace {
             })
             .collect()
     }
+}
+
+/// How far into its minute the wall clock is at `wall`: the phase of the pacer's clock,
+/// whose epoch is when this is read. A wall clock stepped later (not slewed: NTP slews the
+/// monotonic clock alike) moves the provider's minutes against the pacer's by the step; its
+/// first try after a rate limit may then meet the spent quota once more.
+fn into_minute(wall: SystemTime) -> std::time::Duration {
+    let since = wall.duration_since(UNIX_EPOCH).unwrap_or_default();
+    std::time::Duration::from_nanos(
+        u64::try_from(since.as_nanos() % 60_000_000_000).unwrap_or_default(),
+    )
 }
 
 /// A call admitted and not yet recorded. Dropped unrecorded (its caller was cancelled

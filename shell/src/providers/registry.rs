@@ -35,9 +35,9 @@ impl Registry {
         let mut settings = BTreeMap::new();
         let mut paces = BTreeMap::new();
         for (name, configured) in configured {
-            let pace = configured
-                .budgets()
-                .map(|budgets| Arc::new(Pace::new(name, budgets, metrics.clone())));
+            let pace = configured.pacing().map(|(budgets, refill)| {
+                Arc::new(Pace::new(name, budgets, refill, metrics.clone()))
+            });
             let provider = match configured.start(env, pace.as_ref()).await {
                 Ok(provider) => provider,
                 Err(why) => {

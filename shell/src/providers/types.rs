@@ -116,19 +116,24 @@ impl ProviderSettings {
     }
 
     /// How a provider of these settings paces its calls ([`Pace`]): its budgets per quota
-    /// scope; `None` for a type whose calls are not paced.
-    pub fn budgets(&self) -> Option<proxy_core::pacing::Budgets> {
+    /// scope, and when its quotas refill (GCE's at the start of each minute of the wall
+    /// clock, as its rate-quota reference says); `None` for a type whose calls are not
+    /// paced.
+    pub fn pacing(&self) -> Option<(proxy_core::pacing::Budgets, proxy_core::pacing::Refill)> {
         match self {
-            Self::Gcp(gcp) => Some(proxy_core::pacing::Budgets {
-                read: Some(gcp.budget.reads_per_minute),
-                write: Some(gcp.budget.writes_per_minute),
-            }),
+            Self::Gcp(gcp) => Some((
+                proxy_core::pacing::Budgets {
+                    read: Some(gcp.budget.reads_per_minute),
+                    write: Some(gcp.budget.writes_per_minute),
+                },
+                proxy_core::pacing::Refill::EachMinute,
+            )),
             Self::Kubernetes(_) | Self::Kvm(_) => None,
         }
     }
 
     /// Starts the provider these settings describe, its calls paced by `pace` (made for
-    /// the settings' [`ProviderSettings::budgets`]). An error says why, for the provider's
+    /// the settings' [`ProviderSettings::pacing`]). An error says why, for the provider's
     /// `ProviderHealth`: the operator starts anyway, and tries again at every check.
     pub fn start<'a>(
         &'a self,

@@ -318,7 +318,21 @@ impl Bed {
         what: &str,
         check: impl Fn(&Proxy) -> bool,
     ) -> Proxy {
-        for _ in 0..300 {
+        self.wait_for_within(name, what, Duration::from_secs(30), check)
+            .await
+    }
+
+    /// Waits up to `within` until `check` holds for the Proxy, and returns it; fails with the
+    /// operator's log.
+    pub async fn wait_for_within(
+        &mut self,
+        name: &str,
+        what: &str,
+        within: Duration,
+        check: impl Fn(&Proxy) -> bool,
+    ) -> Proxy {
+        let deadline = tokio::time::Instant::now() + within;
+        while tokio::time::Instant::now() < deadline {
             if let Some(proxy) = self.proxies.get_opt(name).await.unwrap()
                 && check(&proxy)
             {
@@ -328,7 +342,7 @@ impl Bed {
         }
         let running = self.operator.is_running();
         panic!(
-            "{name}: not {what} within 30 s (operator running: {running}); operator log:\n{}",
+            "{name}: not {what} within {within:?} (operator running: {running}); operator log:\n{}",
             self.operator.log()
         );
     }
