@@ -22,7 +22,8 @@
 //!   answers after it ended (a storm keeps going), and the time from its end until the new
 //!   Proxies are all Ready, against the pause the operator's pacing was in when it ended
 //!   (`proxy_operator_provider_pause_seconds`; the goal: within one pause, plus the VMs'
-//!   own start);
+//!   own start), and where in its minute of the clock the burst began (GCE refills its
+//!   quotas as each minute starts, and the pacing waits for that);
 //! - (d) under quota (issue 38): `BENCH_QUOTA_PROXIES` more Proxies (default 20; 0 skips it)
 //!   while every insert's operation ends with `QUOTA_EXCEEDED` for `BENCH_QUOTA_INTERVALS`
 //!   (default 4) quota retry intervals of `BENCH_QUOTA_RETRY` seconds (default 10): the
@@ -310,6 +311,12 @@ async fn burst(
     let (calls_before, limited_before) = (calls(gce), rate_limited(gce));
     gce.set_rate_limited(true);
     let started = Instant::now();
+    // GCE refills its quotas as each minute of the clock starts, and the pacing waits for
+    // that: where in its minute the burst began says how many minutes start within it.
+    let into_minute = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)?
+        .as_secs_f64()
+        % 60.0;
     for i in 0..s.burst_proxies {
         let proxy = gcp_proxy(&format!("burst-{i:04}"), probe_url);
         proxies.create(&PostParams::default(), &proxy).await?;
@@ -363,6 +370,10 @@ async fn burst(
                 .collect::<Vec<_>>()
                 .join(", ")
         ),
+    );
+    figures.add(
+        "(e) the burst began this far into a minute of the clock",
+        format!("{into_minute:.1} s"),
     );
     figures.add(
         "(e) Ready Proxies that left Ready (goal 0)",
