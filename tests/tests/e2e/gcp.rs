@@ -360,6 +360,16 @@ async fn gc_reaps_an_orphan_vm_and_leaves_live_and_foreign_vms_alone() {
     .await;
     bed.create("live", gcp_spec(&bed, json!({}))).await;
     let live = bed.wait_for("live", "Ready", ready).await;
+    // A deleted VM stops for 3 s before it is gone, through three sweeps: each lists it,
+    // and none may delete it again (issue 50: GC counted one delete twice).
+    bed.gce().set_durations(Durations {
+        deleting: Duration::from_secs(3),
+        ..Durations::default()
+    });
+    let (deletes_before, not_ready_before) = (
+        bed.gce().calls(Method::Delete),
+        bed.gce().not_ready_answers(),
+    );
     let old = Some(jiff::Timestamp::now() - jiff::SignedDuration::from_hours(1));
     let labelled = |installation: &str, uid: &str| {
         [
@@ -405,6 +415,23 @@ async fn gc_reaps_an_orphan_vm_and_leaves_live_and_foreign_vms_alone() {
     );
     let live_vm = vm_of(&bed, &live);
     assert!(live_vm.is_some(), "the live Proxy's VM stays: {names:?}");
+    // GC deleted it once, by its own count (its log) and by the API's, while three sweeps
+    // listed it stopping.
+    let log = bed.operator.log();
+    let counted = log
+        .lines()
+        .filter(|line| line.contains("GC: deleted orphan") && line.contains("orphan-of-ours"))
+        .count();
+    assert_eq!(
+        (
+            counted,
+            bed.gce().calls(Method::Delete) - deletes_before,
+            bed.gce().not_ready_answers() - not_ready_before
+        ),
+        (1, 1, 0),
+        "one delete of the orphan, none again while it stopped (GC's count, the API's \
+         deletes, deletes refused as not ready); operator log:\n{log}"
+    );
     assert!(ready(&bed.proxies.get("live").await.unwrap()));
 }
 
