@@ -79,6 +79,7 @@ fn no_match(considered: u32, at_capacity: u32, in_cooldown: u32, unhealthy: u32)
         at_capacity,
         in_cooldown,
         unhealthy,
+        unreachable: 0,
         retry_at: None,
     })
 }
@@ -650,25 +651,28 @@ fn the_same_calls_give_the_same_book() {
 #[test]
 fn api_values_serialize_as_the_discovery_api_spells_them() {
     let mut stats = NoMatch {
-        considered: 7,
+        considered: 8,
         at_capacity: 2,
         in_cooldown: 2,
         unhealthy: 3,
+        unreachable: 1,
         retry_at: None,
     };
-    let expected =
-        serde_json::json!({"considered": 7, "atCapacity": 2, "inCooldown": 2, "unhealthy": 3});
+    let expected = serde_json::json!({"considered": 8, "atCapacity": 2, "inCooldown": 2,
+                                      "unhealthy": 3, "unreachable": 1});
     assert_eq!(serde_json::to_value(stats).unwrap(), expected);
     stats.retry_at = Some(at(0));
-    let expected = serde_json::json!({"considered": 7, "atCapacity": 2, "inCooldown": 2,
-                                      "unhealthy": 3, "retryAt": "2026-05-28T20:26:40Z"});
+    let expected = serde_json::json!({"considered": 8, "atCapacity": 2, "inCooldown": 2,
+                                      "unhealthy": 3, "unreachable": 1,
+                                      "retryAt": "2026-05-28T20:26:40Z"});
     assert_eq!(serde_json::to_value(stats).unwrap(), expected);
     assert_eq!(serde_json::from_value::<NoMatch>(expected).unwrap(), stats);
 
     let results: Vec<ReportResult> =
-        serde_json::from_str(r#"["ok", "rate_limited", "blocked", "error"]"#).unwrap();
+        serde_json::from_str(r#"["ok", "rate_limited", "blocked", "error", "unreachable"]"#)
+            .unwrap();
     use ReportResult::*;
-    assert_eq!(results, [Ok, RateLimited, Blocked, Error]);
+    assert_eq!(results, [Ok, RateLimited, Blocked, Error, Unreachable]);
     assert!(serde_json::from_str::<ReportResult>(r#""banned""#).is_err());
 
     let parsed: Selector = serde_json::from_str(r#"{"geo": "eu", "tier": "a"}"#).unwrap();

@@ -74,6 +74,7 @@ fn answer(
         target: Some("shop.example".into()),
         cooldown_until,
         repeated,
+        circuit: None,
     }
 }
 
@@ -302,6 +303,7 @@ fn a_refused_lease_says_when_the_first_proxy_cooling_down_for_the_target_is_free
                 at_capacity,
                 in_cooldown,
                 unhealthy,
+                unreachable: 0,
                 retry_at
             },
             "{target:?} at {now}"

@@ -525,6 +525,7 @@ impl Model {
             unhealthy: count(&|p| !p.healthy),
             at_capacity: count(&|p| p.healthy && self.active(&p.key.to_string()) >= p.max_leases),
             in_cooldown: count(&in_cooldown),
+            unreachable: 0,
             retry_at,
         }
     }
@@ -570,7 +571,8 @@ impl Model {
             .find(|entry| entry.lease.id == id)
             .ok_or(UnknownLease)?;
         let duration = match result {
-            ReportResult::Ok => Duration::ZERO,
+            // Never drawn here (the breaker's own properties are in lease_circuit.rs).
+            ReportResult::Ok | ReportResult::Unreachable => Duration::ZERO,
             ReportResult::RateLimited => self.config.rate_limited_cooldown,
             ReportResult::Blocked => self.config.blocked_cooldown,
             ReportResult::Error => self.config.error_cooldown,

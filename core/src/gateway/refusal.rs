@@ -69,11 +69,13 @@ impl Refusal {
 
     /// Seconds the client should wait before it tries again (`Retry-After`), for a 503: 1
     /// while the book moves; for no proxy, 5 when some are only full (leases turn over within
-    /// seconds), 30 when they are unhealthy, cooling down for the site, or none matches.
+    /// seconds) or out for a moment because clients could not reach them (a breaker's first
+    /// time out is 5 s by default), 30 when they are unhealthy, cooling down for the site, or
+    /// none matches.
     pub fn retry_after(&self) -> Option<u32> {
         match self {
             Self::BookUnavailable => Some(1),
-            Self::NoProxy(stats) if stats.at_capacity > 0 => Some(5),
+            Self::NoProxy(stats) if stats.at_capacity > 0 || stats.unreachable > 0 => Some(5),
             Self::NoProxy(_) => Some(30),
             _ => None,
         }
@@ -85,8 +87,12 @@ impl Refusal {
             Self::Credentials(why) => format!("proxy authentication required: {why}"),
             Self::BadRequest(why) => format!("not a proxy request: {why}"),
             Self::NoProxy(stats) => format!(
-                "no proxy can be leased for this site now: {} match the username's labels, {} full, {} cooling down for the site, {} unhealthy",
-                stats.considered, stats.at_capacity, stats.in_cooldown, stats.unhealthy
+                "no proxy can be leased for this site now: {} match the username's labels, {} full, {} unreachable, {} cooling down for the site, {} unhealthy",
+                stats.considered,
+                stats.at_capacity,
+                stats.unreachable,
+                stats.in_cooldown,
+                stats.unhealthy
             ),
             Self::BookUnavailable => {
                 "the lease book cannot answer now (a failover is under way): retry".into()

@@ -24,13 +24,15 @@ impl StatusMeaning {
     }
 
     /// Whether the crawler should release the lease and lease again for the site: the proxy
-    /// now cools down for it (`rate_limited`, `blocked`), or refused the credentials (407).
-    /// After `ok` and `error` it keeps the lease (the health engine judges the proxy).
+    /// now cools down for it (`rate_limited`, `blocked`), could not be reached
+    /// (`unreachable`), or refused the credentials (407). After `ok` and `error` it keeps
+    /// the lease (the health engine judges the proxy).
     pub fn lease_again(self) -> bool {
         matches!(
             self,
-            Self::Report(ReportResult::RateLimited | ReportResult::Blocked)
-                | Self::WrongCredentials
+            Self::Report(
+                ReportResult::RateLimited | ReportResult::Blocked | ReportResult::Unreachable
+            ) | Self::WrongCredentials
         )
     }
 }

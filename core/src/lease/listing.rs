@@ -41,17 +41,20 @@ pub enum Field {
     Healthy,
     /// `latencyMs`.
     LatencyMs,
-    /// `activeLeases`: the only field read from the lease book rather than the snapshot.
+    /// `activeLeases`: read from the lease book rather than the snapshot.
     ActiveLeases,
     /// `maxLeases`.
     MaxLeases,
     /// `labels`.
     Labels,
+    /// `circuit`: the proxy's breaker (module `circuit`), read from the lease book as
+    /// `activeLeases` is.
+    Circuit,
 }
 
 impl Field {
     /// Every field, in the order the answer shows them.
-    pub const ALL: [Self; 10] = [
+    pub const ALL: [Self; 11] = [
         Self::Namespace,
         Self::Name,
         Self::Host,
@@ -62,6 +65,7 @@ impl Field {
         Self::ActiveLeases,
         Self::MaxLeases,
         Self::Labels,
+        Self::Circuit,
     ];
 
     /// The field's name in `fields` and in the answer.
@@ -77,6 +81,7 @@ impl Field {
             Self::ActiveLeases => "activeLeases",
             Self::MaxLeases => "maxLeases",
             Self::Labels => "labels",
+            Self::Circuit => "circuit",
         }
     }
 

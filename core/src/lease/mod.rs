@@ -131,6 +131,7 @@
 //! log L) and O(log L + log c).
 
 mod checkpoint;
+mod circuit;
 mod cooldown;
 mod feedback;
 mod fleet;
@@ -155,6 +156,8 @@ use crate::key::ProxyKey;
 pub use checkpoint::{
     CHECKPOINT_VERSION, Checkpoint, InvalidCheckpoint, Merged, SavedCooldown, SavedLease, SavedSite,
 };
+pub use circuit::{Circuit, CircuitConfig, Turn, Turned};
+use circuit::{Circuits, Gate};
 use cooldown::Cooldowns;
 pub use feedback::{InvalidStatus, StatusMeaning, meaning_of};
 use fleet::{Fleet, Slot};
@@ -199,6 +202,7 @@ pub struct LeaseBook {
     eligible: EligibleIndex,
     ledger: Ledger,
     cooldowns: Cooldowns,
+    circuits: Circuits,
     sites: Sites,
     sessions: Sessions,
     report_ids: ReportIds,
@@ -225,6 +229,8 @@ pub struct ProxyDetail<'a> {
     pub blocked_sites: u32,
     /// How each site treated it ([`sites`](LeaseBook::sites)).
     pub sites: Vec<Site<'a>>,
+    /// Its breaker ([`circuit`](LeaseBook::circuit)).
+    pub circuit: Circuit,
 }
 
 /// Why a proxy cannot take a lease, before cooldowns are looked at.
@@ -244,7 +250,17 @@ impl LeaseBook {
     }
 
     /// Adds the proxy, or replaces the one with the same key. Its active leases are kept.
+    /// A proxy whose health turns from unhealthy to healthy closes its breaker (the health
+    /// engine saw it pass again: module `circuit`).
     pub fn upsert(&mut self, proxy: ProxyView) {
+        if proxy.healthy
+            && self
+                .fleet
+                .view(&proxy.key)
+                .is_some_and(|seen| !seen.healthy)
+        {
+            self.circuits.recovered(&proxy.key);
+        }
         let slot = self.fleet.slot_or_new(&proxy.key);
         self.unindex(slot);
         let terms = self.eligible.carry(&proxy.labels);
@@ -258,6 +274,7 @@ impl LeaseBook {
     /// statistics go (a proxy that comes back under the same key is a new machine).
     pub fn remove(&mut self, key: &ProxyKey) -> bool {
         self.sites.remove(key);
+        self.circuits.forget(key);
         let Some(slot) = self.fleet.slot(key) else {
             return false;
         };
@@ -352,6 +369,7 @@ impl LeaseBook {
             ttl,
             holder,
         };
+        self.circuits.granted(&lease.proxy, now);
         self.admit(lease.clone(), slot);
         if let Some(name) = &sticky.session {
             self.sessions.bind(name.clone(), &lease.id);
@@ -383,6 +401,8 @@ impl LeaseBook {
             Some(MoveReason::Unselected)
         } else if self.cooldowns.for_target(target).holds(&proxy.key, now) {
             Some(MoveReason::CoolingDown)
+        } else if !self.circuits.keeps_session(&proxy.key, now) {
+            Some(MoveReason::Unreachable)
         } else {
             None
         }
@@ -432,6 +452,10 @@ impl LeaseBook {
     /// statistics of the proxy while it is in the book ([`sites`](Self::sites)). A
     /// `rate_limited` or `blocked` report on the active lease of a session ends that lease:
     /// a session is sticky until its TTL or a ban, and its next request gets another proxy.
+    ///
+    /// An `unreachable` report counts toward the proxy's breaker and nowhere else (not in
+    /// the site's statistics: the site was never reached); `ok`, `rate_limited` and
+    /// `blocked` say the proxy was reached (module `circuit`).
     pub fn report(
         &mut self,
         id: &str,
@@ -439,12 +463,34 @@ impl LeaseBook {
         target: Option<&str>,
         now: Timestamp,
     ) -> Result<Option<Cooldown>, UnknownLease> {
+        self.record(id, result, target, now)
+            .map(|(cooldown, _)| cooldown)
+    }
+
+    /// [`report`](Self::report), with what the report did to the proxy's breaker.
+    fn record(
+        &mut self,
+        id: &str,
+        result: ReportResult,
+        target: Option<&str>,
+        now: Timestamp,
+    ) -> Result<(Option<Cooldown>, Option<Turn>), UnknownLease> {
         self.expire(now);
         let lease = self.ledger.get(id).ok_or(UnknownLease)?;
-        let proxy = lease.proxy.clone();
+        let (proxy, granted_at) = (lease.proxy.clone(), lease.granted_at);
         let target = target
             .map(str::to_ascii_lowercase)
             .or_else(|| lease.target.clone());
+        let turn = match result {
+            ReportResult::Unreachable => {
+                self.circuits
+                    .unreachable(&proxy, granted_at, now, &self.config.circuit)
+            }
+            ReportResult::Ok | ReportResult::RateLimited | ReportResult::Blocked => {
+                self.circuits.reached(&proxy, granted_at)
+            }
+            ReportResult::Error => None,
+        };
         if let Some(site) = &target
             && self.fleet.view(&proxy).is_some()
         {
@@ -458,16 +504,17 @@ impl LeaseBook {
         }
         let cooldown = self.config.cooldown(result);
         if cooldown.is_zero() {
-            return Ok(None);
+            return Ok((None, turn));
         }
         let until = self
             .cooldowns
             .extend(proxy.clone(), target.clone(), later(now, cooldown));
-        Ok(Some(Cooldown {
+        let cooldown = Cooldown {
             proxy,
             target,
             until,
-        }))
+        };
+        Ok((Some(cooldown), turn))
     }
 
     /// Hears a crawler's report on the lease `id` as the API takes it, and answers what the
@@ -496,8 +543,13 @@ impl LeaseBook {
             .id
             .as_ref()
             .is_some_and(|heard| !self.report_ids.first_time(LeaseKey::of(id), heard, now));
+        let mut circuit = None;
         if !repeated && let Some(result) = report.saw.result() {
-            self.report(id, result, target.as_deref(), now)?;
+            let turn = self.record(id, result, target.as_deref(), now)?.1;
+            circuit = turn.map(|turn| Turned {
+                proxy: proxy.clone(),
+                turn,
+            });
         }
         let cooldown_until = self
             .cooldowns
@@ -512,6 +564,7 @@ impl LeaseBook {
             target,
             cooldown_until,
             repeated,
+            circuit,
         })
     }
 
@@ -602,6 +655,28 @@ impl LeaseBook {
     /// `now`: the count the `Banned` condition judges ([`crate::banned`]). O(s).
     pub fn blocked_sites(&self, key: &ProxyKey, now: Timestamp) -> u32 {
         self.sites.blocked_within(key, now, self.config.site_window)
+    }
+
+    /// The breaker of the proxy with this key (closed with no failures for a proxy it has
+    /// never heard of), as of the last report: an open one whose time is up still shows
+    /// `Open` until its trial is granted. O(log b) for b breakers not at rest.
+    pub fn circuit(&self, key: &ProxyKey) -> Circuit {
+        self.circuits.of(key)
+    }
+
+    /// Whether `lease` is its proxy's trial lease: the one its breaker let through after its
+    /// time out (module `circuit`). Its holder reports what it saw, `ok` included, since
+    /// that report closes or reopens the breaker. O(log b).
+    pub fn on_trial(&self, lease: &Lease) -> bool {
+        matches!(
+            self.circuits.of(&lease.proxy),
+            Circuit::Trial { since, .. } if since == lease.granted_at
+        )
+    }
+
+    /// How many proxies' breakers are open or running a trial. O(b).
+    pub fn open_circuits(&self) -> usize {
+        self.circuits.open()
     }
 
     /// The book's configuration.
@@ -695,7 +770,7 @@ impl LeaseBook {
     }
 
     /// The proxy with this key, if it is in the book, with its active leases, the distinct
-    /// sites that blocked it and how each site treated it, all as of `now` (ending what is
+    /// sites that blocked it, how each site treated it and its breaker, all as of `now` (ending what is
     /// due first). O(log n + s · log c) for s sites.
     pub fn detail(&mut self, key: &ProxyKey, now: Timestamp) -> Option<ProxyDetail<'_>> {
         self.expire(now);
@@ -709,6 +784,7 @@ impl LeaseBook {
             },
             blocked_sites: book.blocked_sites(key, now),
             sites: book.sites(key, now),
+            circuit: book.circuit(key),
         })
     }
 
@@ -721,12 +797,15 @@ impl LeaseBook {
         now: Timestamp,
     ) -> Option<(Slot, &ProxyView)> {
         let cooling = self.cooldowns.for_target(target);
+        let circuit = &self.config.circuit;
         self.eligible
             .narrowest(wanted.selector)?
             .iter()
             .find_map(|rank| {
                 let proxy = self.fleet.member(rank.slot).view.as_ref()?;
-                let fits = wanted.accepts(proxy) && !cooling.holds(&rank.key, now);
+                let fits = wanted.accepts(proxy)
+                    && !cooling.holds(&rank.key, now)
+                    && self.circuits.gate(&rank.key, now, circuit) == Gate::Pass;
                 fits.then_some((rank.slot, proxy))
             })
     }
@@ -758,15 +837,20 @@ impl LeaseBook {
                 continue;
             }
             stats.considered += 1;
-            match unavailable(proxy, active) {
-                Some(Unavailable::Unhealthy) => stats.unhealthy += 1,
-                Some(Unavailable::AtCapacity) => stats.at_capacity += 1,
-                None if cooling.holds(&proxy.key, now) => {
+            let gate = self.circuits.gate(&proxy.key, now, &self.config.circuit);
+            match (unavailable(proxy, active), gate) {
+                (Some(Unavailable::Unhealthy), _) => stats.unhealthy += 1,
+                (Some(Unavailable::AtCapacity), _) => stats.at_capacity += 1,
+                (None, Gate::Shut(until)) => {
+                    stats.unreachable += 1;
+                    stats.retry_at = stats.retry_at.into_iter().chain([until]).min();
+                }
+                (None, Gate::Pass) if cooling.holds(&proxy.key, now) => {
                     stats.in_cooldown += 1;
                     let until = cooling.until(&proxy.key);
                     stats.retry_at = stats.retry_at.into_iter().chain(until).min();
                 }
-                None => {}
+                (None, Gate::Pass) => {}
             }
         }
         stats

@@ -81,6 +81,8 @@ impl SiteStats {
             ReportResult::RateLimited => &mut self.rate_limited,
             ReportResult::Blocked => &mut self.blocked,
             ReportResult::Error => &mut self.error,
+            // Never recorded (`Sites::record`): nothing to count.
+            ReportResult::Unreachable => return,
         };
         *counter = counter.saturating_add(1);
         self.last = result;
@@ -119,7 +121,8 @@ pub(super) struct Sites {
 
 impl Sites {
     /// Counts a report of `result` for `target` through `proxy` at `now`. O(log) plus
-    /// O([`SITES_PER_PROXY`]) when a new target meets the cap.
+    /// O([`SITES_PER_PROXY`]) when a new target meets the cap. An `unreachable` report is
+    /// not counted: the site was never reached.
     pub(super) fn record(
         &mut self,
         proxy: &ProxyKey,
@@ -128,6 +131,9 @@ impl Sites {
         now: Timestamp,
         window: Duration,
     ) {
+        if result == ReportResult::Unreachable {
+            return;
+        }
         let sites = self.by_proxy.entry(proxy.clone()).or_default();
         match sites.get_mut(target) {
             Some(stats) => {

@@ -163,7 +163,7 @@ pub struct Lease {
 
 /// What a crawler saw through a leased proxy (`POST /v1/leases/{id}/report`).
 ///
-/// Serialized in snake case: `ok`, `rate_limited`, `blocked`, `error`.
+/// Serialized in snake case: `ok`, `rate_limited`, `blocked`, `error`, `unreachable`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ReportResult {
@@ -180,6 +180,11 @@ pub enum ReportResult {
     /// the health engine judges the proxy itself, so this cools down only when
     /// [`LeaseConfig::error_cooldown`] is set.
     Error,
+    /// The client could not reach the proxy itself: its TCP connection refused, reset or
+    /// not made in time, a close before it answered, its 407. Never a site the proxy could
+    /// not reach (that is the proxy's answer, an `error`). Counts toward the proxy's
+    /// breaker, fleet-wide ([`LeaseConfig::circuit`]), not toward any site.
+    Unreachable,
 }
 
 impl ReportResult {
@@ -190,6 +195,7 @@ impl ReportResult {
             Self::RateLimited => "rate_limited",
             Self::Blocked => "blocked",
             Self::Error => "error",
+            Self::Unreachable => "unreachable",
         }
     }
 }
@@ -209,6 +215,8 @@ pub struct LeaseConfig {
     /// distinct blocked sites that ban a proxy: a site is forgotten this long after its last
     /// report. Default 1 hour.
     pub site_window: Duration,
+    /// When `unreachable` reports take a proxy out of selection, and for how long.
+    pub circuit: super::CircuitConfig,
     /// The most ended leases kept at once for late reports. Past it the lease that ended
     /// first is forgotten before its retention is over, and a report on it answers
     /// [`UnknownLease`]. The retention alone keeps every lease of the last 30 minutes, so a
@@ -229,6 +237,7 @@ impl Default for LeaseConfig {
             error_cooldown: Duration::ZERO,
             site_window: Duration::from_secs(60 * 60),
             max_retained: DEFAULT_MAX_RETAINED,
+            circuit: super::CircuitConfig::default(),
         }
     }
 }
@@ -252,10 +261,11 @@ impl LeaseConfig {
             .max(super::REPORT_ID_MEMORY)
     }
 
-    /// How long `result` keeps a proxy away from a target; zero means not at all.
+    /// How long `result` keeps a proxy away from a target; zero means not at all (an
+    /// `unreachable` proxy is kept away from every target by its breaker instead).
     pub fn cooldown(&self, result: ReportResult) -> Duration {
         match result {
-            ReportResult::Ok => Duration::ZERO,
+            ReportResult::Ok | ReportResult::Unreachable => Duration::ZERO,
             ReportResult::RateLimited => self.rate_limited_cooldown,
             ReportResult::Blocked => self.blocked_cooldown,
             ReportResult::Error => self.error_cooldown,
@@ -279,11 +289,12 @@ pub enum AcquireError {
 /// Counts the proxies in the book (upserted and not removed) that the selector matches,
 /// each in exactly one class, tested in this order:
 /// `unhealthy` (not [`healthy`](ProxyView::healthy)), then `at_capacity` (active leases at or
-/// above `max_leases`, which includes every proxy with `max_leases` 0), then `in_cooldown`
-/// (cooling down for the request's target). Any other matching proxy would have been
-/// leased, so on a failed acquire `considered == unhealthy + at_capacity + in_cooldown`.
+/// above `max_leases`, which includes every proxy with `max_leases` 0), then `unreachable`
+/// (its breaker is open: clients could not reach it), then `in_cooldown` (cooling down for
+/// the request's target). Any other matching proxy would have been leased, so on a failed
+/// acquire `considered == unhealthy + at_capacity + unreachable + in_cooldown`.
 /// Serialized in camel case: `considered`, `atCapacity`, `inCooldown`, `unhealthy`,
-/// `retryAt`.
+/// `unreachable`, `retryAt`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct NoMatch {
@@ -295,8 +306,12 @@ pub struct NoMatch {
     pub in_cooldown: u32,
     /// Proxies that are not healthy.
     pub unhealthy: u32,
-    /// The earliest end of a cooldown among the proxies counted in `in_cooldown`: by then one
-    /// of them can take the lease, unless another request takes its place first. `None` when
+    /// Healthy proxies with a free lease whose breaker is open (module `circuit`).
+    #[serde(default)]
+    pub unreachable: u32,
+    /// The earliest end of a cooldown among the proxies counted in `in_cooldown`, or of an
+    /// open breaker among those counted in `unreachable`: by then one of them can take the
+    /// lease, unless another request takes its place first. `None` when
     /// none is cooling down (proxies at capacity free a place at a release, at any time, and
     /// unhealthy ones at their next probes: neither has an end the book knows). Serialized
     /// as `retryAt`, absent when `None`.
@@ -405,11 +420,13 @@ pub enum MoveReason {
     CoolingDown,
     /// The proxy no longer matches the request's selector or its distinct-egress demand.
     Unselected,
+    /// Clients could not reach the proxy: its breaker is open.
+    Unreachable,
 }
 
 impl MoveReason {
     /// The reason as a word, for answers, logs and metrics: `avoided`, `gone`, `unhealthy`,
-    /// `cooling_down`, `unselected`.
+    /// `cooling_down`, `unselected`, `unreachable`.
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Avoided => "avoided",
@@ -417,6 +434,7 @@ impl MoveReason {
             Self::Unhealthy => "unhealthy",
             Self::CoolingDown => "cooling_down",
             Self::Unselected => "unselected",
+            Self::Unreachable => "unreachable",
         }
     }
 }
@@ -453,6 +471,9 @@ pub struct Reported {
     pub cooldown_until: Option<Timestamp>,
     /// The report's ID was heard before: nothing was recorded again.
     pub repeated: bool,
+    /// What the report did to the proxy's breaker, if anything: the shell tells it (an
+    /// Event, a metric, a probe at once).
+    pub circuit: Option<super::Turned>,
 }
 
 /// A report or an end naming a session that has no active lease (it never had one, its TTL

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use clap::Args;
-use proxy_core::lease::LeaseConfig;
+use proxy_core::lease::{CircuitConfig, LeaseConfig};
 
 use super::Limits;
 use crate::duration::{self, at_least_10ms};
@@ -32,6 +32,19 @@ pub struct Flags {
     /// `Banned=True` (at least 1).
     #[arg(long, default_value = "3", value_parser = clap::value_parser!(u32).range(1..))]
     pub banned_sites: u32,
+    /// How many `unreachable` reports in a row (crawlers, or the gateway, could not connect
+    /// to the proxy itself) take a proxy out of selection for every crawler, before its
+    /// health checks notice (at least 1).
+    #[arg(long, default_value = "3", value_parser = clap::value_parser!(u32).range(1..))]
+    pub circuit_failures: u32,
+    /// How long, in seconds, a proxy stays out of selection after `--circuit-failures`
+    /// unreachable reports; then one trial lease: a failed trial doubles the time, a good
+    /// one brings the proxy back.
+    #[arg(long, default_value = "5", value_parser = duration::parse)]
+    pub circuit_backoff_seconds: Duration,
+    /// The longest a proxy stays out of selection between two trials, in seconds.
+    #[arg(long, default_value = "300", value_parser = duration::parse)]
+    pub circuit_max_backoff_seconds: Duration,
     /// The most ended leases the lease book keeps at once for late reports (each about 600
     /// bytes). An ended lease is kept for the longest cooldown, and at least 15 minutes,
     /// unless this many ended after it: then a report on it answers 404 `unknown_lease`.
@@ -64,14 +77,19 @@ pub struct Flags {
 }
 
 impl Flags {
-    /// The lease book's cooldowns (`--*-cooldown-seconds`), site window and bound on ended
-    /// leases (`--max-retained-leases`).
+    /// The lease book's cooldowns (`--*-cooldown-seconds`), site window, breakers
+    /// (`--circuit-*`) and bound on ended leases (`--max-retained-leases`).
     pub fn lease_config(&self) -> LeaseConfig {
         LeaseConfig {
             rate_limited_cooldown: self.rate_limited_cooldown_seconds,
             blocked_cooldown: self.blocked_cooldown_seconds,
             site_window: self.site_window_seconds,
             max_retained: self.max_retained_leases,
+            circuit: CircuitConfig {
+                failures: self.circuit_failures,
+                backoff: self.circuit_backoff_seconds,
+                max_backoff: self.circuit_max_backoff_seconds,
+            },
             ..LeaseConfig::default()
         }
     }

@@ -87,6 +87,9 @@ pub struct Leased {
     /// When the book ends the lease by itself (its TTL from the grant, as this gateway
     /// counts it): a release is not sent after it.
     pub expires: Instant,
+    /// The proxy's trial lease after clients could not reach it: once the upstream is
+    /// reached, an `ok` is reported, which brings the proxy back for every client.
+    pub trial: bool,
 }
 
 impl std::fmt::Debug for Leased {
@@ -319,6 +322,7 @@ impl Book {
                     port: proxy.port,
                     session,
                     expires: started + Duration::from_secs(granted.ttl_seconds),
+                    trial: granted.trial,
                 };
                 Ok(Held { book: self, leased })
             }

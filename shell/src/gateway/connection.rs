@@ -26,8 +26,9 @@ use hyper_util::rt::TokioIo;
 use proxy_core::gateway::feedback::after_answer;
 use proxy_core::gateway::target::Target;
 use proxy_core::gateway::{
-    Attempts, Ending, Options, Outcome, Refusal, UpstreamFailure, credentials, username,
+    Attempts, Blame, Ending, Options, Outcome, Refusal, UpstreamFailure, credentials, username,
 };
+use proxy_core::lease::ReportResult;
 
 use super::Gateway;
 use super::book::{Held, Leased};
@@ -198,19 +199,48 @@ impl Connection {
         }
     }
 
-    /// `failure` of an upstream before anything reached the client: the refusal if it was
-    /// the last try, else counted as its own exchange's ending and retried.
-    fn failed(
+    /// `failure` of an upstream before anything reached the client: reported `unreachable`
+    /// when it speaks against the proxy (its breaker, module `proxy_core::lease::circuit`:
+    /// awaited, so that the book hears it before this client's retry asks for another
+    /// upstream), then the refusal if it was the last try, else counted as its own
+    /// exchange's ending and retried.
+    async fn failed(
         &self,
         attempts: &mut Attempts,
         failed: &Leased,
         failure: UpstreamFailure,
+        target: &Target,
     ) -> Result<(), Refusal> {
         tracing::debug!(proxy = %failed.proxy, failure = failure.as_str(), "upstream failed before anything reached the client");
+        if Outcome::of_failure(failure).blame() == Blame::Upstream {
+            self.unreachable(failed, target).await;
+        }
         attempts.failed(failed.proxy.clone(), failure)?;
         self.gateway.metrics.ended(Outcome::of_failure(failure));
         self.gateway.metrics.retried();
         Ok(())
+    }
+
+    /// Reports that `leased`'s proxy could not be reached (or refused the lease's
+    /// credentials) on the way to `target`, and waits for the book to hear it.
+    async fn unreachable(&self, leased: &Leased, target: &Target) {
+        let unreachable = ReportResult::Unreachable;
+        self.gateway
+            .book
+            .report(leased, unreachable, &target.host)
+            .await;
+        self.gateway.metrics.reported(unreachable.as_str());
+    }
+
+    /// The upstream of `leased` carried a request to `target`: on a trial lease, that is
+    /// reported (`ok`, in the background) so that its breaker closes; on any other lease
+    /// nothing is (a report per request would double the gateway's work).
+    fn reached(&self, leased: &Leased, target: &Target) {
+        if leased.trial {
+            let ok = ReportResult::Ok;
+            self.gateway.book.report_later(leased, ok, &target.host);
+            self.gateway.metrics.reported(ok.as_str());
+        }
     }
 
     /// The options of the credentials in `headers[name]`, with the username as it was sent,
@@ -266,8 +296,13 @@ impl Connection {
                 .await
                 .map_err(|refused| attempts.lease_refused(refused))?;
             match upstream::tunnel(&held, &target, gateway.settings.connect_timeout).await {
-                Ok((stream, rest)) => break (held, stream, rest),
-                Err(TunnelError::Failed(failure)) => self.failed(&mut attempts, &held, failure)?,
+                Ok((stream, rest)) => {
+                    self.reached(&held, &target);
+                    break (held, stream, rest);
+                }
+                Err(TunnelError::Failed(failure)) => {
+                    self.failed(&mut attempts, &held, failure, &target).await?;
+                }
                 Err(TunnelError::Refused(status)) => {
                     return Err(Refusal::TunnelRefused(status).into());
                 }
@@ -373,7 +408,8 @@ impl Connection {
             };
             // Only reached on a failure, before anything went to the client.
             if let Some(failed) = slot.take().map(|old| old.held).or(unopened) {
-                self.failed(&mut attempts, &failed, failure)?;
+                self.failed(&mut attempts, &failed, failure, &target)
+                    .await?;
             }
         }
         let Some(forwarding) = slot.as_mut() else {
@@ -445,6 +481,7 @@ impl Connection {
         let feedback = after_answer(status);
         if feedback.refused_credentials {
             // The request's body is gone: no retry; the next request leases again.
+            self.unreachable(&leased, &target).await;
             slot.take();
             return Err(Refusal::UpstreamFailed(UpstreamFailure::Credentials).into());
         }
@@ -454,11 +491,9 @@ impl Connection {
             } else {
                 gateway.book.report_later(&leased, result, &target.host);
             }
-            gateway.metrics.reported(match result {
-                proxy_core::lease::ReportResult::RateLimited => "rate_limited",
-                proxy_core::lease::ReportResult::Blocked => "blocked",
-                _ => "error",
-            });
+            gateway.metrics.reported(result.as_str());
+        } else {
+            self.reached(&leased, &target);
         }
         if feedback.lease_again {
             slot.take();

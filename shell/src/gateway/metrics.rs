@@ -213,7 +213,7 @@ impl Default for GatewayMetrics {
         for class in Refusal::CODES {
             drop(errors.get_or_create(&ClassLabels { class }));
         }
-        for result in ["rate_limited", "blocked", "error"] {
+        for result in ["ok", "rate_limited", "blocked", "error", "unreachable"] {
             drop(reports.get_or_create(&ResultLabels { result }));
         }
         for outcome in Outcome::ALL {

@@ -15,6 +15,7 @@
 //! - [`refusals`]: the lease requests refused for want of a proxy, for the pools that grow
 //!   on demand.
 
+pub mod circuits;
 pub mod owner_label;
 pub mod ownership;
 mod reader;
@@ -27,8 +28,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use proxy_core::lease::{
-    Call, FleetSnapshot, Journal, LeaseBook, LeaseConfig, NotServing, ProxyView, Route, Standing,
-    route,
+    Call, Circuit, FleetSnapshot, Journal, LeaseBook, LeaseConfig, NotServing, ProxyView, Route,
+    Standing, route,
 };
 use proxy_core::{BlockedSites, ProxyKey};
 
@@ -55,6 +56,8 @@ pub struct Book {
     /// The lease requests lately refused for want of a proxy, for the pools that grow on
     /// demand.
     pub refusals: refusals::Refusals,
+    /// What the breakers did, on its way to the Proxies' Events.
+    pub turns: circuits::Turns,
     /// Whether the fleet was given at least once ([`Book::replace_fleet`]): the sync
     /// gives it only once the Proxy cache has listed, and a replica takes the book over only
     /// then ([`ownership`]), so that no report lands uncounted (site statistics count for
@@ -113,6 +116,7 @@ impl Book {
             snapshot: Mutex::default(),
             forgotten: Mutex::default(),
             refusals: refusals::Refusals::default(),
+            turns: circuits::Turns::default(),
             fleet_given: std::sync::atomic::AtomicBool::new(false),
         }
     }
@@ -163,6 +167,12 @@ impl Book {
         self.owned_count(LeaseBook::retained_total)
     }
 
+    /// Proxies whose breaker is open or running a trial, as
+    /// [`active_leases`](Self::active_leases).
+    pub fn open_circuits(&self) -> usize {
+        self.owned_count(|book, _| book.open_circuits())
+    }
+
     /// `count` of the book as of now while this replica owns it, else 0.
     fn owned_count(&self, count: fn(&mut LeaseBook, jiff::Timestamp) -> usize) -> usize {
         let mut shared = self.shared();
@@ -209,6 +219,18 @@ impl Book {
             active.extend(self.shared().book.active_leases_in_order(keys, now));
         }
         active
+    }
+
+    /// The breaker of each of `proxies` as of now, read a few hundred at a time as
+    /// [`active_leases_of`](Self::active_leases_of) reads.
+    pub fn circuits_of(&self, proxies: &[&ProxyView]) -> Vec<Circuit> {
+        const CHUNK: usize = 256;
+        let mut circuits = Vec::with_capacity(proxies.len());
+        for chunk in proxies.chunks(CHUNK) {
+            let shared = self.shared();
+            circuits.extend(chunk.iter().map(|proxy| shared.book.circuit(&proxy.key)));
+        }
+        circuits
     }
 
     /// Makes `views` the fleet: the snapshot the listing is served from, and the book's,
@@ -267,7 +289,8 @@ pub enum Elsewhere {
     Forward(String),
 }
 
-/// `proxy_operator_leases_active` and `proxy_operator_leases_retained`.
+/// `proxy_operator_leases_active`, `proxy_operator_leases_retained` and
+/// `proxy_operator_circuits_open`.
 impl crate::runtime::metrics::Gauges for Book {
     fn encode(&self, encoder: &mut crate::runtime::metrics::DescriptorEncoder) -> std::fmt::Result {
         crate::runtime::metrics::gauge(
@@ -281,6 +304,12 @@ impl crate::runtime::metrics::Gauges for Book {
             "leases_retained",
             "Ended leases kept for late reports (at most --max-retained-leases: at the bound, late reports on the oldest answer unknown_lease)",
             self.retained_leases(),
+        )?;
+        crate::runtime::metrics::gauge(
+            encoder,
+            "circuits_open",
+            "Proxies out of selection because crawlers could not reach them (their breaker is open or running its one trial lease)",
+            self.open_circuits(),
         )
     }
 }

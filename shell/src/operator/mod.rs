@@ -344,6 +344,13 @@ async fn serve(args: Args, config: ProvidersConfig) -> anyhow::Result<()> {
         let (leases, lease_book) = (leases.clone(), lease_book.clone());
         move || ownership::run(leases.clone(), lease_book.clone())
     });
+    background.spawn(Loop::LeaseBook, {
+        let (arrivals, store) = (leases.turns.arrivals(), store.clone());
+        let events = writer.events().clone();
+        move || {
+            crate::lease_book::circuits::publish(arrivals.clone(), store.clone(), events.clone())
+        }
+    });
     background.spawn(Loop::DiscoverySync, {
         let (leases, store) = (leases.clone(), store.clone());
         let listed = completeness.clone();

@@ -63,6 +63,10 @@ pub struct LeaseGranted {
     /// The proxy the session left, and why, when it moved.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub moved: Option<Moved>,
+    /// The lease is its proxy's trial after clients could not reach it: report what you
+    /// see through it, `ok` too (that report brings the proxy back). Absent when false.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub trial: bool,
 }
 
 /// Where a session moved from, and why.

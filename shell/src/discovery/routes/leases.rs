@@ -72,6 +72,7 @@ impl LeaseGranted {
             holder: lease.holder,
             session: None,
             moved: None,
+            trial: false,
         }
     }
 }
@@ -110,6 +111,9 @@ pub(super) fn acquire(state: &Discovery, forwarded: bool, body: &[u8]) -> Result
             Err(AcquireError::IdInUse) => continue,
         }
     };
+    let trial = granted
+        .as_ref()
+        .is_ok_and(|grant| shared.book.on_trial(grant.lease()));
     // The answer is built without the book's lock.
     drop(shared);
     Ok(match granted {
@@ -129,6 +133,7 @@ pub(super) fn acquire(state: &Discovery, forwarded: bool, body: &[u8]) -> Result
             let answer = LeaseGranted {
                 session: sticky.session.map(|name| name.to_string()),
                 moved,
+                trial,
                 ..LeaseGranted::of(lease, credentials)
             };
             json_response(status, &answer)

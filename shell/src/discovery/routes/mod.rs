@@ -13,8 +13,8 @@ use bytes::{Buf, BytesMut};
 use futures::StreamExt;
 use proxy_core::ProxyKey;
 use proxy_core::lease::{
-    AcquireError, AcquireRequest, Call, Field, Fields, Grant, Labels, Lease, ListQuery, ProxyView,
-    Report, ReportId, ReportResult, Selector, SessionName, Site, StatusMeaning, Sticky,
+    AcquireError, AcquireRequest, Call, Circuit, Field, Fields, Grant, Labels, Lease, ListQuery,
+    ProxyView, Report, ReportId, ReportResult, Selector, SessionName, Site, StatusMeaning, Sticky,
     checked_holder, checked_target, meaning_of, seconds_until,
 };
 use serde::Serialize;

@@ -27,11 +27,68 @@ pub(super) struct ProxyItem<'a> {
     max_leases: Option<u32>,
     #[serde(skip_serializing_if = "Option::is_none")]
     labels: Option<&'a Labels>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    circuit: Option<CircuitItem>,
+}
+
+/// A proxy's breaker as the API shows it: `{"state": "closed", "failures": 1}`,
+/// `{"state": "open", "since": ..., "until": ..., "trips": 1}` or
+/// `{"state": "trial", "since": ..., "trips": 1}`.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub(super) struct CircuitItem {
+    state: &'static str,
+    /// Unreachable reports in a row, while closed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    failures: Option<u32>,
+    /// When it opened, or when its trial lease was granted.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    since: Option<String>,
+    /// When the trial may be granted, while open.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    until: Option<String>,
+    /// How many times in a row it opened.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    trips: Option<u32>,
+}
+
+impl CircuitItem {
+    fn of(circuit: Circuit) -> Self {
+        let state = circuit.as_str();
+        match circuit {
+            Circuit::Closed { failures } => Self {
+                state,
+                failures: Some(failures),
+                since: None,
+                until: None,
+                trips: None,
+            },
+            Circuit::Open {
+                since,
+                until,
+                trips,
+            } => Self {
+                state,
+                failures: None,
+                since: Some(since.to_string()),
+                until: Some(until.to_string()),
+                trips: Some(trips),
+            },
+            Circuit::Trial { since, trips } => Self {
+                state,
+                failures: None,
+                since: Some(since.to_string()),
+                until: None,
+                trips: Some(trips),
+            },
+        }
+    }
 }
 
 impl<'a> ProxyItem<'a> {
-    /// `proxy`, holding `active` leases, with the `fields` asked for.
-    fn of(proxy: &'a ProxyView, active: u32, fields: Fields) -> Self {
+    /// `proxy`, holding `active` leases, its breaker `circuit`, with the `fields` asked
+    /// for.
+    fn of(proxy: &'a ProxyView, active: u32, circuit: Circuit, fields: Fields) -> Self {
         let shown = |field: Field| fields.contains(field);
         Self {
             namespace: proxy.key.namespace(),
@@ -44,6 +101,7 @@ impl<'a> ProxyItem<'a> {
             active_leases: shown(Field::ActiveLeases).then_some(active),
             max_leases: shown(Field::MaxLeases).then_some(proxy.max_leases),
             labels: shown(Field::Labels).then_some(&proxy.labels),
+            circuit: shown(Field::Circuit).then(|| CircuitItem::of(circuit)),
         }
     }
 }
@@ -108,11 +166,17 @@ pub(super) fn list(state: &Discovery, forwarded: bool, query: &str) -> Result<Re
     } else {
         vec![0; page.proxies.len()]
     };
+    let circuits = if query.fields.contains(Field::Circuit) {
+        state.book().circuits_of(&page.proxies)
+    } else {
+        vec![Circuit::Closed { failures: 0 }; page.proxies.len()]
+    };
     let proxies = (!query.count_only).then(|| {
         page.proxies
             .iter()
             .zip(active)
-            .map(|(proxy, active)| ProxyItem::of(proxy, active, query.fields))
+            .zip(circuits)
+            .map(|((proxy, active), circuit)| ProxyItem::of(proxy, active, circuit, query.fields))
             .collect()
     });
     Ok(json_response(
@@ -181,7 +245,12 @@ pub(super) fn detail(state: &Discovery, forwarded: bool, key: &ProxyKey) -> Resu
         .detail(key, jiff::Timestamp::now())
         .ok_or_else(|| ApiError::unknown_proxy(key))?;
     let detail = ProxyDetail {
-        proxy: ProxyItem::of(found.listed.proxy, found.listed.active, Fields::ALL),
+        proxy: ProxyItem::of(
+            found.listed.proxy,
+            found.listed.active,
+            found.circuit,
+            Fields::ALL,
+        ),
         blocked_sites: found.blocked_sites,
         site_window_seconds,
         sites: found.sites.into_iter().map(SiteItem::from).collect(),

@@ -19,7 +19,7 @@ pub(super) fn saw(request: &ReportRequest) -> Result<StatusMeaning, ApiError> {
             .map(StatusMeaning::Report)
             .map_err(|_| {
                 ApiError::invalid_result(format!(
-                    "result must be one of ok, rate_limited, blocked, error; not {result:?}"
+                    "result must be one of ok, rate_limited, blocked, error, unreachable; not {result:?}"
                 ))
             }),
         (None, Some(status)) => meaning_of(status_code(status)).map_err(|_| {
@@ -31,7 +31,7 @@ pub(super) fn saw(request: &ReportRequest) -> Result<StatusMeaning, ApiError> {
             "a report says either result or status, not both",
         )),
         (None, None) => Err(ApiError::invalid_request(
-            "a report needs result (ok, rate_limited, blocked, error) or status (an HTTP status code)",
+            "a report needs result (ok, rate_limited, blocked, error, unreachable) or status (an HTTP status code)",
         )),
     }
 }
@@ -105,6 +105,10 @@ pub(super) fn report(
     if reported.result.is_some() && !reported.repeated {
         // Every report recorded changes the book: its site statistics, maybe a cooldown.
         shared.journal.changed(now);
+    }
+    drop(shared);
+    if let Some(turned) = reported.circuit.clone() {
+        state.book().turns.tell(turned);
     }
     Ok(json_response(
         StatusCode::OK,

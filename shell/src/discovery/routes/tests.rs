@@ -518,7 +518,7 @@ async fn a_lease_picks_the_best_proxy_and_a_release_frees_it() {
     assert_eq!(full.status, StatusCode::CONFLICT);
     assert_eq!(
         full.body,
-        json!({"error": "no_match", "message": full.body["message"], "considered": 2, "atCapacity": 2, "inCooldown": 0, "unhealthy": 0})
+        json!({"error": "no_match", "message": full.body["message"], "considered": 2, "atCapacity": 2, "inCooldown": 0, "unhealthy": 0, "unreachable": 0})
     );
     let id = first.body["leaseID"].as_str().unwrap();
     assert_eq!(

@@ -12,7 +12,7 @@ use std::time::Duration;
 use proxy_core::ProxyKey;
 use proxy_core::gateway::Grammar;
 use proxy_core::gateway::target::OwnAddresses;
-use proxy_core::lease::{LeaseConfig, ProxyView, Standing};
+use proxy_core::lease::{Circuit, LeaseConfig, ProxyView, Standing};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
@@ -488,8 +488,17 @@ async fn read_body(stream: &mut TcpStream, head: &str) -> Option<Vec<u8>> {
 }
 
 fn connect_request(username: &str, password: &str) -> String {
+    connect_request_with("shop.example:443", username, password)
+}
+
+/// A CONNECT to `site`:443 as `username` of the tenant.
+fn connect_request_to(site: &str, username: &str) -> String {
+    connect_request_with(&format!("{site}:443"), username, TENANT_TOKEN)
+}
+
+fn connect_request_with(authority: &str, username: &str, password: &str) -> String {
     format!(
-        "CONNECT shop.example:443 HTTP/1.1\r\nHost: shop.example:443\r\nProxy-Authorization: {}\r\n\r\n",
+        "CONNECT {authority} HTTP/1.1\r\nHost: {authority}\r\nProxy-Authorization: {}\r\n\r\n",
         basic(username, password)
     )
 }
@@ -823,6 +832,69 @@ async fn a_dead_upstream_is_retried_once_on_another_and_nothing_left_is_a_503() 
     assert_eq!(status, 503, "{answer}");
     assert_eq!(header(&answer, "x-proxy-error"), "no_proxy");
     assert_eq!(header(&answer, "retry-after"), "30");
+}
+
+/// Passive health through the gateway: each connection that could not reach the dead
+/// upstream is reported `unreachable`, and after three in a row no client is sent to it
+/// again (no more retries: every request goes straight to the live one); a site the live
+/// upstream cannot reach (its 503 to the CONNECT, squid's) opens nothing, however often.
+#[tokio::test]
+async fn three_failures_to_reach_an_upstream_take_it_out_for_every_client_dead_sites_never_do() {
+    let [dead] = dead_ports().await;
+    let (alive, seen) = upstream().await;
+    let bed = Bed::over(&[dead, alive], vec![(alive.port(), seen)]).await;
+    let counter = |name: &str| {
+        let text = bed.metrics.encode();
+        let line = text
+            .lines()
+            .find(|l| l.starts_with(name))
+            .map(str::to_owned);
+        line.and_then(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+    };
+    for i in 0..10 {
+        let mut client = bed.connect().await;
+        let (status, answer) =
+            exchange(&mut client, &connect_request("user-acme", TENANT_TOKEN)).await;
+        assert_eq!(
+            (status, header(&answer, "x-proxy-upstream")),
+            (200, "crawl/p1".into()),
+            "request {i}: {answer}"
+        );
+    }
+    assert_eq!(
+        counter("proxy_operator_gateway_upstream_retries_total "),
+        Some(3),
+        "the dead upstream was tried by the first three requests only"
+    );
+    assert_eq!(
+        counter(r#"proxy_operator_gateway_reports_total{result="unreachable"}"#),
+        Some(3)
+    );
+    let book = |name: &str| {
+        let key = ProxyKey::new("crawl", name);
+        bed.discovery.book().shared().book.circuit(&key)
+    };
+    assert!(
+        matches!(book("p0"), Circuit::Open { trips: 1, .. }),
+        "{:?}",
+        book("p0")
+    );
+
+    for _ in 0..20 {
+        let mut client = bed.connect().await;
+        let request = connect_request_to("unreachable.example", "user-acme");
+        let (status, answer) = exchange(&mut client, &request).await;
+        assert_eq!(
+            (status, header(&answer, "x-proxy-error")),
+            (502, "tunnel_refused".into()),
+            "{answer}"
+        );
+    }
+    assert_eq!(book("p1"), Circuit::Closed { failures: 0 });
+    assert_eq!(
+        counter(r#"proxy_operator_gateway_reports_total{result="unreachable"}"#),
+        Some(3)
+    );
 }
 
 /// `N` loopback addresses nothing listens on: each was bound, then let go.
@@ -1482,10 +1554,7 @@ async fn each_ending_is_counted_by_its_outcome() {
     drop(tunnel);
     // The proxy cannot reach the site: its own 503, to a CONNECT and to a plain request.
     let mut client = bed.connect().await;
-    let request = format!(
-        "CONNECT unreachable.example:443 HTTP/1.1\r\nHost: unreachable.example:443\r\nProxy-Authorization: {}\r\n\r\n",
-        basic("user-acme", TENANT_TOKEN)
-    );
+    let request = connect_request_to("unreachable.example", "user-acme");
     let (status, answer) = exchange(&mut client, &request).await;
     assert_eq!(
         (status, header(&answer, "x-proxy-error")),
