@@ -55,6 +55,20 @@ async function within(promise, ms, what) {
     }
 }
 
+/**
+ * Node's codes for a TCP connection that was never made. Through a proxy that connection is
+ * the proxy's: a site the proxy cannot reach is its 502/503 answer, or a refused tunnel. A
+ * timeout of the request or of its answer may be the site's, and is not here (got's
+ * `ETIMEDOUT` is, only when its `event` is `connect`).
+ */
+const UNREACHABLE = new Set(['ECONNREFUSED', 'EHOSTUNREACH', 'ENETUNREACH']);
+
+/** Whether `error` says that the proxy itself could not be reached. */
+export function isUnreachable(error) {
+    const code = error?.code;
+    return UNREACHABLE.has(code) || (code === 'ETIMEDOUT' && error?.event === 'connect');
+}
+
 export function hostOf(url) {
     try {
         return new URL(url).hostname.toLowerCase();
@@ -153,6 +167,12 @@ export class CrawleeLeases {
                 // The proxy refused the lease's credentials (on CONNECT, or to the relay): lease again.
                 penalise(null);
                 return { leaseAgain: true, why: status === 597 ? 'the relay answered 597' : '407 on CONNECT', error: true };
+            }
+            if (status === undefined && isUnreachable(error)) {
+                // The proxy itself could not be reached: after a few such reports the lease
+                // book takes it out for every crawler (passive health).
+                penalise(discovery.reportResultCall(id, 'unreachable', held.host));
+                return { leaseAgain: true, why: `the proxy could not be reached (${error.code})`, error: true };
             }
             this.keeper.reportInBackground(held, discovery.reportResultCall(id, 'error', held.host));
             return { leaseAgain: false, why: status === undefined ? 'error' : `the relay answered ${status}`, error: true };

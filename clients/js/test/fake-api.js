@@ -79,7 +79,7 @@ export function fakeApi({ noMatch = 0, ttlSeconds = 300, proxies = [] } = {}) {
         const result = body.result
             ?? { 429: 'rate_limited', 401: 'blocked', 403: 'blocked', 407: null }[body.status]
             ?? (body.status >= 500 ? 'error' : 'ok');
-        const asks = body.result ? ['rate_limited', 'blocked'].includes(body.result) : [401, 403, 407, 429].includes(body.status);
+        const asks = body.result ? ['rate_limited', 'blocked', 'unreachable'].includes(body.result) : [401, 403, 407, 429].includes(body.status);
         const [proxy, leaseTarget] = api.leaseOf.get(leaseId) ?? ['?', null];
         const target = body.target ?? leaseTarget;
         const pair = `${leaseId} ${body.reportID}`;

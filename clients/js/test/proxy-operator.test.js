@@ -123,6 +123,29 @@ test('a failure without a response is an error report; a 407 on CONNECT leases a
     await px.close();
 });
 
+test('a proxy that cannot be reached is reported unreachable and leased again; a slow answer stays an error', async () => {
+    const api = fakeApi();
+    const px = helper(api);
+    const session = new FakeSession({ id: 's1' });
+    const req = request('https://a.example/');
+    const fail = (code, event) => Object.assign(new Error(`connect ${code} 127.0.0.1:3128`), { code, event });
+    await px.newUrlFunction('s1', { request: req });
+    assert.deepEqual(await px.report(context(session, req), fail('ECONNREFUSED')),
+        { leaseAgain: true, why: 'the proxy could not be reached (ECONNREFUSED)', error: true });
+    await px.newUrlFunction('s1', { request: req });
+    assert.deepEqual((await px.report(context(session, req), fail('ETIMEDOUT', 'connect'))).leaseAgain, true);
+    await px.newUrlFunction('s1', { request: req });
+    assert.deepEqual(await px.report(context(session, req), fail('ETIMEDOUT', 'response')),
+        { leaseAgain: false, why: 'error', error: true });
+    await settle(px);
+    assert.deepEqual(api.reports(), [
+        ['/v1/leases/lease-1/report', { result: 'unreachable', target: 'a.example' }],
+        ['/v1/leases/lease-2/report', { result: 'unreachable', target: 'a.example' }],
+        ['/v1/leases/lease-3/report', { result: 'error', target: 'a.example' }],
+    ]);
+    await px.close();
+});
+
 test('Crawlee 3: a session the crawler retires, or that errors out, releases its leases', async () => {
     const api = fakeApi();
     const px = helper(api);

@@ -140,7 +140,7 @@ class FakeApi:
                 asks = status in (401, 403, 407, 429)
             else:
                 result = body["result"]
-                asks = result in ("rate_limited", "blocked")
+                asks = result in ("rate_limited", "blocked", "unreachable")
             proxy, target = self.lease_of.get(lease_id, ("?", None))
             target = body.get("target", target)
             repeated = (lease_id, body["reportID"]) in self.heard if "reportID" in body else False

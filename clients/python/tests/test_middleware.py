@@ -159,6 +159,34 @@ def test_a_connection_error_is_reported_as_error_and_left_to_scrapys_retries(api
     assert api.paths("DELETE") == [], "the lease is kept: the health engine judges the proxy"
 
 
+def test_a_proxy_that_cannot_be_reached_is_reported_unreachable_and_the_request_goes_through_another(api):
+    from twisted.internet.error import ConnectionRefusedError, TCPTimedOutError, TimeoutError as DownloadTimeout
+
+    mw = middleware(api)
+
+    async def crawl():
+        request = Request("https://a.example/")
+        await mw.process_request(request)
+        refused = await mw.process_exception(request, ConnectionRefusedError("Connection was refused by other side: 111"))
+        await mw.process_request(refused)
+        timed_out = await mw.process_exception(refused, TCPTimedOutError())
+        await mw.process_request(timed_out)
+        # A download that took too long may be the site's: an error, left to Scrapy's retries.
+        slow = await mw.process_exception(timed_out, DownloadTimeout("Getting https://a.example/ took longer than 180.0 seconds."))
+        await settle(mw)
+        return refused, timed_out, slow
+
+    refused, timed_out, slow = run(crawl())
+    assert refused.meta["proxy"].startswith("http://p2:"), "sent again through another proxy"
+    assert timed_out.meta["proxy"].startswith("http://p3:")
+    assert slow is None
+    assert api.reports() == [
+        ("/v1/leases/lease-1/report", {"result": "unreachable", "target": "a.example"}),
+        ("/v1/leases/lease-2/report", {"result": "unreachable", "target": "a.example"}),
+        ("/v1/leases/lease-3/report", {"result": "error", "target": "a.example"}),
+    ]
+
+
 def test_a_ban_page_is_reported_blocked_once_and_sent_again(api):
     class Captchas:
         def response_is_ban(self, request, response):

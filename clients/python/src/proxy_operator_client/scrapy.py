@@ -59,8 +59,11 @@ the host is asked for, and the request is sent again. Any other status is report
 background; an answer that says ``leaseAgain`` (the proxy cools down for the site) drops the
 lease. Which proxy comes next, and when a cooled-down one comes back, is the lease book's
 to say: the middleware keeps no cooldown of its own. Every report names itself
-(``reportID``), so a report sent again counts once. A connection error or timeout is
-reported as ``error`` and left to Scrapy's retries. A request with
+(``reportID``), so a report sent again counts once. A proxy that could not be reached
+(its connection refused, not made in time, no route to it) is reported ``unreachable``:
+after a few such reports the lease book takes it out for every crawler (passive health),
+and the request goes again through another lease. Any other connection error or timeout
+(the site's, through the proxy) is reported as ``error`` and left to Scrapy's retries. A request with
 ``meta['proxy_operator'] = False``, or with a ``meta['proxy']`` of its own, is left alone.
 
 Every lease is released when the spider closes, whatever closed it (finished, SIGINT or
@@ -215,6 +218,9 @@ class ProxyOperatorMiddleware:
             # The proxy refused the lease's credentials on CONNECT: lease again.
             await self.leases.penalise(held, None)
             return self._retry(request, "407 on CONNECT")
+        if _is_unreachable(exception):
+            await self.leases.penalise(held, calls.report_result_call(held.lease.id, "unreachable", held.host))
+            return self._retry(request, f"the proxy could not be reached ({type(exception).__name__})")
         if self._is_ban("exception_is_ban", request, exception):
             await self.leases.penalise(held, calls.report_result_call(held.lease.id, "blocked", held.host))
             return self._retry(request, f"a ban ({type(exception).__name__})")
@@ -311,6 +317,18 @@ def _is_407(exception: Exception) -> bool:
     """Whether the proxy refused the credentials of a CONNECT (Scrapy's TunnelError says
     `[{'status': 407, ...}]`)."""
     return type(exception).__name__ == "TunnelError" and re.search(r"\b407\b", str(exception)) is not None
+
+
+# Twisted's errors for a TCP connection that was never made. Through a proxy that connection
+# is the proxy's: a site the proxy cannot reach is its 502/503 answer, or a TunnelError.
+# A download timeout (``twisted.internet.error.TimeoutError``) may be the site's, and is not
+# here; one that cancelled the connecting itself is.
+UNREACHABLE = frozenset({"ConnectionRefusedError", "TCPTimedOutError", "NoRouteError", "ConnectingCancelledError"})
+
+
+def _is_unreachable(exception: Exception) -> bool:
+    """Whether the proxy itself could not be reached."""
+    return type(exception).__name__ in UNREACHABLE
 
 
 def _host(request: Request) -> str:
