@@ -169,25 +169,7 @@ impl Squid {
             .arg(&dir)
             .status()?;
         anyhow::ensure!(chown.success(), "chown proxy:proxy {}", dir.display());
-        let log = std::fs::File::create(dir.join("squid.out"))?;
-        let child = {
-            use std::os::unix::process::CommandExt;
-            Command::new(squid())
-                // -n names the shared-memory segments: unique per instance, alphanumeric,
-                // at most 32 characters. The address is unique, so it makes the name.
-                .args([
-                    "-N",
-                    "-n",
-                    &format!("bed{}", addr.to_string().replace('.', "x")),
-                ])
-                .arg("-f")
-                .arg(&conf)
-                .stdin(Stdio::null())
-                .stdout(log.try_clone()?)
-                .stderr(log)
-                .process_group(0)
-                .spawn()?
-        };
+        let child = spawn(addr, &dir)?;
         let mut squid = Squid {
             addr,
             port,
@@ -196,6 +178,15 @@ impl Squid {
         };
         squid.wait_listening(Duration::from_secs(20))?;
         Ok(squid)
+    }
+
+    /// Starts this squid again (after a [`kill`](Self::kill)): the same config, address
+    /// and port, as a machine's init system restarts a crashed squid. Returns once it
+    /// accepts connections.
+    pub fn restart(&mut self) -> anyhow::Result<()> {
+        self.kill();
+        self.child = spawn(self.addr, &self.dir)?;
+        self.wait_listening(Duration::from_secs(20))
     }
 
     fn wait_listening(&mut self, timeout: Duration) -> anyhow::Result<()> {
@@ -267,6 +258,28 @@ impl Squid {
             .stderr(Stdio::null())
             .status();
     }
+}
+
+/// Runs squid on the config `dir/squid.conf` wrote for `addr`, its output in `dir/squid.out`.
+fn spawn(addr: Ipv4Addr, dir: &Path) -> anyhow::Result<std::process::Child> {
+    use std::os::unix::process::CommandExt;
+    let log = std::fs::File::create(dir.join("squid.out"))?;
+    let child = Command::new(squid())
+        // -n names the shared-memory segments: unique per instance, alphanumeric, at most
+        // 32 characters. The address is unique, so it makes the name.
+        .args([
+            "-N",
+            "-n",
+            &format!("bed{}", addr.to_string().replace('.', "x")),
+        ])
+        .arg("-f")
+        .arg(dir.join("squid.conf"))
+        .stdin(Stdio::null())
+        .stdout(log.try_clone()?)
+        .stderr(log)
+        .process_group(0)
+        .spawn()?;
+    Ok(child)
 }
 
 #[cfg(test)]

@@ -64,21 +64,9 @@ async fn fleet_of(prefix: &str, members: &[Member], interval: u32) -> (Bed, Gate
         .await;
     }
     // The book lists them healthy within 10 s, or the bed is broken: fail, saying so.
-    let http = reqwest::Client::new();
     let mut listed = Value::Null;
     for _ in 0..100 {
-        listed = http
-            .get(format!(
-                "{}/v1/proxies?healthy=true",
-                bed.operator.discovery
-            ))
-            .bearer_auth(DISCOVERY_TOKEN)
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+        listed = discovery_get(&bed, "/v1/proxies?healthy=true").await;
         if listed["count"] == members.len() {
             break;
         }
@@ -91,6 +79,19 @@ async fn fleet_of(prefix: &str, members: &[Member], interval: u32) -> (Bed, Gate
     );
     let gateway = Gateway::start(binary(), &bed.ns, &bed.operator.discovery, &[]);
     (bed, gateway)
+}
+
+/// The discovery API's JSON answer to `GET path`.
+async fn discovery_get(bed: &Bed, path: &str) -> Value {
+    reqwest::Client::new()
+        .get(format!("{}{path}", bed.operator.discovery))
+        .bearer_auth(DISCOVERY_TOKEN)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap()
 }
 
 /// The egress address of each proxy: the origin's `/client-address` through it is that.
@@ -364,15 +365,7 @@ async fn a_429_on_plain_http_is_reported_and_moves_the_session() {
     );
     // The book recorded it: the proxy cools down for the site.
     let upstream = before.header("x-proxy-upstream").unwrap();
-    let detail: Value = reqwest::Client::new()
-        .get(format!("{}/v1/proxies/{upstream}", bed.operator.discovery))
-        .bearer_auth(DISCOVERY_TOKEN)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let detail = discovery_get(&bed, &format!("/v1/proxies/{upstream}")).await;
     let site = detail["sites"]
         .as_array()
         .into_iter()
@@ -546,6 +539,268 @@ async fn no_proxy_is_a_503_with_retry_after_and_a_dead_upstream_is_retried_once_
             "one retry per connection, not more"
         );
     }
+}
+
+/// What the steady load of [`passive_health`] saw: requests answered through each egress
+/// address, and requests that failed.
+#[derive(Debug, Default)]
+struct Load {
+    by_egress: std::collections::BTreeMap<String, u64>,
+    failed: Vec<String>,
+}
+
+impl Load {
+    /// The requests answered through the egress address `ip`.
+    fn served_by(&self, ip: &str) -> u64 {
+        self.by_egress.get(ip).copied().unwrap_or(0)
+    }
+}
+
+/// `clients` connections at once through the gateway, each request on a new connection,
+/// to `url`, until `stop`; half of them keep a session each, as crawlers with logins do.
+fn steady_load(
+    gateway: &Gateway,
+    url: String,
+    clients: usize,
+    stop: tokio::sync::watch::Receiver<bool>,
+) -> (
+    std::sync::Arc<std::sync::Mutex<Load>>,
+    Vec<tokio::task::JoinHandle<()>>,
+) {
+    let load = std::sync::Arc::new(std::sync::Mutex::new(Load::default()));
+    let tasks = (0..clients)
+        .map(|i| {
+            let username = if i % 2 == 0 {
+                format!("user-{}-session-load{i}", TENANT.0)
+            } else {
+                format!("user-{}", TENANT.0)
+            };
+            let proxy = reqwest::Proxy::http(format!("http://{}", gateway.addr))
+                .unwrap()
+                .basic_auth(&username, TENANT.1);
+            let http = reqwest::Client::builder()
+                .proxy(proxy)
+                .pool_max_idle_per_host(0)
+                .timeout(Duration::from_secs(10))
+                .build()
+                .unwrap();
+            let (load, url, stop) = (load.clone(), url.clone(), stop.clone());
+            tokio::spawn(async move {
+                while !*stop.borrow() {
+                    let answer = match http.get(&url).send().await {
+                        Ok(answer) if answer.status().is_success() => answer.text().await,
+                        Ok(answer) => {
+                            let status = answer.status();
+                            let why = answer.text().await.unwrap_or_default();
+                            Ok(format!("status {status}: {why}"))
+                        }
+                        Err(error) => Ok(format!("error {error}")),
+                    };
+                    let mut load = load.lock().unwrap();
+                    match answer {
+                        Ok(text) if !text.starts_with("status ") && !text.starts_with("error ") => {
+                            *load.by_egress.entry(text.trim().to_owned()).or_default() += 1;
+                        }
+                        Ok(text) => load.failed.push(text),
+                        Err(error) => load.failed.push(format!("body: {error}")),
+                    }
+                }
+            })
+        })
+        .collect();
+    (load, tasks)
+}
+
+/// The breaker of `name` as `GET /v1/proxies/{ns}/{name}` shows it.
+async fn circuit(bed: &Bed, name: &str) -> Value {
+    let path = format!("/v1/proxies/{}/{name}", bed.ns);
+    discovery_get(bed, &path).await["circuit"].clone()
+}
+
+/// Issue 48, passive health through real squids probed at the default interval (30 s,
+/// three failures: the health engine would take 60 to 90 s to notice): a squid killed under
+/// a steady load of 16 connections through the gateway (half of them in sessions) is out of
+/// selection for every client after three connections failed to reach it, counted by the
+/// gateway's retries (each is one connection routed to the dead squid); restarted, it
+/// serves again after its breaker's time out, through its one trial lease; and a site the
+/// proxies cannot reach, asked for as often, opens no breaker.
+#[tokio::test]
+async fn a_killed_squid_leaves_selection_after_three_failures_and_a_dead_site_never_opens_a_breaker()
+ {
+    let members = PROXIES.map(|name| Member {
+        name,
+        geo: "eu",
+        max_leases: 16,
+    });
+    let (bed, gateway) = fleet_of(
+        "gw-passive",
+        &members,
+        proxy_crd::DEFAULT_INTERVAL_SECONDS as u32,
+    )
+    .await;
+    let victim = "gw-a";
+    let egress: std::collections::BTreeMap<String, String> = addresses(&bed)
+        .await
+        .into_iter()
+        .map(|(n, ip)| (ip, n))
+        .collect();
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let (load, tasks) = steady_load(
+        &gateway,
+        bed.origin.http_url("/client-address"),
+        16,
+        stopped,
+    );
+    // Traffic reaches every proxy before the kill.
+    let mut before = 0;
+    for _ in 0..100 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let load = load.lock().unwrap();
+        before = load.by_egress.len();
+        if before == PROXIES.len() {
+            break;
+        }
+    }
+    assert_eq!(
+        before,
+        PROXIES.len(),
+        "the load did not reach every proxy: {:?}",
+        load.lock().unwrap()
+    );
+
+    let retried_before = retries(&gateway).await;
+    kill_squid(&bed, victim).await;
+    let killed = std::time::Instant::now();
+    // Connections routed to the dead squid, as the gateway's retries count them, for 10 s.
+    let (mut seen, mut routed) = (Vec::new(), 0);
+    while killed.elapsed() < Duration::from_secs(10) {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let now = retries(&gateway).await - retried_before;
+        if now > routed {
+            seen.push((killed.elapsed().as_millis(), now));
+            routed = now;
+        }
+    }
+    eprintln!(
+        "passive health: {routed} connections routed to the dead squid in the 10 s after its kill; \
+         (ms after the kill, connections so far): {seen:?}"
+    );
+    let open = circuit(&bed, victim).await;
+    assert!(
+        ["open", "trial"].contains(&open["state"].as_str().unwrap_or_default()),
+        "the dead squid's breaker: {open}\ngateway log:\n{}",
+        gateway.log()
+    );
+    let events: kube::Api<k8s_openapi::api::events::v1::Event> =
+        kube::Api::namespaced(bed.proxies.clone().into_client(), &bed.ns);
+    let told = events
+        .list(&Default::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .find(|e| {
+            e.reason.as_deref() == Some("Unreachable")
+                && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(victim)
+        });
+    assert!(told.is_some(), "no Unreachable Event on {victim}");
+    // Three that opened it, at most 16 granted before the third report landed (one per
+    // connection at once), and the trials of 10 s of backoffs (after 5 and 15 s: at most 2).
+    assert!(
+        (3..=21).contains(&routed),
+        "{routed} connections routed to the dead squid in 10 s (open breaker: {open})"
+    );
+
+    // The squid comes back: its breaker's next trial finds it, and it serves again.
+    let pod = proxy_core::naming::instance_name(
+        &bed.proxies
+            .get(victim)
+            .await
+            .unwrap()
+            .metadata
+            .uid
+            .unwrap_or_default(),
+    );
+    let at_restart = circuit(&bed, victim).await;
+    bed.runner
+        .with_squid(&pod, |squid| squid.restart())
+        .expect("the victim's squid")
+        .expect("restart squid");
+    let restarted = std::time::Instant::now();
+    let victim_ip = egress
+        .iter()
+        .find_map(|(ip, name)| (name == victim).then(|| ip.clone()))
+        .unwrap();
+    let served = || load.lock().unwrap().served_by(&victim_ip);
+    let served_before = served();
+    // The longest it can take: the time out left (at most 20 s after 10 s of failed trials),
+    // and one more backoff should the trial have started just before the restart.
+    let mut back = None;
+    while restarted.elapsed() < Duration::from_secs(60) {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        if served() > served_before {
+            back = Some(restarted.elapsed());
+            break;
+        }
+    }
+    let back = back.unwrap_or_else(|| {
+        panic!("the restarted squid served nothing within 60 s; its breaker: {at_restart}")
+    });
+    eprintln!(
+        "passive health: the restarted squid served again {back:?} after its restart (its breaker then: {at_restart})"
+    );
+    assert_eq!(circuit(&bed, victim).await["state"], "closed");
+
+    // A dead site, asked for through every proxy: squid's own answer, never a breaker.
+    let closed_port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let reports = |text: &str| {
+        text.lines()
+            .find_map(|l| {
+                l.strip_prefix(r#"proxy_operator_gateway_reports_total{result="unreachable"} "#)
+            })
+            .and_then(|n| n.trim().parse::<f64>().ok())
+            .unwrap_or(-1.0)
+    };
+    let unreachable_before = reports(&scrape(&gateway).await);
+    let dead_site = format!("http://{HOST}:{closed_port}/");
+    for i in 0..30 {
+        let username = format!("user-{}-session-dead{i}", TENANT.0);
+        let proxy = reqwest::Proxy::http(format!("http://{}", gateway.addr))
+            .unwrap()
+            .basic_auth(&username, TENANT.1);
+        let http = reqwest::Client::builder().proxy(proxy).build().unwrap();
+        let answer = http.get(&dead_site).send().await.unwrap();
+        assert!(
+            answer.status().is_server_error() || answer.status() == 403,
+            "{answer:?}"
+        );
+    }
+    assert_eq!(reports(&scrape(&gateway).await), unreachable_before);
+    for name in PROXIES {
+        assert_eq!(circuit(&bed, name).await["state"], "closed", "{name}");
+    }
+
+    stop.send(true).unwrap();
+    for task in tasks {
+        task.await.unwrap();
+    }
+    let load = load.lock().unwrap();
+    eprintln!(
+        "passive health: load {:?}, failed {:?}",
+        load.by_egress, load.failed
+    );
+    // A request is retried on another proxy when its own could not be reached; only those
+    // on their way through the squid when it was killed are lost (its 502: their body was
+    // sent): at most one per connection.
+    assert!(
+        load.failed.len() <= 16,
+        "requests failed: {:?}",
+        load.failed
+    );
 }
 
 /// Runs `program` with `args` (bounded), and returns its standard output; fails with both
