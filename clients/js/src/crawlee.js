@@ -59,14 +59,21 @@ async function within(promise, ms, what) {
  * Node's codes for a TCP connection that was never made. Through a proxy that connection is
  * the proxy's: a site the proxy cannot reach is its 502/503 answer, or a refused tunnel. A
  * timeout of the request or of its answer may be the site's, and is not here (got's
- * `ETIMEDOUT` is, only when its `event` is `connect`).
+ * `ETIMEDOUT` is, only when its `event` is `connect`). Crawlee 3 hands the handlers an
+ * error that may keep only Node's message (`connect ECONNREFUSED 10.0.0.7:3128`, the
+ * failed `connect` call), so that is read too.
  */
 const UNREACHABLE = new Set(['ECONNREFUSED', 'EHOSTUNREACH', 'ENETUNREACH']);
+const CONNECT_FAILED = /\bconnect (ECONNREFUSED|EHOSTUNREACH|ENETUNREACH|ETIMEDOUT)\b/;
 
 /** Whether `error` says that the proxy itself could not be reached. */
 export function isUnreachable(error) {
-    const code = error?.code;
-    return UNREACHABLE.has(code) || (code === 'ETIMEDOUT' && error?.event === 'connect');
+    for (let seen = error, depth = 0; seen && depth < 4; seen = seen.cause, depth += 1) {
+        const code = seen.code;
+        if (UNREACHABLE.has(code) || (code === 'ETIMEDOUT' && seen.event === 'connect')) return true;
+        if (CONNECT_FAILED.test(String(seen.message ?? ''))) return true;
+    }
+    return false;
 }
 
 export function hostOf(url) {
@@ -172,7 +179,7 @@ export class CrawleeLeases {
                 // The proxy itself could not be reached: after a few such reports the lease
                 // book takes it out for every crawler (passive health).
                 penalise(discovery.reportResultCall(id, 'unreachable', held.host));
-                return { leaseAgain: true, why: `the proxy could not be reached (${error.code})`, error: true };
+                return { leaseAgain: true, why: 'the proxy could not be reached', error: true };
             }
             this.keeper.reportInBackground(held, discovery.reportResultCall(id, 'error', held.host));
             return { leaseAgain: false, why: status === undefined ? 'error' : `the relay answered ${status}`, error: true };

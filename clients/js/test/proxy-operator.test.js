@@ -128,12 +128,14 @@ test('a proxy that cannot be reached is reported unreachable and leased again; a
     const px = helper(api);
     const session = new FakeSession({ id: 's1' });
     const req = request('https://a.example/');
-    const fail = (code, event) => Object.assign(new Error(`connect ${code} 127.0.0.1:3128`), { code, event });
+    const fail = (code, event) => Object.assign(new Error(`${event ?? 'connect'} ${code} 127.0.0.1:3128`), { code, event });
     await px.newUrlFunction('s1', { request: req });
-    assert.deepEqual(await px.report(context(session, req), fail('ECONNREFUSED')),
-        { leaseAgain: true, why: 'the proxy could not be reached (ECONNREFUSED)', error: true });
+    assert.deepEqual((await px.report(context(session, req), fail('ECONNREFUSED'))).leaseAgain, true);
     await px.newUrlFunction('s1', { request: req });
     assert.deepEqual((await px.report(context(session, req), fail('ETIMEDOUT', 'connect'))).leaseAgain, true);
+    // Crawlee 3 hands over Node's message alone, without the code.
+    await px.newUrlFunction('s1', { request: req });
+    assert.deepEqual((await px.report(context(session, req), new Error('connect ECONNREFUSED 127.0.0.1:3128'))).leaseAgain, true);
     await px.newUrlFunction('s1', { request: req });
     assert.deepEqual(await px.report(context(session, req), fail('ETIMEDOUT', 'response')),
         { leaseAgain: false, why: 'error', error: true });
@@ -141,7 +143,8 @@ test('a proxy that cannot be reached is reported unreachable and leased again; a
     assert.deepEqual(api.reports(), [
         ['/v1/leases/lease-1/report', { result: 'unreachable', target: 'a.example' }],
         ['/v1/leases/lease-2/report', { result: 'unreachable', target: 'a.example' }],
-        ['/v1/leases/lease-3/report', { result: 'error', target: 'a.example' }],
+        ['/v1/leases/lease-3/report', { result: 'unreachable', target: 'a.example' }],
+        ['/v1/leases/lease-4/report', { result: 'error', target: 'a.example' }],
     ]);
     await px.close();
 });

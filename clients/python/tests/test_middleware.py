@@ -160,19 +160,21 @@ def test_a_connection_error_is_reported_as_error_and_left_to_scrapys_retries(api
 
 
 def test_a_proxy_that_cannot_be_reached_is_reported_unreachable_and_the_request_goes_through_another(api):
-    from twisted.internet.error import ConnectionRefusedError, TCPTimedOutError, TimeoutError as DownloadTimeout
+    from scrapy.exceptions import DownloadConnectionRefusedError, DownloadTimeoutError
+    from twisted.internet.error import TCPTimedOutError
 
     mw = middleware(api)
 
     async def crawl():
         request = Request("https://a.example/")
         await mw.process_request(request)
-        refused = await mw.process_exception(request, ConnectionRefusedError("Connection was refused by other side: 111"))
+        # What Scrapy 2.19 raises for a refused connection (Twisted's, wrapped).
+        refused = await mw.process_exception(request, DownloadConnectionRefusedError("Connection was refused by other side: 111"))
         await mw.process_request(refused)
         timed_out = await mw.process_exception(refused, TCPTimedOutError())
         await mw.process_request(timed_out)
         # A download that took too long may be the site's: an error, left to Scrapy's retries.
-        slow = await mw.process_exception(timed_out, DownloadTimeout("Getting https://a.example/ took longer than 180.0 seconds."))
+        slow = await mw.process_exception(timed_out, DownloadTimeoutError("Getting https://a.example/ took longer than 180.0 seconds."))
         await settle(mw)
         return refused, timed_out, slow
 

@@ -1277,6 +1277,84 @@ async fn playwright_node_releases_every_lease_on_every_ending() {
 /// proxies' config), its credentials in the Secret it names. Crawlee's PlaywrightCrawler
 /// through the helper crawls its pages through it (a context per page, on the relay Crawlee
 /// puts in front of the proxy) and exits by itself.
+/// Issue 48 through the shims: a real crawl of 600 pages on three sites, 16 requests at
+/// once, whose proxy's squid is killed mid-crawl (probed every 5 s, so the health engine
+/// needs 10 to 15 s to notice). Each connection the shim could not open to the dead squid
+/// is reported `unreachable`, its lease dropped and its request sent again through another:
+/// the dead squid gets the requests in flight at the kill and those of leases granted
+/// before the book's breaker opened, no more, and no page is lost.
+/// `PROXY_OPERATOR_E2E_CLIENTS` runs the same crawl with another tree of shims (the one
+/// before passive health reported `error` and kept the lease).
+async fn leaves_a_killed_squid_after_its_first_failures(client: Client) {
+    let bed = fleet(&format!("dead-{}", client.name()), &[]).await;
+    let sites = FIRST;
+    // Sites that serve every page (their fill never ends): only the dead squid fails.
+    for site in sites {
+        let policy = SitePolicy {
+            pages: u32::MAX,
+            kind: SiteKind::Bans,
+        };
+        bed.origin.site(site, policy);
+    }
+    let (file, urls) = urls(&bed, &sites, 200, "dead-squid");
+    let mut crawl = Crawl::start(client, &bed, "dead", &file, 16, 0);
+    until_pages_served(&bed, &sites, 60, &mut crawl).await;
+    // The proxy of the crawl's first lease: its squid dies under it.
+    let held = leases(&bed).await;
+    let victim = held
+        .first()
+        .and_then(|lease| lease["proxy"]["name"].as_str())
+        .unwrap_or_else(|| panic!("the crawl holds no lease: {held:?}"))
+        .to_owned();
+    bed.kill_squid(&victim).await;
+    let ended = crawl.end(Duration::from_secs(300)).await;
+    let stats = ended
+        .summary()
+        .map(|summary| summary["proxy_operator"].clone())
+        .unwrap_or_default();
+    // Scrapy's stats say `reports/<result>`, the Node helper's `reports.<result>`.
+    let count = |result: &str| {
+        let flat = &stats[format!("reports/{result}").as_str()];
+        flat.as_u64()
+            .or_else(|| stats["reports"][result].as_u64())
+            .unwrap_or(0)
+    };
+    let (unreachable, errors) = (count("unreachable"), count("error"));
+    let crawled = pages_crawled(&ended, &urls);
+    eprintln!(
+        "{} through a killed squid: {crawled} of {} pages, {unreachable} unreachable and \
+         {errors} error reports (each a request sent to the dead squid), stats {stats}",
+        client.name(),
+        urls.len()
+    );
+    assert_eq!(
+        crawled,
+        urls.len(),
+        "pages lost:\n{}",
+        tail(&ended.stderr, 40)
+    );
+    assert!(
+        unreachable >= 1,
+        "the dead squid was never reported unreachable: {stats}"
+    );
+    // In flight at the kill (16 at most), and on leases granted before the third report
+    // opened the breaker (one per site, three sites).
+    assert!(
+        unreachable + errors <= 16 + 3,
+        "{unreachable} unreachable and {errors} error reports: requests kept going to the dead squid"
+    );
+}
+
+#[tokio::test]
+async fn scrapy_leaves_a_killed_squid_after_its_first_failures_and_loses_no_page() {
+    leaves_a_killed_squid_after_its_first_failures(Client::Scrapy).await;
+}
+
+#[tokio::test]
+async fn crawlee_http_leaves_a_killed_squid_after_its_first_failures_and_loses_no_page() {
+    leaves_a_killed_squid_after_its_first_failures(Client::CrawleeHttp).await;
+}
+
 #[tokio::test]
 async fn crawlee_playwright_crawls_through_a_password_with_reserved_characters() {
     use k8s_openapi::api::core::v1::Secret;

@@ -408,17 +408,6 @@ async fn lease_requests(gateway: &Gateway) -> u64 {
     metric(gateway, "proxy_operator_gateway_lease_seconds_count").await
 }
 
-/// Kills the squid of proxy `name` at once: connections to it are refused from then on,
-/// and the book, whose next probe is minutes away, still lists it healthy.
-async fn kill_squid(bed: &Bed, name: &str) {
-    let proxy = bed.proxies.get(name).await.unwrap();
-    let uid = proxy.metadata.uid.unwrap_or_default();
-    let pod = proxy_core::naming::instance_name(&uid);
-    bed.runner
-        .with_squid(&pod, |squid| squid.kill())
-        .unwrap_or_else(|| panic!("no squid runs for {name} (Pod {pod})"));
-}
-
 #[tokio::test]
 async fn no_proxy_is_a_503_with_retry_after_and_a_dead_upstream_is_retried_once_then_a_502() {
     let member = |name, geo, max_leases| Member {
@@ -501,7 +490,7 @@ async fn no_proxy_is_a_503_with_retry_after_and_a_dead_upstream_is_retried_once_
 
     // Its squid dies: the session's next connection fails to connect, the one retry finds
     // no other us proxy, and the client learns that its proxy failed (502), not to wait.
-    kill_squid(&bed, "gw-u1").await;
+    bed.kill_squid("gw-u1").await;
     let dead = fetch("user-acme-session-u1-geo-us", &https).await;
     refused(&dead, 502, "upstream_failed", None);
     assert_eq!(retries(&gateway).await, 1);
@@ -511,7 +500,7 @@ async fn no_proxy_is_a_503_with_retry_after_and_a_dead_upstream_is_retried_once_
     let session = "user-acme-session-d1-geo-eu";
     let first = served(&fetch(session, &https).await);
     let name = first.rsplit('/').next().unwrap_or_default().to_owned();
-    kill_squid(&bed, &name).await;
+    bed.kill_squid(&name).await;
     let moved = fetch(session, &https).await;
     let now = served(&moved);
     assert_ne!(now, first, "the session left its dead proxy");
@@ -523,7 +512,7 @@ async fn no_proxy_is_a_503_with_retry_after_and_a_dead_upstream_is_retried_once_
     // once each, and gets a 502; the third is never tried.
     for member in &members[..3] {
         if format!("{}/{}", bed.ns, member.name) != first {
-            kill_squid(&bed, member.name).await;
+            bed.kill_squid(member.name).await;
         }
     }
     for (url, after) in [(&https, 3), (&http, 4)] {
@@ -669,7 +658,7 @@ async fn a_killed_squid_leaves_selection_after_three_failures_and_a_dead_site_ne
     );
 
     let retried_before = retries(&gateway).await;
-    kill_squid(&bed, victim).await;
+    bed.kill_squid(victim).await;
     let killed = std::time::Instant::now();
     // Connections routed to the dead squid, as the gateway's retries count them, for 10 s.
     let (mut seen, mut routed) = (Vec::new(), 0);
@@ -712,19 +701,9 @@ async fn a_killed_squid_leaves_selection_after_three_failures_and_a_dead_site_ne
     );
 
     // The squid comes back: its breaker's next trial finds it, and it serves again.
-    let pod = proxy_core::naming::instance_name(
-        &bed.proxies
-            .get(victim)
-            .await
-            .unwrap()
-            .metadata
-            .uid
-            .unwrap_or_default(),
-    );
     let at_restart = circuit(&bed, victim).await;
-    bed.runner
-        .with_squid(&pod, |squid| squid.restart())
-        .expect("the victim's squid")
+    bed.with_squid_of(victim, |squid| squid.restart())
+        .await
         .expect("restart squid");
     let restarted = std::time::Instant::now();
     let victim_ip = egress

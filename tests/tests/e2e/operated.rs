@@ -92,6 +92,27 @@ pub struct Bed {
 }
 
 impl Bed {
+    /// Kills the squid of proxy `name` at once: connections to it are refused from then
+    /// on, and the book lists it healthy until its probes say otherwise.
+    pub async fn kill_squid(&self, name: &str) {
+        self.with_squid_of(name, proxy_tests::squid::Squid::kill)
+            .await;
+    }
+
+    /// Runs `f` on the squid of proxy `name` (its Pod's); fails when none runs.
+    pub async fn with_squid_of<T>(
+        &self,
+        name: &str,
+        f: impl FnOnce(&mut proxy_tests::squid::Squid) -> T,
+    ) -> T {
+        let proxy = self.proxies.get(name).await.unwrap();
+        let uid = proxy.metadata.uid.unwrap_or_default();
+        let pod = proxy_core::naming::instance_name(&uid);
+        self.runner
+            .with_squid(&pod, f)
+            .unwrap_or_else(|| panic!("no squid runs for {name} (Pod {pod})"))
+    }
+
     /// How many Pods the bed's namespace holds now.
     pub async fn pod_count(&self) -> usize {
         self.pods

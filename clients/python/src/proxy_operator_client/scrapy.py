@@ -319,11 +319,15 @@ def _is_407(exception: Exception) -> bool:
     return type(exception).__name__ == "TunnelError" and re.search(r"\b407\b", str(exception)) is not None
 
 
-# Twisted's errors for a TCP connection that was never made. Through a proxy that connection
-# is the proxy's: a site the proxy cannot reach is its 502/503 answer, or a TunnelError.
-# A download timeout (``twisted.internet.error.TimeoutError``) may be the site's, and is not
-# here; one that cancelled the connecting itself is.
-UNREACHABLE = frozenset({"ConnectionRefusedError", "TCPTimedOutError", "NoRouteError", "ConnectingCancelledError"})
+# The errors of a TCP connection that was never made: Twisted's, and Scrapy's wrapping of a
+# refused one (``DownloadConnectionRefusedError``, Scrapy 2.13 and later). Through a proxy
+# that connection is the proxy's: a site the proxy cannot reach is its 502/503 answer, or a
+# TunnelError. A download timeout may be the site's, and is not here; one that cancelled
+# the connecting itself is.
+UNREACHABLE = frozenset({
+    "ConnectionRefusedError", "DownloadConnectionRefusedError", "TCPTimedOutError", "NoRouteError",
+    "ConnectingCancelledError",
+})
 
 
 def _is_unreachable(exception: Exception) -> bool:
