@@ -42,6 +42,12 @@ pub enum MetadataWrite {
         /// The Secret's name.
         secret: String,
     },
+    /// Set these labels in `metadata.labels` (a metadata patch; other labels untouched): the
+    /// [`topology`](crate::topology) labels whose values the status changed.
+    SetLabels {
+        /// Label name to value.
+        labels: crate::lease::Labels,
+    },
 }
 
 /// The provider call a decision asks for: at most one per reconcile, after the metadata
@@ -110,6 +116,11 @@ pub enum Action {
         /// The Secret's name.
         secret: String,
     },
+    /// [`MetadataWrite::SetLabels`].
+    SetLabels {
+        /// Label name to value.
+        labels: crate::lease::Labels,
+    },
     /// [`ProviderRequest::Create`].
     Create(CreateRequest),
     /// [`ProviderRequest::Delete`].
@@ -134,6 +145,7 @@ impl From<MetadataWrite> for Action {
             MetadataWrite::SetSpecHash { hash } => Self::SetSpecHash { hash },
             MetadataWrite::IssueCredentials { secret } => Self::IssueCredentials { secret },
             MetadataWrite::RevokeCredentials { secret } => Self::RevokeCredentials { secret },
+            MetadataWrite::SetLabels { labels } => Self::SetLabels { labels },
         }
     }
 }
@@ -320,7 +332,8 @@ impl Decision {
             MetadataWrite::AddFinalizer
             | MetadataWrite::RemoveFinalizer
             | MetadataWrite::IssueCredentials { .. }
-            | MetadataWrite::RevokeCredentials { .. } => None,
+            | MetadataWrite::RevokeCredentials { .. }
+            | MetadataWrite::SetLabels { .. } => None,
         })
     }
 }
@@ -399,7 +412,8 @@ impl Stage {
             | Action::RemoveFinalizer
             | Action::SetSpecHash { .. }
             | Action::IssueCredentials { .. }
-            | Action::RevokeCredentials { .. } => Self::Metadata,
+            | Action::RevokeCredentials { .. }
+            | Action::SetLabels { .. } => Self::Metadata,
             Action::Create(_) | Action::Delete { .. } => Self::Call,
             Action::PatchStatus(_) => Self::Status,
             Action::Event(_) => Self::Events,
@@ -457,6 +471,9 @@ impl TryFrom<Recorded> for Decision {
                     decision
                         .metadata
                         .push(MetadataWrite::RevokeCredentials { secret });
+                }
+                Action::SetLabels { labels } => {
+                    decision.metadata.push(MetadataWrite::SetLabels { labels });
                 }
                 Action::Create(request) => decision.call = Some(ProviderRequest::Create(request)),
                 Action::Delete {

@@ -244,8 +244,23 @@ impl Step {
                 desired
             }
         };
+        let mut metadata = metadata;
+        metadata.extend(topology_labels(&desired, observed));
         Decision::new(metadata, call, input, desired, events, requeue, hold)
     }
+}
+
+/// The [`topology`](crate::topology) labels that `status` changes, as the last metadata
+/// write: none while the object goes away, or when the observation says nothing of its
+/// labels or its provider's type.
+fn topology_labels(status: &ProxyStatus, observed: &Observed) -> Option<MetadataWrite> {
+    let current = observed.object.labels.as_ref()?;
+    let provider = observed.provider_type?;
+    if observed.object.deletion_requested {
+        return None;
+    }
+    let labels = crate::topology::label_writes(current, &crate::topology::labels(provider, status));
+    (!labels.is_empty()).then_some(MetadataWrite::SetLabels { labels })
 }
 
 /// The first call of a reconcile: route by deletion, mode and finalizer.

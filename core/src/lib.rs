@@ -55,6 +55,8 @@
 //!   share one egress address;
 //! - [`pool`]: what a `ProxyPool` creates, drains and deletes ([`decide_pool`]);
 //! - [`event_series`]: which Kubernetes Events are repeats of one published minutes ago.
+//! - [`topology`]: where a proxy stands (provider, region, zone, egress network), as the
+//!   labels the operator writes on it.
 //! - [`gateway`]: what a gateway client asked for in its proxy username, the lease that
 //!   makes, the retry on another upstream, what a site's answer reports, and the refusals.
 
@@ -93,6 +95,7 @@ pub mod spec_hash;
 mod status;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
+pub mod topology;
 pub mod wake;
 
 pub use action::{Action, CreateRequest, Decision, MetadataWrite, ProviderRequest, Requeue};

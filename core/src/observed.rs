@@ -68,6 +68,13 @@ pub struct Observed {
     /// unchanged.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub instance_zone: Option<String>,
+    /// The type of `spec.provider` ([`ProviderType::External`](crate::topology::ProviderType::External)
+    /// for an External proxy), which says the [`topology`](crate::topology) labels; `None`
+    /// for a provider the config does not name. Left out of a recording when `None`, so
+    /// recordings made before the labels replay unchanged: without it (or without
+    /// [`Metadata::labels`]) no label is written.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub provider_type: Option<crate::topology::ProviderType>,
     /// The outcome of the provider call the previous [`Decision`](crate::Decision) of this
     /// same reconcile asked for, or `None` on the first call. See the driving contract on
     /// [`decide`](fn@crate::decide).
@@ -183,6 +190,11 @@ pub struct Metadata {
     /// made before it existed replay unchanged; `None` never waits.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub created: Option<Timestamp>,
+    /// `metadata.labels`: which [`topology`](crate::topology) labels it carries already.
+    /// Left out of a recording when `None`, so recordings made before the labels replay
+    /// unchanged (`None` writes none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub labels: Option<crate::lease::Labels>,
 }
 
 /// The cloud-init user data, as the shell resolved it from `spec.cloudInit`.

@@ -30,6 +30,7 @@ use proptest::prelude::*;
 use proxy_core::conditions::{self, HEALTHY, PROVISIONED, READY};
 use proxy_core::naming::instance_name;
 use proxy_core::testing::{self, UID, external_spec, managed_spec};
+use proxy_core::topology::{self, ProviderType};
 use proxy_core::{
     CloudInitView, Decided, Decision, Effects, ErrorClass, HealthVerdict, Hold, InstanceView,
     MetadataWrite, Observed, Outcome, ProviderCall, ProviderDown, ProviderError, ProviderRequest,
@@ -138,6 +139,8 @@ struct World {
     generation: i64,
     has_finalizer: bool,
     annotation: Option<String>,
+    /// `metadata.labels`: the topology labels the decisions wrote.
+    labels: BTreeMap<String, String>,
     deletion_requested: bool,
     status: ProxyStatus,
     // The cloud-init Secret.
@@ -193,6 +196,7 @@ impl World {
             generation: 1,
             has_finalizer: mode == Mode::External && stray_finalizer,
             annotation: None,
+            labels: BTreeMap::new(),
             deletion_requested: false,
             status: ProxyStatus::default(),
             secret_version: 0,
@@ -426,6 +430,8 @@ impl World {
         observed.object.has_finalizer = self.has_finalizer;
         observed.object.deletion_requested = self.deletion_requested;
         observed.object.spec_hash_annotation = self.annotation.clone();
+        observed.object.labels = Some(self.labels.clone());
+        observed.provider_type = Some(self.provider_type());
         // Every world's object was created when the world starts.
         observed.object.created = Some(testing::at(testing::T0));
         observed.health = self.verdict.clone();
@@ -465,6 +471,18 @@ impl World {
             self.status = status.clone();
             self.dirty = true;
         }
+        if self.exists && !self.deletion_requested {
+            for (key, value) in topology::labels(self.provider_type(), &self.status) {
+                prop_assert_eq!(
+                    self.labels.get(key),
+                    Some(&value),
+                    "the status says {}={}, the labels do not: {:?}",
+                    key,
+                    &value,
+                    &self.status
+                );
+            }
+        }
         if self.exists {
             prop_assert_eq!(
                 &self.status,
@@ -488,6 +506,14 @@ impl World {
             && conditions::find(&self.status, PROVISIONED).is_none()
             && !self.has_finalizer
             && self.now < testing::at(testing::T0) + wait
+    }
+
+    /// The provider's type as the shell observes it: a Managed proxy's provider is a gcp one.
+    fn provider_type(&self) -> ProviderType {
+        match self.mode {
+            Mode::Managed => ProviderType::Gcp,
+            Mode::External => ProviderType::External,
+        }
     }
 
     fn execute_metadata(&mut self, writes: &[MetadataWrite]) -> Result<(), TestCaseError> {
@@ -525,6 +551,17 @@ impl World {
                         "credentials issued during deletion"
                     );
                     self.credentials = true;
+                }
+                MetadataWrite::SetLabels { labels } => {
+                    prop_assert!(!self.deletion_requested, "labels written during deletion");
+                    prop_assert!(
+                        labels.keys().all(|k| k.starts_with("crawl.example.com/")),
+                        "a label outside the operator's keys: {:?}",
+                        labels
+                    );
+                    prop_assert!(!labels.is_empty(), "an empty label write");
+                    self.labels.extend(labels.clone());
+                    self.dirty = true;
                 }
                 MetadataWrite::RevokeCredentials { .. } => {
                     prop_assert!(

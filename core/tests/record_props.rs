@@ -255,9 +255,11 @@ impl Effects for Life {
                 MetadataWrite::AddFinalizer => self.has_finalizer = true,
                 MetadataWrite::RemoveFinalizer => self.has_finalizer = false,
                 MetadataWrite::SetSpecHash { hash } => self.annotation = Some(hash.clone()),
-                // The Secret is the shell's: this simulation of the object has none.
+                // The Secret is the shell's: this simulation of the object has none; its
+                // observations say nothing of labels, so none are written.
                 MetadataWrite::IssueCredentials { .. }
-                | MetadataWrite::RevokeCredentials { .. } => {}
+                | MetadataWrite::RevokeCredentials { .. }
+                | MetadataWrite::SetLabels { .. } => {}
             }
         }
         Ok(())

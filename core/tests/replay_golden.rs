@@ -482,6 +482,7 @@ impl Story {
                 has_finalizer: false,
                 spec_hash_annotation: None,
                 created: None,
+                labels: None,
             },
             now: start,
             instances: BTreeMap::new(),
@@ -558,6 +559,7 @@ impl Story {
                 None => InstanceView::NotLookedUp,
             },
             instance_zone: None,
+            provider_type: None,
             outcome: None,
             health: self.book.reported(&self.key(), &self.meta.uid).cloned(),
             blocked_sites: None,
@@ -597,9 +599,11 @@ impl Story {
                 MetadataWrite::SetSpecHash { hash } => {
                     self.meta.spec_hash_annotation = Some(hash.clone());
                 }
-                // The stories were recorded before credentials existed: they issue none.
+                // The stories were recorded before credentials and labels existed: they
+                // issue none and label nothing.
                 MetadataWrite::IssueCredentials { .. }
-                | MetadataWrite::RevokeCredentials { .. } => {}
+                | MetadataWrite::RevokeCredentials { .. }
+                | MetadataWrite::SetLabels { .. } => {}
             }
         }
     }

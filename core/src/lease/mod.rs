@@ -674,6 +674,12 @@ impl LeaseBook {
         )
     }
 
+    /// The labels of the proxy with this key, as its last [`upsert`](Self::upsert) said: what
+    /// a lease answer tells of where its proxy stands. O(log n).
+    pub fn labels(&self, key: &ProxyKey) -> Option<&Labels> {
+        self.fleet.view(key).map(|view| &view.labels)
+    }
+
     /// How many proxies' breakers are open or running a trial. O(b).
     pub fn open_circuits(&self) -> usize {
         self.circuits.open()

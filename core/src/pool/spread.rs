@@ -145,14 +145,18 @@ pub fn template_hash(spec: &ProxySpec) -> String {
     canonical_digest(&value)[..16].to_owned()
 }
 
-/// The labels every Proxy of the pool `name` carries: the template's and the pool's own.
+/// The labels every Proxy of the pool `name` carries: the template's and the pool's own. A
+/// [`topology`](crate::topology) label in the template is left out: the operator writes
+/// those from where each Proxy landed, and a pool writing its own value back would undo
+/// that write after write.
 pub fn member_labels(pool: &ProxyPoolSpec, name: &str) -> BTreeMap<String, String> {
-    let mut labels = pool
+    let mut labels: BTreeMap<String, String> = pool
         .template
         .metadata
         .as_ref()
         .map(|m| m.labels.clone())
         .unwrap_or_default();
+    labels.retain(|key, _| !crate::topology::LABELS.contains(&key.as_str()));
     labels.insert(proxy_crd::pool::POOL_LABEL.to_owned(), name.to_owned());
     labels
 }
@@ -160,6 +164,24 @@ pub fn member_labels(pool: &ProxyPoolSpec, name: &str) -> BTreeMap<String, Strin
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_template_label_the_operator_writes_is_not_a_member_label() {
+        let pool: ProxyPoolSpec = serde_json::from_value(serde_json::json!({
+            "template": {
+                "metadata": {"labels": {"geo": "eu", "crawl.example.com/zone": "europe_west1_b"}},
+                "spec": {"mode": "Managed", "provider": "pods"},
+            },
+        }))
+        .expect("a pool spec");
+        assert_eq!(
+            member_labels(&pool, "fleet"),
+            BTreeMap::from([
+                ("crawl.example.com/pool".to_owned(), "fleet".to_owned()),
+                ("geo".to_owned(), "eu".to_owned()),
+            ])
+        );
+    }
 
     #[test]
     fn entries_that_make_the_same_spec_are_one_slot_with_their_weights_added() {

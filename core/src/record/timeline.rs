@@ -211,6 +211,10 @@ fn decided(record: &DecideRecord) -> String {
             }
             Action::IssueCredentials { secret } => format!("IssueCredentials {secret}"),
             Action::RevokeCredentials { secret } => format!("RevokeCredentials {secret}"),
+            Action::SetLabels { labels } => {
+                let labels: Vec<String> = labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
+                format!("SetLabels {}", labels.join(","))
+            }
             Action::Create(request) => format!("Create {}", request.instance_name),
             Action::Delete { provider_id, .. } => format!("Delete {provider_id}"),
             Action::PatchStatus(status) => match status.phase {

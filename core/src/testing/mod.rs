@@ -134,6 +134,7 @@ impl Observed {
                 has_finalizer: true,
                 spec_hash_annotation: None,
                 created: None,
+                labels: None,
             },
             cloud_init: CloudInitView::Resolved {
                 content: CLOUD_INIT.to_owned(),
@@ -145,6 +146,7 @@ impl Observed {
             egress_shared_with: Vec::new(),
             instance: InstanceView::NotLookedUp,
             instance_zone: None,
+            provider_type: None,
             outcome: None,
             health: None,
             blocked_sites: None,
@@ -152,6 +154,24 @@ impl Observed {
             failures: 0,
             hold: None,
         }
+    }
+
+    /// With the object's `labels` and a provider of type `provider`: the observation that
+    /// writes the [`topology`](crate::topology) labels (the fixture says neither, so that
+    /// the tables written before the labels stay as they are).
+    pub fn labelled(
+        mut self,
+        provider: crate::topology::ProviderType,
+        labels: &[(&str, &str)],
+    ) -> Self {
+        self.provider_type = Some(provider);
+        self.object.labels = Some(
+            labels
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect(),
+        );
+        self
     }
 
     /// With the provider refusing `problem` in the spec's placement.

@@ -28,7 +28,7 @@ pub enum Error {
     /// A metadata patch failed.
     #[error("writing metadata ({write}): {source}")]
     Metadata {
-        /// Which writes: `AddFinalizer`, `RemoveFinalizer` or `SetSpecHash`, joined by `+`
+        /// Which writes: `AddFinalizer`, `RemoveFinalizer`, `SetSpecHash` or `SetLabels`, joined by `+`
         /// when one patch carried several.
         write: String,
         /// Why.
@@ -148,7 +148,8 @@ impl<'a> Executor<'a> {
                 }
                 MetadataWrite::AddFinalizer
                 | MetadataWrite::RemoveFinalizer
-                | MetadataWrite::SetSpecHash { .. } => {
+                | MetadataWrite::SetSpecHash { .. }
+                | MetadataWrite::SetLabels { .. } => {
                     patch
                         .get_or_insert_with(ObjectPatch::default)
                         .add(self.proxy, write);
@@ -257,7 +258,7 @@ impl<'a> Executor<'a> {
 }
 
 /// The merge patch of the object that carries one or more of a reconcile's adjacent metadata
-/// writes (finalizer, hash annotation).
+/// writes (finalizer, hash annotation, topology labels).
 #[derive(Debug, Default)]
 struct ObjectPatch {
     body: serde_json::Value,
@@ -267,7 +268,7 @@ struct ObjectPatch {
 
 impl ObjectPatch {
     /// Adds `write`, a write of `proxy`'s own metadata (as read at the start of the
-    /// reconcile): the finalizer or the hash annotation.
+    /// reconcile): the finalizer, the hash annotation or the topology labels.
     fn add(&mut self, proxy: &Proxy, write: &MetadataWrite) {
         let (name, part) = match write {
             MetadataWrite::AddFinalizer | MetadataWrite::RemoveFinalizer => {
@@ -294,6 +295,9 @@ impl ObjectPatch {
                 "SetSpecHash",
                 json!({"metadata": {"annotations": {SPEC_HASH_ANNOTATION: hash}}}),
             ),
+            MetadataWrite::SetLabels { labels } => {
+                ("SetLabels", json!({"metadata": {"labels": labels}}))
+            }
             // Not writes of the object: the executor sends them on their own.
             MetadataWrite::IssueCredentials { .. } | MetadataWrite::RevokeCredentials { .. } => {
                 return;

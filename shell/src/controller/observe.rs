@@ -6,6 +6,7 @@ use k8s_openapi::api::core::v1::Secret;
 use kube::api::Api;
 use kube::{Resource, ResourceExt};
 use proxy_core::cloud_init::{self, SecretRead};
+use proxy_core::topology::ProviderType;
 use proxy_core::{CloudInitView, InstanceView, Metadata, Observed, ProxyKey, instance_id};
 use proxy_crd::{FINALIZER, Mode, Proxy, SPEC_HASH_ANNOTATION};
 
@@ -119,6 +120,7 @@ pub(crate) async fn observe(proxy: &Proxy, kept: Kept, ctx: &Context) -> Result<
                 .creation_timestamp
                 .clone()
                 .and_then(|t| crate::time::from_kube(t.0)),
+            labels: Some(proxy.labels().clone()),
         },
         cloud_init: resolve_cloud_init(proxy, ctx).await?,
         provider_configured: provider.is_some(),
@@ -138,6 +140,14 @@ pub(crate) async fn observe(proxy: &Proxy, kept: Kept, ctx: &Context) -> Result<
         egress_shared_with: ctx.health.egress_shared_with(&ProxyKey::of(proxy)),
         instance,
         instance_zone,
+        provider_type: match proxy.spec.mode {
+            Mode::External => Some(ProviderType::External),
+            Mode::Managed => proxy
+                .spec
+                .provider
+                .as_deref()
+                .and_then(|name| ctx.providers.provider_type(name)),
+        },
         outcome: None,
         health: ctx.health.reported(proxy),
         blocked_sites: ctx.blocked_sites(&proxy_core::ProxyKey::of(proxy)),

@@ -35,6 +35,9 @@ pub struct Args {
     pub tenants_dir: std::path::PathBuf,
     /// A label a username may select by: `geo` (the key is the label's name) or
     /// `region=topology.kubernetes.io/region` (key=label). Repeat, or separate by commas.
+    /// Besides these, a username may always name `provider`, `region`, `zone` and `network`:
+    /// the labels the operator writes on every Proxy (`crawl.example.com/zone`...), unless
+    /// this flag maps the same key to another label.
     #[arg(long = "username-label", value_delimiter = ',', default_value = "geo")]
     pub username_labels: Vec<String>,
     /// The longest `ttl-<seconds>` a username may ask for: the discovery API's
@@ -105,17 +108,21 @@ impl Args {
         own
     }
 
-    /// The username grammar: `--username-label` and `--max-lease-ttl-seconds`.
+    /// The username grammar: the topology keys, `--username-label` (which wins for a key
+    /// both name) and `--max-lease-ttl-seconds`.
     pub fn grammar(&self) -> anyhow::Result<proxy_core::gateway::Grammar> {
-        let labels = self
+        let topology = proxy_core::topology::USERNAME_KEYS
+            .iter()
+            .map(|(key, label)| ((*key).to_owned(), (*label).to_owned()));
+        let flagged = self
             .username_labels
             .iter()
             .filter(|entry| !entry.trim().is_empty())
             .map(|entry| match entry.split_once('=') {
                 Some((key, label)) => (key.trim().to_owned(), label.trim().to_owned()),
                 None => (entry.trim().to_owned(), entry.trim().to_owned()),
-            })
-            .collect();
+            });
+        let labels = topology.chain(flagged).collect();
         proxy_core::gateway::Grammar::new(labels, self.max_lease_ttl_seconds)
             .map_err(|e| anyhow!("--username-label: {e}"))
     }
@@ -175,7 +182,17 @@ mod tests {
     #[test]
     fn username_labels_are_keys_or_key_equals_label() {
         let grammar = gateway_args(&[]).grammar().unwrap();
-        assert_eq!(grammar.labels, [("geo".into(), "geo".into())].into());
+        assert_eq!(
+            grammar.labels,
+            [
+                ("geo".into(), "geo".into()),
+                ("network".into(), "crawl.example.com/network".into()),
+                ("provider".into(), "crawl.example.com/provider".into()),
+                ("region".into(), "crawl.example.com/region".into()),
+                ("zone".into(), "crawl.example.com/zone".into()),
+            ]
+            .into()
+        );
         let grammar = gateway_args(&[
             "--username-label",
             "geo,region=topology.kubernetes.io/region",
@@ -184,8 +201,9 @@ mod tests {
         ])
         .grammar()
         .unwrap();
-        assert_eq!(grammar.labels.len(), 3);
+        assert_eq!(grammar.labels.len(), 6, "{:?}", grammar.labels);
         assert_eq!(grammar.labels["region"], "topology.kubernetes.io/region");
+        assert_eq!(grammar.labels["zone"], "crawl.example.com/zone");
         let refused = gateway_args(&["--username-label", "session"]).grammar();
         assert!(
             refused

@@ -91,6 +91,11 @@ impl Registry {
             .and_then(|settings| settings.placement_problem(spec))
     }
 
+    /// The type of the provider named `name`, for the topology labels.
+    pub fn provider_type(&self, name: &str) -> Option<proxy_core::topology::ProviderType> {
+        self.settings.get(name).map(ProviderSettings::provider_type)
+    }
+
     /// Every provider with its name, in name order.
     pub fn iter(&self) -> impl Iterator<Item = (&str, &Arc<dyn Provider>)> {
         self.providers

@@ -67,6 +67,16 @@ impl ProviderSettings {
     /// Every type, as the config's `type` names it.
     pub const NAMES: [&'static str; 3] = ["kubernetes", "gcp", "kvm"];
 
+    /// The type, as the core's topology labels name it.
+    pub fn provider_type(&self) -> proxy_core::topology::ProviderType {
+        use proxy_core::topology::ProviderType;
+        match self {
+            Self::Kubernetes(_) => ProviderType::Kubernetes,
+            Self::Gcp(_) => ProviderType::Gcp,
+            Self::Kvm(_) => ProviderType::Kvm,
+        }
+    }
+
     /// The `type` word of these settings in the config file (also the name of their block).
     pub fn type_name(&self) -> &'static str {
         match self {

@@ -99,6 +99,10 @@ pub struct LeasedProxy {
     /// The password, with the username.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub password: Option<String>,
+    /// The Proxy's labels: where it stands (`crawl.example.com/zone`, `.../region`,
+    /// `.../provider`, `.../network`, which the operator writes) and the ones people gave it.
+    #[serde(default, skip_serializing_if = "Labels::is_empty")]
+    pub labels: Labels,
 }
 
 /// The 409 of `POST /v1/leases`: the error, why each matching proxy was passed over, and

@@ -2,7 +2,9 @@
 //! egress address and its own credentials), the real `proxy-operator gateway` in front of
 //! its discovery API, and real clients through it: curl, Python requests and Playwright
 //! driving Debian's chromium. The origin's `/client-address` names the squid a request left
-//! through, so every check of "which upstream" is what the site saw.
+//! through, so every check of "which upstream" is what the site saw. The topology labels'
+//! test runs the gateway over a pool of gcp VMs instead (the local Compute Engine API's,
+//! real squids too), spread over two zones.
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -1178,4 +1180,201 @@ async fn the_gateway_raises_its_open_files_limit_to_the_hard_one() {
             )
         });
     assert_eq!(open_files[3..5], ["8192", "8192"], "{seen}");
+}
+
+/// Ends every lease of the bed's book (sessions hold theirs for their TTL).
+async fn release_every_lease(bed: &Bed) {
+    let leases = discovery_get(bed, "/v1/leases").await;
+    for lease in leases["leases"].as_array().into_iter().flatten() {
+        let id = lease["leaseID"].as_str().unwrap_or_default();
+        let released = reqwest::Client::new()
+            .delete(format!("{}/v1/leases/{id}", bed.operator.discovery))
+            .bearer_auth(DISCOVERY_TOKEN)
+            .send()
+            .await
+            .unwrap();
+        assert!(
+            released.status().is_success(),
+            "releasing {id}: {}",
+            released.status()
+        );
+    }
+}
+
+/// The labels of where a proxy stands, end to end: a ProxyPool of four gcp VMs (the local
+/// Compute Engine API, whose VMs are real squids, `proxy_tests::gce`) spread over two zones.
+/// Every member carries the provider, region, zone and network labels of where its VM
+/// landed, and the lease answer carries them; through the gateway, a username naming a zone
+/// leaves only through that zone's VMs (what the origin saw), one naming the region through
+/// both zones, and one naming a zone where no proxy stands is refused, not served elsewhere.
+#[tokio::test]
+async fn a_zone_in_the_username_leaves_only_through_that_zones_vms_of_a_pool_over_two_zones() {
+    use kube::ResourceExt;
+    use kube::api::{Api, ListParams, PostParams};
+    use proxy_core::topology::{NETWORK_LABEL, PROVIDER_LABEL, REGION_LABEL, ZONE_LABEL};
+    let bed = Bed::with_gce("gw-zones", &[]).await;
+    let pools: Api<proxy_crd::ProxyPool> =
+        Api::namespaced(bed.proxies.clone().into_client(), &bed.ns);
+    let pool: proxy_crd::ProxyPool = serde_json::from_value(json!({
+        "apiVersion": "crawl.example.com/v1alpha1", "kind": "ProxyPool",
+        "metadata": {"name": "zones"},
+        "spec": {
+            "replicas": 4,
+            "template": {
+                "metadata": {"labels": {"geo": "eu"}},
+                "spec": crate::gcp::gcp_spec(&bed, json!({"maxLeases": 5})),
+            },
+            "spread": [{"zone": "europe-west1-b"}, {"zone": "europe-west1-c"}],
+        }
+    }))
+    .unwrap();
+    pools.create(&PostParams::default(), &pool).await.unwrap();
+    let selector = ListParams::default().labels("crawl.example.com/pool=zones");
+    // Every member Ready and labelled, or the operator's log says why not.
+    let mut members = Vec::new();
+    for _ in 0..600 {
+        members = bed.proxies.list(&selector).await.unwrap().items;
+        let labelled = |p: &proxy_crd::Proxy| {
+            crate::gcp::ready(p)
+                && p.labels().contains_key(ZONE_LABEL)
+                && p.labels().contains_key(NETWORK_LABEL)
+        };
+        if members.len() == 4 && members.iter().all(labelled) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let mut by_zone: std::collections::BTreeMap<String, Vec<String>> = Default::default();
+    for member in &members {
+        let status = member.status.clone().unwrap_or_default();
+        let (zone, ip) = (
+            status.zone.unwrap_or_default(),
+            status.ip.unwrap_or_default(),
+        );
+        let labels = member.labels();
+        let network = format!("{}.0_24", ip.rsplit_once('.').map_or("", |(net, _)| net));
+        assert_eq!(
+            (
+                labels.get(PROVIDER_LABEL).map(String::as_str),
+                labels.get(REGION_LABEL).map(String::as_str),
+                labels.get(ZONE_LABEL).cloned(),
+                labels.get(NETWORK_LABEL).cloned(),
+                labels.get("geo").map(String::as_str),
+            ),
+            (
+                Some("gcp"),
+                Some("europe_west1"),
+                Some(zone.replace('-', "_")),
+                Some(network),
+                Some("eu"),
+            ),
+            "{} in {zone} at {ip}: {labels:?}; operator log:\n{}",
+            member.name_any(),
+            bed.operator.log()
+        );
+        by_zone.entry(zone).or_default().push(ip);
+    }
+    assert_eq!(
+        by_zone.keys().collect::<Vec<_>>(),
+        ["europe-west1-b", "europe-west1-c"],
+        "two members a zone: {by_zone:?}"
+    );
+    let in_c = by_zone["europe-west1-c"].clone();
+    // The lease answer says where its proxy stands.
+    let lease = bed
+        .lease(json!({"selector": {ZONE_LABEL: "europe_west1_c"}, "ttlSeconds": 60}))
+        .await;
+    assert_eq!(
+        lease["proxy"]["labels"][ZONE_LABEL], "europe_west1_c",
+        "{lease}"
+    );
+    assert!(
+        in_c.contains(
+            &lease["proxy"]["host"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned()
+        )
+    );
+
+    release_every_lease(&bed).await;
+
+    let gateway = Gateway::start(binary(), &bed.ns, &bed.operator.discovery, &[]);
+    let ca = ca_file(&bed);
+    let address = bed.origin.url("/client-address");
+    // Where each of eight sessions left from (a session per connection, each a new curl,
+    // so that they spread over the proxies that fit: the fewest leases first). A session
+    // holds its lease for its TTL (300 s): eight fit in a zone's ten places.
+    let egress_of = async |username: &str| {
+        let fetched = curl(&gateway, &ca, username, TENANT.1, &address, &[]).await;
+        if fetched.code != 0 {
+            let listed = discovery_get(
+                &bed,
+                "/v1/proxies?fields=healthy,activeLeases,maxLeases,circuit",
+            )
+            .await;
+            panic!(
+                "{username}: curl failed: {}\n{}\nthe book: {listed}\ngateway log:\n{}",
+                fetched.out,
+                fetched.err,
+                gateway.log(),
+            );
+        }
+        fetched.body().to_owned()
+    };
+    let zone_of = |egress: &str| {
+        by_zone
+            .iter()
+            .find(|(_, ips)| ips.iter().any(|ip| ip == egress))
+            .map(|(zone, _)| zone.clone())
+            .unwrap_or_else(|| panic!("{egress} is no member's: {by_zone:?}"))
+    };
+    let mut seen = std::collections::BTreeSet::new();
+    for n in 0..8 {
+        let egress = egress_of(&format!("user-acme-session-z{n}-zone-europe_west1_c")).await;
+        assert_eq!(
+            zone_of(&egress),
+            "europe-west1-c",
+            "session z{n} left from {egress}, outside its zone"
+        );
+        seen.insert(egress);
+    }
+    assert_eq!(
+        seen.len(),
+        in_c.len(),
+        "both VMs of the zone served: {seen:?}"
+    );
+    release_every_lease(&bed).await;
+    // The region (and the provider) is both zones.
+    let mut regions = std::collections::BTreeSet::new();
+    for n in 0..8 {
+        let egress = egress_of(&format!(
+            "user-acme-session-r{n}-region-europe_west1-provider-gcp"
+        ))
+        .await;
+        regions.insert(zone_of(&egress));
+    }
+    assert_eq!(regions.len(), 2, "the region spans both zones: {regions:?}");
+    // A zone where nothing stands: refused, never served from another zone.
+    let nowhere = curl(
+        &gateway,
+        &ca,
+        "user-acme-zone-asia_east1_a",
+        TENANT.1,
+        &address,
+        &[],
+    )
+    .await;
+    assert!(
+        nowhere.out.starts_with("HTTP/1.1 503 "),
+        "a zone without proxies is a 503: {}\n{}",
+        nowhere.out,
+        nowhere.err
+    );
+    assert_eq!(
+        nowhere.header("x-proxy-error").as_deref(),
+        Some("no_proxy"),
+        "{}",
+        nowhere.out
+    );
 }

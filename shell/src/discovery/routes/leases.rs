@@ -50,7 +50,7 @@ pub(super) fn ttl(
 }
 
 impl LeaseGranted {
-    fn of(lease: Lease, credentials: Option<Credentials>) -> Self {
+    fn of(lease: Lease, credentials: Option<Credentials>, labels: Labels) -> Self {
         let url = match &credentials {
             Some(credentials) => proxy_url_with(&lease.host, lease.port, credentials),
             None => proxy_url(&lease.host, lease.port),
@@ -64,6 +64,7 @@ impl LeaseGranted {
                 port: lease.port,
                 username: credentials.as_ref().map(|c| c.username().to_owned()),
                 password: credentials.as_ref().map(|c| c.password().to_owned()),
+                labels,
             },
             lease_id: lease.id,
             target: lease.target,
@@ -114,6 +115,11 @@ pub(super) fn acquire(state: &Discovery, forwarded: bool, body: &[u8]) -> Result
     let trial = granted
         .as_ref()
         .is_ok_and(|grant| shared.book.on_trial(grant.lease()));
+    let labels = granted
+        .as_ref()
+        .ok()
+        .and_then(|grant| shared.book.labels(&grant.lease().proxy).cloned())
+        .unwrap_or_default();
     // The answer is built without the book's lock.
     drop(shared);
     Ok(match granted {
@@ -134,7 +140,7 @@ pub(super) fn acquire(state: &Discovery, forwarded: bool, body: &[u8]) -> Result
                 session: sticky.session.map(|name| name.to_string()),
                 moved,
                 trial,
-                ..LeaseGranted::of(lease, credentials)
+                ..LeaseGranted::of(lease, credentials, labels)
             };
             json_response(status, &answer)
         }
