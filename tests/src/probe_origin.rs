@@ -93,6 +93,10 @@ pub enum SiteKind {
     Bans,
     /// A captcha page with 200 to its next request, then 403 to every one after, for good.
     Captchas,
+    /// As [`SiteKind::Bans`], counting requests by the proxy's /24 rather than its address:
+    /// the fill is the network's, and once it is spent every address of the /24 gets 403,
+    /// for good, as sites ban ranges.
+    BansNetworks,
 }
 
 /// What one proxy sent one site so far.
@@ -336,6 +340,11 @@ impl ProbeOrigin {
         format!("https://{host}:{}/page/{n}", self.port)
     }
 
+    /// The plain-HTTP URL of page `n` of the site `host`.
+    pub fn http_page_url(&self, host: &str, n: u32) -> String {
+        format!("http://{host}:{}/page/{n}", self.http_port)
+    }
+
     /// The URL of `path` on this origin, e.g. `url("/generate_204")`.
     pub fn url(&self, path: &str) -> String {
         format!("https://{HOST}:{}{path}", self.port)
@@ -501,6 +510,13 @@ impl Sites {
             return Some((404, "not found".to_owned(), false));
         };
         let now = Instant::now();
+        let peer = match (policy.kind, peer) {
+            (SiteKind::BansNetworks, IpAddr::V4(v4)) => {
+                let [a, b, c, _] = v4.octets();
+                IpAddr::V4(std::net::Ipv4Addr::new(a, b, c, 0))
+            }
+            _ => peer,
+        };
         let visits = sites.seen.entry((host.to_owned(), peer)).or_insert(Visits {
             requests: 0,
             since: now,

@@ -140,6 +140,7 @@ mod journal;
 mod lease_key;
 mod ledger;
 mod listing;
+mod networks;
 mod numbered;
 mod report_ids;
 mod routing;
@@ -169,6 +170,8 @@ pub use listing::{
     Field, Fields, FleetChanges, FleetSnapshot, InvalidQuery, ListQuery, MAX_CONTINUE_BYTES,
     MAX_PAGE, Page, continue_after,
 };
+use networks::NetworkBans;
+pub use networks::NetworkConfig;
 use report_ids::ReportIds;
 pub use report_ids::{
     InvalidReportId, MAX_REPORT_ID_LEN, MAX_REPORT_IDS, REPORT_ID_MEMORY, ReportId,
@@ -204,6 +207,7 @@ pub struct LeaseBook {
     cooldowns: Cooldowns,
     circuits: Circuits,
     sites: Sites,
+    networks: NetworkBans,
     sessions: Sessions,
     report_ids: ReportIds,
 }
@@ -509,12 +513,47 @@ impl LeaseBook {
         let until = self
             .cooldowns
             .extend(proxy.clone(), target.clone(), later(now, cooldown));
+        if let Some(site) = &target {
+            self.network_penalised(&proxy, site, until, now);
+        }
         let cooldown = Cooldown {
             proxy,
             target,
             until,
         };
         Ok((Some(cooldown), turn))
+    }
+
+    /// Counts a penalty of `proxy` by `site` against its network (module `networks`): once
+    /// the network reached the threshold, every proxy of it in the fleet cools for the site
+    /// until `until` at least, as `proxy` does. O(log p), and O(n) for n proxies when the
+    /// threshold is reached.
+    fn network_penalised(
+        &mut self,
+        proxy: &ProxyKey,
+        site: &str,
+        until: Timestamp,
+        now: Timestamp,
+    ) {
+        let Some(network) = self.fleet.view(proxy).and_then(ProxyView::network) else {
+            return;
+        };
+        let network = network.to_owned();
+        if !self
+            .networks
+            .penalised(site, &network, proxy, now, &self.config.networks)
+        {
+            return;
+        }
+        let same: Vec<ProxyKey> = self
+            .fleet
+            .views()
+            .filter(|(view, _)| view.network() == Some(network.as_str()) && view.key != *proxy)
+            .map(|(view, _)| view.key.clone())
+            .collect();
+        for key in same {
+            self.cooldowns.extend(key, Some(site.to_owned()), until);
+        }
     }
 
     /// Hears a crawler's report on the lease `id` as the API takes it, and answers what the

@@ -45,6 +45,16 @@ pub struct ProxyView {
     pub shared_egress: bool,
 }
 
+impl ProxyView {
+    /// The egress network its [`NETWORK_LABEL`](crate::topology::NETWORK_LABEL) says, which
+    /// a site's penalties are also counted by (module `networks`).
+    pub fn network(&self) -> Option<&str> {
+        self.labels
+            .get(crate::topology::NETWORK_LABEL)
+            .map(String::as_str)
+    }
+}
+
 /// Which proxies a request accepts: equality terms over labels, all of which must hold.
 ///
 /// `{"geo": "eu", "tier": "a"}` matches proxies labelled `geo=eu` and `tier=a`; the empty
@@ -217,6 +227,8 @@ pub struct LeaseConfig {
     pub site_window: Duration,
     /// When `unreachable` reports take a proxy out of selection, and for how long.
     pub circuit: super::CircuitConfig,
+    /// When a site's penalties within one egress network cool the whole network for it.
+    pub networks: super::NetworkConfig,
     /// The most ended leases kept at once for late reports. Past it the lease that ended
     /// first is forgotten before its retention is over, and a report on it answers
     /// [`UnknownLease`]. The retention alone keeps every lease of the last 30 minutes, so a
@@ -238,6 +250,7 @@ impl Default for LeaseConfig {
             site_window: Duration::from_secs(60 * 60),
             max_retained: DEFAULT_MAX_RETAINED,
             circuit: super::CircuitConfig::default(),
+            networks: super::NetworkConfig::default(),
         }
     }
 }

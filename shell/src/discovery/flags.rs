@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use clap::Args;
-use proxy_core::lease::{CircuitConfig, LeaseConfig};
+use proxy_core::lease::{CircuitConfig, LeaseConfig, NetworkConfig};
 
 use super::Limits;
 use crate::duration::{self, at_least_10ms};
@@ -45,6 +45,15 @@ pub struct Flags {
     /// The longest a proxy stays out of selection between two trials, in seconds.
     #[arg(long, default_value = "300", value_parser = duration::parse)]
     pub circuit_max_backoff_seconds: Duration,
+    /// Distinct proxies of one egress network (their `crawl.example.com/network` label: a
+    /// /24 or a /64) that one site rate-limited or blocked within
+    /// `--network-ban-window-seconds` which make the rest of the network cool down for that
+    /// site too, as sites ban whole ranges. 0 turns it off.
+    #[arg(long, default_value = "2")]
+    pub network_ban_threshold: u32,
+    /// How long, in seconds, a penalty counts toward `--network-ban-threshold`.
+    #[arg(long, default_value = "600", value_parser = duration::parse)]
+    pub network_ban_window_seconds: Duration,
     /// The most ended leases the lease book keeps at once for late reports (each about 600
     /// bytes). An ended lease is kept for the longest cooldown, and at least 15 minutes,
     /// unless this many ended after it: then a report on it answers 404 `unknown_lease`.
@@ -78,7 +87,8 @@ pub struct Flags {
 
 impl Flags {
     /// The lease book's cooldowns (`--*-cooldown-seconds`), site window, breakers
-    /// (`--circuit-*`) and bound on ended leases (`--max-retained-leases`).
+    /// (`--circuit-*`), network bans (`--network-ban-*`) and bound on ended leases
+    /// (`--max-retained-leases`).
     pub fn lease_config(&self) -> LeaseConfig {
         LeaseConfig {
             rate_limited_cooldown: self.rate_limited_cooldown_seconds,
@@ -89,6 +99,10 @@ impl Flags {
                 failures: self.circuit_failures,
                 backoff: self.circuit_backoff_seconds,
                 max_backoff: self.circuit_max_backoff_seconds,
+            },
+            networks: NetworkConfig {
+                bans: self.network_ban_threshold,
+                window: self.network_ban_window_seconds,
             },
             ..LeaseConfig::default()
         }
