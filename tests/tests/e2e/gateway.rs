@@ -1394,77 +1394,14 @@ impl NetworkCrawl {
     }
 }
 
-/// The /24s of a network crawl: three, six squids each, every proxy of a run in a /24 of its
-/// own run (`127.<block>.<200 + 3 run + net>.<1..6>`).
-const NETWORKS: u8 = 3;
-const PER_NETWORK: u8 = 6;
-
-/// A bed whose operator takes `args`, with 18 External proxies in front of squids of the
-/// test's own in three /24s (their network labels in the book), a gateway, and `jobs.test`
-/// banning a /24 for good after 4 requests from it; two workers crawl it over plain HTTP
-/// through the gateway, a new connection a request, until the gateway has no proxy left
-/// for it. What the site answered.
+/// A bed whose operator takes `args`, with [`network_fleet`](crate::operated::network_fleet)'s
+/// 18 proxies in three /24s, a gateway, and `jobs.test` banning a /24 for good after 4
+/// requests from it; two workers crawl it over plain HTTP through the gateway, a new
+/// connection a request, until the gateway has no proxy left for it. What the site answered.
 async fn crawl_a_network_banning_site(prefix: &str, run: u8, args: &[&str]) -> NetworkCrawl {
     use proxy_tests::probe_origin::{SiteKind, SitePolicy};
-    use proxy_tests::squid::{Squid, next_loopback_addr};
     let bed = Bed::new_with(prefix, args).await;
-    let block = next_loopback_addr().octets()[1];
-    let mut starting = Vec::new();
-    for net in 0..NETWORKS {
-        for host in 1..=PER_NETWORK {
-            let addr = std::net::Ipv4Addr::new(127, block, 200 + 3 * run + net, host);
-            let hosts = bed.origin.hosts_file.clone();
-            let name = format!("{prefix}-{net}-{host}");
-            starting.push(tokio::task::spawn_blocking(move || {
-                Squid::start(&name, addr, 3128, &hosts).map(|squid| (net, host, squid))
-            }));
-        }
-    }
-    let mut squids = Vec::new();
-    for started in futures::future::join_all(starting).await {
-        squids.push(started.unwrap().unwrap());
-    }
-    for (net, host, squid) in &squids {
-        let proxy: proxy_crd::Proxy = serde_json::from_value(json!({
-            "apiVersion": "crawl.example.com/v1alpha1", "kind": "Proxy",
-            "metadata": {"name": format!("n{net}-{host}")},
-            "spec": {"mode": "External", "endpoint": {"host": squid.addr.to_string(), "port": 3128},
-                "maxLeases": 10, "healthCheck": {"probeURL": bed.origin.url("/generate_204"),
-                    "intervalSeconds": 2, "timeoutSeconds": 1}}
-        }))
-        .unwrap();
-        bed.proxies
-            .create(&Default::default(), &proxy)
-            .await
-            .unwrap();
-    }
-    // Every proxy healthy in the book, with its network.
-    let all = usize::from(NETWORKS * PER_NETWORK);
-    let mut listed = Value::Null;
-    for _ in 0..300 {
-        listed = discovery_get(&bed, "/v1/proxies?healthy=true&fields=labels").await;
-        let labelled = listed["proxies"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter(|p| p["labels"]["crawl.example.com/network"].is_string())
-            .count();
-        if labelled == all {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    let networks: std::collections::BTreeSet<&str> = listed["proxies"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(|p| p["labels"]["crawl.example.com/network"].as_str())
-        .collect();
-    assert_eq!(
-        networks.len(),
-        usize::from(NETWORKS),
-        "{all} proxies healthy in three networks within 30 s: {listed}"
-    );
+    let squids = crate::operated::network_fleet(&bed, run).await;
     bed.origin.site(
         "jobs.test",
         SitePolicy {

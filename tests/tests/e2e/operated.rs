@@ -368,3 +368,70 @@ impl Bed {
         );
     }
 }
+
+/// The /24s of a [`network_fleet`]: three, six proxies each.
+pub const NETWORKS: u8 = 3;
+/// The proxies of each /24 of a [`network_fleet`].
+pub const PER_NETWORK: u8 = 6;
+
+/// 18 External proxies of `bed` (`n<net>-<host>`, 10 leases each, probed every 2 s) in front
+/// of squids of the test's own in three /24s, `127.<block>.<200 + 3 run + net>.<host>`
+/// (`run` keeps the squids of two fleets of one test apart), once the book lists every one
+/// healthy with its network label; fails within 30 s otherwise. The squids live as long as
+/// what this returns.
+pub async fn network_fleet(bed: &Bed, run: u8) -> Vec<proxy_tests::squid::Squid> {
+    use proxy_tests::squid::{Squid, next_loopback_addr};
+    let block = next_loopback_addr().octets()[1];
+    let mut starting = Vec::new();
+    for net in 0..NETWORKS {
+        for host in 1..=PER_NETWORK {
+            let addr = std::net::Ipv4Addr::new(127, block, 200 + 3 * run + net, host);
+            let hosts = bed.origin.hosts_file.clone();
+            let name = format!("{}-{net}-{host}", bed.ns);
+            starting.push(tokio::task::spawn_blocking(move || {
+                Squid::start(&name, addr, 3128, &hosts)
+            }));
+        }
+    }
+    let mut squids = Vec::new();
+    for started in futures::future::join_all(starting).await {
+        squids.push(started.expect("a squid's start").expect("squid starts"));
+    }
+    for squid in &squids {
+        let [.., net, host] = squid.addr.octets();
+        bed.create(
+            &format!("n{net}-{host}"),
+            json!({"mode": "External", "endpoint": {"host": squid.addr.to_string(), "port": 3128},
+                   "maxLeases": 10, "healthCheck": {"probeURL": bed.origin.url("/generate_204"),
+                       "intervalSeconds": 2, "timeoutSeconds": 1}}),
+        )
+        .await;
+    }
+    let all = usize::from(NETWORKS * PER_NETWORK);
+    let mut listed = Value::Null;
+    for _ in 0..300 {
+        listed = reqwest::Client::new()
+            .get(format!(
+                "{}/v1/proxies?healthy=true&fields=labels",
+                bed.operator.discovery
+            ))
+            .bearer_auth(DISCOVERY_TOKEN)
+            .send()
+            .await
+            .expect("the discovery API answers")
+            .json()
+            .await
+            .unwrap_or(Value::Null);
+        let networks: std::collections::BTreeSet<&str> = listed["proxies"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|p| p["labels"][proxy_core::topology::NETWORK_LABEL].as_str())
+            .collect();
+        if listed["count"] == all && networks.len() == usize::from(NETWORKS) {
+            return squids;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("{all} proxies healthy in three networks within 30 s: {listed}");
+}
