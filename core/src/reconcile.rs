@@ -175,7 +175,8 @@ impl PendingCall {
 
     /// The call was made: the second decision, on the first decision's status (not a status
     /// re-read from the API server: a metadata write returns an object whose status does not
-    /// hold this reconcile's changes yet) and the same observation plus `outcome`.
+    /// hold this reconcile's changes yet) and the same observation plus `outcome`, its
+    /// labels with the ones the first decision wrote (so that the second writes none again).
     pub fn after(self, outcome: Outcome) -> AfterCall {
         let Self {
             spec,
@@ -185,6 +186,13 @@ impl PendingCall {
             request: _,
         } = self;
         observed.outcome = Some(outcome);
+        if let Some(labels) = observed.object.labels.as_mut() {
+            for write in first.metadata() {
+                if let MetadataWrite::SetLabels { labels: written } = write {
+                    labels.extend(written.clone());
+                }
+            }
+        }
         let second = decide(&spec, first.status(), &observed);
         AfterCall {
             spec,

@@ -11,7 +11,14 @@
 //! | [`PROVIDER_LABEL`] | `gcp`, `kvm`, `kubernetes` or `external` | the type of `spec.provider` (`external` for an External proxy) |
 //! | [`REGION_LABEL`] | `europe_west1` | a gcp zone's region |
 //! | [`ZONE_LABEL`] | `europe_west1_b`, a kvm host | `status.zone` |
-//! | [`NETWORK_LABEL`] | `203.0.113.0_24`, `2001.db8.0.1_64` | the /24 or /64 of `status.egressIP`, else of `status.ip` |
+//! | [`NETWORK_LABEL`] | `203.0.113.0_24`, `2001.db8.0.1_64` | the /24 or /64 of `status.egressIP`; without one, of a gcp VM's `status.ip` |
+//!
+//! The network is where sites see requests come from. That is `status.egressIP` when the
+//! health check has an `egressURL`; without one, only a gcp VM's address (its one-to-one
+//! NAT IP) is known to be its egress. A Pod leaves through its node's address, a kvm guest
+//! on a NAT network through its host's, an External proxy through whatever is behind its
+//! endpoint: their own addresses would put proxies that sites tell apart in one network,
+//! or ones sites see as one in several, and the lease book counts bans by this label.
 //!
 //! Values are label values the gateway's username grammar can carry: no `-` (the
 //! username's separator, so `europe-west1-b` is written `europe_west1_b`), no `:` or `/`.
@@ -25,8 +32,6 @@ use std::net::IpAddr;
 
 use proxy_crd::ProxyStatus;
 use serde::{Deserialize, Serialize};
-
-use crate::lease::Labels;
 
 /// The label of the provider's type: `gcp`, `kvm`, `kubernetes` or `external`.
 pub const PROVIDER_LABEL: &str = "crawl.example.com/provider";
@@ -77,6 +82,12 @@ impl ProviderType {
         }
     }
 
+    /// Whether the address crawlers connect to is the one sites see: a gcp VM's external
+    /// (one-to-one NAT) IP is; a Pod's, a kvm guest's and an External endpoint's may not be.
+    fn address_is_egress(self) -> bool {
+        matches!(self, Self::Gcp)
+    }
+
     /// The region of `zone`, when this provider's zones name one: a Compute Engine zone is
     /// its region and a letter (`europe-west1-b` is in `europe-west1`). A kvm zone is a host,
     /// which says no region.
@@ -97,13 +108,19 @@ pub fn labels(provider: ProviderType, status: &ProxyStatus) -> BTreeMap<&'static
         let region = provider.region_of(zone).and_then(label_value);
         labels.extend(region.map(|value| (REGION_LABEL, value)));
     }
-    let address = status.egress_ip.as_deref().or(status.ip.as_deref());
+    let address = status.egress_ip.as_deref().or(status
+        .ip
+        .as_deref()
+        .filter(|_| provider.address_is_egress()));
     let network = address
         .and_then(|a| a.parse::<IpAddr>().ok())
         .map(network_of);
     labels.extend(network.map(|value| (NETWORK_LABEL, value)));
     labels
 }
+
+/// A Proxy's labels, name to value: `metadata.labels`.
+pub type Labels = BTreeMap<String, String>;
 
 /// The writes that make `current` carry `wanted`: each key whose value differs. None removes
 /// a key (see the module's doc).
@@ -184,6 +201,23 @@ mod tests {
     }
 
     #[test]
+    fn without_an_egress_check_only_a_gcp_address_says_a_network() {
+        for provider in [
+            ProviderType::Kubernetes,
+            ProviderType::Kvm,
+            ProviderType::External,
+        ] {
+            let labels = labels(provider, &status(None, Some("10.244.1.9"), None));
+            assert!(
+                !labels.contains_key(NETWORK_LABEL),
+                "{provider:?}: {labels:?}"
+            );
+        }
+        let labels = labels(ProviderType::Gcp, &status(None, Some("34.76.10.7"), None));
+        assert_eq!(labels[NETWORK_LABEL], "34.76.10.0_24");
+    }
+
+    #[test]
     fn the_network_is_the_egress_one_when_the_health_check_saw_it() {
         let labels = labels(
             ProviderType::Kubernetes,
@@ -204,13 +238,10 @@ mod tests {
     #[test]
     fn an_address_that_is_not_an_ip_says_no_network() {
         let labels = labels(
-            ProviderType::External,
+            ProviderType::Gcp,
             &status(None, Some("proxy.example.net"), None),
         );
-        assert_eq!(
-            labels,
-            BTreeMap::from([(PROVIDER_LABEL, "external".to_owned())])
-        );
+        assert_eq!(labels, BTreeMap::from([(PROVIDER_LABEL, "gcp".to_owned())]));
     }
 
     #[test]

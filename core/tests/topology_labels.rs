@@ -147,17 +147,73 @@ fn without_its_labels_or_its_provider_type_an_observation_labels_nothing() {
 }
 
 #[test]
-fn an_external_proxy_says_external_and_the_network_of_an_address_it_has() {
+fn an_external_proxy_says_external_and_its_network_only_from_its_egress_check() {
     let observed = Observed::test()
         .health(EXTERNAL_HOST, true)
         .labelled(ProviderType::External, &[]);
     let decision = decide(&external_spec(), &ProxyStatus::default(), &observed);
-    let writes = label_writes(&decision);
-    assert_eq!(writes.len(), 1, "{writes:?}");
-    assert_eq!(writes[0][PROVIDER_LABEL], "external");
-    let network = EXTERNAL_HOST
-        .parse::<std::net::IpAddr>()
-        .ok()
-        .map(proxy_core::topology::network_of);
-    assert_eq!(writes[0].get(NETWORK_LABEL), network.as_ref());
+    assert_eq!(
+        label_writes(&decision),
+        [labels(&[(PROVIDER_LABEL, "external")])],
+        "its endpoint is not where sites see it from"
+    );
+    let mut checked = observed;
+    if let Some(verdict) = checked.health.as_mut() {
+        verdict.egress_ip = Some("198.51.100.23".to_owned());
+    }
+    let mut spec = external_spec();
+    let mut check = spec.health_check_or_default();
+    check.egress_url = Some("https://echo.example/ip".to_owned());
+    spec.health_check = Some(check);
+    let decision = decide(&spec, &ProxyStatus::default(), &checked);
+    assert_eq!(
+        label_writes(&decision),
+        [labels(&[
+            (NETWORK_LABEL, "198.51.100.0_24"),
+            (PROVIDER_LABEL, "external")
+        ])]
+    );
+}
+
+/// Counts the label writes of a reconcile run through the driver.
+#[derive(Default)]
+struct Writes {
+    labels: Vec<BTreeMap<String, String>>,
+}
+
+impl proxy_core::Effects for Writes {
+    type Error = std::convert::Infallible;
+
+    fn decided(&mut self, _: proxy_core::Decided<'_>) -> Result<(), Self::Error> {
+        Ok(())
+    }
+
+    fn metadata(&mut self, writes: &[MetadataWrite]) -> Result<(), Self::Error> {
+        self.labels
+            .extend(writes.iter().filter_map(|write| match write {
+                MetadataWrite::SetLabels { labels } => Some(labels.clone()),
+                _ => None,
+            }));
+        Ok(())
+    }
+
+    fn call(
+        &mut self,
+        _: &proxy_core::ProviderRequest,
+    ) -> Result<proxy_core::Outcome, Self::Error> {
+        Ok(proxy_core::Outcome::Created {
+            provider_id: support::ID.to_owned(),
+        })
+    }
+}
+
+#[test]
+fn a_reconcile_with_a_provider_call_writes_each_label_once() {
+    // A new proxy: the first decision creates its instance and labels its provider; the
+    // second, after the create, finds that label written and writes it no more.
+    let observed = Observed::test().labelled(ProviderType::Gcp, &[]);
+    let mut writes = Writes::default();
+    let Ok(_) =
+        proxy_core::Reconcile::start(unpinned(), ProxyStatus::default(), observed).run(&mut writes);
+    assert_eq!(writes.labels, [labels(&[(PROVIDER_LABEL, "gcp")])]);
 }

@@ -1,6 +1,5 @@
 //! The lease book's vocabulary: what goes in and what comes out.
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
 use jiff::Timestamp;
@@ -11,7 +10,7 @@ use super::report_ids::ReportId;
 use crate::key::ProxyKey;
 
 /// A proxy's labels: `metadata.labels` of its `Proxy` object.
-pub type Labels = BTreeMap<String, String>;
+pub type Labels = crate::topology::Labels;
 
 /// One proxy of the fleet as the shell sees it in the controller's cache.
 ///

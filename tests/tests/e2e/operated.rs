@@ -374,7 +374,8 @@ pub const NETWORKS: u8 = 3;
 /// The proxies of each /24 of a [`network_fleet`].
 pub const PER_NETWORK: u8 = 6;
 
-/// 18 External proxies of `bed` (`n<net>-<host>`, 10 leases each, probed every 2 s) in front
+/// 18 External proxies of `bed` (`n<net>-<host>`, 10 leases each, probed every 2 s, their
+/// egress checked: what gives them a network label) in front
 /// of squids of the test's own in three /24s, `127.<block>.<200 + 3 run + net>.<host>`
 /// (`run` keeps the squids of two fleets of one test apart), once the book lists every one
 /// healthy with its network label; fails within 30 s otherwise. The squids live as long as
@@ -403,6 +404,7 @@ pub async fn network_fleet(bed: &Bed, run: u8) -> Vec<proxy_tests::squid::Squid>
             &format!("n{net}-{host}"),
             json!({"mode": "External", "endpoint": {"host": squid.addr.to_string(), "port": 3128},
                    "maxLeases": 10, "healthCheck": {"probeURL": bed.origin.url("/generate_204"),
+                       "egressURL": bed.origin.url("/client-address"),
                        "intervalSeconds": 2, "timeoutSeconds": 1}}),
         )
         .await;
